@@ -1,0 +1,7 @@
+module github.com/outboxkit/backpressure/cmd/bpsim
+
+go 1.25
+
+require github.com/outboxkit/backpressure v0.0.0
+
+replace github.com/outboxkit/backpressure => ../../

@@ -1,0 +1,4 @@
+// Command bpsim simulates a multi-tenant dispatcher cluster.
+package main
+
+func main() {}

@@ -1,0 +1,87 @@
+package backpressure
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Match them with [errors.Is]; the typed errors below carry
+// the details and match the sentinel of their kind.
+var (
+	// ErrInvalidShards reports an owned-shard set that cannot exist.
+	ErrInvalidShards = errors.New("backpressure: invalid owned shards")
+	// ErrInvalidConfig reports a Config that New rejects.
+	ErrInvalidConfig = errors.New("backpressure: invalid config")
+	// ErrInvalidSnapshot reports a Snapshot that Plan rejects.
+	ErrInvalidSnapshot = errors.New("backpressure: invalid snapshot")
+	// ErrStore wraps every error a store returned during Sweep.
+	ErrStore = errors.New("backpressure: store failed")
+)
+
+// ShardError describes an invalid owned-shard set. It matches
+// [ErrInvalidShards].
+type ShardError struct {
+	Shard      int // the offending shard id, or -1 when the shard count itself is wrong
+	ShardCount int
+	Reason     string
+}
+
+func (e *ShardError) Error() string {
+	if e.Shard < 0 {
+		return fmt.Sprintf("backpressure: invalid owned shards: %s (shard count %d)", e.Reason, e.ShardCount)
+	}
+	return fmt.Sprintf("backpressure: invalid owned shards: %s: shard %d of %d", e.Reason, e.Shard, e.ShardCount)
+}
+
+// Is reports whether target is [ErrInvalidShards].
+func (e *ShardError) Is(target error) bool { return target == ErrInvalidShards }
+
+// ConfigError describes a Config field that New rejects. It matches
+// [ErrInvalidConfig].
+type ConfigError struct {
+	Field  string // e.g. "BatchSize", "DefaultQuota", `Quotas["acme"]`
+	Value  int
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("backpressure: invalid config: %s = %d: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidConfig].
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// SnapshotError describes a malformed Snapshot. It matches
+// [ErrInvalidSnapshot].
+type SnapshotError struct {
+	Namespace string
+	TaskQueue string // empty when the problem is a namespace's claimed count
+	Count     int
+	Reason    string
+}
+
+func (e *SnapshotError) Error() string {
+	if e.TaskQueue == "" {
+		return fmt.Sprintf("backpressure: invalid snapshot: namespace %q (count %d): %s", e.Namespace, e.Count, e.Reason)
+	}
+	return fmt.Sprintf("backpressure: invalid snapshot: route %q/%q (count %d): %s", e.Namespace, e.TaskQueue, e.Count, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidSnapshot].
+func (e *SnapshotError) Is(target error) bool { return target == ErrInvalidSnapshot }
+
+// StoreError wraps an error returned by an OutboxStore during Sweep, naming
+// the call that failed. It matches [ErrStore] and unwraps to the store's
+// error, so errors.Is(err, context.Canceled) works through it.
+type StoreError struct {
+	Op  string // "CountClaimedOutboxRows", "CountPendingOutboxRows" or "ClaimOutboxRowsScoped"
+	Err error
+}
+
+func (e *StoreError) Error() string { return "backpressure: " + e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Is reports whether target is [ErrStore].
+func (e *StoreError) Is(target error) bool { return target == ErrStore }

@@ -1,0 +1,65 @@
+package backpressure
+
+import "context"
+
+// Route is one namespace's task queue: the unit a scoped claim addresses.
+type Route struct {
+	Namespace string // the tenant that owns the rows
+	TaskQueue string // the namespace's task queue
+}
+
+// String returns the route as "namespace/task-queue".
+func (r Route) String() string { return r.Namespace + "/" + r.TaskQueue }
+
+// RouteCount is a count of rows on one route.
+type RouteCount struct {
+	Route Route
+	Count int
+}
+
+// ScopedClaim asks a store to claim at most Limit visible pending rows of
+// Route, oldest first. A Plan's claims always have Limit ≥ 1.
+type ScopedClaim struct {
+	Route Route
+	Limit int
+}
+
+// OutboxStore is the durable outbox a dispatcher drains. The planner chooses
+// only the limit and scope of the store's claim; exactly-once is the store's.
+// Each method is one round trip to the database (one statement or one
+// transaction) and honours ctx: when ctx is done it returns ctx's error
+// (wrapped is fine) and changes nothing.
+//
+// Every method sees only rows whose shard, ShardFor(dispatch_key,
+// shards.ShardCount()), is owned by shards. A store placed with a different
+// shard count must return an error rather than guess.
+//
+// A row is pending when it has never been claimed or was put back by a retry,
+// and visible when its visibility time (set by a retry delay) has come. A
+// row is claimed while its lease is live; a claimed row whose lease expired
+// is claimable again. A settled row is never claimed again.
+//
+// The package's conformance suite, storetest, checks this contract against
+// a real implementation; run it from the implementation's tests.
+type OutboxStore[R any] interface {
+	// CountClaimedOutboxRows returns, per namespace, the number of rows on
+	// the owned shards that hold a live lease now. Pending, expired and
+	// settled rows are not counted. Namespaces with no claimed rows may be
+	// left out of the map.
+	CountClaimedOutboxRows(ctx context.Context, shards OwnedShardFraction) (map[string]int, error)
+
+	// CountPendingOutboxRows returns, per route with at least one claimable
+	// row on the owned shards, the number of claimable rows (visible pending
+	// rows and rows whose lease expired), each count capped at capPerRoute
+	// (capPerRoute ≥ 1), so the store never has to count a whole backlog.
+	// Each route appears at most once; counts are ≥ 1.
+	CountPendingOutboxRows(ctx context.Context, shards OwnedShardFraction, capPerRoute int) ([]RouteCount, error)
+
+	// ClaimOutboxRowsScoped claims, atomically across all claims (all or
+	// nothing), at most Limit claimable rows of each claim's Route on the
+	// owned shards, oldest first within a route, and returns them with their
+	// new lease and claim token. Rows it does not return are unchanged in
+	// every column. Two concurrent callers never both hold a live lease on
+	// one row, and settling a row requires the token of its current claim.
+	ClaimOutboxRowsScoped(ctx context.Context, shards OwnedShardFraction, claims []ScopedClaim) ([]R, error)
+}

@@ -1,0 +1,2 @@
+// Package pgstore is an OutboxStore.
+package pgstore

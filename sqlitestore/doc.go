@@ -1,0 +1,2 @@
+// Package sqlitestore is an OutboxStore.
+package sqlitestore
