@@ -1,0 +1,198 @@
+// Package storetest is the conformance suite for [backpressure.OutboxStore]
+// implementations: run it from your store's tests to prove the store keeps
+// the contract the planner relies on (dedup, shard placement, live-lease
+// counts, capped pending counts, atomic scoped claims, leases, claim tokens,
+// retries, concurrency and one round trip per call).
+//
+// Quick start, in your store's _test.go file:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) *storetest.Harness[mystore.Row] {
+//			clock := storetest.NewClock()
+//			var trips atomic.Int64
+//			s := mystore.Open(t, mystore.Options{Now: clock.Now, OnRoundTrip: func() { trips.Add(1) }})
+//			return &storetest.Harness[mystore.Row]{
+//				Store:      s,
+//				ShardCount: 64,
+//				Lease:      30 * time.Second,
+//				Enqueue:    func(ctx context.Context, msgs []storetest.Message) (int, error) { ... },
+//				Settle:     func(ctx context.Context, r mystore.Row) error { return s.Settle(ctx, r.DispatchKey, r.Token) },
+//				Retry:      func(ctx context.Context, r mystore.Row, d time.Duration) error { return s.Retry(ctx, r.DispatchKey, r.Token, d) },
+//				Inspect:    func(ctx context.Context, key string) (storetest.RowState, error) { ... },
+//				Key:        func(r mystore.Row) string { return r.DispatchKey },
+//				Now:        clock.Now,
+//				Advance:    clock.Advance,
+//				RoundTrips: trips.Load,
+//				ErrLeaseLost: mystore.ErrLeaseLost,
+//			}
+//		})
+//	}
+//
+// Every subtest calls newHarness for a fresh, isolated, empty store, so
+// subtests never see each other's rows. The suite uses only the standard
+// library and the root package.
+package storetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+)
+
+// Message is one row to enqueue.
+type Message struct {
+	DispatchKey string // unique across the outbox; enqueueing it again is a no-op
+	Namespace   string
+	TaskQueue   string
+	Payload     []byte
+}
+
+// State is a row's lifecycle state as stored. A claimed row whose lease
+// expired is still StateClaimed here; the suite compares LeaseExpiresAt with
+// the clock itself.
+type State string
+
+// The states a row can be in.
+const (
+	StatePending State = "pending" // never claimed, or put back by a retry
+	StateClaimed State = "claimed" // claimed; the lease may have expired
+	StateSettled State = "settled" // settled; never claimed again
+)
+
+// RowState is every stored column of one row, as the store holds it. The
+// suite compares whole RowStates to prove that a call left a row unchanged,
+// so fill in every field your store keeps, and put any column the fields
+// below do not name into Extra (compared with reflect.DeepEqual).
+//
+// Times are compared with time.Time.Equal; leave a time zero when the store
+// holds none (e.g. ClaimedAt of a never-claimed row). Store times at the
+// precision of the injected clock (the suite's Clock steps by whole
+// milliseconds, so millisecond or finer precision is enough).
+type RowState struct {
+	DispatchKey    string
+	Namespace      string
+	TaskQueue      string
+	Shard          int
+	Payload        []byte
+	State          State
+	Attempts       int       // claims so far, including the current one
+	Token          int64     // the current (or last) claim's token; 0 if never claimed
+	EnqueuedAt     time.Time // when the row was first enqueued
+	VisibleAt      time.Time // when a pending row becomes claimable (retry delay)
+	ClaimedAt      time.Time // when the current (or last) claim was taken
+	LeaseExpiresAt time.Time // when the current (or last) claim's lease ends
+	Extra          any       // any further columns, compared with reflect.DeepEqual
+}
+
+// Harness adapts one fresh, empty store to the suite. Store and the funcs
+// marked required must be set; an optional func left nil skips the checks
+// that need it (with t.Skip and a reason).
+//
+// The store must read time only through the clock behind Now and Advance,
+// so the suite can expire leases and retry delays without sleeping.
+type Harness[R any] struct {
+	// Store is the implementation under test. Required.
+	Store backpressure.OutboxStore[R]
+
+	// ShardCount is the shard count the store places rows with. Required.
+	ShardCount int
+
+	// Lease is the store's lease length (visibility timeout). Required.
+	Lease time.Duration
+
+	// Enqueue inserts msgs atomically, ignoring those whose dispatch key
+	// already exists, and reports how many it inserted. Required.
+	Enqueue func(ctx context.Context, msgs []Message) (inserted int, err error)
+
+	// Settle settles a claimed row with the token of the claim that
+	// returned it. Required.
+	Settle func(ctx context.Context, row R) error
+
+	// Retry puts a claimed row back to pending, visible after delay, using
+	// the token of the claim that returned it. Required.
+	Retry func(ctx context.Context, row R, delay time.Duration) error
+
+	// Inspect returns every column of the row with dispatchKey. Required.
+	Inspect func(ctx context.Context, dispatchKey string) (RowState, error)
+
+	// Key returns a claimed row's dispatch key. Required.
+	Key func(row R) string
+
+	// Now returns the store's current time. Required.
+	Now func() time.Time
+
+	// Advance moves the store's clock forward by d. Required.
+	Advance func(d time.Duration)
+
+	// RoundTrips returns how many round trips (statements or transactions
+	// sent to the database) the store has made so far. Optional: nil skips
+	// the round-trip checks.
+	RoundTrips func() int64
+
+	// FailNth arms a fault: the n-th statement (1-based) the store runs
+	// from now on fails with an error, and the fault is then disarmed;
+	// n ≤ 0 disarms it. The suite uses it to prove a claim that fails
+	// part-way leaves nothing claimed. Optional: nil skips that check
+	// (cancelled contexts and shard-count mismatches are still checked).
+	FailNth func(n int)
+
+	// ErrLeaseLost is the error Settle and Retry return (matched with
+	// errors.Is) when the row's current claim is not the one given: it was
+	// settled, retried, or re-claimed after its lease expired. Required.
+	ErrLeaseLost error
+}
+
+// Run runs the whole suite against stores built by newHarness, one named
+// subtest per area and check, each with a fresh store. newHarness should
+// register its cleanup with t.Cleanup.
+func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
+	t.Helper()
+	areas := []struct {
+		name string
+		run  func(*testing.T, func(*testing.T) *Harness[R])
+	}{
+		{"Dedup", testDedup[R]},
+		{"Shards", testShards[R]},
+		{"Counts", testCounts[R]},
+		{"Claim", testClaim[R]},
+		{"Lease", testLease[R]},
+		{"Retry", testRetry[R]},
+		{"Concurrency", testConcurrency[R]},
+		{"RoundTrips", testRoundTrips[R]},
+	}
+	for _, a := range areas {
+		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })
+	}
+}
+
+// Clock is a manual clock for stores under test: pass Now as the store's
+// clock and Advance as the harness's. It starts at a fixed instant and
+// moves only when told. The zero value is not usable; use [NewClock]. It is
+// safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock set to 2025-01-01T00:00:00Z.
+func NewClock() *Clock {
+	return &Clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// Now returns the clock's current time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d, rounded down to a whole millisecond
+// so stores that keep millisecond precision see exactly the suite's times.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d.Truncate(time.Millisecond))
+}
