@@ -141,4 +141,3 @@ func ShardFor(dispatchKey string, shardCount int) int {
 	}
 	return int(uint64(h) % uint64(shardCount))
 }
-

@@ -1,0 +1,207 @@
+// Package backpressure plans fair, per-tenant, headroom-capped claims from a
+// transactional outbox.
+//
+// A dispatcher node calls [Sweep] once per sweep. Sweep reads how many rows
+// each namespace (tenant) has claimed and how many are pending per route on
+// the node's shards, plans the sweep with [Backpressure.Plan], and makes one
+// atomic scoped claim. The plan gives every active namespace an equal slice
+// of the batch before any namespace can take more, splits a namespace's grant
+// equally over its routes, and never lets a namespace exceed its per-node
+// ceiling ⌈quota × owned/shardCount⌉ of concurrently claimed rows. Rows it
+// does not claim stay Pending, untouched, for a later sweep: backpressure
+// chooses only the limit and scope of the store's claim, so the store's
+// exactly-once guarantee is never weakened.
+//
+// [BackpressureGate] checks, separately, whether a channel's advisory
+// backpressure actually protects its consumer.
+package backpressure
+
+import (
+	"context"
+	"maps"
+	"sync"
+)
+
+// Config is the configuration of a [Backpressure]. [New] validates it.
+type Config struct {
+	// BatchSize is the sweep's claim budget B: the most rows one sweep may
+	// claim, across all namespaces. It is a hard bound and must be ≥ 1.
+	BatchSize int
+
+	// DefaultQuota is the cluster-wide ceiling on concurrently claimed rows
+	// of every namespace not listed in Quotas. Use [Unlimited] for no
+	// ceiling. It must be ≥ 1 or Unlimited: the zero value is rejected so
+	// that forgetting to set it does not silently pause every tenant.
+	DefaultQuota int
+
+	// Quotas overrides DefaultQuota per namespace. A value of 0 pauses the
+	// namespace: all of its rows are held, reason [HeldPaused]. Values must
+	// be ≥ 0 or Unlimited. A nil map means no overrides. New copies the map.
+	Quotas map[string]int
+}
+
+// Backpressure plans the claims of one dispatcher node. It holds the node's
+// owned-shard fraction, the quotas, and the rotation cursors that carry the
+// remainder units of integer shares from sweep to sweep, so that over
+// several sweeps every unsatisfied namespace gets the same number of rows.
+//
+// A Backpressure is safe for concurrent use, and serialises sweeps: [Sweep]
+// and [Backpressure.Plan] run one at a time, because two concurrent sweeps on
+// one node would both see the same headroom and could together exceed the
+// ceiling. Use one Backpressure per node. The zero value is not usable; call
+// [New].
+type Backpressure struct {
+	batchSize    int
+	defaultQuota int
+	quotas       map[string]int
+
+	mu       sync.Mutex // guards fraction
+	fraction OwnedShardFraction
+
+	// sem serialises sweeps and guards everything below. A channel rather
+	// than a mutex so that Sweep can give up waiting when its ctx is done.
+	sem chan struct{}
+
+	nsCursor    string            // last namespace that got a remainder unit
+	nsCursorSet bool              // whether nsCursor is meaningful
+	routeCursor map[string]string // namespace → last task queue that got a remainder unit
+	scratch     scratch
+}
+
+// New returns a Backpressure for a node owning the shards of f.
+//
+// It returns an error matching [ErrInvalidConfig] (a *[ConfigError] naming
+// the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
+// [Unlimited], or if a Quotas value is negative other than Unlimited.
+func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
+	if cfg.BatchSize < 1 {
+		return nil, &ConfigError{Field: "BatchSize", Value: cfg.BatchSize, Reason: "must be at least 1"}
+	}
+	switch {
+	case cfg.DefaultQuota == 0:
+		return nil, &ConfigError{Field: "DefaultQuota", Value: 0, Reason: "must be at least 1, or Unlimited for no ceiling (0 would pause every namespace)"}
+	case cfg.DefaultQuota < 0 && cfg.DefaultQuota != Unlimited:
+		return nil, &ConfigError{Field: "DefaultQuota", Value: cfg.DefaultQuota, Reason: "must be at least 1, or Unlimited"}
+	}
+	for ns, q := range cfg.Quotas {
+		if q < 0 && q != Unlimited {
+			return nil, &ConfigError{Field: "Quotas[" + quote(ns) + "]", Value: q, Reason: "must be at least 0 (paused), or Unlimited"}
+		}
+	}
+	return &Backpressure{
+		batchSize:    cfg.BatchSize,
+		defaultQuota: cfg.DefaultQuota,
+		quotas:       maps.Clone(cfg.Quotas),
+		fraction:     f,
+		sem:          make(chan struct{}, 1),
+		routeCursor:  make(map[string]string),
+	}, nil
+}
+
+// BatchSize returns the sweep's claim budget B: no sweep claims more rows.
+func (b *Backpressure) BatchSize() int { return b.batchSize }
+
+// Quota returns the cluster-wide quota of namespace: its override in
+// Config.Quotas, else Config.DefaultQuota. It may be [Unlimited], or 0 for a
+// paused namespace.
+func (b *Backpressure) Quota(namespace string) int {
+	if q, ok := b.quotas[namespace]; ok {
+		return q
+	}
+	return b.defaultQuota
+}
+
+// Ceiling returns this node's ceiling on concurrently claimed rows of
+// namespace: OwnedShards().Ceiling(Quota(namespace)) = ⌈q × owned/shardCount⌉,
+// or [Unlimited].
+func (b *Backpressure) Ceiling(namespace string) int {
+	return b.OwnedShards().Ceiling(b.Quota(namespace))
+}
+
+// OwnedShards returns the node's current owned-shard fraction.
+func (b *Backpressure) OwnedShards() OwnedShardFraction {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fraction
+}
+
+// SetOwnedShards installs a new owned-shard fraction, for when the
+// membership system moves shards to or from this node. A sweep in progress
+// finishes with the fraction it started with; the next sweep uses f.
+func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fraction = f
+}
+
+// Sweep runs one sweep of a dispatcher node against store, in four steps and
+// three round trips at most:
+//
+//  1. CountClaimedOutboxRows: live claimed rows per namespace;
+//  2. CountPendingOutboxRows, each route's count capped at b.BatchSize();
+//  3. b.Plan, which advances b's rotation only if step 4 succeeds;
+//  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
+//     plan claims nothing).
+//
+// It returns the rows claimed and the plan. On error it returns a
+// *[StoreError] (matching [ErrStore] and wrapping the store's error, so
+// errors.Is(err, context.Canceled) works), or ctx's error if ctx is done
+// before the sweep starts; b's state is then unchanged, and because the
+// store's claim is atomic no row is half-claimed.
+//
+// Sweeps on one Backpressure run one at a time; Sweep waits for a sweep in
+// progress, or returns ctx's error if ctx is done first.
+func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([]R, Plan, error) {
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, Plan{}, ctx.Err()
+	}
+	defer func() { <-b.sem }()
+	if err := ctx.Err(); err != nil {
+		return nil, Plan{}, err
+	}
+
+	shards := b.OwnedShards()
+	claimed, err := store.CountClaimedOutboxRows(ctx, shards)
+	if err != nil {
+		return nil, Plan{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
+	}
+	pending, err := store.CountPendingOutboxRows(ctx, shards, b.batchSize)
+	if err != nil {
+		return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
+	}
+	plan, err := b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards)
+	if err != nil {
+		return nil, Plan{}, err
+	}
+	if len(plan.Claims) == 0 {
+		b.commit()
+		return nil, plan, nil
+	}
+	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
+	if err != nil {
+		return nil, Plan{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
+	}
+	b.commit()
+	return rows, plan, nil
+}
+
+// Plan plans one sweep from a snapshot of the node's outbox and advances
+// the rotation cursors. It performs no I/O. It returns an error matching
+// [ErrInvalidSnapshot] (a *[SnapshotError]) for a malformed snapshot, and
+// then leaves b unchanged. See [Plan] for what the plan guarantees.
+//
+// Cost: O(R + N·log B) for R routes and N namespaces when the snapshot's
+// routes are sorted by namespace and task queue (as the stores return
+// them), O(R·log R) otherwise; two allocations (the plan's two slices).
+func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
+	b.sem <- struct{}{}
+	defer func() { <-b.sem }()
+	p, err := b.plan(s, b.OwnedShards())
+	if err != nil {
+		return Plan{}, err
+	}
+	b.commit()
+	return p, nil
+}

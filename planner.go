@@ -1,0 +1,506 @@
+package backpressure
+
+import (
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Snapshot is what a node knows of its outbox at the start of a sweep.
+type Snapshot struct {
+	// Claimed maps a namespace to its rows holding a live lease on the
+	// node's shards (OutboxStore.CountClaimedOutboxRows). Missing means 0.
+	Claimed map[string]int
+
+	// Pending lists claimable rows per route on the node's shards
+	// (OutboxStore.CountPendingOutboxRows), in any order. A route may appear
+	// only once; a count of 0 is ignored.
+	Pending []RouteCount
+}
+
+// HoldReason says why a namespace's pending rows were held (left Pending
+// for a later sweep) rather than claimed.
+type HoldReason uint8
+
+const (
+	// HeldNone: nothing was held.
+	HeldNone HoldReason = iota
+	// HeldAtCeiling: the namespace's claimed rows reached its per-node
+	// ceiling; the rows wait for claimed ones to settle.
+	HeldAtCeiling
+	// HeldBudget: the namespace had headroom, but the sweep's batch was
+	// shared out; the rows come next sweep.
+	HeldBudget
+	// HeldPaused: the namespace's quota is 0.
+	HeldPaused
+)
+
+// String returns "", "at-ceiling", "budget" or "paused".
+func (r HoldReason) String() string {
+	switch r {
+	case HeldNone:
+		return ""
+	case HeldAtCeiling:
+		return "at-ceiling"
+	case HeldBudget:
+		return "budget"
+	case HeldPaused:
+		return "paused"
+	}
+	return "HoldReason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// NamespaceReport is a plan's account of one namespace: every namespace
+// with pending or claimed rows in the snapshot has one. With P the
+// namespace's pending rows (Σ P_r over its routes):
+//
+//	Headroom = max(0, Ceiling − Claimed)   (Unlimited when Ceiling is)
+//	Demand   = min(Headroom, Pending)
+//	Granted  ≤ Demand
+//	Held     = Pending − Granted ≥ 0
+type NamespaceReport struct {
+	Namespace string
+	Quota     int        // cluster-wide quota, or Unlimited; 0 means paused
+	Ceiling   int        // per-node ceiling ⌈Quota × owned/shardCount⌉, or Unlimited
+	Claimed   int        // rows holding a live lease, from the snapshot
+	Headroom  int        // rows the namespace may still claim, or Unlimited
+	Pending   int        // claimable rows over all its routes
+	Demand    int        // rows it could usefully claim this sweep
+	Granted   int        // rows planned for it this sweep
+	Held      int        // rows left Pending for a later sweep
+	Reason    HoldReason // why rows were held; HeldNone when Held == 0
+}
+
+// LogValue makes a report log as a group of its fields.
+func (r NamespaceReport) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.String("namespace", r.Namespace),
+		slog.Int("quota", r.Quota),
+		slog.Int("ceiling", r.Ceiling),
+		slog.Int("claimed", r.Claimed),
+		slog.Int("headroom", r.Headroom),
+		slog.Int("pending", r.Pending),
+		slog.Int("granted", r.Granted),
+		slog.Int("held", r.Held),
+	}
+	if r.Reason != HeldNone {
+		attrs = append(attrs, slog.String("reason", r.Reason.String()))
+	}
+	return slog.GroupValue(attrs...)
+}
+
+// Plan is one sweep's claim plan. Its slices are its own: a caller may keep
+// it. With B the batch size and d_n, g_n a namespace's demand and grant:
+//
+//	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
+//	Σ limits of n's routes = g_n ≤ Headroom_n           (ceiling)
+//	1 ≤ limit of route r ≤ P_r                          (pending)
+//	g_i < d_i ⇒ g_j ≤ g_i + 1 for every j               (max-min fair)
+//
+// and the same max-min fairness over the routes of one namespace.
+type Plan struct {
+	// BatchSize is the budget B the plan was made for.
+	BatchSize int
+	// Claims lists the scoped claims, sorted by namespace then task queue;
+	// every Limit is ≥ 1.
+	Claims []ScopedClaim
+	// Namespaces reports every namespace of the snapshot, sorted by name.
+	Namespaces []NamespaceReport
+}
+
+// Granted returns the rows the plan claims: Σ Claims[i].Limit.
+func (p Plan) Granted() int {
+	n := 0
+	for _, c := range p.Claims {
+		n += c.Limit
+	}
+	return n
+}
+
+// Held returns the rows the plan leaves Pending: Σ Namespaces[i].Held.
+func (p Plan) Held() int {
+	n := 0
+	for _, r := range p.Namespaces {
+		n = satAdd(n, r.Held)
+	}
+	return n
+}
+
+// Namespace returns the report of namespace ns, if the snapshot had it.
+func (p Plan) Namespace(ns string) (NamespaceReport, bool) {
+	i, ok := slices.BinarySearchFunc(p.Namespaces, ns, func(r NamespaceReport, ns string) int {
+		return strings.Compare(r.Namespace, ns)
+	})
+	if !ok {
+		return NamespaceReport{}, false
+	}
+	return p.Namespaces[i], true
+}
+
+// LogValue summarises the plan for a log line: the totals and the number of
+// namespaces held for each reason. Log Namespaces[i] for the details.
+func (p Plan) LogValue() slog.Value {
+	var active, atCeiling, budget, paused int
+	for _, r := range p.Namespaces {
+		if r.Granted > 0 {
+			active++
+		}
+		switch r.Reason {
+		case HeldAtCeiling:
+			atCeiling++
+		case HeldBudget:
+			budget++
+		case HeldPaused:
+			paused++
+		}
+	}
+	return slog.GroupValue(
+		slog.Int("batch", p.BatchSize),
+		slog.Int("granted", p.Granted()),
+		slog.Int("held", p.Held()),
+		slog.Int("claims", len(p.Claims)),
+		slog.Int("namespaces", len(p.Namespaces)),
+		slog.Int("served", active),
+		slog.Int("held_at_ceiling", atCeiling),
+		slog.Int("held_budget", budget),
+		slog.Int("held_paused", paused),
+	)
+}
+
+// nsWork is a namespace's report while planning, with its routes'
+// range [lo, hi) in scratch.routes.
+type nsWork struct {
+	NamespaceReport
+	lo, hi int
+}
+
+// routeCursorUpdate is a route cursor to install when the plan commits.
+type routeCursorUpdate struct{ namespace, taskQueue string }
+
+// scratch holds the buffers Plan reuses from sweep to sweep, and the cursor
+// moves of the last plan, applied by commit.
+type scratch struct {
+	routes []RouteCount
+	ns     []nsWork
+	active []int // indices into ns of namespaces with demand
+	caps   []int
+	grants []int
+	limits []int // per route, parallel to routes
+
+	nsCursor     string
+	nsCursorMove bool
+	routeMoves   []routeCursorUpdate
+}
+
+func cmpRoute(a, b RouteCount) int {
+	if a.Route.Namespace != b.Route.Namespace {
+		return strings.Compare(a.Route.Namespace, b.Route.Namespace)
+	}
+	return strings.Compare(a.Route.TaskQueue, b.Route.TaskQueue)
+}
+
+// plan computes the plan for s without changing b's cursors; commit
+// installs the cursor moves it recorded. The caller holds b.sem.
+func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
+	sc := &b.scratch
+	sc.nsCursorMove = false
+	sc.routeMoves = sc.routeMoves[:0]
+
+	// Copy, validate and order the routes. Stores return them ordered, and
+	// pdqsort is linear on ordered input, so ordering is cheap when it is
+	// already done.
+	routes := sc.routes[:0]
+	for _, rc := range s.Pending {
+		switch {
+		case rc.Count < 0:
+			return Plan{}, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
+		case rc.Route.Namespace == "":
+			return Plan{}, &SnapshotError{TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "empty namespace"}
+		case rc.Route.TaskQueue == "":
+			return Plan{}, &SnapshotError{Namespace: rc.Route.Namespace, Count: rc.Count, Reason: "empty task queue"}
+		case rc.Count == 0:
+			continue
+		}
+		routes = append(routes, rc)
+	}
+	sc.routes = routes
+	if !slices.IsSortedFunc(routes, cmpRoute) {
+		slices.SortFunc(routes, cmpRoute)
+	}
+
+	// Group routes by namespace.
+	ns := sc.ns[:0]
+	for i := 0; i < len(routes); i++ {
+		r := routes[i].Route
+		if i > 0 && routes[i-1].Route == r {
+			return Plan{}, &SnapshotError{Namespace: r.Namespace, TaskQueue: r.TaskQueue, Count: routes[i].Count, Reason: "route listed twice"}
+		}
+		if len(ns) == 0 || ns[len(ns)-1].Namespace != r.Namespace {
+			ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: r.Namespace}, lo: i})
+		}
+		w := &ns[len(ns)-1]
+		w.hi = i + 1
+		w.Pending = satAdd(w.Pending, routes[i].Count)
+	}
+	nPending := len(ns)
+
+	// Claimed counts: validate all, and report namespaces that have claimed
+	// rows but nothing pending.
+	found := 0
+	if len(s.Claimed) > 0 {
+		for i := range ns {
+			if c, ok := s.Claimed[ns[i].Namespace]; ok {
+				ns[i].Claimed = c
+				found++
+			}
+		}
+	}
+	extra := false
+	for name, c := range s.Claimed {
+		switch {
+		case c < 0:
+			return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
+		case name == "":
+			return Plan{}, &SnapshotError{Count: c, Reason: "empty namespace in claimed counts"}
+		}
+		if found == len(s.Claimed) || c == 0 {
+			continue
+		}
+		if _, ok := slices.BinarySearchFunc(ns[:nPending], name, func(w nsWork, name string) int {
+			return strings.Compare(w.Namespace, name)
+		}); !ok {
+			ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: name, Claimed: c}})
+			extra = true
+		}
+	}
+	if extra {
+		slices.SortFunc(ns, func(a, b nsWork) int { return strings.Compare(a.Namespace, b.Namespace) })
+	}
+	sc.ns = ns
+
+	// Ceilings, headroom and demand.
+	active := sc.active[:0]
+	totalDemand := 0
+	for i := range ns {
+		w := &ns[i]
+		w.Quota = b.Quota(w.Namespace)
+		w.Ceiling = f.Ceiling(w.Quota)
+		if w.Ceiling == Unlimited {
+			w.Headroom = Unlimited
+			w.Demand = w.Pending
+		} else {
+			w.Headroom = max(0, w.Ceiling-w.Claimed)
+			w.Demand = min(w.Headroom, w.Pending)
+		}
+		if w.Demand > 0 {
+			active = append(active, i)
+			totalDemand = satAdd(totalDemand, w.Demand)
+		}
+	}
+	sc.active = active
+
+	// Grants across namespaces.
+	if totalDemand <= b.batchSize {
+		for _, i := range active {
+			ns[i].Granted = ns[i].Demand
+		}
+	} else {
+		caps := sc.caps[:0]
+		for _, i := range active {
+			caps = append(caps, ns[i].Demand)
+		}
+		start := 0
+		if b.nsCursorSet {
+			start, _ = slices.BinarySearchFunc(active, b.nsCursor, func(i int, name string) int {
+				return strings.Compare(ns[i].Namespace, name)
+			})
+			if start < len(active) && ns[active[start]].Namespace == b.nsCursor {
+				start++
+			}
+		}
+		grants := growInts(sc.grants, len(caps))
+		if last := fill(caps, grants, b.batchSize, start); last >= 0 {
+			sc.nsCursor, sc.nsCursorMove = ns[active[last]].Namespace, true
+		}
+		for k, i := range active {
+			ns[i].Granted = grants[k]
+		}
+		sc.caps, sc.grants = caps, grants
+	}
+
+	// Split each grant over the namespace's routes, and finish the reports.
+	limits := growInts(sc.limits, len(routes))
+	clear(limits)
+	nClaims := 0
+	for i := range ns {
+		w := &ns[i]
+		if w.Granted > 0 {
+			nClaims += b.splitRoutes(w, routes, limits)
+		}
+		w.Held = w.Pending - w.Granted
+		switch {
+		case w.Held == 0:
+			w.Reason = HeldNone
+		case w.Quota == 0:
+			w.Reason = HeldPaused
+		case w.Granted < w.Demand:
+			w.Reason = HeldBudget
+		default:
+			w.Reason = HeldAtCeiling
+		}
+	}
+	sc.limits = limits
+
+	p := Plan{
+		BatchSize:  b.batchSize,
+		Namespaces: make([]NamespaceReport, len(ns)),
+	}
+	for i := range ns {
+		p.Namespaces[i] = ns[i].NamespaceReport
+	}
+	if nClaims > 0 {
+		p.Claims = make([]ScopedClaim, 0, nClaims)
+		for j, l := range limits {
+			if l > 0 {
+				p.Claims = append(p.Claims, ScopedClaim{Route: routes[j].Route, Limit: l})
+			}
+		}
+	}
+	return p, nil
+}
+
+// splitRoutes splits w.Granted over w's routes into limits and returns the
+// number of routes that got a limit.
+func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int) int {
+	rs := routes[w.lo:w.hi]
+	ls := limits[w.lo:w.hi]
+	if w.Granted == w.Pending {
+		for j := range rs {
+			ls[j] = rs[j].Count
+		}
+		return len(rs)
+	}
+	sc := &b.scratch
+	caps := sc.caps[:0]
+	for _, r := range rs {
+		caps = append(caps, r.Count)
+	}
+	sc.caps = caps
+	start := 0
+	if cur, ok := b.routeCursor[w.Namespace]; ok {
+		start, _ = slices.BinarySearchFunc(rs, cur, func(r RouteCount, tq string) int {
+			return strings.Compare(r.Route.TaskQueue, tq)
+		})
+		if start < len(rs) && rs[start].Route.TaskQueue == cur {
+			start++
+		}
+	}
+	if last := fill(caps, ls, w.Granted, start); last >= 0 {
+		sc.routeMoves = append(sc.routeMoves, routeCursorUpdate{w.Namespace, rs[last].Route.TaskQueue})
+	}
+	n := 0
+	for _, l := range ls {
+		if l > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// commit installs the cursor moves of the last plan. The caller holds b.sem.
+func (b *Backpressure) commit() {
+	sc := &b.scratch
+	if sc.nsCursorMove {
+		b.nsCursor, b.nsCursorSet = sc.nsCursor, true
+	}
+	for _, m := range sc.routeMoves {
+		b.routeCursor[m.namespace] = m.taskQueue
+	}
+	// Forget the cursors of namespaces that went away, so memory follows
+	// the live namespaces rather than every namespace ever seen.
+	if len(b.routeCursor) > 2*len(sc.ns)+64 {
+		keep := make(map[string]string, len(sc.ns))
+		for _, w := range sc.ns {
+			if tq, ok := b.routeCursor[w.Namespace]; ok {
+				keep[w.Namespace] = tq
+			}
+		}
+		b.routeCursor = keep
+	}
+}
+
+// fill shares budget over caps max-min fairly into grants, where
+// Σ caps > budget ≥ 0. With L the largest level such that
+// Σ min(caps[i], L) ≤ budget, each grants[i] = min(caps[i], L), and the
+// R = budget − Σ min(caps[i], L) remaining units go one each to the first R
+// indices with caps[i] > L, scanning cyclically from start. It returns the
+// index of the last index given a remainder unit, or -1 when R = 0.
+// Cost: O(len(caps) · log budget).
+func fill(caps, grants []int, budget, start int) int {
+	fits := func(l int) bool { // Σ min(c, l) ≤ budget, without overflow
+		s := 0
+		for _, c := range caps {
+			m := min(c, l)
+			if m > budget-s {
+				return false
+			}
+			s += m
+		}
+		return true
+	}
+	// Invariant: fits(lo) && !fits(hi), or lo == hi == budget.
+	lo, hi := 0, budget
+	if fits(hi) {
+		lo = hi
+	} else {
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			if fits(mid) {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+	}
+	rem := budget
+	for i, c := range caps {
+		grants[i] = min(c, lo)
+		rem -= grants[i]
+	}
+	last := -1
+	n := len(caps)
+	if start >= n {
+		start = 0
+	}
+	for k := 0; rem > 0 && k < n; k++ {
+		i := start + k
+		if i >= n {
+			i -= n
+		}
+		if caps[i] > lo {
+			grants[i]++
+			rem--
+			last = i
+		}
+	}
+	return last
+}
+
+func growInts(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n, n+n/4)
+	}
+	return s[:n]
+}
+
+// satAdd returns a + b for non-negative a and b, saturating at math.MaxInt.
+func satAdd(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
+}
+
+func quote(s string) string { return strconv.Quote(s) }
