@@ -100,7 +100,8 @@ type Harness[R any] struct {
 	// ShardCount is the shard count the store places rows with. Required.
 	ShardCount int
 
-	// Lease is the store's lease length (visibility timeout). Required.
+	// Lease is the store's lease length (visibility timeout), at least
+	// 100ms and a whole number of milliseconds. Required.
 	Lease time.Duration
 
 	// Enqueue inserts msgs atomically, ignoring those whose dispatch key

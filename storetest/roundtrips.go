@@ -1,7 +1,48 @@
 package storetest
 
-import "testing"
+import (
+	"strconv"
+	"testing"
+	"time"
 
+	"github.com/outboxkit/backpressure"
+)
+
+// testRoundTrips checks that each OutboxStore call, and each Enqueue,
+// Settle and Retry, is one round trip to the database, however many routes
+// or rows it covers.
 func testRoundTrips[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
-	t.Skip("not yet written")
+	t.Run("OnePerCall", func(t *testing.T) {
+		e := setup(t, newHarness)
+		if e.h.RoundTrips == nil {
+			t.Skip("Harness.RoundTrips is nil")
+		}
+		var ms []Message
+		var claims []backpressure.ScopedClaim
+		for i := 0; i < 50; i++ {
+			ns := "ns" + strconv.Itoa(i)
+			ms = append(ms, msgs(ns, "q", ns, 4)...)
+			claims = append(claims, scope(ns, "q", 2))
+		}
+		var rows []R
+		calls := []struct {
+			name string
+			call func()
+		}{
+			{"Enqueue(200 rows)", func() { e.enqueue(ms...) }},
+			{"CountClaimedOutboxRows", func() { e.countClaimed(e.all) }},
+			{"CountPendingOutboxRows(50 routes)", func() { e.countPending(e.all, 3) }},
+			{"ClaimOutboxRowsScoped(50 scopes)", func() { rows = e.claim(e.all, claims...) }},
+			{"Settle", func() { e.settle(rows[0]) }},
+			{"Retry", func() { e.retry(rows[1], time.Second) }},
+			{"CountClaimedOutboxRows with claims", func() { e.countClaimed(e.all) }},
+		}
+		for _, c := range calls {
+			before := e.h.RoundTrips()
+			c.call()
+			if n := e.h.RoundTrips() - before; n != 1 {
+				t.Errorf("%s made %d round trips, want 1", c.name, n)
+			}
+		}
+	})
 }
