@@ -1,0 +1,107 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Settle marks the row settled, in one statement, if token is its current
+// claim and the lease is still live. Otherwise it changes nothing and
+// returns a [*LeaseLostError] (matching [ErrLeaseLost]) — the row was
+// already settled or retried, or its lease expired, whether or not another
+// claimer has taken it since — or [ErrNotFound] for an unknown key. Settled
+// rows are kept (see [Store.PurgeSettled]), so exactly-once can be audited.
+// Cost: O(log n).
+func (s *Store) Settle(ctx context.Context, dispatchKey string, token int64) error {
+	const op = "Settle"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	return s.finish(ctx, op, dispatchKey, token, s.sql.settle)
+}
+
+// Retry puts a claimed row back to pending, claimable again after delay
+// (0: at once), in one statement, if token is its current claim and the
+// lease is still live; otherwise it returns errors as [Store.Settle] does.
+// The row keeps its place: it is still oldest-first by enqueue order, and
+// its next claim counts one more attempt. A negative delay is an
+// [*InputError]. Cost: O(log n).
+func (s *Store) Retry(ctx context.Context, dispatchKey string, token int64, delay time.Duration) error {
+	const op = "Retry"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return &InputError{Op: op, Arg: "delay", Reason: fmt.Sprintf("%v is negative", delay)}
+	}
+	return s.finish(ctx, op, dispatchKey, token, s.sql.retry, delay.Microseconds())
+}
+
+// finish runs the settle or retry statement, which reports whether it
+// changed the row and whether the row exists.
+func (s *Store) finish(ctx context.Context, op, dispatchKey string, token int64, sql string, args ...any) error {
+	var done, found bool
+	err := s.pool.QueryRow(ctx, sql, append([]any{s.clock(), dispatchKey, token}, args...)...).Scan(&done, &found)
+	switch {
+	case err != nil:
+		return opError(op, err)
+	case done:
+		return nil
+	case found:
+		return &LeaseLostError{Op: op, DispatchKey: dispatchKey, Token: token}
+	default:
+		return fmt.Errorf("pgstore: %s: %q: %w", op, dispatchKey, ErrNotFound)
+	}
+}
+
+// Get returns the row with dispatchKey and its state, whatever the state and
+// whatever shard it is on: it is for inspection and audits, not for
+// claiming. It returns [ErrNotFound] for an unknown key. Cost: O(log n).
+func (s *Store) Get(ctx context.Context, dispatchKey string) (Row, State, error) {
+	const op = "Get"
+	if err := s.begin(ctx, op); err != nil {
+		return Row{}, "", err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.get, dispatchKey)
+	if err != nil {
+		return Row{}, "", opError(op, err)
+	}
+	var state State
+	row, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (Row, error) { return scanRow(r, &state) })
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Row{}, "", fmt.Errorf("pgstore: %s: %q: %w", op, dispatchKey, ErrNotFound)
+	case err != nil:
+		return Row{}, "", opError(op, err)
+	}
+	return row, state, nil
+}
+
+// PurgeSettled deletes up to limit settled rows that were settled before
+// before, oldest first, and returns how many it deleted. Settled rows are
+// kept until purged so that dispatch keys stay deduplicated and deliveries
+// can be audited; purging a row lets its dispatch key be enqueued again, so
+// keep settled rows at least as long as a producer may resend a key. Call it
+// periodically with a modest limit (e.g. 1,000) until it returns less than
+// limit. Cost: O(limit × log n).
+func (s *Store) PurgeSettled(ctx context.Context, before time.Time, limit int) (int, error) {
+	const op = "PurgeSettled"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	if limit < 0 {
+		return 0, &InputError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
+	}
+	if limit == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.purgeSettled, before, int64(limit))
+	if err != nil {
+		return 0, opError(op, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -1,0 +1,243 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+)
+
+// Enqueue inserts msgs in one statement, in batch order, placing each on
+// shard backpressure.ShardFor(DispatchKey, ShardCount). A message whose
+// dispatch key is already in the outbox (or earlier in the same batch) is
+// ignored, whatever state that row is in: insert-or-ignore. It returns how
+// many rows it inserted. The batch is atomic: on error nothing is inserted.
+//
+// Every DispatchKey and Namespace must be non-empty, and every string valid
+// UTF-8 without NUL bytes (PostgreSQL text cannot hold them); otherwise it
+// returns an [*InputError] before touching the database. An empty batch
+// returns 0 without a round trip. Cost: O(len(msgs) × log n).
+func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err error) {
+	const op = "Enqueue"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	var (
+		keys     = make([]string, len(msgs))
+		spaces   = make([]string, len(msgs))
+		queues   = make([]string, len(msgs))
+		shards   = make([]int32, len(msgs))
+		payloads = make([][]byte, len(msgs))
+	)
+	for i, m := range msgs {
+		for _, f := range []struct{ name, value string }{
+			{"DispatchKey", m.DispatchKey}, {"Namespace", m.Namespace}, {"TaskQueue", m.TaskQueue},
+		} {
+			if reason := badText(f.value, f.name != "TaskQueue"); reason != "" {
+				return 0, &InputError{Op: op, Arg: fmt.Sprintf("msgs[%d].%s", i, f.name), Reason: reason}
+			}
+		}
+		keys[i], spaces[i], queues[i], payloads[i] = m.DispatchKey, m.Namespace, m.TaskQueue, m.Payload
+		shards[i] = int32(backpressure.ShardFor(m.DispatchKey, s.shardCount))
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.enqueue, s.clock(), keys, spaces, queues, shards, payloads)
+	if err != nil {
+		return 0, opError(op, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// badText says why v cannot be stored as PostgreSQL text, or "".
+func badText(v string, required bool) string {
+	switch {
+	case required && v == "":
+		return "empty"
+	case !utf8.ValidString(v):
+		return "not valid UTF-8"
+	case strings.IndexByte(v, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	return ""
+}
+
+// CountClaimedOutboxRows returns, per namespace, the rows on the owned
+// shards whose lease is live now. It reads only the live-lease index, so its
+// cost is O(claimed rows), however large the backlog. See
+// [backpressure.OutboxStore].
+func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	const op = "CountClaimedOutboxRows"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	owned, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.countClaimed, s.clock(), owned)
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	claimed := make(map[string]int)
+	var (
+		namespace string
+		n         int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&namespace, &n}, func() error {
+		claimed[namespace] = int(n)
+		return nil
+	}); err != nil {
+		return nil, opError(op, err)
+	}
+	return claimed, nil
+}
+
+// CountPendingOutboxRows returns the claimable rows (visible pending rows and
+// rows whose lease expired) per route on the owned shards, each count capped
+// at capPerRoute, in (namespace, task queue) order. Routes with none are
+// left out. Cost: one index descent per route with unsettled rows, plus at
+// most capPerRoute index entries per route counted; never the whole
+// backlog. See [backpressure.OutboxStore].
+func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	const op = "CountPendingOutboxRows"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	if capPerRoute < 1 {
+		return nil, &InputError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
+	}
+	owned, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.countPending, s.clock(), owned, int64(capPerRoute))
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	counts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (backpressure.RouteCount, error) {
+		var (
+			rc backpressure.RouteCount
+			n  int64
+		)
+		err := row.Scan(&rc.Route.Namespace, &rc.Route.TaskQueue, &n)
+		rc.Count = int(n)
+		return rc, err
+	})
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return counts, nil
+}
+
+// ClaimOutboxRowsScoped claims, in one statement across all scopes, at most
+// each claim's Limit claimable rows of its route on the owned shards, oldest
+// first, skipping rows another claimer holds locked (FOR UPDATE SKIP
+// LOCKED). Each claimed row gets a fresh token, one more attempt and a lease
+// of Options.Lease. The statement is atomic: on error nothing is claimed.
+// Rows come back grouped by claim, in the claims' order, oldest first
+// within a route.
+//
+// A claim with Limit 0 claims nothing; a negative Limit, or a route named
+// twice, is an [*InputError]. An empty claim list returns nil without a
+// round trip. Cost: per scope, one index walk of its route from the oldest
+// row until Limit claimable owned rows are found.
+func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+	const op = "ClaimOutboxRowsScoped"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	owned, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		spaces = make([]string, 0, len(claims))
+		queues = make([]string, 0, len(claims))
+		limits = make([]int64, 0, len(claims))
+		order  = make(map[backpressure.Route]int, len(claims))
+	)
+	for i, c := range claims {
+		arg := fmt.Sprintf("claims[%d]", i)
+		if c.Limit < 0 {
+			return nil, &InputError{Op: op, Arg: arg + ".Limit", Reason: fmt.Sprintf("%d is negative", c.Limit)}
+		}
+		if _, dup := order[c.Route]; dup {
+			return nil, &InputError{Op: op, Arg: arg + ".Route", Reason: fmt.Sprintf("route %s is claimed twice", c.Route)}
+		}
+		for _, f := range []struct{ name, value string }{{"Namespace", c.Route.Namespace}, {"TaskQueue", c.Route.TaskQueue}} {
+			if reason := badText(f.value, false); reason != "" {
+				return nil, &InputError{Op: op, Arg: arg + ".Route." + f.name, Reason: reason}
+			}
+		}
+		order[c.Route] = i
+		if c.Limit == 0 {
+			continue
+		}
+		spaces = append(spaces, c.Route.Namespace)
+		queues = append(queues, c.Route.TaskQueue)
+		limits = append(limits, int64(c.Limit))
+	}
+	if len(limits) == 0 || len(owned) == 0 {
+		return nil, nil
+	}
+	claimed, err := s.claim(ctx, op, s.sql.claimScoped, owned, spaces, queues, limits)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(claimed, func(a, b Row) int {
+		ra := order[backpressure.Route{Namespace: a.Namespace, TaskQueue: a.TaskQueue}]
+		rb := order[backpressure.Route{Namespace: b.Namespace, TaskQueue: b.TaskQueue}]
+		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(a.ID, b.ID))
+	})
+	return claimed, nil
+}
+
+// ClaimOutboxRowsUnscoped claims at most limit claimable rows on the owned
+// shards, oldest first whatever their namespace: the claim a dispatcher
+// without backpressure makes, kept as the baseline the fair sweep is
+// measured against. Leases, tokens and atomicity are as for
+// [Store.ClaimOutboxRowsScoped]. Rows come back oldest first. Cost: one walk
+// of the oldest-first index until limit claimable owned rows are found.
+func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]Row, error) {
+	const op = "ClaimOutboxRowsUnscoped"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	if limit < 0 {
+		return nil, &InputError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
+	}
+	owned, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, err
+	}
+	if limit == 0 || len(owned) == 0 {
+		return nil, nil
+	}
+	claimed, err := s.claim(ctx, op, s.sql.claimUnscoped, owned, int64(limit))
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(claimed, func(a, b Row) int { return cmp.Compare(a.ID, b.ID) })
+	return claimed, nil
+}
+
+// claim runs one of the claim statements, whose parameters are the clock,
+// the lease, the owned shards and then args.
+func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args ...any) ([]Row, error) {
+	rows, err := s.pool.Query(ctx, sql, append([]any{s.clock(), s.lease.Microseconds(), owned}, args...)...)
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Row, error) { return scanRow(row) })
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return claimed, nil
+}

@@ -1,0 +1,133 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// schemaName is the identifier rule for Options.Schema: a lower-case SQL
+// identifier that PostgreSQL accepts unquoted, at most 63 bytes (NAMEDATALEN
+// − 1), so the quoted and unquoted spellings name the same schema.
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+func validateSchema(name string) error {
+	switch {
+	case !schemaName.MatchString(name):
+		return &OptionsError{Field: "Schema", Reason: fmt.Sprintf("%q is not a lower-case identifier of 1 to 63 characters [a-z_][a-z0-9_]*", name)}
+	case strings.HasPrefix(name, "pg_"):
+		return &OptionsError{Field: "Schema", Reason: fmt.Sprintf("%q: the pg_ prefix is reserved for system schemas", name)}
+	}
+	return nil
+}
+
+// expand replaces {schema} in a statement template with the quoted schema
+// identifier. The schema name is the only text ever pasted into SQL, and only
+// after validateSchema accepted it; every value travels as a parameter.
+func expand(quotedSchema, template string) string {
+	return strings.ReplaceAll(template, "{schema}", quotedSchema)
+}
+
+// migrations are applied in order, each once, in one transaction under an
+// advisory lock, and recorded in {schema}.schema_version. Never edit a
+// released migration; append a new one.
+//
+// The outbox row lifecycle is pending → claimed → (settled | pending again
+// by a retry | claimed again after its lease expired). claimable_at is
+// derived by the database, so no statement can get it out of step: a
+// pending row is claimable from visible_at, a claimed row from
+// lease_expires_at (the visibility timeout), a settled row never (NULL).
+var migrations = []string{
+	// 1: the outbox, the claim-token sequence and the indexes that serve
+	// the claims and the counts.
+	`
+CREATE SEQUENCE {schema}.claim_token_seq AS bigint;
+
+CREATE TABLE {schema}.outbox (
+	id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	dispatch_key     text        NOT NULL,
+	namespace        text        NOT NULL,
+	task_queue       text        NOT NULL,
+	shard            integer     NOT NULL CHECK (shard >= 0),
+	payload          bytea       NOT NULL,
+	state            text        NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'claimed', 'settled')),
+	attempts         integer     NOT NULL DEFAULT 0,
+	token            bigint      NOT NULL DEFAULT 0,
+	enqueued_at      timestamptz NOT NULL,
+	visible_at       timestamptz NOT NULL,
+	claimed_at       timestamptz,
+	lease_expires_at timestamptz,
+	settled_at       timestamptz,
+	claimable_at     timestamptz GENERATED ALWAYS AS (
+		CASE state WHEN 'pending' THEN visible_at WHEN 'claimed' THEN lease_expires_at END
+	) STORED,
+	CONSTRAINT outbox_dispatch_key_key UNIQUE (dispatch_key)
+);
+
+-- Scoped claims (route, oldest first) and the distinct-route skip scan of
+-- the pending counts.
+CREATE INDEX outbox_route_id_idx ON {schema}.outbox (namespace, task_queue, id)
+	WHERE state <> 'settled';
+
+-- Capped pending counts: a range on claimable_at inside one route, with the
+-- shard beside it so the owned-shard filter needs no heap visit.
+CREATE INDEX outbox_route_claimable_idx ON {schema}.outbox (namespace, task_queue, claimable_at)
+	INCLUDE (shard) WHERE state <> 'settled';
+
+-- The unscoped oldest-first claim.
+CREATE INDEX outbox_oldest_idx ON {schema}.outbox (id)
+	INCLUDE (shard, claimable_at) WHERE state <> 'settled';
+
+-- Live-lease counts: a range on lease_expires_at over claimed rows only.
+CREATE INDEX outbox_live_lease_idx ON {schema}.outbox (lease_expires_at)
+	INCLUDE (namespace, shard) WHERE state = 'claimed';
+
+-- Retention: PurgeSettled deletes the oldest settled rows first.
+CREATE INDEX outbox_settled_idx ON {schema}.outbox (settled_at)
+	WHERE state = 'settled';
+`,
+}
+
+// SchemaVersion is the schema version this package migrates to.
+var SchemaVersion = len(migrations)
+
+// migrate brings the schema up to SchemaVersion. It is idempotent and safe
+// to run from many processes at once: a transaction-scoped advisory lock,
+// keyed by the schema name, serialises concurrent migrators, and each
+// migration is recorded in the same transaction that applies it.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`, schema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, expand(quoted, `CREATE SCHEMA IF NOT EXISTS {schema}`)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, expand(quoted, `CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+	version    integer     PRIMARY KEY,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`)); err != nil {
+			return err
+		}
+		var current int
+		if err := tx.QueryRow(ctx, expand(quoted, `SELECT coalesce(max(version), 0) FROM {schema}.schema_version`)).Scan(&current); err != nil {
+			return err
+		}
+		if current > len(migrations) {
+			return &SchemaVersionError{Schema: schema, Found: current, Known: len(migrations)}
+		}
+		for v := current + 1; v <= len(migrations); v++ {
+			if _, err := tx.Exec(ctx, expand(quoted, migrations[v-1])); err != nil {
+				return fmt.Errorf("migration %d: %w", v, err)
+			}
+			if _, err := tx.Exec(ctx, expand(quoted, `INSERT INTO {schema}.schema_version (version) VALUES ($1)`), v); err != nil {
+				return fmt.Errorf("migration %d: %w", v, err)
+			}
+		}
+		return nil
+	})
+}

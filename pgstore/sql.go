@@ -1,0 +1,171 @@
+package pgstore
+
+// statements holds the store's SQL with the quoted schema filled in. Every
+// statement takes the clock as $1: coalesce($1, now()) is the injected time,
+// or the database's when the store has no clock.
+type statements struct {
+	enqueue, countClaimed, countPending, claimScoped, claimUnscoped string
+	settle, retry, get, purgeSettled                                string
+}
+
+// The claim's update, shared by the scoped and the unscoped claim: the
+// picked rows (already locked FOR UPDATE SKIP LOCKED) get a fresh token, one
+// more attempt and a lease of $lease microseconds.
+const claimUpdate = `
+UPDATE {schema}.outbox o SET
+	state            = 'claimed',
+	attempts         = o.attempts + 1,
+	token            = nextval('{schema}.claim_token_seq'),
+	claimed_at       = coalesce($1::timestamptz, now()),
+	lease_expires_at = coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond'
+FROM picked
+WHERE o.id = picked.id
+RETURNING ` + rowColumns
+
+func prepare(quotedSchema string) statements {
+	x := func(s string) string { return expand(quotedSchema, s) }
+	return statements{
+		// $2..$6: parallel arrays of the messages, in batch order.
+		enqueue: x(`
+INSERT INTO {schema}.outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, visible_at)
+SELECT m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), t.now, t.now
+FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[])
+	WITH ORDINALITY AS m (dispatch_key, namespace, task_queue, shard, payload, ord),
+	(SELECT coalesce($1::timestamptz, now()) AS now) t
+ORDER BY m.ord
+ON CONFLICT (dispatch_key) DO NOTHING`),
+
+		// $2: owned shards. Served by outbox_live_lease_idx (a range on
+		// lease_expires_at over claimed rows), so it reads live leases only.
+		countClaimed: x(`
+SELECT o.namespace, count(*)
+FROM {schema}.outbox o
+WHERE o.state = 'claimed'
+	AND o.lease_expires_at > coalesce($1::timestamptz, now())
+	AND o.shard = ANY ($2::int4[])
+GROUP BY o.namespace`),
+
+		// $2: owned shards, $3: cap per route. A loose index scan over
+		// outbox_route_id_idx finds each route with unsettled rows with one
+		// index descent; per route, count(*) over a subquery LIMITed to the
+		// cap reads at most cap claimable entries of
+		// outbox_route_claimable_idx, never the whole backlog.
+		countPending: x(`
+WITH RECURSIVE routes (namespace, task_queue) AS (
+	(SELECT o.namespace, o.task_queue
+	FROM {schema}.outbox o
+	WHERE o.state <> 'settled'
+	ORDER BY o.namespace, o.task_queue
+	LIMIT 1)
+	UNION ALL
+	SELECT next.namespace, next.task_queue
+	FROM routes r
+	CROSS JOIN LATERAL (
+		SELECT o.namespace, o.task_queue
+		FROM {schema}.outbox o
+		WHERE o.state <> 'settled'
+			AND (o.namespace, o.task_queue) > (r.namespace, r.task_queue)
+		ORDER BY o.namespace, o.task_queue
+		LIMIT 1
+	) next
+)
+SELECT r.namespace, r.task_queue, c.n
+FROM routes r
+CROSS JOIN LATERAL (
+	SELECT count(*) AS n
+	FROM (
+		SELECT 1
+		FROM {schema}.outbox o
+		WHERE o.namespace = r.namespace
+			AND o.task_queue = r.task_queue
+			AND o.state <> 'settled'
+			AND o.claimable_at <= coalesce($1::timestamptz, now())
+			AND o.shard = ANY ($2::int4[])
+		LIMIT $3
+	) capped
+) c
+WHERE c.n > 0
+ORDER BY r.namespace, r.task_queue`),
+
+		// $2: lease µs, $3: owned shards, $4..$6: the scopes as parallel
+		// arrays (namespace, task queue, limit). One statement claims every
+		// scope: a LATERAL subquery per scope walks outbox_route_id_idx
+		// oldest first and locks at most its limit of claimable rows,
+		// skipping rows another claimer has locked.
+		claimScoped: x(`
+WITH picked AS (
+	SELECT c.id
+	FROM unnest($4::text[], $5::text[], $6::int4[]) AS s (namespace, task_queue, lim)
+	CROSS JOIN LATERAL (
+		SELECT o.id
+		FROM {schema}.outbox o
+		WHERE o.namespace = s.namespace
+			AND o.task_queue = s.task_queue
+			AND o.state <> 'settled'
+			AND o.claimable_at <= coalesce($1::timestamptz, now())
+			AND o.shard = ANY ($3::int4[])
+		ORDER BY o.id
+		LIMIT s.lim
+		FOR UPDATE SKIP LOCKED
+	) c
+)` + claimUpdate),
+
+		// $2: lease µs, $3: owned shards, $4: limit. Oldest first over
+		// outbox_oldest_idx, whatever the route.
+		claimUnscoped: x(`
+WITH picked AS (
+	SELECT o.id
+	FROM {schema}.outbox o
+	WHERE o.state <> 'settled'
+		AND o.claimable_at <= coalesce($1::timestamptz, now())
+		AND o.shard = ANY ($3::int4[])
+	ORDER BY o.id
+	LIMIT $4
+	FOR UPDATE SKIP LOCKED
+)` + claimUpdate),
+
+		// $2: dispatch key, $3: token. The conditions are on the updated
+		// table itself, so a concurrent re-claim is rechecked against the
+		// row's newest version (READ COMMITTED's EvalPlanQual) and loses.
+		settle: x(`
+WITH done AS (
+	UPDATE {schema}.outbox o SET
+		state      = 'settled',
+		settled_at = coalesce($1::timestamptz, now())
+	WHERE o.dispatch_key = $2
+		AND o.token = $3
+		AND o.state = 'claimed'
+		AND o.lease_expires_at > coalesce($1::timestamptz, now())
+	RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM {schema}.outbox o WHERE o.dispatch_key = $2)`),
+
+		// $2: dispatch key, $3: token, $4: delay µs.
+		retry: x(`
+WITH done AS (
+	UPDATE {schema}.outbox o SET
+		state      = 'pending',
+		visible_at = coalesce($1::timestamptz, now()) + $4::bigint * interval '1 microsecond'
+	WHERE o.dispatch_key = $2
+		AND o.token = $3
+		AND o.state = 'claimed'
+		AND o.lease_expires_at > coalesce($1::timestamptz, now())
+	RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM {schema}.outbox o WHERE o.dispatch_key = $2)`),
+
+		// $1: dispatch key (no clock: inspection reads no time).
+		get: x(`SELECT ` + rowColumns + `, o.state FROM {schema}.outbox o WHERE o.dispatch_key = $1`),
+
+		// $1: settled before, $2: limit. Served by outbox_settled_idx.
+		purgeSettled: x(`
+DELETE FROM {schema}.outbox o
+WHERE o.id IN (
+	SELECT p.id FROM {schema}.outbox p
+	WHERE p.state = 'settled' AND p.settled_at < $1
+	ORDER BY p.settled_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)`),
+	}
+}
