@@ -12,8 +12,9 @@ import (
 	"github.com/outboxkit/backpressure"
 )
 
-// Enqueue inserts msgs in one statement, in batch order, placing each on
-// shard backpressure.ShardFor(DispatchKey, ShardCount). A message whose
+// Enqueue inserts msgs in one statement, placing each on shard
+// backpressure.ShardFor(DispatchKey, ShardCount); rows get ids in batch
+// order, so a batch is claimed oldest first in the order it was given. A message whose
 // dispatch key is already in the outbox (or earlier in the same batch) is
 // ignored, whatever state that row is in: insert-or-ignore. It returns how
 // many rows it inserted. The batch is atomic: on error nothing is inserted.

@@ -46,9 +46,10 @@ var migrations = []string{
 	// the claims and the counts.
 	`
 CREATE SEQUENCE {schema}.claim_token_seq AS bigint;
+CREATE SEQUENCE {schema}.outbox_id_seq AS bigint;
 
 CREATE TABLE {schema}.outbox (
-	id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	id               bigint      PRIMARY KEY DEFAULT nextval('{schema}.outbox_id_seq'),
 	dispatch_key     text        NOT NULL,
 	namespace        text        NOT NULL,
 	task_queue       text        NOT NULL,
@@ -67,6 +68,7 @@ CREATE TABLE {schema}.outbox (
 	) STORED,
 	CONSTRAINT outbox_dispatch_key_key UNIQUE (dispatch_key)
 );
+ALTER SEQUENCE {schema}.outbox_id_seq OWNED BY {schema}.outbox.id;
 
 -- Scoped claims (route, oldest first) and the distinct-route skip scan of
 -- the pending counts.

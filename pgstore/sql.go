@@ -25,14 +25,22 @@ RETURNING ` + rowColumns
 func prepare(quotedSchema string) statements {
 	x := func(s string) string { return expand(quotedSchema, s) }
 	return statements{
-		// $2..$6: parallel arrays of the messages, in batch order.
+		// $2..$6: parallel arrays of the messages, in batch order. Ids are
+		// drawn in batch order, so a batch is claimed oldest first in the
+		// order it was given, but rows are inserted in dispatch-key order:
+		// concurrent batches that share keys then wait on each other's
+		// in-progress inserts in one global order and cannot deadlock.
 		enqueue: x(`
-INSERT INTO {schema}.outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, visible_at)
-SELECT m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), t.now, t.now
-FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[])
-	WITH ORDINALITY AS m (dispatch_key, namespace, task_queue, shard, payload, ord),
+INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, enqueued_at, visible_at)
+SELECT m.id, m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), t.now, t.now
+FROM (
+	SELECT nextval('{schema}.outbox_id_seq') AS id, u.*
+	FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[])
+		WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, ord)
+	ORDER BY u.ord
+) m,
 	(SELECT coalesce($1::timestamptz, now()) AS now) t
-ORDER BY m.ord
+ORDER BY m.dispatch_key
 ON CONFLICT (dispatch_key) DO NOTHING`),
 
 		// $2: owned shards. Served by outbox_live_lease_idx (a range on
