@@ -3,6 +3,8 @@ module github.com/outboxkit/backpressure
 go 1.25
 
 require (
-	github.com/stretchr/testify v1.12.1 // indirect
-	pgregory.net/rapid v1.3.0 // indirect
+	github.com/stretchr/testify v1.12.1
+	pgregory.net/rapid v1.3.0
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -208,41 +208,21 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc.nsCursorMove = false
 	sc.routeMoves = sc.routeMoves[:0]
 
-	// Copy, validate and order the routes. Stores return them ordered, and
-	// pdqsort is linear on ordered input, so ordering is cheap when it is
-	// already done.
-	routes := sc.routes[:0]
-	for _, rc := range s.Pending {
-		switch {
-		case rc.Count < 0:
-			return Plan{}, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
-		case rc.Route.Namespace == "":
-			return Plan{}, &SnapshotError{TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "empty namespace"}
-		case rc.Route.TaskQueue == "":
-			return Plan{}, &SnapshotError{Namespace: rc.Route.Namespace, Count: rc.Count, Reason: "empty task queue"}
-		case rc.Count == 0:
-			continue
-		}
-		routes = append(routes, rc)
+	// Validate and group the routes in one pass over the caller's slice,
+	// which is used in place (never written) when it is already ordered,
+	// as stores return it. Otherwise copy, order and group again.
+	routes := s.Pending
+	ns, sorted, err := groupRoutes(sc.ns[:0], routes, true)
+	if err != nil {
+		return Plan{}, err
 	}
-	sc.routes = routes
-	if !slices.IsSortedFunc(routes, cmpRoute) {
+	if !sorted {
+		routes = append(sc.routes[:0], s.Pending...)
 		slices.SortFunc(routes, cmpRoute)
-	}
-
-	// Group routes by namespace.
-	ns := sc.ns[:0]
-	for i := 0; i < len(routes); i++ {
-		r := routes[i].Route
-		if i > 0 && routes[i-1].Route == r {
-			return Plan{}, &SnapshotError{Namespace: r.Namespace, TaskQueue: r.TaskQueue, Count: routes[i].Count, Reason: "route listed twice"}
+		sc.routes = routes
+		if ns, _, err = groupRoutes(ns[:0], routes, false); err != nil {
+			return Plan{}, err
 		}
-		if len(ns) == 0 || ns[len(ns)-1].Namespace != r.Namespace {
-			ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: r.Namespace}, lo: i})
-		}
-		w := &ns[len(ns)-1]
-		w.hi = i + 1
-		w.Pending = satAdd(w.Pending, routes[i].Count)
 	}
 	nPending := len(ns)
 
@@ -331,8 +311,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	}
 
 	// Split each grant over the namespace's routes, and finish the reports.
-	limits := growInts(sc.limits, len(routes))
-	clear(limits)
+	limits := growInts(sc.limits, len(routes)) // written only in granted namespaces' ranges
 	nClaims := 0
 	for i := range ns {
 		w := &ns[i]
@@ -362,13 +341,61 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	}
 	if nClaims > 0 {
 		p.Claims = make([]ScopedClaim, 0, nClaims)
-		for j, l := range limits {
-			if l > 0 {
-				p.Claims = append(p.Claims, ScopedClaim{Route: routes[j].Route, Limit: l})
+		for _, i := range active {
+			if w := &ns[i]; w.Granted > 0 {
+				for j := w.lo; j < w.hi; j++ {
+					if limits[j] > 0 {
+						p.Claims = append(p.Claims, ScopedClaim{Route: routes[j].Route, Limit: limits[j]})
+					}
+				}
 			}
 		}
 	}
 	return p, nil
+}
+
+// groupRoutes validates routes and appends one nsWork per namespace with
+// pending rows to ns, in order. With checkOrder it stops early, reporting
+// sorted = false, at the first route out of (namespace, task queue) order;
+// without it the routes must be ordered. Routes with a count of 0 stay in
+// their namespace's range but add nothing.
+func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork, sorted bool, _ error) {
+	for i := range routes {
+		rc := &routes[i]
+		switch {
+		case rc.Count < 0:
+			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
+		case rc.Route.Namespace == "":
+			return ns, false, &SnapshotError{TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "empty namespace"}
+		case rc.Route.TaskQueue == "":
+			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, Count: rc.Count, Reason: "empty task queue"}
+		}
+		if len(ns) > 0 && ns[len(ns)-1].hi == i && ns[len(ns)-1].Namespace == rc.Route.Namespace {
+			c := strings.Compare(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue)
+			if c == 0 {
+				return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "route listed twice"}
+			}
+			if c > 0 && checkOrder {
+				return ns, false, nil
+			}
+			w := &ns[len(ns)-1]
+			w.hi = i + 1
+			w.Pending = satAdd(w.Pending, rc.Count)
+			continue
+		}
+		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= rc.Route.Namespace {
+			return ns, false, nil
+		}
+		// A namespace whose routes all counted 0 has nothing pending.
+		if len(ns) > 0 && ns[len(ns)-1].Pending == 0 {
+			ns = ns[:len(ns)-1]
+		}
+		ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: rc.Route.Namespace, Pending: rc.Count}, lo: i, hi: i + 1})
+	}
+	if len(ns) > 0 && ns[len(ns)-1].Pending == 0 {
+		ns = ns[:len(ns)-1]
+	}
+	return ns, true, nil
 }
 
 // splitRoutes splits w.Granted over w's routes into limits and returns the
@@ -377,10 +404,14 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	rs := routes[w.lo:w.hi]
 	ls := limits[w.lo:w.hi]
 	if w.Granted == w.Pending {
+		n := 0
 		for j := range rs {
 			ls[j] = rs[j].Count
+			if ls[j] > 0 {
+				n++
+			}
 		}
-		return len(rs)
+		return n
 	}
 	sc := &b.scratch
 	caps := sc.caps[:0]

@@ -1,0 +1,257 @@
+package backpressure
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func allShards(t *testing.T, n int) OwnedShardFraction {
+	t.Helper()
+	f, err := AllShards(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func grants(p Plan) map[string]int {
+	m := map[string]int{}
+	for _, c := range p.Claims {
+		m[c.Route.Namespace] += c.Limit
+	}
+	return m
+}
+
+func oneRoutePerNS(n, pending int) Snapshot {
+	var s Snapshot
+	for i := 0; i < n; i++ {
+		s.Pending = append(s.Pending, RouteCount{Route{fmt.Sprintf("ns%02d", i), "default"}, pending})
+	}
+	return s
+}
+
+// B = 10 over 3 namespaces: 4,3,3 then 3,4,3 then 3,3,4 — 10 each after 3.
+func TestPlanStepsRotation(t *testing.T) {
+	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 1))
+	snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 100}, {Route{"b", "q"}, 100}, {Route{"c", "q"}, 100}}}
+	steps := []map[string]int{
+		{"a": 4, "b": 3, "c": 3},
+		{"a": 3, "b": 4, "c": 3},
+		{"a": 3, "b": 3, "c": 4},
+		{"a": 4, "b": 3, "c": 3},
+	}
+	cum := map[string]int{}
+	for i, want := range steps {
+		p, err := b.Plan(snap)
+		if err != nil {
+			t.Fatalf("step %d: Plan: %v", i, err)
+		}
+		got := grants(p)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("step %d: Plan(%v) grants = %v, want %v", i, snap.Pending, got, want)
+		}
+		for ns, g := range got {
+			cum[ns] += g
+		}
+		if i == 2 && fmt.Sprint(cum) != fmt.Sprint(map[string]int{"a": 10, "b": 10, "c": 10}) {
+			t.Fatalf("after 3 sweeps cumulative = %v, want 10 each", cum)
+		}
+	}
+}
+
+// A bursty tenant on 50 task queues gets the same share as a quiet one on 1,
+// and its half is spread one row per queue, rotating over its queues.
+func TestPlanStepsBurstyVersusQuiet(t *testing.T) {
+	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 64))
+	var snap Snapshot
+	for q := 0; q < 50; q++ {
+		snap.Pending = append(snap.Pending, RouteCount{Route{"bursty", fmt.Sprintf("q%02d", q)}, 1000})
+	}
+	snap.Pending = append(snap.Pending, RouteCount{Route{"quiet", "default"}, 1000})
+	served := map[string]int{}
+	for step := 0; step < 10; step++ {
+		p, err := b.Plan(snap)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if g := grants(p); g["bursty"] != 5 || g["quiet"] != 5 {
+			t.Fatalf("step %d: grants = %v, want bursty 5, quiet 5", step, g)
+		}
+		for _, c := range p.Claims {
+			if c.Route.Namespace == "bursty" {
+				if c.Limit != 1 {
+					t.Fatalf("step %d: bursty route %v limit %d, want 1", step, c.Route, c.Limit)
+				}
+				served[c.Route.TaskQueue]++
+			}
+		}
+	}
+	if len(served) != 50 {
+		t.Fatalf("after 10 sweeps bursty's rows came from %d queues, want all 50: %v", len(served), served)
+	}
+}
+
+// A tenant at its ceiling is held with reason at-ceiling; its headroom is
+// claimed-only; the budget it cannot use goes to the others.
+func TestPlanStepsHeldAtCeiling(t *testing.T) {
+	cfg := Config{BatchSize: 10, DefaultQuota: 5, Quotas: map[string]int{"big": Unlimited, "off": 0}}
+	b := mustNew(t, cfg, allShards(t, 8))
+	snap := Snapshot{
+		Claimed: map[string]int{"full": 5, "over": 9, "part": 3, "idle": 2},
+		Pending: []RouteCount{
+			{Route{"full", "q"}, 20}, {Route{"over", "q"}, 1}, {Route{"part", "q"}, 20},
+			{Route{"big", "q"}, 40}, {Route{"off", "q"}, 7},
+		},
+	}
+	p, err := b.Plan(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]NamespaceReport{
+		"big":  {Namespace: "big", Quota: Unlimited, Ceiling: Unlimited, Headroom: Unlimited, Pending: 40, Demand: 40, Granted: 8, Held: 32, Reason: HeldBudget},
+		"full": {Namespace: "full", Quota: 5, Ceiling: 5, Claimed: 5, Headroom: 0, Pending: 20, Demand: 0, Granted: 0, Held: 20, Reason: HeldAtCeiling},
+		"idle": {Namespace: "idle", Quota: 5, Ceiling: 5, Claimed: 2, Headroom: 3},
+		"off":  {Namespace: "off", Quota: 0, Ceiling: 0, Headroom: 0, Pending: 7, Held: 7, Reason: HeldPaused},
+		"over": {Namespace: "over", Quota: 5, Ceiling: 5, Claimed: 9, Headroom: 0, Pending: 1, Held: 1, Reason: HeldAtCeiling},
+		"part": {Namespace: "part", Quota: 5, Ceiling: 5, Claimed: 3, Headroom: 2, Pending: 20, Demand: 2, Granted: 2, Held: 18, Reason: HeldAtCeiling},
+	}
+	if len(p.Namespaces) != len(want) {
+		t.Fatalf("Plan reports %d namespaces, want %d: %+v", len(p.Namespaces), len(want), p.Namespaces)
+	}
+	for _, r := range p.Namespaces {
+		if r != want[r.Namespace] {
+			t.Errorf("report %+v\n want %+v", r, want[r.Namespace])
+		}
+	}
+	if p.Granted() != 10 || p.Held() != 78 {
+		t.Errorf("Granted() = %d, Held() = %d; want 10, 78", p.Granted(), p.Held())
+	}
+}
+
+// 25 active namespaces with B = 10: each is served within every 3 sweeps.
+func TestPlanStepsMoreNamespacesThanBudget(t *testing.T) {
+	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 1))
+	snap := oneRoutePerNS(25, 5)
+	last := map[string]int{}
+	for step := 1; step <= 9; step++ {
+		p, err := b.Plan(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Claims) != 10 {
+			t.Fatalf("step %d: %d claims, want 10", step, len(p.Claims))
+		}
+		for _, c := range p.Claims {
+			if c.Limit != 1 {
+				t.Fatalf("step %d: %v", step, c)
+			}
+			last[c.Route.Namespace] = step
+		}
+		for _, rc := range snap.Pending {
+			if step >= 3 && step-last[rc.Route.Namespace] >= 3 {
+				t.Fatalf("step %d: %s last served at step %d", step, rc.Route.Namespace, last[rc.Route.Namespace])
+			}
+		}
+	}
+}
+
+// Per-node ceilings of a cluster-wide quota.
+func TestCeilingSteps(t *testing.T) {
+	split := func(shards int, sizes ...int) []OwnedShardFraction {
+		var fs []OwnedShardFraction
+		next := 0
+		for _, n := range sizes {
+			var ids []int
+			for i := 0; i < n; i++ {
+				ids = append(ids, next)
+				next++
+			}
+			f, err := NewOwnedShardFraction(ids, shards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs = append(fs, f)
+		}
+		return fs
+	}
+	for i, tc := range []struct {
+		quota  int
+		shards int
+		sizes  []int
+		want   []int
+	}{
+		{100, 256, []int{86, 85, 85}, []int{34, 34, 34}},
+		{100, 256, []int{128, 64, 64}, []int{50, 25, 25}},
+		{100, 256, []int{256, 0, 0}, []int{100, 0, 0}},
+		{1, 256, []int{86, 85, 85}, []int{1, 1, 1}},
+		{3, 10, []int{1, 9}, []int{1, 3}},
+		{Unlimited, 4, []int{2, 2}, []int{Unlimited, Unlimited}},
+	} {
+		sum := 0
+		for k, f := range split(tc.shards, tc.sizes...) {
+			if got := f.Ceiling(tc.quota); got != tc.want[k] {
+				t.Errorf("step %d: node %d (%v) Ceiling(%d) = %d, want %d", i, k, f, tc.quota, got, tc.want[k])
+			}
+			sum += f.Ceiling(tc.quota)
+		}
+		if tc.quota == 100 && (sum < 100 || sum > 102) {
+			t.Errorf("step %d: Σ ceilings of quota 100 over 3 nodes = %d, want 100..102", i, sum)
+		}
+	}
+}
+
+func TestPlanSnapshotErrors(t *testing.T) {
+	for i, s := range []Snapshot{
+		{Pending: []RouteCount{{Route{"a", "q"}, -1}}},
+		{Pending: []RouteCount{{Route{"", "q"}, 1}}},
+		{Pending: []RouteCount{{Route{"a", ""}, 1}}},
+		{Pending: []RouteCount{{Route{"a", "q"}, 1}, {Route{"b", "q"}, 1}, {Route{"a", "q"}, 2}}},
+		{Claimed: map[string]int{"a": -2}},
+		{Claimed: map[string]int{"": 1}},
+	} {
+		b := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))
+		p, err := b.Plan(s)
+		var se *SnapshotError
+		if !errors.Is(err, ErrInvalidSnapshot) || !errors.As(err, &se) {
+			t.Errorf("step %d: Plan(%+v) = %v, %v; want a *SnapshotError", i, s, p, err)
+		}
+		if b.nsCursorSet || len(b.routeCursor) != 0 {
+			t.Errorf("step %d: a rejected snapshot moved the cursors", i)
+		}
+	}
+}
+
+func TestNewConfigErrors(t *testing.T) {
+	f := allShards(t, 4)
+	for i, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{BatchSize: 0, DefaultQuota: 1}, "BatchSize"},
+		{Config{BatchSize: -5, DefaultQuota: 1}, "BatchSize"},
+		{Config{BatchSize: 1, DefaultQuota: 0}, "DefaultQuota"},
+		{Config{BatchSize: 1, DefaultQuota: -2}, "DefaultQuota"},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"x": -7}}, `Quotas["x"]`},
+	} {
+		_, err := New(tc.cfg, f)
+		var ce *ConfigError
+		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("step %d: New(%+v) = %v, want a *ConfigError for %s", i, tc.cfg, err, tc.field)
+		}
+	}
+	quotas := map[string]int{"x": 3}
+	b, err := New(Config{BatchSize: 1, DefaultQuota: Unlimited, Quotas: quotas}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quotas["x"] = 0 // New copied the map
+	if b.Quota("x") != 3 || b.Quota("y") != Unlimited || b.Ceiling("x") != 3 {
+		t.Errorf("Quota(x) = %d, Quota(y) = %d, Ceiling(x) = %d", b.Quota("x"), b.Quota("y"), b.Ceiling("x"))
+	}
+	half, _ := NewOwnedShardFraction([]int{0, 1}, 4)
+	b.SetOwnedShards(half)
+	if b.Ceiling("x") != 2 || !b.OwnedShards().Equal(half) {
+		t.Errorf("after SetOwnedShards(%v): Ceiling(x) = %d, want 2", half, b.Ceiling("x"))
+	}
+}

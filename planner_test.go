@@ -1,0 +1,452 @@
+package backpressure
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// world is a generated node state: config, fraction and snapshot.
+type world struct {
+	cfg  Config
+	frac OwnedShardFraction
+	snap Snapshot
+}
+
+func genFraction(t *rapid.T) OwnedShardFraction {
+	n := rapid.IntRange(1, 64).Draw(t, "shardCount")
+	var owned []int
+	for i := 0; i < n; i++ {
+		if rapid.IntRange(0, 3).Draw(t, "owns") > 0 {
+			owned = append(owned, i)
+		}
+	}
+	f, err := NewOwnedShardFraction(owned, n)
+	if err != nil {
+		t.Fatalf("NewOwnedShardFraction: %v", err)
+	}
+	return f
+}
+
+func genQuota(t *rapid.T, label string) int {
+	switch rapid.IntRange(0, 9).Draw(t, label+"Kind") {
+	case 0:
+		return Unlimited
+	case 1:
+		return 0
+	default:
+		return rapid.IntRange(1, 80).Draw(t, label)
+	}
+}
+
+func genWorld(t *rapid.T) world {
+	w := world{frac: genFraction(t)}
+	w.cfg.BatchSize = rapid.IntRange(1, 60).Draw(t, "batch")
+	w.cfg.DefaultQuota = genQuota(t, "defaultQuota")
+	if w.cfg.DefaultQuota == 0 {
+		w.cfg.DefaultQuota = Unlimited
+	}
+	w.cfg.Quotas = map[string]int{}
+	w.snap.Claimed = map[string]int{}
+	nNS := rapid.IntRange(0, 14).Draw(t, "namespaces")
+	for i := 0; i < nNS; i++ {
+		ns := fmt.Sprintf("ns%02d", i)
+		if rapid.Bool().Draw(t, "override") {
+			w.cfg.Quotas[ns] = genQuota(t, "quota")
+		}
+		if c := rapid.IntRange(-10, 30).Draw(t, "claimed"); c > 0 {
+			w.snap.Claimed[ns] = c
+		}
+		nR := rapid.IntRange(0, 6).Draw(t, "routes")
+		for j := 0; j < nR; j++ {
+			w.snap.Pending = append(w.snap.Pending, RouteCount{
+				Route: Route{ns, fmt.Sprintf("q%d", j)},
+				Count: rapid.IntRange(0, 25).Draw(t, "pending"),
+			})
+		}
+	}
+	w.snap.Pending = rapid.Permutation(w.snap.Pending).Draw(t, "order")
+	return w
+}
+
+// expected computes each namespace's headroom, pending and demand straight
+// from the SPEC's definitions.
+type nsFacts struct{ ceiling, headroom, pending, demand int }
+
+func facts(w world) map[string]nsFacts {
+	m := map[string]nsFacts{}
+	for _, rc := range w.snap.Pending {
+		if rc.Count == 0 {
+			continue
+		}
+		f := m[rc.Route.Namespace]
+		f.pending += rc.Count
+		m[rc.Route.Namespace] = f
+	}
+	for ns, f := range m {
+		q := w.cfg.DefaultQuota
+		if o, ok := w.cfg.Quotas[ns]; ok {
+			q = o
+		}
+		f.ceiling = w.frac.Ceiling(q)
+		if f.ceiling == Unlimited {
+			f.headroom = math.MaxInt
+		} else {
+			f.headroom = max(0, f.ceiling-w.snap.Claimed[ns])
+		}
+		f.demand = min(f.headroom, f.pending)
+		m[ns] = f
+	}
+	return m
+}
+
+func mustNew(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, cfg Config, f OwnedShardFraction) *Backpressure {
+	t.Helper()
+	b, err := New(cfg, f)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", cfg, err)
+	}
+	return b
+}
+
+// verifyPlan checks invariants 1–5 and 8 of one plan against the SPEC's
+// definitions.
+func verifyPlan(t *rapid.T, w world, p Plan) {
+	fs := facts(w)
+	pend := map[Route]int{}
+	for _, rc := range w.snap.Pending {
+		pend[rc.Route] = rc.Count
+	}
+	totalDemand, total := 0, 0
+	for _, f := range fs {
+		totalDemand += f.demand
+	}
+	grant := map[string]int{}
+	routeLimits := map[string][]ScopedClaim{}
+	for i, c := range p.Claims {
+		if c.Limit < 1 {
+			t.Fatalf("claim %d %v has limit %d < 1", i, c.Route, c.Limit)
+		}
+		pr, ok := pend[c.Route]
+		if !ok || pr == 0 {
+			t.Fatalf("claim %d for route %v that has no pending rows", i, c.Route)
+		}
+		if c.Limit > pr {
+			t.Fatalf("route %v: limit %d > pending %d", c.Route, c.Limit, pr)
+		}
+		if i > 0 && cmpRoute(RouteCount{Route: p.Claims[i-1].Route}, RouteCount{Route: c.Route}) >= 0 {
+			t.Fatalf("claims not sorted and unique at %d: %v", i, p.Claims)
+		}
+		grant[c.Route.Namespace] += c.Limit
+		routeLimits[c.Route.Namespace] = append(routeLimits[c.Route.Namespace], c)
+		total += c.Limit
+	}
+	// 1. Budget.
+	if want := min(w.cfg.BatchSize, totalDemand); total != want {
+		t.Fatalf("Σ limits = %d, want min(B=%d, Σd=%d) = %d", total, w.cfg.BatchSize, totalDemand, want)
+	}
+	// 2. Headroom.
+	for ns, g := range grant {
+		if g > fs[ns].headroom {
+			t.Fatalf("namespace %s: granted %d > headroom %d", ns, g, fs[ns].headroom)
+		}
+	}
+	// 4. Max-min across namespaces.
+	for i, fi := range fs {
+		if grant[i] < fi.demand {
+			for j := range fs {
+				if grant[j] > grant[i]+1 {
+					t.Fatalf("unsatisfied %s got %d (demand %d) but %s got %d", i, grant[i], fi.demand, j, grant[j])
+				}
+			}
+		}
+	}
+	// 5. Max-min across the routes of a namespace.
+	for ns, cs := range routeLimits {
+		for _, rc := range w.snap.Pending {
+			if rc.Route.Namespace != ns || rc.Count == 0 {
+				continue
+			}
+			li := 0
+			for _, c := range cs {
+				if c.Route == rc.Route {
+					li = c.Limit
+				}
+			}
+			if li < rc.Count {
+				for _, c := range cs {
+					if c.Limit > li+1 {
+						t.Fatalf("namespace %s: route %v got %d < pending %d but %v got %d", ns, rc.Route, li, rc.Count, c.Route, c.Limit)
+					}
+				}
+			}
+		}
+	}
+	// 8. Held accounting and the report.
+	for ns, f := range fs {
+		r, ok := p.Namespace(ns)
+		if !ok {
+			t.Fatalf("no report for namespace %s", ns)
+		}
+		if r.Granted != grant[ns] || r.Pending != f.pending || r.Held != f.pending-grant[ns] || r.Held < 0 {
+			t.Fatalf("report %+v: want granted %d, pending %d, held %d", r, grant[ns], f.pending, f.pending-grant[ns])
+		}
+		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] {
+			t.Fatalf("report %+v: want ceiling %d, claimed %d", r, f.ceiling, w.snap.Claimed[ns])
+		}
+		var want HoldReason
+		switch {
+		case r.Held == 0:
+			want = HeldNone
+		case r.Quota == 0:
+			want = HeldPaused
+		case grant[ns] < f.demand:
+			want = HeldBudget
+		default:
+			want = HeldAtCeiling
+		}
+		if r.Reason != want {
+			t.Fatalf("report %+v: reason %q, want %q", r, r.Reason, want)
+		}
+	}
+	for _, r := range p.Namespaces {
+		if _, ok := fs[r.Namespace]; !ok && r.Claimed == 0 {
+			t.Fatalf("report for namespace %s with nothing pending or claimed", r.Namespace)
+		}
+	}
+	if !slices.IsSortedFunc(p.Namespaces, func(a, b NamespaceReport) int { return cmpStr(a.Namespace, b.Namespace) }) {
+		t.Fatalf("reports not sorted: %v", p.Namespaces)
+	}
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// TestPlanInvariants checks SPEC invariants 1–5 and 8 over random worlds
+// and several sweeps, and that Plan agrees exactly with the naive
+// unit-by-unit reference, sweep after sweep (so rotation agrees too).
+func TestPlanInvariants(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		b := mustNew(t, w.cfg, w.frac)
+		ref := newRefPlanner(w.cfg, w.frac)
+		sweeps := rapid.IntRange(1, 4).Draw(t, "sweeps")
+		for s := 0; s < sweeps; s++ {
+			p, err := b.Plan(w.snap)
+			if err != nil {
+				t.Fatalf("sweep %d: Plan: %v", s, err)
+			}
+			verifyPlan(t, w, p)
+			want := ref.plan(w.snap)
+			if !slices.Equal(p.Claims, want) {
+				t.Fatalf("sweep %d: Plan claims\n%v\nreference\n%v", s, p.Claims, want)
+			}
+		}
+	})
+}
+
+// TestPlanDeterministic checks invariant 7: two planners fed the same
+// snapshots in different row orders make the same plans.
+func TestPlanDeterministic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		b1, b2 := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
+		for s := 0; s < 3; s++ {
+			shuffled := Snapshot{Claimed: w.snap.Claimed, Pending: rapid.Permutation(w.snap.Pending).Draw(t, "shuffled")}
+			p1, err1 := b1.Plan(w.snap)
+			p2, err2 := b2.Plan(shuffled)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("Plan: %v, %v", err1, err2)
+			}
+			if !slices.Equal(p1.Claims, p2.Claims) || !slices.Equal(p1.Namespaces, p2.Namespaces) {
+				t.Fatalf("sweep %d: plans differ by input order:\n%v\n%v", s, p1, p2)
+			}
+		}
+	})
+}
+
+// TestPlanNoStarvation checks invariant 6 under steady demand: the same
+// snapshot every sweep (the rows planned are never claimed).
+func TestPlanNoStarvation(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nNS := rapid.IntRange(1, 40).Draw(t, "namespaces")
+		batch := rapid.IntRange(1, 30).Draw(t, "batch")
+		all, _ := AllShards(1)
+		b := mustNew(t, Config{BatchSize: batch, DefaultQuota: Unlimited}, all)
+		var snap Snapshot
+		for i := 0; i < nNS; i++ {
+			ns := fmt.Sprintf("ns%02d", i)
+			for j := rapid.IntRange(1, 4).Draw(t, "routes"); j > 0; j-- {
+				snap.Pending = append(snap.Pending, RouteCount{Route{ns, fmt.Sprint("q", j)}, rapid.IntRange(1, 50).Draw(t, "pending")})
+			}
+		}
+		fs := facts(world{cfg: Config{BatchSize: batch, DefaultQuota: Unlimited}, frac: all, snap: snap})
+		cum := map[string]int{}
+		lastServed := map[string]int{}
+		period := (nNS + batch - 1) / batch
+		for s := 1; s <= 3*period+3; s++ {
+			p, err := b.Plan(snap)
+			if err != nil {
+				t.Fatalf("Plan: %v", err)
+			}
+			for _, r := range p.Namespaces {
+				cum[r.Namespace] += r.Granted
+				if r.Granted > 0 {
+					lastServed[r.Namespace] = s
+				}
+			}
+			// Namespaces never satisfied in a sweep: those whose demand
+			// exceeds the level. Their cumulative grants differ by ≤ 1.
+			lo, hi := math.MaxInt, 0
+			for _, r := range p.Namespaces {
+				if r.Granted < fs[r.Namespace].demand {
+					lo, hi = min(lo, cum[r.Namespace]), max(hi, cum[r.Namespace])
+				}
+			}
+			// Only meaningful while the set of unsatisfied namespaces is
+			// steady, which it is with a constant snapshot.
+			if hi > 0 && hi-lo > 1 {
+				t.Fatalf("sweep %d: cumulative grants of unsatisfied namespaces range %d..%d: %v", s, lo, hi, cum)
+			}
+			if s >= period {
+				for ns := range fs {
+					if s-lastServed[ns] >= period {
+						t.Fatalf("sweep %d: %s not served since sweep %d (period %d)", s, ns, lastServed[ns], period)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestCeilingExact checks invariant 9 against big-integer arithmetic.
+func TestCeilingExact(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 1<<20).Draw(t, "shardCount")
+		o := rapid.IntRange(0, n).Draw(t, "owned")
+		ids := make([]int, o)
+		for i := range ids {
+			ids[i] = i
+		}
+		f, err := NewOwnedShardFraction(ids, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := rapid.OneOf(rapid.IntRange(0, 1000), rapid.IntRange(0, math.MaxInt), rapid.Just(math.MaxInt)).Draw(t, "quota")
+		num := new(big.Int).Mul(big.NewInt(int64(q)), big.NewInt(int64(o)))
+		want, rem := new(big.Int).QuoRem(num, big.NewInt(int64(n)), new(big.Int))
+		if rem.Sign() != 0 {
+			want.Add(want, big.NewInt(1))
+		}
+		if got := f.Ceiling(q); int64(got) != want.Int64() {
+			t.Fatalf("Ceiling(%d) of %d/%d = %d, want %s", q, o, n, got, want)
+		}
+		if o == 0 && f.Ceiling(q) != 0 || o == n && f.Ceiling(q) != q {
+			t.Fatalf("Ceiling(%d) of %d/%d = %d", q, o, n, f.Ceiling(q))
+		}
+		if f.Ceiling(Unlimited) != Unlimited {
+			t.Fatalf("Ceiling(Unlimited) = %d", f.Ceiling(Unlimited))
+		}
+	})
+}
+
+// TestCeilingPartition checks q ≤ Σ ceilings ≤ q + nodes − 1 for any
+// partition of the shards over nodes.
+func TestCeilingPartition(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 512).Draw(t, "shardCount")
+		nodes := rapid.IntRange(1, 12).Draw(t, "nodes")
+		q := rapid.OneOf(rapid.IntRange(0, 500), rapid.IntRange(0, math.MaxInt/2)).Draw(t, "quota")
+		owned := make([][]int, nodes)
+		for s := 0; s < n; s++ {
+			k := rapid.IntRange(0, nodes-1).Draw(t, "owner")
+			owned[k] = append(owned[k], s)
+		}
+		sum, owning := 0, 0
+		for k := range owned {
+			f, err := NewOwnedShardFraction(owned[k], n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += f.Ceiling(q)
+			if len(owned[k]) > 0 {
+				owning++
+			}
+		}
+		if sum < q || sum > q+owning-1 {
+			t.Fatalf("quota %d over %d shards, %d owning nodes: Σ ceilings = %d", q, n, owning, sum)
+		}
+	})
+}
+
+func TestOwnedShardFractionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		owned []int
+		n     int
+	}{
+		{nil, 0}, {[]int{0}, -3}, {[]int{4}, 4}, {[]int{-1}, 4}, {[]int{1, 2, 1}, 4},
+	} {
+		_, err := NewOwnedShardFraction(tc.owned, tc.n)
+		var se *ShardError
+		if !errors.Is(err, ErrInvalidShards) || !errors.As(err, &se) {
+			t.Errorf("NewOwnedShardFraction(%v, %d) = %v, want a *ShardError", tc.owned, tc.n, err)
+		}
+	}
+	f, err := NewOwnedShardFraction([]int{7, 3, 12}, 64)
+	require.NoError(t, err)
+	require.Equal(t, "3/64", f.String())
+	require.Equal(t, []int{3, 7, 12}, f.Owned())
+	require.True(t, f.Owns(7))
+	require.False(t, f.Owns(8))
+	require.Equal(t, 64, f.ShardCount())
+	require.Equal(t, 3, f.OwnedCount())
+}
+
+// TestShardForGolden pins the FNV-1a placement so it can never change.
+func TestShardForGolden(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		n    int
+		want int
+	}{
+		{"", 64, int(2166136261 % 64)},
+		{"a", 64, int(0xe40c292c % 64)},
+		{"foobar", 64, int(0xbf9cf968 % 64)},
+		{"order-42", 1024, 0},
+		{"x", 1, 0},
+		{"x", 0, 0},
+	} {
+		want := tc.want
+		if tc.key == "order-42" {
+			want = int(fnv1a("order-42") % 1024)
+		}
+		if got := ShardFor(tc.key, tc.n); got != want {
+			t.Errorf("ShardFor(%q, %d) = %d, want %d", tc.key, tc.n, got, want)
+		}
+	}
+}
+
+// fnv1a is the textbook definition, for the golden test.
+func fnv1a(s string) uint32 {
+	h := uint32(2166136261)
+	for _, c := range []byte(s) {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
+}
