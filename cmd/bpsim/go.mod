@@ -1,7 +1,33 @@
 module github.com/outboxkit/backpressure/cmd/bpsim
 
-go 1.25
+go 1.25.0
 
-require github.com/outboxkit/backpressure v0.0.0
+require (
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/outboxkit/backpressure v0.0.0
+	github.com/outboxkit/backpressure/pgstore v0.0.0
+	golang.org/x/term v0.45.0
+	gonum.org/v1/plot v0.17.0
+)
 
-replace github.com/outboxkit/backpressure => ../../
+require (
+	codeberg.org/go-fonts/liberation v0.5.0 // indirect
+	codeberg.org/go-latex/latex v0.2.0 // indirect
+	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
+	git.sr.ht/~sbinet/gg v0.7.0 // indirect
+	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
+	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	golang.org/x/image v0.30.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace (
+	github.com/outboxkit/backpressure => ../../
+	github.com/outboxkit/backpressure/pgstore => ../../pgstore
+	github.com/outboxkit/backpressure/sqlitestore => ../../sqlitestore
+)

@@ -1,0 +1,94 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+)
+
+// Audit is the exactly-once verdict of one policy run, read back from the
+// database after every row was settled.
+//
+// Exactly-once holds when every dispatch key the run enqueued is in the
+// database, settled, and was claimed once ([Audit.OK]).
+type Audit struct {
+	Keys        int `json:"keys"`        // dispatch keys the run enqueued
+	SettledOnce int `json:"settledOnce"` // read back settled, with exactly one claim
+	Lost        int `json:"lost"`        // not in the database at all
+	Unsettled   int `json:"unsettled"`   // in the database but not settled
+	RunTwice    int `json:"runTwice"`    // read back with more than one claim
+
+	// ClaimedAgain counts claims the run saw of a key it had claimed before
+	// (the database's view is RunTwice; this is the dispatchers').
+	ClaimedAgain int `json:"claimedAgain"`
+
+	// Redelivered is how many dispatch keys were enqueued a second time at
+	// the end, as a producer retrying after a lost acknowledgement would;
+	// RedeliveredInserted is how many of them the store inserted again
+	// (dedup on dispatch_key says 0).
+	Redelivered         int `json:"redelivered"`
+	RedeliveredInserted int `json:"redeliveredInserted"`
+
+	// Examples names a few keys that broke the rule, for the error message.
+	Examples []string `json:"examples,omitempty"`
+}
+
+// OK reports whether exactly-once held: every key settled once, none lost,
+// none run twice, and redelivery inserted nothing.
+func (a Audit) OK() bool {
+	return a.SettledOnce == a.Keys && a.Lost == 0 && a.Unsettled == 0 && a.RunTwice == 0 &&
+		a.ClaimedAgain == 0 && a.RedeliveredInserted == 0
+}
+
+// String states the verdict in one line.
+func (a Audit) String() string {
+	if a.OK() {
+		return fmt.Sprintf("exactly-once: ok — %d of %d dispatch keys settled once, none lost; %d redelivered, %d inserted again",
+			a.SettledOnce, a.Keys, a.Redelivered, a.RedeliveredInserted)
+	}
+	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d lost, %d unsettled, %d run twice, %d claimed again, %d of %d redelivered inserted again; e.g. %v",
+		a.SettledOnce, a.Keys, a.Lost, a.Unsettled, a.RunTwice, a.ClaimedAgain, a.RedeliveredInserted, a.Redelivered, a.Examples)
+}
+
+const maxExamples = 5
+
+// audit re-enqueues every key, then reads each one back.
+func audit(ctx context.Context, ob outbox, s Scenario, w *workload, a *Audit) error {
+	a.Keys = len(w.arrivals)
+	for lo := 0; lo < len(w.arrivals); lo += enqueueChunk {
+		batch := w.arrivals[lo:min(lo+enqueueChunk, len(w.arrivals))]
+		msgs := make([]message, len(batch))
+		for i, r := range batch {
+			msgs[i] = message{Key: r.key, Namespace: s.Tenants[r.tenant].Name, TaskQueue: r.queue}
+		}
+		n, err := ob.Enqueue(ctx, msgs)
+		if err != nil {
+			return fmt.Errorf("redelivery: %w", err)
+		}
+		a.Redelivered += len(msgs)
+		a.RedeliveredInserted += n
+	}
+	for _, r := range w.arrivals {
+		st, err := ob.Inspect(ctx, r.key)
+		if err != nil {
+			return fmt.Errorf("reading back %q: %w", r.key, err)
+		}
+		bad := ""
+		switch {
+		case !st.Found:
+			a.Lost++
+			bad = "lost"
+		case !st.Settled:
+			a.Unsettled++
+			bad = st.State
+		case st.Attempts > 1:
+			a.RunTwice++
+			bad = fmt.Sprintf("%d claims", st.Attempts)
+		default:
+			a.SettledOnce++
+		}
+		if bad != "" && len(a.Examples) < maxExamples {
+			a.Examples = append(a.Examples, r.key+" ("+bad+")")
+		}
+	}
+	return nil
+}

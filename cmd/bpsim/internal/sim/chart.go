@@ -1,0 +1,148 @@
+package sim
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/outboxkit/backpressure"
+)
+
+// Chart sizes: one policy's panel, and the combined chart of all of them.
+const (
+	panelWidth  = 9 * vg.Inch
+	panelHeight = 3.6 * vg.Inch
+)
+
+// palette colours the tenants: the first (in the default scenario the
+// bursty one) red, then colours that stay apart from it and each other.
+var palette = []color.RGBA{
+	{0xE1, 0x57, 0x59, 0xff}, // red
+	{0x4E, 0x79, 0xA7, 0xff}, // blue
+	{0x59, 0xA1, 0x4F, 0xff}, // green
+	{0xF2, 0x8E, 0x2B, 0xff}, // orange
+	{0xB0, 0x7A, 0xA1, 0xff}, // purple
+	{0x76, 0xB7, 0xB2, 0xff}, // teal
+	{0x9C, 0x75, 0x5F, 0xff}, // brown
+	{0xFF, 0x9D, 0xA7, 0xff}, // pink
+	{0xED, 0xC9, 0x48, 0xff}, // yellow
+	{0x79, 0x70, 0x6E, 0xff}, // grey
+}
+
+// chartXMax is the x-axis end shared by every panel: the longest run, plus
+// room on the right for the legend.
+func chartXMax(r *Report) float64 {
+	top := 0.0
+	for _, p := range r.Policies {
+		top = max(top, float64(p.Ticks)*p.Timeline.Tick.Seconds())
+	}
+	return max(top*1.2, 1)
+}
+
+// chartYMax is the y-axis top shared by every panel, so that the panels
+// compare at a glance: the highest in-flight count or quota, plus room.
+func chartYMax(r *Report) float64 {
+	top := 1
+	for _, p := range r.Policies {
+		for _, t := range p.Tenants {
+			top = max(top, t.PeakInflight, t.Quota)
+		}
+	}
+	return float64(top) * 1.08
+}
+
+// policyPlot draws one policy's in-flight rows per tenant over simulated
+// time, with the quotas as dashed lines.
+func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, error) {
+	pl := plot.New()
+	pl.Title.Text = fmt.Sprintf("%s — %s", p.Policy, p.Description)
+	pl.X.Label.Text = "simulated time (s)"
+	pl.Y.Label.Text = "rows in flight"
+	pl.Y.Min, pl.Y.Max = 0, yMax
+	pl.Legend.Top = true
+	pl.Legend.Left = false
+	pl.Add(plotter.NewGrid())
+
+	tick := p.Timeline.Tick.Seconds()
+	for i, series := range p.Timeline.Inflight {
+		xys := make(plotter.XYs, len(series))
+		for k, v := range series {
+			xys[k] = plotter.XY{X: float64(k) * tick, Y: float64(v)}
+		}
+		line, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, err
+		}
+		line.Color = palette[i%len(palette)]
+		line.Width = vg.Points(1)
+		if i == 0 {
+			line.Width = vg.Points(1.8)
+		}
+		pl.Add(line)
+		pl.Legend.Add(s.Tenants[i].Name, line)
+	}
+	pl.X.Min, pl.X.Max = 0, xMax
+
+	// One dashed line per distinct quota, labelled with who has it.
+	var quotas []int
+	for _, t := range s.Tenants {
+		if t.Quota != backpressure.Unlimited && !slices.Contains(quotas, t.Quota) {
+			quotas = append(quotas, t.Quota)
+		}
+	}
+	for k, q := range quotas {
+		qv := float64(q)
+		f := plotter.NewFunction(func(float64) float64 { return qv })
+		f.Color = color.Gray{Y: 90}
+		f.Width = vg.Points(1)
+		f.Dashes = plotutil.Dashes(1 + k%3)
+		pl.Add(f)
+		pl.Legend.Add(fmt.Sprintf("quota %d", q), f)
+	}
+	return pl, nil
+}
+
+// writePolicyPNG writes one policy's chart as PNG.
+func writePolicyPNG(w io.Writer, s Scenario, p *PolicyReport, xMax, yMax float64) error {
+	pl, err := policyPlot(s, p, xMax, yMax)
+	if err != nil {
+		return err
+	}
+	wt, err := pl.WriterTo(panelWidth, panelHeight, "png")
+	if err != nil {
+		return err
+	}
+	_, err = wt.WriteTo(w)
+	return err
+}
+
+// writeCombinedPNG writes every policy's chart stacked in one PNG, with a
+// shared y-axis scale and aligned axes.
+func writeCombinedPNG(w io.Writer, r *Report) error {
+	xMax, yMax := chartXMax(r), chartYMax(r)
+	plots := make([][]*plot.Plot, len(r.Policies))
+	for i, p := range r.Policies {
+		pl, err := policyPlot(r.Scenario, p, xMax, yMax)
+		if err != nil {
+			return err
+		}
+		plots[i] = []*plot.Plot{pl}
+	}
+	img := vgimg.New(panelWidth, panelHeight*vg.Length(len(plots)))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
+}

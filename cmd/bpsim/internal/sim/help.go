@@ -1,0 +1,43 @@
+package sim
+
+// ScenarioHelp documents the scenario file format, for bpsim -h.
+const ScenarioHelp = `Scenario file (-scenario FILE), JSON. Durations are Go duration strings
+("100ms", "2s", "1m30s"); every time is simulated. A field left out takes the
+default scenario's value, except "tenants", which is required; unknown fields
+are errors. The sample file scenario.sample.json next to bpsim's main.go is
+the default scenario.
+
+  {
+    "nodes": 3,              dispatcher nodes, 1..64; shard s is owned by node s mod nodes
+    "shardCount": 64,        virtual shards, 1..4096, ≥ nodes
+    "batchSize": 10,         most rows one node claims per sweep, under every policy
+    "workersPerNode": 40,    rows a node runs at once; it sweeps only when a whole
+                             batch of workers is free; 0 = unlimited, else ≥ batchSize
+    "tick": "100ms",         simulated time per step; every node sweeps once a tick
+    "duration": "60s",       arrival window; the run then goes on until all rows settle
+    "lease": "5m",           claim lease; must exceed the longest service time
+    "serviceTime": {"min": "1s", "max": "3s"},
+                             time a worker runs a row: uniform in [min, max],
+                             rounded up to whole ticks
+    "tenants": [             1..100 tenants (namespaces)
+      {
+        "name": "bursty",    letters, digits, - _ . ; unique
+        "quota": 50,         cluster-wide ceiling on claimed rows: ≥ 1, or -1 = unlimited
+                             (enforced by the backpressure policy only)
+        "queues": 20,        task queues q00, q01, … (default 1), 1..1000
+        "serviceTime": {…},  optional override of the scenario's service time
+        "arrivals": [        one or more patterns:
+          {"pattern": "burst", "rows": 2000, "at": "0s"},
+                             rows at one instant, dealt over the queues in turn
+          {"pattern": "steady", "perSecond": 1, "from": "0s", "until": "60s"}
+                             a Poisson stream (from/until default to the window),
+                             each row on a random queue
+        ]
+      }
+    ]
+  }
+
+The arrivals and service times are drawn from -seed, once, and replayed
+unchanged under every policy. At most 1,000,000 rows and 1,000,000 ticks in the
+arrival window.
+`

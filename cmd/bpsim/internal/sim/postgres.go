@@ -1,0 +1,143 @@
+package sim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/pgstore"
+)
+
+// pgDatabase runs each policy in a fresh schema of one PostgreSQL database
+// and drops the schemas on Close.
+type pgDatabase struct {
+	pool    *pgxpool.Pool
+	name    string // "postgres host:port/db", no credentials
+	run     string // random, so concurrent runs never share a schema
+	schemas []string
+}
+
+// openPostgres connects to the database at dsn and checks that it answers.
+func openPostgres(ctx context.Context, dsn string) (*pgDatabase, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("bpsim: postgres database: bad -dsn: %w", redactErr(err, dsn))
+	}
+	name := fmt.Sprintf("postgres database %s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bpsim: %s: %w", name, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("bpsim: %s: %w", name, err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &pgDatabase{pool: pool, name: name, run: hex.EncodeToString(b[:])}, nil
+}
+
+// redactErr keeps a password in dsn out of an error message.
+func redactErr(err error, dsn string) error {
+	cfg, perr := pgx.ParseConfig(dsn)
+	if perr != nil || cfg.Password == "" || !strings.Contains(err.Error(), cfg.Password) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), cfg.Password, "xxxxx"))
+}
+
+func (d *pgDatabase) Name() string { return d.name }
+
+func (d *pgDatabase) Open(ctx context.Context, policy string, opts storeOptions) (outbox, error) {
+	schema := "bpsim_" + d.run + "_" + strings.ReplaceAll(policy, "-", "_")
+	d.schemas = append(d.schemas, schema)
+	name := d.name + " schema " + schema
+	s, err := pgstore.New(ctx, d.pool, pgstore.Options{Schema: schema, ShardCount: opts.ShardCount, Lease: opts.Lease, Now: opts.Now})
+	if err != nil {
+		return nil, fmt.Errorf("bpsim: %s: %w", name, err)
+	}
+	return &pgOutbox{s: s, name: name}, nil
+}
+
+// Close drops every schema Open made, even when the run was cancelled, and
+// closes the pool.
+func (d *pgDatabase) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, schema := range d.schemas {
+		if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			errs = append(errs, fmt.Errorf("bpsim: %s: dropping schema %s: %w", d.name, schema, err))
+		}
+	}
+	d.pool.Close()
+	return errors.Join(errs...)
+}
+
+// pgOutbox adapts a pgstore.Store to outbox.
+type pgOutbox struct {
+	s    *pgstore.Store
+	name string
+}
+
+func (o *pgOutbox) Name() string { return o.name }
+
+func (o *pgOutbox) Enqueue(ctx context.Context, msgs []message) (int, error) {
+	m := make([]pgstore.Message, len(msgs))
+	for i, x := range msgs {
+		m[i] = pgstore.Message{DispatchKey: x.Key, Namespace: x.Namespace, TaskQueue: x.TaskQueue}
+	}
+	return o.s.Enqueue(ctx, m)
+}
+
+func (o *pgOutbox) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	return o.s.CountClaimedOutboxRows(ctx, shards)
+}
+
+func (o *pgOutbox) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	return o.s.CountPendingOutboxRows(ctx, shards, capPerRoute)
+}
+
+func (o *pgOutbox) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]row, error) {
+	rs, err := o.s.ClaimOutboxRowsScoped(ctx, shards, claims)
+	return pgRows(rs), err
+}
+
+func (o *pgOutbox) ClaimUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]row, error) {
+	rs, err := o.s.ClaimOutboxRowsUnscoped(ctx, shards, limit)
+	return pgRows(rs), err
+}
+
+func (o *pgOutbox) Settle(ctx context.Context, key string, token int64) error {
+	return o.s.Settle(ctx, key, token)
+}
+
+func (o *pgOutbox) Inspect(ctx context.Context, key string) (rowState, error) {
+	r, st, err := o.s.Get(ctx, key)
+	switch {
+	case errors.Is(err, pgstore.ErrNotFound):
+		return rowState{}, nil
+	case err != nil:
+		return rowState{}, err
+	}
+	return rowState{Found: true, Settled: st == pgstore.StateSettled, State: string(st), Attempts: r.Attempts}, nil
+}
+
+func (o *pgOutbox) Close() error { return o.s.Close() }
+
+func pgRows(rs []pgstore.Row) []row {
+	out := make([]row, len(rs))
+	for i, r := range rs {
+		out[i] = row{Key: r.DispatchKey, Namespace: r.Namespace, TaskQueue: r.TaskQueue, Token: r.Token,
+			Attempts: r.Attempts, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}
+	}
+	return out
+}

@@ -1,0 +1,245 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+)
+
+// Report is everything a run measured: one [PolicyReport] per policy over
+// the same workload. It is what the JSON file holds.
+type Report struct {
+	Scenario Scenario        `json:"scenario"`
+	Seed     int64           `json:"seed"`
+	Database string          `json:"database"` // "sqlite" or "postgres"
+	Rows     int             `json:"rows"`     // rows in the workload
+	Policies []*PolicyReport `json:"policies"`
+	Files    []string        `json:"-"` // files written into the output directory
+}
+
+// ExactlyOnce reports whether exactly-once held under every policy.
+func (r *Report) ExactlyOnce() bool {
+	for _, p := range r.Policies {
+		if !p.Audit.OK() {
+			return false
+		}
+	}
+	return true
+}
+
+// Policy returns the report of policy p, or nil.
+func (r *Report) Policy(p Policy) *PolicyReport {
+	for _, pr := range r.Policies {
+		if pr.Policy == p {
+			return pr
+		}
+	}
+	return nil
+}
+
+// PolicyReport is one policy's run. Times are simulated.
+type PolicyReport struct {
+	Policy      Policy
+	Description string
+	Database    string // the database it ran on, e.g. "sqlite /tmp/…/backpressure.db"
+	Tenants     []TenantReport
+
+	Ticks      int           // ticks until the last row settled
+	Settled    int           // rows settled
+	Makespan   time.Duration // from the first arrival to the last settle
+	Throughput float64       // rows settled per simulated second over Makespan
+
+	// Fairness is Jain's fairness index, averaged over the ticks in which
+	// at least two tenants had rows in flight or waiting, of
+	// x = in-flight ÷ min(quota, in-flight + waiting) per such tenant:
+	// 1 when every tenant holds what its demand and quota entitle it to.
+	Fairness float64
+
+	Timeline Timeline
+	Audit    Audit
+	Wall     time.Duration // wall-clock time of the run
+}
+
+// TenantReport is one tenant's figures under one policy.
+type TenantReport struct {
+	Name    string
+	Quota   int // cluster-wide quota, or -1 for unlimited
+	Queues  int
+	Rows    int // rows the tenant enqueued
+	Claimed int // claims of its rows
+
+	// WaitP50, WaitP99 and WaitMax are the nearest-rank percentiles of the
+	// time from enqueue to claim, as the database recorded them.
+	WaitP50, WaitP99, WaitMax time.Duration
+
+	// PeakInflight is the most rows of the tenant claimed and not yet
+	// settled at once, cluster-wide.
+	PeakInflight int
+
+	// ClusterCeiling is Σ over nodes of ⌈quota × owned/shardCount⌉: what
+	// backpressure lets the tenant hold cluster-wide. Each node rounds up,
+	// so it is between the quota and quota + nodes − 1.
+	ClusterCeiling int
+
+	// HeldAtCeiling counts the tenant's rows that a backpressure sweep left
+	// pending at least once because the tenant was at its ceiling on the
+	// node that owns the row's shard: rows that waited for the quota, not
+	// for the batch. SweepsAtCeiling counts the sweeps that held the tenant
+	// at a ceiling, and HeldRowSweeps sums those sweeps' held counts (a row
+	// held by three sweeps counts three times; the store caps each queue's
+	// pending count at the batch size). All are 0 under the other policies.
+	HeldAtCeiling   int
+	SweepsAtCeiling int
+	HeldRowSweeps   int
+}
+
+// Timeline is in-flight rows per tenant over time.
+type Timeline struct {
+	Tick     time.Duration // time between samples
+	Inflight [][]int       // [tenant][tick]: rows claimed and not yet settled after the tick's sweeps
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// MarshalJSON writes durations as milliseconds.
+func (p *PolicyReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Policy       Policy         `json:"policy"`
+		Description  string         `json:"description"`
+		Database     string         `json:"database"`
+		Tenants      []TenantReport `json:"tenants"`
+		Ticks        int            `json:"ticks"`
+		Settled      int            `json:"settled"`
+		MakespanMs   float64        `json:"makespanMs"`
+		Throughput   float64        `json:"throughputPerSecond"`
+		Fairness     float64        `json:"jainFairness"`
+		ExactlyOnce  bool           `json:"exactlyOnce"`
+		Audit        Audit          `json:"audit"`
+		WallMs       float64        `json:"wallMs"`
+		TickMs       float64        `json:"timelineTickMs"`
+		InflightByTn map[string][]int `json:"inflightTimeline"`
+	}{
+		p.Policy, p.Description, p.Database, p.Tenants, p.Ticks, p.Settled, ms(p.Makespan),
+		round3(p.Throughput), round3(p.Fairness), p.Audit.OK(), p.Audit, ms(p.Wall), ms(p.Timeline.Tick),
+		p.inflightByName(),
+	})
+}
+
+func (p *PolicyReport) inflightByName() map[string][]int {
+	m := make(map[string][]int, len(p.Tenants))
+	for i, t := range p.Tenants {
+		if i < len(p.Timeline.Inflight) {
+			m[t.Name] = p.Timeline.Inflight[i]
+		}
+	}
+	return m
+}
+
+// MarshalJSON writes durations as milliseconds.
+func (t TenantReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Name            string  `json:"name"`
+		Quota           int     `json:"quota"`
+		Queues          int     `json:"queues"`
+		Rows            int     `json:"rows"`
+		Claimed         int     `json:"claimed"`
+		WaitP50Ms       float64 `json:"waitP50Ms"`
+		WaitP99Ms       float64 `json:"waitP99Ms"`
+		WaitMaxMs       float64 `json:"waitMaxMs"`
+		PeakInflight    int     `json:"peakInflight"`
+		ClusterCeiling  int     `json:"clusterCeiling"`
+		HeldAtCeiling   int     `json:"heldAtCeiling"`
+		SweepsAtCeiling int     `json:"sweepsAtCeiling"`
+		HeldRowSweeps   int     `json:"heldRowSweeps"`
+	}{t.Name, t.Quota, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
+		t.PeakInflight, t.ClusterCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps})
+}
+
+func round3(f float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', 3, 64), 64)
+	return v
+}
+
+// WriteTable writes the policy's table: one line per tenant, then the
+// overall figures and the exactly-once verdict.
+func (p *PolicyReport) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "== %s: %s\n", p.Policy, p.Description)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "tenant\tqueues\trows\tclaimed\twait p50\twait p99\twait max\tpeak/quota\theld@ceiling\t")
+	for _, t := range p.Tenants {
+		held := "-"
+		if p.Policy == Backpressure {
+			held = strconv.Itoa(t.HeldAtCeiling)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, t.Queues, t.Rows, t.Claimed,
+			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), peakQuota(t), held)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "throughput %.1f rows/s (%d rows in %s simulated) · Jain's fairness %.3f · %s\n",
+		p.Throughput, p.Settled, fmtWait(p.Makespan), p.Fairness, p.Audit)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func peakQuota(t TenantReport) string {
+	if t.Quota == backpressure.Unlimited {
+		return fmt.Sprintf("%d/∞", t.PeakInflight)
+	}
+	s := fmt.Sprintf("%d/%d", t.PeakInflight, t.Quota)
+	if t.PeakInflight > t.Quota {
+		s += " !"
+	} else {
+		s += "  "
+	}
+	return s
+}
+
+// fmtWait prints a simulated duration compactly: "0", "300ms", "12.4s".
+func fmtWait(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < 100*time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 0, 64) + "s"
+}
+
+// WriteTables writes every policy's table, then a comparison of the quiet
+// tenants' waits and the verdict.
+func (r *Report) WriteTables(w io.Writer) error {
+	fmt.Fprintf(w, "bpsim: %d nodes × %d shards, batch %d, %d workers/node, tick %v; %d tenants, %d rows; seed %d; %s\n\n",
+		r.Scenario.Nodes, r.Scenario.ShardCount, r.Scenario.BatchSize, r.Scenario.WorkersPerNode, r.Scenario.Tick,
+		len(r.Scenario.Tenants), r.Rows, r.Seed, r.Database)
+	for _, p := range r.Policies {
+		if err := p.WriteTable(w); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "peak/quota: most rows claimed at once cluster-wide; \"!\" marks a peak over the quota.")
+	if bp := r.Policy(Backpressure); bp != nil {
+		var notes []string
+		for _, t := range bp.Tenants {
+			if t.ClusterCeiling > t.Quota && t.Quota != backpressure.Unlimited {
+				notes = append(notes, fmt.Sprintf("%s %d", t.Name, t.ClusterCeiling))
+			}
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(w, "backpressure caps each node at ⌈quota × owned/shards⌉, so a tenant's cluster-wide cap is the sum: %s (at most quota + nodes − 1).\n", strings.Join(notes, ", "))
+		}
+	}
+	fmt.Fprintln(w, "held@ceiling: rows that a backpressure sweep left pending because their tenant was at its ceiling.")
+	return nil
+}

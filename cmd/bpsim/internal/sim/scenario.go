@@ -1,0 +1,574 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+)
+
+// Limits on a scenario, so that a typo cannot ask for a run that never ends.
+const (
+	maxNodes      = 64
+	maxShardCount = 4096
+	maxBatchSize  = 10_000
+	maxTenants    = 100
+	maxQueues     = 1000
+	maxRows       = 1_000_000 // rows over all tenants and arrivals
+	maxTicks      = 1_000_000 // ticks in the arrival window
+)
+
+// ErrScenario matches every *[ScenarioError].
+var ErrScenario = errors.New("bpsim: invalid scenario")
+
+// ScenarioError names the scenario field that is wrong and says why. It
+// matches [ErrScenario].
+type ScenarioError struct {
+	Field   string // JSON path, e.g. "tenants[1].arrivals[0].perSecond"
+	Problem string
+}
+
+func (e *ScenarioError) Error() string {
+	if e.Field == "" {
+		return "bpsim: scenario: " + e.Problem
+	}
+	return "bpsim: scenario: " + e.Field + ": " + e.Problem
+}
+
+// Is reports whether target is [ErrScenario].
+func (e *ScenarioError) Is(target error) bool { return target == ErrScenario }
+
+// Scenario is a simulated cluster and its workload. Read one from JSON with
+// [ParseScenario] or start from [DefaultScenario]; [Scenario.Validate]
+// checks it. Durations are simulated time.
+type Scenario struct {
+	// Nodes is the number of dispatcher nodes. The shards are dealt out to
+	// them in turn (shard s goes to node s mod Nodes), so they own disjoint
+	// sets that together cover every shard. 1 ≤ Nodes ≤ min(64, ShardCount).
+	Nodes int
+
+	// ShardCount is the size of the virtual shard space, 1..4096.
+	ShardCount int
+
+	// BatchSize is the most rows one sweep of one node claims, under every
+	// policy (backpressure's Config.BatchSize). 1..10000.
+	BatchSize int
+
+	// WorkersPerNode is how many claimed rows one node runs at once. A node
+	// sweeps only when at least BatchSize workers are free, under every
+	// policy, so it never claims a row it cannot start. 0 means unlimited;
+	// otherwise it must be ≥ BatchSize.
+	WorkersPerNode int
+
+	// Tick is the simulated time one step of the run stands for: in each
+	// tick every node sweeps once. Waits are multiples of it.
+	Tick time.Duration
+
+	// Duration is the arrival window: arrivals happen in [0, Duration).
+	// After it the run goes on until every row is settled.
+	Duration time.Duration
+
+	// Lease is the stores' lease. It must exceed the longest service time
+	// plus one tick, so that no running row is ever claimed a second time.
+	Lease time.Duration
+
+	// ServiceTime is how long a worker runs a row, unless its tenant says
+	// otherwise.
+	ServiceTime ServiceTime
+
+	// Tenants are the namespaces that enqueue rows; at least one.
+	Tenants []Tenant
+}
+
+// ServiceTime is a uniform distribution of the time a worker runs one row,
+// rounded up to whole ticks (at least one).
+type ServiceTime struct {
+	Min time.Duration // > 0
+	Max time.Duration // ≥ Min
+}
+
+// Tenant is one namespace of the scenario.
+type Tenant struct {
+	// Name is the namespace: letters, digits, '-', '_' and '.', 1..64 bytes,
+	// unique in the scenario.
+	Name string
+
+	// Quota is the tenant's cluster-wide ceiling on concurrently claimed
+	// rows: ≥ 1, or -1 ([backpressure.Unlimited]) for none. Only the
+	// backpressure policy enforces it; the others are measured against it.
+	Quota int
+
+	// Queues is the number of task queues (routes) the tenant's rows are
+	// spread over, 1..1000. They are named "q00", "q01", …
+	Queues int
+
+	// ServiceTime overrides the scenario's service time when not nil.
+	ServiceTime *ServiceTime
+
+	// Arrivals is when the tenant's rows arrive: at least one pattern.
+	Arrivals []Arrival
+}
+
+// The arrival patterns.
+const (
+	// PatternBurst enqueues Rows rows at once, at time At, dealt over the
+	// tenant's queues in turn.
+	PatternBurst = "burst"
+	// PatternSteady enqueues rows as a Poisson process of rate PerSecond
+	// from From until Until, each on a queue drawn at random.
+	PatternSteady = "steady"
+)
+
+// Arrival is one arrival pattern of a tenant: [PatternBurst] or
+// [PatternSteady]. The random draws come from the run's seed, so every
+// policy sees the same arrivals.
+type Arrival struct {
+	Pattern string
+
+	Rows int           // burst: rows, ≥ 1
+	At   time.Duration // burst: when, in [0, Duration)
+
+	PerSecond float64       // steady: mean rows per simulated second, > 0
+	From      time.Duration // steady: start, in [0, Duration)
+	Until     time.Duration // steady: end, in (From, Duration]; 0 means Duration
+}
+
+// DefaultScenario returns the noisy-neighbour scenario bpsim runs with no
+// -scenario flag: 3 nodes over 64 shards; one bursty tenant with a backlog
+// of 2000 rows over 20 task queues and quota 50; five quiet tenants with a
+// steady trickle of one row a second on one queue each and quota 10.
+func DefaultScenario() Scenario {
+	s := Scenario{
+		Nodes:          3,
+		ShardCount:     64,
+		BatchSize:      10,
+		WorkersPerNode: 40,
+		Tick:           100 * time.Millisecond,
+		Duration:       60 * time.Second,
+		Lease:          5 * time.Minute,
+		ServiceTime:    ServiceTime{Min: 1 * time.Second, Max: 3 * time.Second},
+		Tenants: []Tenant{{
+			Name:     "bursty",
+			Quota:    50,
+			Queues:   20,
+			Arrivals: []Arrival{{Pattern: PatternBurst, Rows: 2000, At: 0}},
+		}},
+	}
+	for i := 1; i <= 5; i++ {
+		s.Tenants = append(s.Tenants, Tenant{
+			Name:     fmt.Sprintf("quiet-%d", i),
+			Quota:    10,
+			Queues:   1,
+			Arrivals: []Arrival{{Pattern: PatternSteady, PerSecond: 1}},
+		})
+	}
+	return s
+}
+
+// scenarioJSON is the file format: durations are Go duration strings such
+// as "100ms" or "1m30s".
+type scenarioJSON struct {
+	Nodes          int              `json:"nodes"`
+	ShardCount     int              `json:"shardCount"`
+	BatchSize      int              `json:"batchSize"`
+	WorkersPerNode int              `json:"workersPerNode"`
+	Tick           string           `json:"tick"`
+	Duration       string           `json:"duration"`
+	Lease          string           `json:"lease"`
+	ServiceTime    *serviceTimeJSON `json:"serviceTime"`
+	Tenants        []tenantJSON     `json:"tenants"`
+}
+
+type serviceTimeJSON struct {
+	Min string `json:"min"`
+	Max string `json:"max"`
+}
+
+type tenantJSON struct {
+	Name        string           `json:"name"`
+	Quota       *int             `json:"quota"`
+	Queues      int              `json:"queues"`
+	ServiceTime *serviceTimeJSON `json:"serviceTime,omitempty"`
+	Arrivals    []arrivalJSON    `json:"arrivals"`
+}
+
+type arrivalJSON struct {
+	Pattern   string  `json:"pattern"`
+	Rows      int     `json:"rows,omitempty"`
+	At        string  `json:"at,omitempty"`
+	PerSecond float64 `json:"perSecond,omitempty"`
+	From      string  `json:"from,omitempty"`
+	Until     string  `json:"until,omitempty"`
+}
+
+// LoadScenario reads and validates the scenario file at path. A file that
+// cannot be read gets the os error; a bad scenario a *[ScenarioError].
+func LoadScenario(path string) (Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Scenario{}, fmt.Errorf("bpsim: reading scenario: %w", err)
+	}
+	return ParseScenario(b)
+}
+
+// ParseScenario decodes a JSON scenario (see [ScenarioHelp] for the format)
+// and validates it. Unknown fields are errors, so a misspelt field does not
+// silently fall back to a default. A field left out takes the value of
+// [DefaultScenario], except tenants, which must be given. Every error is a
+// *[ScenarioError] naming the field.
+func ParseScenario(data []byte) (Scenario, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var j scenarioJSON
+	if err := dec.Decode(&j); err != nil {
+		return Scenario{}, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Scenario{}, &ScenarioError{Problem: "unexpected data after the JSON object"}
+	}
+	s, err := j.scenario()
+	if err != nil {
+		return Scenario{}, err
+	}
+	if err := s.Validate(); err != nil {
+		return Scenario{}, err
+	}
+	return s, nil
+}
+
+// jsonError turns a decoding error into a *ScenarioError naming the field
+// where the decoder can tell it.
+func jsonError(err error) error {
+	var typ *json.UnmarshalTypeError
+	var syn *json.SyntaxError
+	switch {
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "(top level)"
+		}
+		return &ScenarioError{Field: field, Problem: fmt.Sprintf("want a JSON %s, got %s", jsonKind(typ.Type.Kind().String()), typ.Value)}
+	case errors.As(err, &syn):
+		return &ScenarioError{Problem: fmt.Sprintf("not valid JSON at byte %d: %v", syn.Offset, err)}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &ScenarioError{Field: name, Problem: "unknown field (see bpsim -h for the format)"}
+	case errors.Is(err, io.EOF):
+		return &ScenarioError{Problem: "empty file: want a JSON object"}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &ScenarioError{Problem: "truncated JSON"}
+	}
+	return &ScenarioError{Problem: err.Error()}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int64", "float64":
+		return "number"
+	case "slice":
+		return "array"
+	case "struct", "ptr":
+		return "object"
+	}
+	return goKind
+}
+
+func (j scenarioJSON) scenario() (Scenario, error) {
+	def := DefaultScenario()
+	s := Scenario{
+		Nodes:          orInt(j.Nodes, def.Nodes),
+		ShardCount:     orInt(j.ShardCount, def.ShardCount),
+		BatchSize:      orInt(j.BatchSize, def.BatchSize),
+		WorkersPerNode: j.WorkersPerNode,
+		ServiceTime:    def.ServiceTime,
+	}
+	var err error
+	if s.Tick, err = parseDuration("tick", j.Tick, def.Tick); err != nil {
+		return Scenario{}, err
+	}
+	if s.Duration, err = parseDuration("duration", j.Duration, def.Duration); err != nil {
+		return Scenario{}, err
+	}
+	if s.Lease, err = parseDuration("lease", j.Lease, def.Lease); err != nil {
+		return Scenario{}, err
+	}
+	if j.ServiceTime != nil {
+		if s.ServiceTime, err = j.ServiceTime.serviceTime("serviceTime"); err != nil {
+			return Scenario{}, err
+		}
+	}
+	if j.Tenants == nil {
+		return Scenario{}, &ScenarioError{Field: "tenants", Problem: "missing: want at least one tenant"}
+	}
+	for i, tj := range j.Tenants {
+		at := fmt.Sprintf("tenants[%d]", i)
+		t := Tenant{Name: tj.Name, Queues: orInt(tj.Queues, 1)}
+		if tj.Quota == nil {
+			return Scenario{}, &ScenarioError{Field: at + ".quota", Problem: "missing: want ≥ 1, or -1 for unlimited"}
+		}
+		t.Quota = *tj.Quota
+		if tj.ServiceTime != nil {
+			st, err := tj.ServiceTime.serviceTime(at + ".serviceTime")
+			if err != nil {
+				return Scenario{}, err
+			}
+			t.ServiceTime = &st
+		}
+		for k, aj := range tj.Arrivals {
+			aat := fmt.Sprintf("%s.arrivals[%d]", at, k)
+			a := Arrival{Pattern: aj.Pattern, Rows: aj.Rows, PerSecond: aj.PerSecond}
+			if a.At, err = parseDuration(aat+".at", aj.At, 0); err != nil {
+				return Scenario{}, err
+			}
+			if a.From, err = parseDuration(aat+".from", aj.From, 0); err != nil {
+				return Scenario{}, err
+			}
+			if a.Until, err = parseDuration(aat+".until", aj.Until, 0); err != nil {
+				return Scenario{}, err
+			}
+			t.Arrivals = append(t.Arrivals, a)
+		}
+		s.Tenants = append(s.Tenants, t)
+	}
+	return s, nil
+}
+
+func (j serviceTimeJSON) serviceTime(field string) (ServiceTime, error) {
+	min, err := parseDuration(field+".min", j.Min, -1)
+	if err != nil {
+		return ServiceTime{}, err
+	}
+	max, err := parseDuration(field+".max", j.Max, -1)
+	if err != nil {
+		return ServiceTime{}, err
+	}
+	switch {
+	case min < 0 && max < 0:
+		return ServiceTime{}, &ScenarioError{Field: field, Problem: `want "min" and "max" durations`}
+	case min < 0:
+		min = max
+	case max < 0:
+		max = min
+	}
+	return ServiceTime{Min: min, Max: max}, nil
+}
+
+func parseDuration(field, s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, &ScenarioError{Field: field, Problem: fmt.Sprintf("%q is not a duration (want e.g. \"100ms\", \"2s\", \"1m30s\")", s)}
+	}
+	return d, nil
+}
+
+func orInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// MarshalJSON writes the scenario in the file format [ParseScenario] reads.
+func (s Scenario) MarshalJSON() ([]byte, error) {
+	j := scenarioJSON{
+		Nodes:          s.Nodes,
+		ShardCount:     s.ShardCount,
+		BatchSize:      s.BatchSize,
+		WorkersPerNode: s.WorkersPerNode,
+		Tick:           s.Tick.String(),
+		Duration:       s.Duration.String(),
+		Lease:          s.Lease.String(),
+		ServiceTime:    &serviceTimeJSON{Min: s.ServiceTime.Min.String(), Max: s.ServiceTime.Max.String()},
+		Tenants:        []tenantJSON{},
+	}
+	for _, t := range s.Tenants {
+		q := t.Quota
+		tj := tenantJSON{Name: t.Name, Quota: &q, Queues: t.Queues}
+		if t.ServiceTime != nil {
+			tj.ServiceTime = &serviceTimeJSON{Min: t.ServiceTime.Min.String(), Max: t.ServiceTime.Max.String()}
+		}
+		for _, a := range t.Arrivals {
+			aj := arrivalJSON{Pattern: a.Pattern}
+			switch a.Pattern {
+			case PatternBurst:
+				aj.Rows, aj.At = a.Rows, a.At.String()
+			case PatternSteady:
+				aj.PerSecond, aj.From = a.PerSecond, a.From.String()
+				if a.Until != 0 {
+					aj.Until = a.Until.String()
+				}
+			}
+			tj.Arrivals = append(tj.Arrivals, aj)
+		}
+		j.Tenants = append(j.Tenants, tj)
+	}
+	return json.MarshalIndent(j, "", "  ")
+}
+
+// Validate checks every field of s and returns a *[ScenarioError] for the
+// first one that is wrong, in the order of the file format.
+func (s Scenario) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ScenarioError{Field: field, Problem: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case s.Nodes < 1 || s.Nodes > maxNodes:
+		return bad("nodes", "%d is out of range: want 1..%d", s.Nodes, maxNodes)
+	case s.ShardCount < 1 || s.ShardCount > maxShardCount:
+		return bad("shardCount", "%d is out of range: want 1..%d", s.ShardCount, maxShardCount)
+	case s.Nodes > s.ShardCount:
+		return bad("nodes", "%d nodes cannot each own one of %d shards: want nodes ≤ shardCount", s.Nodes, s.ShardCount)
+	case s.BatchSize < 1 || s.BatchSize > maxBatchSize:
+		return bad("batchSize", "%d is out of range: want 1..%d", s.BatchSize, maxBatchSize)
+	case s.WorkersPerNode < 0:
+		return bad("workersPerNode", "%d is negative: want 0 (unlimited) or ≥ batchSize", s.WorkersPerNode)
+	case s.WorkersPerNode > 0 && s.WorkersPerNode < s.BatchSize:
+		return bad("workersPerNode", "%d is below batchSize %d: a node sweeps only when a whole batch of workers is free, so it would never sweep", s.WorkersPerNode, s.BatchSize)
+	case s.Tick <= 0 || s.Tick > time.Hour:
+		return bad("tick", "%v is out of range: want > 0 and ≤ 1h", s.Tick)
+	case s.Duration <= 0:
+		return bad("duration", "%v is not positive", s.Duration)
+	case s.Duration/s.Tick > maxTicks:
+		return bad("duration", "%v is %d ticks of %v: want at most %d", s.Duration, s.Duration/s.Tick, s.Tick, maxTicks)
+	}
+	if err := s.ServiceTime.validate("serviceTime"); err != nil {
+		return err
+	}
+	if len(s.Tenants) == 0 {
+		return bad("tenants", "empty: want at least one tenant")
+	}
+	if len(s.Tenants) > maxTenants {
+		return bad("tenants", "%d tenants: want at most %d", len(s.Tenants), maxTenants)
+	}
+	longest := s.ServiceTime.Max
+	seen := make(map[string]int, len(s.Tenants))
+	rows := 0.0
+	for i, t := range s.Tenants {
+		at := fmt.Sprintf("tenants[%d]", i)
+		if err := validName(t.Name); err != nil {
+			return bad(at+".name", "%q: %v", t.Name, err)
+		}
+		if j, dup := seen[t.Name]; dup {
+			return bad(at+".name", "%q is also the name of tenants[%d]: names must be unique", t.Name, j)
+		}
+		seen[t.Name] = i
+		switch {
+		case t.Quota == 0:
+			return bad(at+".quota", "0 would pause the tenant and its rows would never drain: want ≥ 1, or -1 for unlimited")
+		case t.Quota < 0 && t.Quota != backpressure.Unlimited:
+			return bad(at+".quota", "%d: want ≥ 1, or -1 for unlimited", t.Quota)
+		case t.Queues < 1 || t.Queues > maxQueues:
+			return bad(at+".queues", "%d is out of range: want 1..%d", t.Queues, maxQueues)
+		}
+		if t.ServiceTime != nil {
+			if err := t.ServiceTime.validate(at + ".serviceTime"); err != nil {
+				return err
+			}
+			longest = max(longest, t.ServiceTime.Max)
+		}
+		if len(t.Arrivals) == 0 {
+			return bad(at+".arrivals", "empty: want at least one arrival pattern")
+		}
+		for k, a := range t.Arrivals {
+			aat := fmt.Sprintf("%s.arrivals[%d]", at, k)
+			n, err := a.validate(aat, s.Duration)
+			if err != nil {
+				return err
+			}
+			rows += n
+		}
+	}
+	if rows > maxRows {
+		return bad("tenants", "the arrivals add up to about %.0f rows: want at most %d", rows, maxRows)
+	}
+	if s.Lease <= ceilTicks(longest, s.Tick)*s.Tick {
+		return bad("lease", "%v is not longer than the longest service time %v rounded up to ticks of %v: a running row would be claimed again", s.Lease, longest, s.Tick)
+	}
+	return nil
+}
+
+func (st ServiceTime) validate(field string) error {
+	switch {
+	case st.Min <= 0:
+		return &ScenarioError{Field: field + ".min", Problem: fmt.Sprintf("%v is not positive", st.Min)}
+	case st.Max < st.Min:
+		return &ScenarioError{Field: field + ".max", Problem: fmt.Sprintf("%v is below min %v", st.Max, st.Min)}
+	case st.Max > 24*time.Hour:
+		return &ScenarioError{Field: field + ".max", Problem: fmt.Sprintf("%v is over 24h", st.Max)}
+	}
+	return nil
+}
+
+// validate checks one arrival pattern and returns about how many rows it
+// brings.
+func (a Arrival) validate(field string, window time.Duration) (float64, error) {
+	bad := func(f, format string, args ...any) (float64, error) {
+		return 0, &ScenarioError{Field: field + f, Problem: fmt.Sprintf(format, args...)}
+	}
+	switch a.Pattern {
+	case PatternBurst:
+		switch {
+		case a.Rows < 1 || a.Rows > maxRows:
+			return bad(".rows", "%d is out of range: want 1..%d", a.Rows, maxRows)
+		case a.At < 0 || a.At >= window:
+			return bad(".at", "%v is outside the arrival window [0, %v)", a.At, window)
+		case a.PerSecond != 0 || a.From != 0 || a.Until != 0:
+			return bad("", `a burst takes "rows" and "at" only`)
+		}
+		return float64(a.Rows), nil
+	case PatternSteady:
+		until := a.Until
+		if until == 0 {
+			until = window
+		}
+		switch {
+		case !(a.PerSecond > 0) || math.IsInf(a.PerSecond, 0):
+			return bad(".perSecond", "%v: want a rate > 0", a.PerSecond)
+		case a.From < 0 || a.From >= window:
+			return bad(".from", "%v is outside the arrival window [0, %v)", a.From, window)
+		case until <= a.From || until > window:
+			return bad(".until", "%v: want after from (%v) and at most the duration %v", until, a.From, window)
+		case a.Rows != 0 || a.At != 0:
+			return bad("", `a steady pattern takes "perSecond", "from" and "until" only`)
+		}
+		n := a.PerSecond * (until - a.From).Seconds()
+		if n > maxRows {
+			return bad(".perSecond", "%v a second for %v is about %.0f rows: want at most %d", a.PerSecond, until-a.From, n, maxRows)
+		}
+		return n, nil
+	case "":
+		return bad(".pattern", `missing: want "burst" or "steady"`)
+	}
+	return bad(".pattern", `%q: want "burst" or "steady"`, a.Pattern)
+}
+
+func validName(name string) error {
+	if name == "" {
+		return errors.New("empty")
+	}
+	if len(name) > 64 {
+		return errors.New("longer than 64 bytes")
+	}
+	for _, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !ok {
+			return fmt.Errorf("character %q: want letters, digits, '-', '_' and '.'", c)
+		}
+	}
+	return nil
+}
+
+// ceilTicks returns d in ticks, rounded up.
+func ceilTicks(d, tick time.Duration) time.Duration {
+	return (d + tick - 1) / tick
+}

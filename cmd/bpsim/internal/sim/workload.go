@@ -1,0 +1,110 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// arrival is one row of the workload: when it is enqueued and how long a
+// worker runs it once claimed.
+type arrival struct {
+	key     string // dispatch key, unique in the run
+	tenant  int    // index into Scenario.Tenants
+	queue   string // task queue
+	tick    int    // tick at which it is enqueued
+	service int    // ticks a worker runs it, ≥ 1
+}
+
+// workload is a scenario's arrivals, drawn once from the seed and replayed
+// unchanged under every policy.
+type workload struct {
+	arrivals []arrival // ordered by tick, then by the order they were drawn
+	perTick  [][]arrival
+	byKey    map[string]int // dispatch key → index into arrivals
+	perTenant []int         // rows per tenant
+	lastTick int            // tick of the last arrival
+}
+
+// queueName is the name of a tenant's task queue i.
+func queueName(i int) string { return fmt.Sprintf("q%02d", i) }
+
+// newWorkload draws the arrivals of s from seed. The same scenario and seed
+// always give the same workload.
+func newWorkload(s Scenario, seed int64) *workload {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x6270_7369_6d00_0001))
+	var all []arrival
+	seq := make([]int, len(s.Tenants))
+	for ti, t := range s.Tenants {
+		st := s.ServiceTime
+		if t.ServiceTime != nil {
+			st = *t.ServiceTime
+		}
+		service := func() int {
+			d := st.Min
+			if span := st.Max - st.Min; span > 0 {
+				d += time.Duration(rng.Int64N(int64(span) + 1))
+			}
+			return max(1, int(ceilTicks(d, s.Tick)))
+		}
+		add := func(at time.Duration, queue int) {
+			all = append(all, arrival{
+				key:     fmt.Sprintf("%s:%07d", t.Name, seq[ti]),
+				tenant:  ti,
+				queue:   queueName(queue),
+				tick:    int(at / s.Tick),
+				service: service(),
+			})
+			seq[ti]++
+		}
+		for _, a := range t.Arrivals {
+			switch a.Pattern {
+			case PatternBurst:
+				for i := range a.Rows {
+					add(a.At, i%t.Queues)
+				}
+			case PatternSteady:
+				until := a.Until
+				if until == 0 {
+					until = s.Duration
+				}
+				at := a.From.Seconds()
+				for {
+					at += rng.ExpFloat64() / a.PerSecond
+					d := time.Duration(at * float64(time.Second))
+					if d >= until {
+						break
+					}
+					add(d, rng.IntN(t.Queues))
+				}
+			}
+		}
+	}
+	// Stable: rows of one tick keep the order they were drawn in, which is
+	// the order they are enqueued and so their oldest-first order.
+	slices.SortStableFunc(all, func(a, b arrival) int { return a.tick - b.tick })
+
+	w := &workload{
+		arrivals:  all,
+		byKey:     make(map[string]int, len(all)),
+		perTenant: make([]int, len(s.Tenants)),
+	}
+	if n := len(all); n > 0 {
+		w.lastTick = all[n-1].tick
+	}
+	w.perTick = make([][]arrival, w.lastTick+1)
+	for i, a := range all {
+		w.byKey[a.key] = i
+		w.perTenant[a.tenant]++
+	}
+	for lo := 0; lo < len(all); {
+		hi := lo
+		for hi < len(all) && all[hi].tick == all[lo].tick {
+			hi++
+		}
+		w.perTick[all[lo].tick] = all[lo:hi:hi]
+		lo = hi
+	}
+	return w
+}
