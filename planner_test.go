@@ -120,7 +120,7 @@ func mustNew(t interface {
 
 // verifyPlan checks invariants 1–5 and 8 of one plan against the SPEC's
 // definitions.
-func verifyPlan(t *rapid.T, w world, p Plan) {
+func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	fs := facts(w)
 	pend := map[Route]int{}
 	for _, rc := range w.snap.Pending {

@@ -1,0 +1,52 @@
+# make test: gofmt, go vet, staticcheck and go test -race over every module
+# in go.work. Tools are installed into ./bin at pinned versions.
+
+GO          ?= go
+BIN         := $(CURDIR)/bin
+STATICCHECK := $(BIN)/staticcheck
+STATICCHECK_VERSION := v0.8.2
+MODULES      = $(shell $(GO) list -m -f '{{.Dir}}')
+RAPID_CHECKS ?= 1000
+FUZZTIME     ?= 60s
+BENCHTIME    ?= 1s
+
+.PHONY: test fmt-check vet staticcheck unit bench-smoke bench fuzz tools clean
+
+test: fmt-check vet staticcheck unit bench-smoke
+
+tools: $(STATICCHECK)
+
+$(STATICCHECK):
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+fmt-check:
+	@out="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt -w needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	@set -e; for d in $(MODULES); do echo "go vet $$d"; (cd $$d && $(GO) vet ./...); done
+
+staticcheck: $(STATICCHECK)
+	@set -e; for d in $(MODULES); do echo "staticcheck $$d"; (cd $$d && $(STATICCHECK) ./...); done
+
+# The root package's property tests run RAPID_CHECKS cases each.
+unit:
+	$(GO) test -race -count=1 . -rapid.checks=$(RAPID_CHECKS)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '^github.com/outboxkit/backpressure$$')
+	@set -e; for d in $(filter-out $(CURDIR),$(MODULES)); do echo "go test $$d"; (cd $$d && $(GO) test -race -count=1 ./...); done
+
+# Every benchmark once, to prove they still run.
+bench-smoke:
+	@set -e; for d in $(MODULES); do (cd $$d && $(GO) test -run '^$$' -bench . -benchtime=1x ./... >/dev/null) && echo "benchmarks ran: $$d"; done
+
+# The measured figures of the README: make bench (BENCHTIME=3s for steadier numbers).
+bench:
+	@set -e; for d in $(MODULES); do (cd $$d && $(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./...); done
+
+# Coverage-guided fuzzing of the planner and the gate, FUZZTIME each.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime=$(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzGateVerify$$' -fuzztime=$(FUZZTIME) .
+
+clean:
+	rm -rf $(BIN) bpsim-out

@@ -1,0 +1,84 @@
+package backpressure
+
+import (
+	"fmt"
+	"testing"
+)
+
+// FuzzPlan decodes arbitrary bytes into a config and a snapshot, possibly
+// malformed, and checks that Plan never panics, rejects what it must with a
+// typed error, and otherwise keeps every invariant. make fuzz runs it.
+func FuzzPlan(f *testing.F) {
+	f.Add([]byte{10, 3, 1, 5, 2, 7, 0, 9, 1, 4})
+	f.Add([]byte{1, 255, 0, 0, 0, 1, 1, 1, 1, 1, 200, 3})
+	f.Add([]byte{60, 0, 2, 2, 2, 2, 3, 3, 3, 3, 250, 251})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() int {
+			if len(data) == 0 {
+				return 0
+			}
+			v := int(data[0])
+			data = data[1:]
+			return v
+		}
+		shardCount := next()%16 + 1
+		var owned []int
+		mask := next()<<8 | next()
+		for s := 0; s < shardCount; s++ {
+			if mask&(1<<s) != 0 {
+				owned = append(owned, s)
+			}
+		}
+		frac, err := NewOwnedShardFraction(owned, shardCount)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{BatchSize: next()%64 + 1, DefaultQuota: next()%40 - 1, Quotas: map[string]int{}}
+		if cfg.DefaultQuota == 0 {
+			cfg.DefaultQuota = Unlimited
+		}
+		snap := Snapshot{Claimed: map[string]int{}}
+		malformed := false
+		for len(data) > 0 {
+			op := next()
+			ns := fmt.Sprintf("n%d", next()%6)
+			v := next() - 8 // sometimes negative
+			switch op % 4 {
+			case 0:
+				if v < -1 {
+					v = 0
+				}
+				cfg.Quotas[ns] = v
+			case 1:
+				snap.Claimed[ns] = v
+			default:
+				tq := fmt.Sprintf("q%d", op%5)
+				for _, rc := range snap.Pending {
+					if rc.Route == (Route{ns, tq}) {
+						malformed = true
+					}
+				}
+				if v < 0 {
+					malformed = true
+				}
+				snap.Pending = append(snap.Pending, RouteCount{Route{ns, tq}, v})
+			}
+		}
+		for _, c := range snap.Claimed {
+			if c < 0 {
+				malformed = true
+			}
+		}
+		b, err := New(cfg, frac)
+		if err != nil {
+			t.Fatalf("New(%+v): %v", cfg, err)
+		}
+		p, err := b.Plan(snap)
+		if malformed != (err != nil) {
+			t.Fatalf("Plan(%+v): err = %v, malformed = %v", snap, err, malformed)
+		}
+		if err == nil {
+			verifyPlan(t, world{cfg: cfg, frac: frac, snap: snap}, p)
+		}
+	})
+}
