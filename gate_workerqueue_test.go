@@ -1,0 +1,70 @@
+package backpressure
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestGateWorkerQueue(t *testing.T) {
+	newBP := func(batch int) *Backpressure {
+		t.Helper()
+		f, err := AllShards(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Config{BatchSize: batch, DefaultQuota: Unlimited}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b500 := newBP(500)
+	huge := newBP(math.MaxInt/2 + 1)
+	tests := []struct {
+		b                 *Backpressure
+		sweeps            int
+		capacity, wm      int
+		inflight          int
+		overflow, invalid bool
+		field             string
+	}{
+		{b500, 1, 1200, 700, 500, false, false, ""},
+		{b500, 1, 1199, 700, 500, true, false, ""},
+		{b500, 1, 500, 0, 500, false, false, ""},
+		{b500, 3, 2200, 700, 1500, false, false, ""},
+		{b500, 3, 2199, 700, 1500, true, false, ""},
+		{b500, 1, 100, 101, 500, false, true, "HighWatermark"},
+		{b500, 1, -1, 0, 500, false, true, "QueueCapacity"},
+		{huge, 1, math.MaxInt, 0, math.MaxInt/2 + 1, false, false, ""},
+		// 2 × (MaxInt/2 + 1) = MaxInt + 1: no int queue has the headroom.
+		{huge, 2, math.MaxInt, 0, math.MaxInt, true, false, ""},
+		{huge, 2, 10, 11, math.MaxInt, false, true, "HighWatermark"},
+		{b500, 0, 1200, 700, 0, false, true, "sweepsInFlight"},
+		{nil, 1, 1200, 700, 0, false, true, "Backpressure"},
+	}
+	for i, tt := range tests {
+		g, err := WorkerQueueGateSweeps(tt.b, tt.sweeps, tt.capacity, tt.wm)
+		var oe *AdvisoryOverflowError
+		var ge *GateError
+		switch {
+		case g.ProducerMaxInflight != tt.inflight || g.Enforced || g.ProducerComplianceVerified:
+			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) = %+v, want an advisory unverified gate with in-flight %d",
+				i, tt.sweeps, tt.capacity, tt.wm, g, tt.inflight)
+		case tt.overflow && (!errors.As(err, &oe) || oe.ProducerMaxInflight != tt.inflight):
+			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) error %v, want an overflow with in-flight %d",
+				i, tt.sweeps, tt.capacity, tt.wm, err, tt.inflight)
+		case tt.invalid && (!errors.As(err, &ge) || ge.Field != tt.field || !errors.Is(err, ErrInvalidGate)):
+			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) error %v, want ErrInvalidGate on %s",
+				i, tt.sweeps, tt.capacity, tt.wm, err, tt.field)
+		case !tt.overflow && !tt.invalid && err != nil:
+			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) error %v, want nil", i, tt.sweeps, tt.capacity, tt.wm, err)
+		}
+		if tt.sweeps == 1 {
+			g1, err1 := WorkerQueueGate(tt.b, tt.capacity, tt.wm)
+			if g1 != g || (err1 == nil) != (err == nil) {
+				t.Errorf("case %d: WorkerQueueGate = %+v, %v; WorkerQueueGateSweeps(1) = %+v, %v", i, g1, err1, g, err)
+			}
+		}
+	}
+}
