@@ -47,16 +47,6 @@ func (s *memStore) enqueue(ns, tq string, n int) {
 	}
 }
 
-func (s *memStore) settle(r memRow) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, row := range s.rows {
-		if row.Key == r.Key && row.Token == r.Token && s.now.Before(row.LeaseUntil) {
-			row.Settled = true
-		}
-	}
-}
-
 // settleNamespace settles every claimed row of ns, as its workers would.
 func (s *memStore) settleNamespace(ns string) {
 	s.mu.Lock()
