@@ -1,7 +1,10 @@
 package backpressure
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"testing"
 )
 
@@ -79,6 +82,39 @@ func FuzzPlan(f *testing.F) {
 		}
 		if err == nil {
 			verifyPlan(t, world{cfg: cfg, frac: frac, snap: snap}, p)
+		}
+	})
+}
+
+// FuzzGateVerify checks Verify against the seed's arithmetic done in
+// 128 bits, for any ints: never a panic, invalid configs are ErrInvalidGate
+// and nothing else, and an overflow verdict exactly when the headroom is
+// short. make fuzz runs it.
+func FuzzGateVerify(f *testing.F) {
+	f.Add(false, 10000, 7000, 5000, false)
+	f.Add(false, 12000, 7000, 5000, false)
+	f.Add(true, -1, 0, 0, true)
+	f.Add(false, math.MaxInt, math.MaxInt, 1, false)
+	f.Fuzz(func(t *testing.T, enforced bool, capacity, watermark, inflight int, verified bool) {
+		g := BackpressureGate{Enforced: enforced, QueueCapacity: capacity, HighWatermark: watermark, ProducerMaxInflight: inflight, ProducerComplianceVerified: verified}
+		err := g.Verify()
+		invalid := capacity < 0 || watermark < 0 || inflight < 0 || watermark > capacity
+		var overflow *AdvisoryOverflowError
+		switch {
+		case invalid:
+			if !errors.Is(err, ErrInvalidGate) || errors.As(err, &overflow) {
+				t.Fatalf("%+v: Verify() = %v, want ErrInvalidGate only", g, err)
+			}
+		case enforced || verified:
+			if err != nil {
+				t.Fatalf("%+v: Verify() = %v, want nil", g, err)
+			}
+		default:
+			need := new(big.Int).Add(big.NewInt(int64(watermark)), big.NewInt(int64(inflight)))
+			short := big.NewInt(int64(capacity)).Cmp(need) < 0
+			if short != errors.As(err, &overflow) || !short && err != nil {
+				t.Fatalf("%+v: Verify() = %v, want overflow %v", g, err, short)
+			}
 		}
 	})
 }
