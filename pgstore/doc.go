@@ -48,14 +48,16 @@
 //	        state, attempts, token, enqueued_at, visible_at, claimed_at,
 //	        lease_expires_at, settled_at,
 //	        claimable_at GENERATED: visible_at if pending, lease_expires_at if claimed)
-//	outbox_route_id_idx        (namespace, task_queue, id)           WHERE state <> 'settled'
-//	outbox_route_claimable_idx (namespace, task_queue, claimable_at) INCLUDE (shard) WHERE state <> 'settled'
-//	outbox_oldest_idx          (id) INCLUDE (shard, claimable_at)    WHERE state <> 'settled'
-//	outbox_live_lease_idx      (lease_expires_at) INCLUDE (namespace, shard) WHERE state = 'claimed'
-//	outbox_settled_idx         (settled_at)                          WHERE state = 'settled'
+//	outbox_route_oldest_idx (namespace, task_queue, enqueued_at, id) INCLUDE (shard, claimable_at)
+//	                        WHERE state <> 'settled'  -- scoped claims, pending counts
+//	outbox_oldest_idx       (enqueued_at, id) INCLUDE (shard, claimable_at)
+//	                        WHERE state <> 'settled'  -- the unscoped claim
+//	outbox_live_lease_idx   (lease_expires_at) INCLUDE (namespace, shard)
+//	                        WHERE state = 'claimed'   -- claimed counts
+//	outbox_settled_idx      (settled_at) WHERE state = 'settled'  -- PurgeSettled
 //
 // The scoped claim is ONE statement for all scopes: unnest of the routes and
-// limits, and per scope a LATERAL subquery that walks outbox_route_id_idx
+// limits, and per scope a LATERAL subquery that walks outbox_route_oldest_idx
 // oldest first, filters the owned shards (shard = ANY($n)) and claimable
 // rows, and locks at most its limit FOR UPDATE SKIP LOCKED. Pending counts
 // find the routes with a loose index scan (a recursive CTE, one index

@@ -195,7 +195,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	slices.SortFunc(claimed, func(a, b Row) int {
 		ra := order[backpressure.Route{Namespace: a.Namespace, TaskQueue: a.TaskQueue}]
 		rb := order[backpressure.Route{Namespace: b.Namespace, TaskQueue: b.TaskQueue}]
-		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(ra, rb), a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID))
 	})
 	return claimed, nil
 }
@@ -225,7 +225,7 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(claimed, func(a, b Row) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(claimed, func(a, b Row) int { return cmp.Or(a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID)) })
 	return claimed, nil
 }
 

@@ -16,7 +16,7 @@ type Message struct {
 
 // Row is an outbox row as a claim (or Get) returns it.
 type Row struct {
-	ID          int64 // the row's id, increasing in enqueue order
+	ID          int64 // the row's id, increasing in enqueue order; oldest first means by (EnqueuedAt, ID)
 	DispatchKey string
 	Namespace   string
 	TaskQueue   string

@@ -70,18 +70,19 @@ CREATE TABLE {schema}.outbox (
 );
 ALTER SEQUENCE {schema}.outbox_id_seq OWNED BY {schema}.outbox.id;
 
--- Scoped claims (route, oldest first) and the distinct-route skip scan of
--- the pending counts.
-CREATE INDEX outbox_route_id_idx ON {schema}.outbox (namespace, task_queue, id)
-	WHERE state <> 'settled';
+-- One index per route serves both the scoped claims (oldest first within a
+-- route) and the pending counts: the counts read it index-only, checking
+-- claimable_at and shard in the index entry, and find the routes with a
+-- loose index scan of its (namespace, task_queue) prefix. A second index
+-- keyed by (namespace, task_queue, claimable_at) would tempt the planner,
+-- for generic plans, to sort a whole route's backlog for a claim.
+CREATE INDEX outbox_route_oldest_idx ON {schema}.outbox (namespace, task_queue, enqueued_at, id)
+	INCLUDE (shard, claimable_at) WHERE state <> 'settled';
 
--- Capped pending counts: a range on claimable_at inside one route, with the
--- shard beside it so the owned-shard filter needs no heap visit.
-CREATE INDEX outbox_route_claimable_idx ON {schema}.outbox (namespace, task_queue, claimable_at)
-	INCLUDE (shard) WHERE state <> 'settled';
-
--- The unscoped oldest-first claim.
-CREATE INDEX outbox_oldest_idx ON {schema}.outbox (id)
+-- The unscoped oldest-first claim. Ordering by (enqueued_at, id) rather
+-- than id alone leaves the planner no other ordered path: the primary key
+-- would also give id order, but walks every settled row kept for audit.
+CREATE INDEX outbox_oldest_idx ON {schema}.outbox (enqueued_at, id)
 	INCLUDE (shard, claimable_at) WHERE state <> 'settled';
 
 -- Live-lease counts: a range on lease_expires_at over claimed rows only.

@@ -54,10 +54,13 @@ WHERE o.state = 'claimed'
 GROUP BY o.namespace`),
 
 		// $2: owned shards, $3: cap per route. A loose index scan over
-		// outbox_route_id_idx finds each route with unsettled rows with one
-		// index descent; per route, count(*) over a subquery LIMITed to the
-		// cap reads at most cap claimable entries of
-		// outbox_route_claimable_idx, never the whole backlog.
+		// outbox_route_oldest_idx finds each route with unsettled rows with
+		// one index descent; per route, count(*) over a subquery LIMITed to
+		// the cap stops at the cap-th claimable owned row, reading the same
+		// index (index-only where the visibility map allows), never the
+		// whole backlog. The ORDER BY costs nothing (it is the index's
+		// order) and rules out a bitmap scan, which would collect every
+		// entry of the route before the LIMIT could stop it.
 		countPending: x(`
 WITH RECURSIVE routes (namespace, task_queue) AS (
 	(SELECT o.namespace, o.task_queue
@@ -89,6 +92,7 @@ CROSS JOIN LATERAL (
 			AND o.state <> 'settled'
 			AND o.claimable_at <= coalesce($1::timestamptz, now())
 			AND o.shard = ANY ($2::int4[])
+		ORDER BY o.enqueued_at, o.id -- the index's order: a scan that can stop at the cap
 		LIMIT $3
 	) capped
 ) c
@@ -97,7 +101,7 @@ ORDER BY r.namespace, r.task_queue`),
 
 		// $2: lease µs, $3: owned shards, $4..$6: the scopes as parallel
 		// arrays (namespace, task queue, limit). One statement claims every
-		// scope: a LATERAL subquery per scope walks outbox_route_id_idx
+		// scope: a LATERAL subquery per scope walks outbox_route_oldest_idx
 		// oldest first and locks at most its limit of claimable rows,
 		// skipping rows another claimer has locked.
 		claimScoped: x(`
@@ -112,7 +116,7 @@ WITH picked AS (
 			AND o.state <> 'settled'
 			AND o.claimable_at <= coalesce($1::timestamptz, now())
 			AND o.shard = ANY ($3::int4[])
-		ORDER BY o.id
+		ORDER BY o.enqueued_at, o.id
 		LIMIT s.lim
 		FOR UPDATE SKIP LOCKED
 	) c
@@ -127,7 +131,7 @@ WITH picked AS (
 	WHERE o.state <> 'settled'
 		AND o.claimable_at <= coalesce($1::timestamptz, now())
 		AND o.shard = ANY ($3::int4[])
-	ORDER BY o.id
+	ORDER BY o.enqueued_at, o.id
 	LIMIT $4
 	FOR UPDATE SKIP LOCKED
 )` + claimUpdate),
@@ -165,15 +169,18 @@ SELECT EXISTS (SELECT 1 FROM done), EXISTS (SELECT 1 FROM {schema}.outbox o WHER
 		// $1: dispatch key (no clock: inspection reads no time).
 		get: x(`SELECT ` + rowColumns + `, o.state FROM {schema}.outbox o WHERE o.dispatch_key = $1`),
 
-		// $1: settled before, $2: limit. Served by outbox_settled_idx.
+		// $1: settled before, $2: limit. Served by outbox_settled_idx,
+		// then the primary key: an id array, not a join, so that no plan
+		// can hash the whole table to find the rows.
 		purgeSettled: x(`
 DELETE FROM {schema}.outbox o
-WHERE o.id IN (
-	SELECT p.id FROM {schema}.outbox p
+WHERE o.id = ANY (ARRAY(
+	SELECT p.id
+	FROM {schema}.outbox p
 	WHERE p.state = 'settled' AND p.settled_at < $1
 	ORDER BY p.settled_at
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
-)`),
+))`),
 	}
 }

@@ -1,0 +1,200 @@
+package pgstore_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure/pgstore"
+)
+
+var updateExplain = flag.Bool("update-explain", false, "write the plans TestExplainUsesIndexes sees to EXPLAIN.md")
+
+// TestExplainUsesIndexes fills an outbox with a backlog in every state,
+// ANALYZEs it, and checks with EXPLAIN that every statement is served by
+// its index and never reads the table sequentially — under both custom
+// plans and the generic plans PostgreSQL may switch a prepared statement to
+// (pgx prepares and caches every statement). -update-explain writes the
+// plans to EXPLAIN.md.
+func TestExplainUsesIndexes(t *testing.T) {
+	f := newFixture(t)
+	const namespaces, queues, perRoute = 40, 3, 200 // 24,000 rows
+	for ns := 0; ns < namespaces; ns++ {
+		var batch []pgstore.Message
+		for q := 0; q < queues; q++ {
+			for i := 0; i < perRoute; i++ {
+				batch = append(batch, message(fmt.Sprintf("ns%03d", ns), fmt.Sprintf("q%d", q), fmt.Sprintf("ns%03d/q%d/%d", ns, q, i)))
+			}
+		}
+		f.enqueue(batch...)
+	}
+	// Every state: claim half of the rows, oldest first, then settle 80% of
+	// those, put 10% back with a delay, and leave 10% claimed. (Set in bulk
+	// here; the store's own Settle and Retry are tested elsewhere.)
+	for sweep := 0; sweep < 3; sweep++ {
+		if _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, f.all, 4000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := adminPool.Exec(f.ctx, `
+UPDATE `+pgx.Identifier{f.schema}.Sanitize()+`.outbox SET
+	state = CASE id % 10 WHEN 0 THEN 'pending' WHEN 1 THEN 'claimed' ELSE 'settled' END,
+	visible_at = CASE id % 10 WHEN 0 THEN $1::timestamptz + interval '1 minute' ELSE visible_at END,
+	settled_at = CASE WHEN id % 10 > 1 THEN $1::timestamptz END
+WHERE state = 'claimed'`, f.now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminPool.Exec(f.ctx, "ANALYZE "+pgx.Identifier{f.schema}.Sanitize()+".outbox"); err != nil {
+		t.Fatal(err)
+	}
+
+	quarter := make([]int32, 0, 16)
+	for s := 0; s < f.s.ShardCount(); s += 4 {
+		quarter = append(quarter, int32(s))
+	}
+	var claimNS, claimQ []string
+	var claimLim []int64
+	for ns := 0; ns < 25; ns++ {
+		claimNS, claimQ, claimLim = append(claimNS, fmt.Sprintf("ns%03d", ns)), append(claimQ, "q1"), append(claimLim, 4)
+	}
+	lease := pgstore.DefaultLease.Microseconds()
+	sql := pgstore.Statements(f.s)
+	for _, c := range []struct {
+		name    string
+		args    []any
+		indexes []string
+		forbid  []string // plan nodes that would read a whole route or backlog
+	}{
+		{"countClaimed", []any{f.now, quarter}, []string{"outbox_live_lease_idx"}, nil},
+		// With a cap well below a route's size the count must stop at the
+		// cap: an index scan in the index's order under the LIMIT.
+		{"countPending", []any{f.now, quarter, int64(10)}, []string{"outbox_route_oldest_idx"}, []string{"Bitmap", "Sort Key: o"}},
+		// With a cap above what a route holds on the node's shards, every
+		// entry of the route is read whatever the plan, and the planner
+		// may prefer a bitmap scan of the route: still one route, never the
+		// backlog.
+		{"countPending (cap above route size)", []any{f.now, quarter, int64(100)}, []string{"outbox_route_oldest_idx"}, nil},
+		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o"}},
+		{"claimUnscoped", []any{f.now, lease, quarter, int64(100)}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o"}},
+		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil},
+		{"retry", []any{f.now, "ns050/q1/7", int64(1), int64(1000)}, []string{"outbox_dispatch_key_key"}, nil},
+		{"purgeSettled", []any{f.now, int64(1000)}, []string{"outbox_settled_idx", "outbox_pkey"}, nil},
+	} {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			stmt, _, _ := strings.Cut(c.name, " ")
+			plan := explain(t, f, mode, sql[stmt], c.args)
+			if strings.Contains(plan, "Seq Scan on outbox") {
+				t.Errorf("%s (%s) reads the outbox sequentially:\n%s", c.name, mode, plan)
+			}
+			for _, node := range c.forbid {
+				if strings.Contains(plan, node) {
+					t.Errorf("%s (%s) has a %q node, which cannot stop at its LIMIT:\n%s", c.name, mode, node, plan)
+				}
+			}
+			for _, idx := range c.indexes {
+				if !strings.Contains(plan, " using "+idx+" ") && !strings.Contains(plan, " on "+idx) {
+					t.Errorf("%s (%s) does not use %s:\n%s", c.name, mode, idx, plan)
+				}
+			}
+			explained = append(explained, explainedPlan{c.name, mode, sql[stmt], plan})
+		}
+	}
+	if *updateExplain {
+		writeExplainDoc(t, f.schema)
+	}
+}
+
+type explainedPlan struct{ name, mode, sql, plan string }
+
+var explained []explainedPlan
+
+// explain returns the plan of sql with args under plan_cache_mode mode. It
+// PREPAREs sql as pgx does (a named prepared statement), so plan_cache_mode
+// decides between the custom and the generic plan, and EXPLAINs an EXECUTE
+// of it. EXPLAIN EXECUTE takes no protocol parameters, so the arguments are
+// rendered as literals here: test values only, never the store's way.
+func explain(t *testing.T, f *fixture, mode, sql string, args []any) string {
+	t.Helper()
+	conn, err := f.pool.Acquire(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(f.ctx, "SET plan_cache_mode = "+mode); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "RESET plan_cache_mode; DEALLOCATE ALL")
+	if _, err := conn.Exec(f.ctx, "PREPARE explained AS "+sql); err != nil {
+		t.Fatalf("PREPARE: %v\n%s", err, sql)
+	}
+	lits := make([]string, len(args))
+	for i, a := range args {
+		lits[i] = literal(t, a)
+	}
+	rows, err := conn.Query(f.ctx, "EXPLAIN (COSTS OFF) EXECUTE explained("+strings.Join(lits, ", ")+")", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatalf("EXPLAIN: %v\n%s", err, sql)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("EXPLAIN: %v\n%s", err, sql)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// literal renders a test argument as an SQL literal.
+func literal(t *testing.T, a any) string {
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	switch v := a.(type) {
+	case time.Time:
+		return quote(v.Format(time.RFC3339Nano))
+	case int64:
+		return fmt.Sprint(v)
+	case string:
+		return quote(v)
+	case []int32, []int64:
+		return quote(strings.NewReplacer("[", "{", "]", "}", " ", ",").Replace(fmt.Sprint(v)))
+	case []string:
+		q := make([]string, len(v))
+		for i, s := range v {
+			q[i] = quote(s)
+		}
+		return "ARRAY[" + strings.Join(q, ", ") + "]"
+	}
+	t.Fatalf("literal: unsupported %T", a)
+	return ""
+}
+
+func writeExplainDoc(t *testing.T, schema string) {
+	var b strings.Builder
+	b.WriteString("# pgstore: the plans of its statements\n\n")
+	b.WriteString("Written by `go test -run TestExplainUsesIndexes -update-explain` on an outbox of 24,000 rows\n")
+	b.WriteString("(40 namespaces × 3 task queues × 200 rows; the oldest 12,000 claimed once: 10% retried with a delay,\n10% left claimed,")
+	b.WriteString("the rest settled), ANALYZEd, on PostgreSQL ")
+	var version string
+	_ = adminPool.QueryRow(t.Context(), "SHOW server_version").Scan(&version)
+	b.WriteString(version + ". The node owns a quarter of the 64 shards; the scoped claim has 25 scopes.\n")
+	b.WriteString("Pending counts are shown with a cap of 10, below what a route holds on the node's shards, where the\n")
+	b.WriteString("scan must stop at the cap, and with a cap of 100, above it, where every entry of each route is read\n")
+	b.WriteString("whatever the plan and PostgreSQL may pick a bitmap scan of the route.\n")
+	b.WriteString("The test fails if a statement stops using its index or reads the table sequentially,\n")
+	b.WriteString("under custom plans and under the generic plans a cached prepared statement may switch to.\n")
+	b.WriteString("The test schema's name is shown as `{schema}`.\n")
+	for _, e := range explained {
+		if e.mode == "force_custom_plan" {
+			fmt.Fprintf(&b, "\n## %s\n", e.name)
+			if !strings.Contains(e.name, " ") {
+				fmt.Fprintf(&b, "\n```sql%s\n```\n", strings.ReplaceAll(e.sql, pgx.Identifier{schema}.Sanitize(), "{schema}"))
+			}
+		}
+		fmt.Fprintf(&b, "\n%s:\n\n```\n%s\n```\n", map[string]string{"force_custom_plan": "Custom plan", "force_generic_plan": "Generic plan"}[e.mode], e.plan)
+	}
+	if err := os.WriteFile("EXPLAIN.md", []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
