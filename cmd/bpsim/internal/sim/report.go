@@ -184,8 +184,12 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(&b, "throughput %.1f rows/s (%d rows in %s simulated) · Jain's fairness %.3f · %s\n",
-		p.Throughput, p.Settled, fmtWait(p.Makespan), p.Fairness, p.Audit)
+	verdict := "ok"
+	if !p.Audit.OK() {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(&b, "throughput %.1f rows/s (%d rows in %s simulated) · Jain's fairness %.3f · exactly-once %s\n",
+		p.Throughput, p.Settled, fmtWait(p.Makespan), p.Fairness, verdict)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

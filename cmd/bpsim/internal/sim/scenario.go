@@ -341,21 +341,23 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 }
 
 func (j serviceTimeJSON) serviceTime(field string) (ServiceTime, error) {
-	min, err := parseDuration(field+".min", j.Min, -1)
-	if err != nil {
-		return ServiceTime{}, err
-	}
-	max, err := parseDuration(field+".max", j.Max, -1)
-	if err != nil {
-		return ServiceTime{}, err
-	}
-	switch {
-	case min < 0 && max < 0:
+	if j.Min == "" && j.Max == "" {
 		return ServiceTime{}, &ScenarioError{Field: field, Problem: `want "min" and "max" durations`}
-	case min < 0:
-		min = max
-	case max < 0:
-		max = min
+	}
+	// One of them alone means a fixed service time.
+	if j.Min == "" {
+		j.Min = j.Max
+	}
+	if j.Max == "" {
+		j.Max = j.Min
+	}
+	min, err := parseDuration(field+".min", j.Min, 0)
+	if err != nil {
+		return ServiceTime{}, err
+	}
+	max, err := parseDuration(field+".max", j.Max, 0)
+	if err != nil {
+		return ServiceTime{}, err
 	}
 	return ServiceTime{Min: min, Max: max}, nil
 }

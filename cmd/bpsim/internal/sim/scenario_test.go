@@ -1,0 +1,153 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSampleScenarioIsTheDefault(t *testing.T) {
+	got, err := LoadScenario("../../scenario.sample.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := DefaultScenario(); !reflect.DeepEqual(got, want) {
+		t.Errorf("scenario.sample.json = %+v\nwant DefaultScenario() = %+v", got, want)
+	}
+}
+
+func TestDefaultScenarioIsValid(t *testing.T) {
+	if err := DefaultScenario().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestScenarioJSONRoundTrip(t *testing.T) {
+	s := DefaultScenario()
+	st := ServiceTime{Min: 200 * time.Millisecond, Max: 200 * time.Millisecond}
+	s.Tenants[1].ServiceTime = &st
+	s.Tenants[2].Arrivals = append(s.Tenants[2].Arrivals,
+		Arrival{Pattern: PatternSteady, PerSecond: 0.5, From: 10 * time.Second, Until: 20 * time.Second},
+		Arrival{Pattern: PatternBurst, Rows: 7, At: 30 * time.Second})
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseScenario(b)
+	if err != nil {
+		t.Fatalf("ParseScenario(MarshalJSON(s)): %v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Errorf("round trip changed the scenario:\n got %+v\nwant %+v", got, s)
+	}
+}
+
+func TestParseScenarioDefaults(t *testing.T) {
+	s, err := ParseScenario([]byte(`{"tenants": [{"name": "a", "quota": -1, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := DefaultScenario()
+	if s.Nodes != def.Nodes || s.ShardCount != def.ShardCount || s.BatchSize != def.BatchSize ||
+		s.Tick != def.Tick || s.Duration != def.Duration || s.Lease != def.Lease || s.ServiceTime != def.ServiceTime {
+		t.Errorf("left-out fields = %+v, want the default scenario's", s)
+	}
+	if s.WorkersPerNode != 0 {
+		t.Errorf("workersPerNode left out = %d, want 0 (unlimited)", s.WorkersPerNode)
+	}
+	if s.Tenants[0].Queues != 1 {
+		t.Errorf("queues left out = %d, want 1", s.Tenants[0].Queues)
+	}
+}
+
+// TestParseScenarioErrors checks that each bad scenario is rejected with a
+// *ScenarioError naming the field, with the problem in its message.
+func TestParseScenarioErrors(t *testing.T) {
+	const tenant = `{"name": "a", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}`
+	with := func(top string) string { return `{` + top + `"tenants": [` + tenant + `]}` }
+	withTenant := func(fields string) string {
+		return `{"tenants": [{"name": "a", "quota": 5, ` + fields + `}]}`
+	}
+	withArrival := func(a string) string {
+		return `{"tenants": [{"name": "a", "quota": 5, "arrivals": [` + a + `]}]}`
+	}
+	tests := []struct {
+		json, field, problem string
+	}{
+		{``, "", "empty"},
+		{`{"nodes": 3,`, "", "truncated"},
+		{`[1]`, "(top level)", "object"},
+		{`{} {}`, "", "after the JSON object"},
+		{`{"nodse": 3}`, "nodse", "unknown field"},
+		{`{"nodes": "3"}`, "nodes", "number"},
+		{`{"tenants": 3}`, "tenants", "array"},
+		{`{}`, "tenants", "missing"},
+		{`{"tenants": []}`, "tenants", "at least one"},
+		{with(`"nodes": -1,`), "nodes", "out of range"},
+		{with(`"nodes": 65,`), "nodes", "out of range"},
+		{with(`"shardCount": 8, "nodes": 9,`), "nodes", "nodes ≤ shardCount"},
+		{with(`"shardCount": 5000,`), "shardCount", "out of range"},
+		{with(`"batchSize": -2,`), "batchSize", "out of range"},
+		{with(`"workersPerNode": -1,`), "workersPerNode", "negative"},
+		{with(`"batchSize": 10, "workersPerNode": 5,`), "workersPerNode", "below batchSize"},
+		{with(`"tick": "fast",`), "tick", "not a duration"},
+		{with(`"tick": "-1s",`), "tick", "out of range"},
+		{with(`"duration": "-5s",`), "duration", "not positive"},
+		{with(`"tick": "1ms", "duration": "2h",`), "duration", "ticks"},
+		{with(`"lease": "2s",`), "lease", "claimed again"},
+		{with(`"serviceTime": {"min": "0s", "max": "1s"},`), "serviceTime.min", "not positive"},
+		{with(`"serviceTime": {"min": "2s", "max": "1s"},`), "serviceTime.max", "below min"},
+		{with(`"serviceTime": {},`), "serviceTime", "min"},
+		{with(`"serviceTime": {"min": "soon"},`), "serviceTime.min", "not a duration"},
+		{`{"tenants": [{"quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].name", "empty"},
+		{`{"tenants": [{"name": "a b", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].name", "character"},
+		{`{"tenants": [` + tenant + `,` + tenant + `]}`, "tenants[1].name", "unique"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "quota": 0`), "tenants[0].quota", "never drain"},
+		{`{"tenants": [{"name": "a", "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].quota", "missing"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "quota": -2`), "tenants[0].quota", "-1 for unlimited"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "queues": -3`), "tenants[0].queues", "out of range"},
+		{withTenant(`"arrivals": []`), "tenants[0].arrivals", "at least one"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "serviceTime": {"min": "-1s"}`), "tenants[0].serviceTime.min", "not positive"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "serviceTime": {"min": "1h"}`), "lease", "claimed again"},
+		{withArrival(`{"rows": 3}`), "tenants[0].arrivals[0].pattern", "missing"},
+		{withArrival(`{"pattern": "poisson"}`), "tenants[0].arrivals[0].pattern", `"poisson"`},
+		{withArrival(`{"pattern": "burst"}`), "tenants[0].arrivals[0].rows", "out of range"},
+		{withArrival(`{"pattern": "burst", "rows": 3, "at": "90s"}`), "tenants[0].arrivals[0].at", "outside"},
+		{withArrival(`{"pattern": "burst", "rows": 3, "perSecond": 2}`), "tenants[0].arrivals[0]", "only"},
+		{withArrival(`{"pattern": "burst", "rows": 2000000}`), "tenants[0].arrivals[0].rows", "out of range"},
+		{withArrival(`{"pattern": "steady"}`), "tenants[0].arrivals[0].perSecond", "rate > 0"},
+		{withArrival(`{"pattern": "steady", "perSecond": -1}`), "tenants[0].arrivals[0].perSecond", "rate > 0"},
+		{withArrival(`{"pattern": "steady", "perSecond": 1, "from": "61s"}`), "tenants[0].arrivals[0].from", "outside"},
+		{withArrival(`{"pattern": "steady", "perSecond": 1, "from": "10s", "until": "5s"}`), "tenants[0].arrivals[0].until", "after from"},
+		{withArrival(`{"pattern": "steady", "perSecond": 1, "until": "2m"}`), "tenants[0].arrivals[0].until", "at most the duration"},
+		{withArrival(`{"pattern": "steady", "perSecond": 1, "rows": 4}`), "tenants[0].arrivals[0]", "only"},
+		{withArrival(`{"pattern": "steady", "perSecond": 100000}`), "tenants[0].arrivals[0].perSecond", "at most"},
+		{withArrival(`{"pattern": "burst", "rows": 600000}, {"pattern": "burst", "rows": 600000}`), "tenants", "at most"},
+	}
+	for i, tt := range tests {
+		_, err := ParseScenario([]byte(tt.json))
+		var se *ScenarioError
+		if !errors.As(err, &se) || !errors.Is(err, ErrScenario) {
+			t.Errorf("step %d: ParseScenario(%s) = %v, want a *ScenarioError", i, tt.json, err)
+			continue
+		}
+		if se.Field != tt.field || !strings.Contains(se.Problem, tt.problem) {
+			t.Errorf("step %d: ParseScenario(%s) = %q (field %q), want field %q and a problem mentioning %q",
+				i, tt.json, err, se.Field, tt.field, tt.problem)
+		}
+		if !strings.HasPrefix(err.Error(), "bpsim: scenario: "+tt.field) {
+			t.Errorf("step %d: error %q does not start with the field %q", i, err, tt.field)
+		}
+	}
+}
+
+func TestLoadScenarioMissingFile(t *testing.T) {
+	_, err := LoadScenario(t.TempDir() + "/nope.json")
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("LoadScenario(missing) = %v, want an os.ErrNotExist", err)
+	}
+}
