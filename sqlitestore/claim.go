@@ -82,7 +82,8 @@ GROUP BY namespace`, append([]any{nanos(s.now())}, sargs...)...)
 
 // CountPendingOutboxRows returns, per route with claimable rows on the owned
 // shards (visible pending rows and rows whose lease expired), the number of
-// such rows capped at capPerRoute (≥ 1, else ErrInvalidArgument). One read
+// such rows capped at capPerRoute (≥ 1, else ErrInvalidArgument), sorted by
+// namespace and task queue (the order the planner is fastest with). One read
 // statement; it never counts past the cap, so its cost is
 // O(routes × min(backlog, capPerRoute)) index entries, not the backlog.
 func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
@@ -109,7 +110,8 @@ SELECT namespace, task_queue, n FROM (
 			  AND o.state < 2 AND o.ready_at <= ?1`+cond+`
 			LIMIT ?2)) AS n
 	FROM outbox_routes r)
-WHERE n > 0`, append([]any{nanos(s.now()), capPerRoute}, sargs...)...)
+WHERE n > 0
+ORDER BY namespace, task_queue`, append([]any{nanos(s.now()), capPerRoute}, sargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 	}

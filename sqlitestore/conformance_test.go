@@ -47,8 +47,10 @@ func newHarness(t *testing.T, path string, opts Options) *storetest.Harness[Row]
 			}
 			return s.Enqueue(ctx, ms)
 		},
-		Settle:       func(ctx context.Context, r Row) error { return s.Settle(ctx, r.DispatchKey, r.Token) },
-		Retry:        func(ctx context.Context, r Row, d time.Duration) error { return s.Retry(ctx, r.DispatchKey, r.Token, d) },
+		Settle: func(ctx context.Context, r Row) error { return s.Settle(ctx, r.DispatchKey, r.Token) },
+		Retry: func(ctx context.Context, r Row, d time.Duration) error {
+			return s.Retry(ctx, r.DispatchKey, r.Token, d)
+		},
 		Inspect:      func(ctx context.Context, key string) (storetest.RowState, error) { return inspect(ctx, s, key) },
 		Key:          func(r Row) string { return r.DispatchKey },
 		Now:          clock.Now,

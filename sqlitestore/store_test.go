@@ -1,0 +1,274 @@
+package sqlitestore
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/storetest"
+)
+
+func openT(t *testing.T, path string, opts Options) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), path, opts)
+	if err != nil {
+		t.Fatalf("Open(%q, %+v): %v", path, opts, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func allShards(t *testing.T, s *Store) backpressure.OwnedShardFraction {
+	t.Helper()
+	f, err := backpressure.AllShards(s.ShardCount())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestDefaults(t *testing.T) {
+	s := openT(t, ":memory:", Options{})
+	if s.ShardCount() != 64 || s.Lease() != 30*time.Second {
+		t.Errorf("defaults: ShardCount %d Lease %v, want 64 30s", s.ShardCount(), s.Lease())
+	}
+}
+
+func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	ctx := t.Context()
+	for i := 0; i < 3; i++ {
+		s, err := Open(ctx, path, Options{ShardCount: 16})
+		if err != nil {
+			t.Fatalf("open %d: %v", i, err)
+		}
+		var version int
+		if err := s.reader.QueryRowContext(ctx, `SELECT value FROM outbox_meta WHERE key = 'schema_version'`).Scan(&version); err != nil {
+			t.Fatal(err)
+		}
+		if version != schemaVersion {
+			t.Errorf("open %d: schema_version %d, want %d", i, version, schemaVersion)
+		}
+		if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "k" + string(rune('a'+i)), Namespace: "a", TaskQueue: "q"}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A database from a newer version of the package is refused.
+	s := openT(t, path, Options{})
+	if _, err := s.writer.ExecContext(ctx, `UPDATE outbox_meta SET value = ? WHERE key = 'schema_version'`, schemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	_, err := Open(ctx, path, Options{})
+	var sv *SchemaVersionError
+	if !errors.Is(err, ErrSchemaTooNew) || !errors.As(err, &sv) || sv.Database != schemaVersion+1 || sv.Known != schemaVersion {
+		t.Errorf("Open(newer schema) = %v, want a *SchemaVersionError{%d, %d}", err, schemaVersion+1, schemaVersion)
+	}
+}
+
+func TestReopenKeepsRowsAndTokens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	ctx := t.Context()
+	s := openT(t, path, Options{ShardCount: 8})
+	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "a", Namespace: "n", TaskQueue: "q", Payload: []byte("x")}, {DispatchKey: "b", Namespace: "n", TaskQueue: "q"}}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := backpressure.AllShards(8)
+	rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n", TaskQueue: "q"}, Limit: 1}})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim = %v, %v", rows, err)
+	}
+	_ = s.Close()
+
+	s = openT(t, path, Options{}) // adopts the recorded shard count
+	if s.ShardCount() != 8 {
+		t.Errorf("reopened ShardCount %d, want the recorded 8", s.ShardCount())
+	}
+	got, state, err := s.Get(ctx, rows[0].DispatchKey)
+	if err != nil || state != StateClaimed || got.Token != rows[0].Token || got.Attempts != 1 {
+		t.Errorf("reopened Get = %+v %v %v, want the claimed row with token %d", got, state, err, rows[0].Token)
+	}
+	if err := s.Settle(ctx, rows[0].DispatchKey, rows[0].Token); err != nil {
+		t.Errorf("Settle after reopen: %v", err)
+	}
+	more, err := s.ClaimOutboxRowsUnscoped(ctx, f, 10)
+	if err != nil || len(more) != 1 || more[0].Token <= rows[0].Token {
+		t.Errorf("claim after reopen = %+v, %v; want the other row with a larger token than %d", more, err, rows[0].Token)
+	}
+	if _, err := Open(ctx, path, Options{ShardCount: 16}); !errors.Is(err, ErrShardCountMismatch) {
+		t.Errorf("Open(recorded 8 shards, asked 16) = %v, want ErrShardCountMismatch", err)
+	}
+}
+
+func TestTypedErrors(t *testing.T) {
+	ctx := t.Context()
+	s := openT(t, ":memory:", Options{})
+	f := allShards(t, s)
+	var arg *ArgumentError
+	for name, err := range map[string]error{
+		"empty key":       second(s.Enqueue(ctx, []Message{{Namespace: "n"}})),
+		"empty namespace": second(s.Enqueue(ctx, []Message{{DispatchKey: "k"}})),
+		"cap 0":           second(s.CountPendingOutboxRows(ctx, f, 0)),
+		"limit 0":         second(s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Limit: 0}})),
+		"unscoped 0":      second(s.ClaimOutboxRowsUnscoped(ctx, f, 0)),
+		"open no path":    second(Open(ctx, "", Options{})),
+		"negative lease":  second(Open(ctx, ":memory:", Options{Lease: -time.Second})),
+		"negative shards": second(Open(ctx, ":memory:", Options{ShardCount: -1})),
+	} {
+		if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &arg) {
+			t.Errorf("%s: err = %v, want an *ArgumentError", name, err)
+		}
+	}
+	if err := s.Settle(ctx, "missing", 1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Settle(missing) = %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	}
+	other, _ := backpressure.AllShards(s.ShardCount() * 2)
+	var sc *ShardCountError
+	if _, err := s.CountClaimedOutboxRows(ctx, other); !errors.As(err, &sc) || sc.Store != 64 || sc.Given != 128 || !errors.Is(err, ErrShardCountMismatch) {
+		t.Errorf("CountClaimedOutboxRows(128 shards) = %v, want *ShardCountError{64, 128}", err)
+	}
+
+	// A lease that expired, not re-claimed: Settle is refused, saying why.
+	clock := storetest.NewClock()
+	s = openT(t, ":memory:", Options{Now: clock.Now, Lease: time.Second})
+	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 1)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim = %v, %v", rows, err)
+	}
+	clock.Advance(time.Second)
+	var lost *LeaseLostError
+	if err := s.Settle(ctx, "k", rows[0].Token); !errors.As(err, &lost) || !lost.Expired || !errors.Is(err, ErrLeaseLost) {
+		t.Errorf("Settle after the lease ended = %v, want a *LeaseLostError with Expired", err)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func TestCancelledContextChangesNothing(t *testing.T) {
+	s := openT(t, ":memory:", Options{})
+	f := allShards(t, s)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "k", Namespace: "n"}}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Enqueue(cancelled) = %v, want context.Canceled", err)
+	}
+	if _, err := s.ClaimOutboxRowsUnscoped(ctx, f, 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("ClaimOutboxRowsUnscoped(cancelled) = %v, want context.Canceled", err)
+	}
+	if err := s.Settle(ctx, "k", 1); !errors.Is(err, context.Canceled) {
+		t.Errorf("Settle(cancelled) = %v, want context.Canceled", err)
+	}
+	if _, err := s.Stats(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Stats(cancelled) = %v, want context.Canceled", err)
+	}
+	if _, err := Open(ctx, ":memory:", Options{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Open(cancelled) = %v, want context.Canceled", err)
+	}
+	st, err := s.Stats(t.Context())
+	if err != nil || st.Total != 0 {
+		t.Errorf("Stats after cancelled calls = %+v, %v; want an empty store", st, err)
+	}
+}
+
+func TestUnscopedClaimAndStats(t *testing.T) {
+	ctx := t.Context()
+	clock := storetest.NewClock()
+	s := openT(t, ":memory:", Options{Now: clock.Now, Lease: time.Minute})
+	var msgs []Message
+	for i, ns := range []string{"b", "a", "b", "c", "a", "c"} {
+		msgs = append(msgs, Message{DispatchKey: "k" + string(rune('0'+i)), Namespace: ns, TaskQueue: "q"})
+	}
+	if _, err := s.Enqueue(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range rows {
+		keys = append(keys, r.DispatchKey)
+	}
+	if want := []string{"k0", "k1", "k2", "k3"}; !equal(keys, want) {
+		t.Errorf("unscoped claim = %v, want the oldest %v", keys, want)
+	}
+	if err := s.Settle(ctx, "k0", rows[0].Token); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Retry(ctx, "k1", rows[1].Token, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(30 * time.Second)
+	rows2, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 1)
+	if err != nil || len(rows2) != 1 || rows2[0].DispatchKey != "k4" {
+		t.Fatalf("second claim = %+v, %v; want k4", rows2, err)
+	}
+	clock.Advance(31 * time.Second) // k2, k3 expire; k4 is live
+	st, err := s.Stats(ctx)
+	want := Stats{Pending: 1, Delayed: 1, Claimed: 1, Expired: 2, Settled: 1, Total: 6, Attempts: 5}
+	if err != nil || st != want {
+		t.Errorf("Stats = %+v, %v; want %+v", st, err, want)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestFileSharedByTwoStores(t *testing.T) {
+	// Two stores on one file (two processes, say) claim disjoint rows.
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	ctx := t.Context()
+	a, b := openT(t, path, Options{}), openT(t, path, Options{})
+	var msgs []Message
+	for i := 0; i < 100; i++ {
+		msgs = append(msgs, Message{DispatchKey: "k" + string(rune('A'+i%26)) + string(rune('a'+i/26)), Namespace: "n", TaskQueue: "q"})
+	}
+	if _, err := a.Enqueue(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i := 0; ; i++ {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		rows, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		for _, r := range rows {
+			if seen[r.DispatchKey] {
+				t.Fatalf("row %q claimed twice", r.DispatchKey)
+			}
+			seen[r.DispatchKey] = true
+		}
+	}
+	if len(seen) != 100 {
+		t.Errorf("claimed %d rows, want 100", len(seen))
+	}
+}
