@@ -174,7 +174,7 @@ func writeExplainDoc(t *testing.T, schema string) {
 	var b strings.Builder
 	b.WriteString("# pgstore: the plans of its statements\n\n")
 	b.WriteString("Written by `go test -run TestExplainUsesIndexes -update-explain` on an outbox of 24,000 rows\n")
-	b.WriteString("(40 namespaces × 3 task queues × 200 rows; the oldest 12,000 claimed once: 10% retried with a delay,\n10% left claimed,")
+	b.WriteString("(40 namespaces × 3 task queues × 200 rows; the oldest 12,000 claimed once: 10% retried with a delay,\n10% left claimed, ")
 	b.WriteString("the rest settled), ANALYZEd, on PostgreSQL ")
 	var version string
 	_ = adminPool.QueryRow(t.Context(), "SHOW server_version").Scan(&version)

@@ -141,8 +141,8 @@ func (tr *tracer) arm(n int) {
 }
 
 // newPool returns a pool of its own for t, traced by tr (which may be nil),
-// closed when t ends.
-func newPool(t testing.TB, tr *tracer, maxConns int32) *pgxpool.Pool {
+// closed when t ends; settings are name, value pairs of session settings.
+func newPool(t testing.TB, tr *tracer, maxConns int32, settings ...string) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(databaseURL())
 	if err != nil {
@@ -152,6 +152,9 @@ func newPool(t testing.TB, tr *tracer, maxConns int32) *pgxpool.Pool {
 		cfg.ConnConfig.Tracer = tr
 	}
 	cfg.MaxConns = maxConns
+	for i := 0; i+1 < len(settings); i += 2 {
+		cfg.ConnConfig.RuntimeParams[settings[i]] = settings[i+1]
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
