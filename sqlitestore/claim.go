@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -102,16 +103,14 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	}
 	s.trips.Add(1)
 	rows, err := s.reader.QueryContext(ctx, `
-SELECT namespace, task_queue, n FROM (
-	SELECT r.namespace, r.task_queue, (
-		SELECT count(*) FROM (
-			SELECT 1 FROM outbox o
-			WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
-			  AND o.state < 2 AND o.ready_at <= ?1`+cond+`
-			LIMIT ?2)) AS n
-	FROM outbox_routes r)
-WHERE n > 0
-ORDER BY namespace, task_queue`, append([]any{nanos(s.now()), capPerRoute}, sargs...)...)
+SELECT r.namespace, r.task_queue, (
+	SELECT count(*) FROM (
+		SELECT 1 FROM outbox o
+		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
+		  AND o.state < 2 AND o.ready_at <= ?1`+cond+`
+		LIMIT ?2))
+FROM outbox_routes r
+ORDER BY r.namespace, r.task_queue`, append([]any{nanos(s.now()), capPerRoute}, sargs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 	}
@@ -122,7 +121,11 @@ ORDER BY namespace, task_queue`, append([]any{nanos(s.now()), capPerRoute}, sarg
 		if err := rows.Scan(&c.Route.Namespace, &c.Route.TaskQueue, &c.Count); err != nil {
 			return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 		}
-		counts = append(counts, c)
+		// Filtering here rather than in SQL keeps SQLite from evaluating
+		// the count subquery twice.
+		if c.Count > 0 {
+			counts = append(counts, c)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
@@ -140,16 +143,30 @@ const (
 
 // ClaimOutboxRowsScoped claims, in one write transaction (all or nothing),
 // at most Limit claimable rows of each claim's route on the owned shards,
-// oldest (lowest ID) first, and returns them with a new lease of
-// Options.Lease and one fresh token for the whole claim. Rows it does not
-// return are not touched. A Limit < 1 fails with ErrInvalidArgument before
-// anything is claimed. Cost: one transaction, one indexed statement per
-// claim, O(Σ Limit) rows written.
+// oldest (lowest ID) first, and returns them in ID order with a new lease of
+// Options.Lease and one fresh token for the whole claim. A route named twice
+// is claimed up to the sum of its limits. Rows it does not return are not
+// touched. A Limit < 1 fails with ErrInvalidArgument before anything is
+// claimed.
+//
+// The claim is one statement for all scopes: a recursive query walks each
+// route's claimable rows in ID order through the route index, one seek per
+// row, so its cost is O(Σ Limit · log rows) whatever the backlog, with no
+// per-route statement overhead.
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+	limits := make(map[backpressure.Route]int, len(claims))
+	scopes := make([][3]any, 0, len(claims))
 	for i, c := range claims {
 		if c.Limit < 1 {
 			return nil, &ArgumentError{Name: "claims[" + strconv.Itoa(i) + "].Limit", Value: c.Limit, Reason: "must be ≥ 1"}
 		}
+		if _, dup := limits[c.Route]; !dup {
+			scopes = append(scopes, [3]any{c.Route.Namespace, c.Route.TaskQueue, 0})
+		}
+		limits[c.Route] += c.Limit
+	}
+	for i, sc := range scopes {
+		scopes[i][2] = limits[backpressure.Route{Namespace: sc[0].(string), TaskQueue: sc[1].(string)}]
 	}
 	cond, sargs, none, err := s.shardFilter(shards, 7)
 	if err != nil {
@@ -161,11 +178,24 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if none || len(claims) == 0 {
 		return []Row{}, nil
 	}
-	q := claimSet + `
-WHERE id IN (
-	SELECT id FROM outbox
-	WHERE namespace = ?4 AND task_queue = ?5 AND state < 2 AND ready_at <= ?2` + cond + `
-	ORDER BY id LIMIT ?6)` + claimReturning
+	scopeJSON, err := json.Marshal(scopes)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	next := `SELECT o.id FROM outbox o
+		WHERE o.namespace = %[1]s.namespace AND o.task_queue = %[1]s.task_queue
+		  AND o.state < 2 AND o.ready_at <= ?2` + cond + `%[2]s
+		ORDER BY o.id LIMIT 1`
+	q := `WITH RECURSIVE
+	scope(namespace, task_queue, lim) AS (
+		SELECT value->>0, value->>1, value->>2 FROM json_each(?4)),
+	pick(namespace, task_queue, lim, id, n) AS (
+		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "scope", "") + `), 1 FROM scope
+		UNION ALL
+		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "p", " AND o.id > p.id") + `), n + 1
+		FROM pick p WHERE p.n < p.lim AND p.id IS NOT NULL)
+` + claimSet + `
+WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL)` + claimReturning
 	var out []Row
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
@@ -173,28 +203,19 @@ WHERE id IN (
 		if err != nil {
 			return err
 		}
-		stmt, err := tx.PrepareContext(ctx, q)
+		now := fromNanos(nanos(s.now()))
+		leaseEnd := now.Add(s.lease)
+		// ?5 and ?6 are unused here; binding them keeps the numbering shared.
+		args := append([]any{token, nanos(now), nanos(leaseEnd), string(scopeJSON), nil, nil}, sargs...)
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
-		defer stmt.Close()
-		now := fromNanos(nanos(s.now()))
-		leaseEnd := now.Add(s.lease)
-		args := append([]any{token, nanos(now), nanos(leaseEnd), nil, nil, nil}, sargs...)
-		for _, c := range claims {
-			args[3], args[4], args[5] = c.Route.Namespace, c.Route.TaskQueue, c.Limit
-			if err := s.step(ctx); err != nil {
-				return err
-			}
-			rows, err := stmt.QueryContext(ctx, args...)
-			if err != nil {
-				return err
-			}
-			if out, err = collect(out, rows, token, now, leaseEnd); err != nil {
-				return err
-			}
-		}
-		return nil
+		out, err = collect(out, rows, token, now, leaseEnd)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
