@@ -79,8 +79,8 @@ WHERE state = 'claimed'`, f.now); err != nil {
 		// may prefer a bitmap scan of the route: still one route, never the
 		// backlog.
 		{"countPending (cap above route size)", []any{f.now, quarter, int64(100)}, []string{"outbox_route_oldest_idx"}, nil},
-		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o"}},
-		{"claimUnscoped", []any{f.now, lease, quarter, int64(100)}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o"}},
+		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}},
+		{"claimUnscoped", []any{f.now, lease, quarter, int64(100)}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}},
 		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil},
 		{"retry", []any{f.now, "ns050/q1/7", int64(1), int64(1000)}, []string{"outbox_dispatch_key_key"}, nil},
 		{"purgeSettled", []any{f.now, int64(1000)}, []string{"outbox_settled_idx", "outbox_pkey"}, nil},

@@ -1,0 +1,128 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/pgstore"
+)
+
+// BenchmarkSweepVsUnscoped measures claim throughput, in rows per second,
+// of a full fair sweep (backpressure.Sweep: claimed counts, capped pending
+// counts, the plan, one scoped claim) against the plain unscoped
+// oldest-first claim of the same batch size, each on its own copy of the
+// same outbox: 10 or 1,000 namespaces of 2 task queues each, one node
+// owning all 64 shards, batch size 100. Each iteration runs one of each and
+// times them separately; the claimed rows are then settled in bulk and the
+// backlog topped up, outside the timings. It reports fair-rows/s,
+// unscoped-rows/s and their ratio fair/unscoped (target ≥ 0.8).
+//
+//	go test -run '^$' -bench SweepVsUnscoped -benchtime 300x ./pgstore
+func BenchmarkSweepVsUnscoped(b *testing.B) {
+	for _, namespaces := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("namespaces=%d", namespaces), func(b *testing.B) {
+			benchmarkSweepVsUnscoped(b, namespaces)
+		})
+	}
+}
+
+func benchmarkSweepVsUnscoped(b *testing.B, namespaces int) {
+	const (
+		batch    = 100
+		queues   = 2
+		backlog  = 20_000 // rows per copy, topped up when half is gone
+		refillAt = backlog / 2
+	)
+	ctx := context.Background()
+	all, _ := backpressure.AllShards(pgstore.DefaultShardCount)
+	fair := newBenchStore(b, ctx)
+	plain := newBenchStore(b, ctx)
+	bp, err := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: 1000}, all)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	next := 0 // the next message number
+	fill := func(rows int) {
+		msgs := make([]pgstore.Message, 0, rows)
+		for ; len(msgs) < rows; next++ {
+			ns := next % namespaces
+			msgs = append(msgs, pgstore.Message{
+				DispatchKey: fmt.Sprintf("m%09d", next),
+				Namespace:   fmt.Sprintf("ns%04d", ns),
+				TaskQueue:   fmt.Sprintf("q%d", (next/namespaces)%queues),
+				Payload:     []byte("payload"),
+			})
+		}
+		for _, s := range []*pgstore.Store{fair, plain} {
+			for lo := 0; lo < len(msgs); lo += 5000 {
+				if _, err := s.Enqueue(ctx, msgs[lo:min(lo+5000, len(msgs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := adminPool.Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{s.Schema()}.Sanitize()+".outbox"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	settleAll := func(s *pgstore.Store) {
+		if _, err := adminPool.Exec(ctx, "UPDATE "+pgx.Identifier{s.Schema()}.Sanitize()+".outbox SET state = 'settled', settled_at = now() WHERE state = 'claimed'"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fill(backlog)
+	pending := backlog
+
+	var fairTime, plainTime time.Duration
+	var fairRows, plainRows int
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		rows, _, err := backpressure.Sweep(ctx, bp, fair)
+		fairTime += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fairRows += len(rows)
+
+		start = time.Now()
+		plainClaimed, err := plain.ClaimOutboxRowsUnscoped(ctx, all, batch)
+		plainTime += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		plainRows += len(plainClaimed)
+		if len(rows) != batch || len(plainClaimed) != batch {
+			b.Fatalf("iteration %d: fair sweep claimed %d, unscoped %d; want %d each", i, len(rows), len(plainClaimed), batch)
+		}
+
+		b.StopTimer()
+		settleAll(fair)
+		settleAll(plain)
+		if pending -= batch; pending < refillAt {
+			fill(backlog - pending)
+			pending = backlog
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	fairRate := float64(fairRows) / fairTime.Seconds()
+	plainRate := float64(plainRows) / plainTime.Seconds()
+	b.ReportMetric(fairRate, "fair-rows/s")
+	b.ReportMetric(plainRate, "unscoped-rows/s")
+	b.ReportMetric(fairRate/plainRate, "fair/unscoped")
+}
+
+// newBenchStore returns a store in a fresh schema of its own.
+func newBenchStore(b *testing.B, ctx context.Context) *pgstore.Store {
+	s, err := pgstore.New(ctx, newPool(b, nil, 2), pgstore.Options{Schema: testSchema(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
