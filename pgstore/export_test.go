@@ -14,3 +14,6 @@ func Statements(s *Store) map[string]string {
 		"purgeSettled":  s.sql.purgeSettled,
 	}
 }
+
+// MigrationCount is the number of migrations the package knows.
+func MigrationCount() int { return len(migrations) }

@@ -104,10 +104,9 @@ func testSchema(t testing.TB) string {
 type tracer struct {
 	queries atomic.Int64
 
-	mu       sync.Mutex
-	failNth  int // the statement, counted from arming, that fails; 0: none
-	seen     int
-	injected error
+	mu      sync.Mutex
+	failNth int // the statement, counted from arming, that fails; 0: none
+	seen    int
 }
 
 var errInjected = fmt.Errorf("pgstore test: injected fault")

@@ -95,8 +95,9 @@ CREATE INDEX outbox_settled_idx ON {schema}.outbox (settled_at)
 `,
 }
 
-// SchemaVersion is the schema version this package migrates to.
-var SchemaVersion = len(migrations)
+// SchemaVersion is the schema version this package migrates to: the number
+// of migrations it knows.
+const SchemaVersion = 1
 
 // migrate brings the schema up to SchemaVersion. It is idempotent and safe
 // to run from many processes at once: a transaction-scoped advisory lock,

@@ -139,6 +139,12 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 }
 
+func TestSchemaVersionIsMigrationCount(t *testing.T) {
+	if pgstore.SchemaVersion != pgstore.MigrationCount() {
+		t.Errorf("SchemaVersion = %d, but there are %d migrations", pgstore.SchemaVersion, pgstore.MigrationCount())
+	}
+}
+
 func TestSchemaTooNew(t *testing.T) {
 	schema := testSchema(t)
 	if _, err := pgstore.New(t.Context(), adminPool, pgstore.Options{Schema: schema}); err != nil {

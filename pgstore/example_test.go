@@ -1,0 +1,51 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/pgstore"
+)
+
+// A producer enqueues (a resent key is ignored), a dispatcher node owning
+// every shard sweeps with backpressure, and settles what it claimed.
+func Example() {
+	ctx := context.Background()
+	const schema = "pgstore_example"
+	defer adminPool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+
+	store, err := pgstore.Open(ctx, databaseURL(), pgstore.Options{Schema: schema})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer store.Close()
+
+	inserted, err := store.Enqueue(ctx, []pgstore.Message{
+		{DispatchKey: "order-1/charge", Namespace: "acme", TaskQueue: "payments"},
+		{DispatchKey: "order-2/charge", Namespace: "acme", TaskQueue: "payments"},
+		{DispatchKey: "order-1/charge", Namespace: "acme", TaskQueue: "payments"}, // resent: ignored
+		{DispatchKey: "invite-7/email", Namespace: "globex", TaskQueue: "emails"},
+	})
+	fmt.Println("inserted:", inserted, err)
+
+	shards, _ := backpressure.AllShards(store.ShardCount())
+	bp, _ := backpressure.New(backpressure.Config{BatchSize: 10, DefaultQuota: 1}, shards)
+	rows, _, err := backpressure.Sweep(ctx, bp, store)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, r := range rows { // acme is at its quota of 1: order-2 waits
+		fmt.Println("claimed:", r.DispatchKey, "attempt", r.Attempts, "settle:", store.Settle(ctx, r.DispatchKey, r.Token))
+	}
+	_, state, _ := store.Get(ctx, "order-2/charge")
+	fmt.Println("order-2/charge:", state)
+	// Output:
+	// inserted: 3 <nil>
+	// claimed: order-1/charge attempt 1 settle: <nil>
+	// claimed: invite-7/email attempt 1 settle: <nil>
+	// order-2/charge: pending
+}
