@@ -22,9 +22,9 @@ var (
 	ErrShardCountMismatch = errors.New("pgstore: shard count mismatch")
 	// ErrInvalidOptions reports Options that New rejects.
 	ErrInvalidOptions = errors.New("pgstore: invalid options")
-	// ErrInvalidInput reports an argument a call rejects before touching the
+	// ErrInvalidArgument reports an argument a call rejects before touching the
 	// database: an empty dispatch key, a negative limit or delay, and so on.
-	ErrInvalidInput = errors.New("pgstore: invalid input")
+	ErrInvalidArgument = errors.New("pgstore: invalid argument")
 	// ErrSchemaTooNew reports a schema migrated by a newer version of this
 	// package than the running one; the store refuses to use it.
 	ErrSchemaTooNew = errors.New("pgstore: schema version is newer than this package")
@@ -77,20 +77,20 @@ func (e *OptionsError) Error() string {
 // Is reports whether target is [ErrInvalidOptions].
 func (e *OptionsError) Is(target error) bool { return target == ErrInvalidOptions }
 
-// InputError is the typed form of [ErrInvalidInput]: the call, the
+// ArgumentError is the typed form of [ErrInvalidArgument]: the call, the
 // argument and why.
-type InputError struct {
+type ArgumentError struct {
 	Op     string // the method that was called
 	Arg    string // e.g. `msgs[3].DispatchKey`, "limit", "delay"
 	Reason string
 }
 
-func (e *InputError) Error() string {
+func (e *ArgumentError) Error() string {
 	return fmt.Sprintf("pgstore: %s: invalid %s: %s", e.Op, e.Arg, e.Reason)
 }
 
-// Is reports whether target is [ErrInvalidInput].
-func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+// Is reports whether target is [ErrInvalidArgument].
+func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
 
 // SchemaVersionError is the typed form of [ErrSchemaTooNew].
 type SchemaVersionError struct {

@@ -29,14 +29,14 @@ func (s *Store) Settle(ctx context.Context, dispatchKey string, token int64) err
 // lease is still live; otherwise it returns errors as [Store.Settle] does.
 // The row keeps its place: it is still oldest-first by enqueue order, and
 // its next claim counts one more attempt. A negative delay is an
-// [*InputError]. Cost: O(log n).
+// [*ArgumentError]. Cost: O(log n).
 func (s *Store) Retry(ctx context.Context, dispatchKey string, token int64, delay time.Duration) error {
 	const op = "Retry"
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
 	if delay < 0 {
-		return &InputError{Op: op, Arg: "delay", Reason: fmt.Sprintf("%v is negative", delay)}
+		return &ArgumentError{Op: op, Arg: "delay", Reason: fmt.Sprintf("%v is negative", delay)}
 	}
 	return s.finish(ctx, op, dispatchKey, token, s.sql.retry, delay.Microseconds())
 }
@@ -94,7 +94,7 @@ func (s *Store) PurgeSettled(ctx context.Context, before time.Time, limit int) (
 		return 0, err
 	}
 	if limit < 0 {
-		return 0, &InputError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
+		return 0, &ArgumentError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
 	}
 	if limit == 0 {
 		return 0, nil

@@ -21,7 +21,7 @@ import (
 //
 // Every DispatchKey and Namespace must be non-empty, and every string valid
 // UTF-8 without NUL bytes (PostgreSQL text cannot hold them); otherwise it
-// returns an [*InputError] before touching the database. An empty batch
+// returns an [*ArgumentError] before touching the database. An empty batch
 // returns 0 without a round trip. Cost: O(len(msgs) × log n).
 func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err error) {
 	const op = "Enqueue"
@@ -43,7 +43,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err 
 			{"DispatchKey", m.DispatchKey}, {"Namespace", m.Namespace}, {"TaskQueue", m.TaskQueue},
 		} {
 			if reason := badText(f.value, f.name != "TaskQueue"); reason != "" {
-				return 0, &InputError{Op: op, Arg: fmt.Sprintf("msgs[%d].%s", i, f.name), Reason: reason}
+				return 0, &ArgumentError{Op: op, Arg: fmt.Sprintf("msgs[%d].%s", i, f.name), Reason: reason}
 			}
 		}
 		keys[i], spaces[i], queues[i], payloads[i] = m.DispatchKey, m.Namespace, m.TaskQueue, m.Payload
@@ -112,7 +112,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 		return nil, err
 	}
 	if capPerRoute < 1 {
-		return nil, &InputError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
+		return nil, &ArgumentError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
 	}
 	owned, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -146,7 +146,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 // within a route.
 //
 // A claim with Limit 0 claims nothing; a negative Limit, or a route named
-// twice, is an [*InputError]. An empty claim list returns nil without a
+// twice, is an [*ArgumentError]. An empty claim list returns nil without a
 // round trip. Cost: per scope, one index walk of its route from the oldest
 // row until Limit claimable owned rows are found.
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
@@ -167,14 +167,14 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	for i, c := range claims {
 		arg := fmt.Sprintf("claims[%d]", i)
 		if c.Limit < 0 {
-			return nil, &InputError{Op: op, Arg: arg + ".Limit", Reason: fmt.Sprintf("%d is negative", c.Limit)}
+			return nil, &ArgumentError{Op: op, Arg: arg + ".Limit", Reason: fmt.Sprintf("%d is negative", c.Limit)}
 		}
 		if _, dup := order[c.Route]; dup {
-			return nil, &InputError{Op: op, Arg: arg + ".Route", Reason: fmt.Sprintf("route %s is claimed twice", c.Route)}
+			return nil, &ArgumentError{Op: op, Arg: arg + ".Route", Reason: fmt.Sprintf("route %s is claimed twice", c.Route)}
 		}
 		for _, f := range []struct{ name, value string }{{"Namespace", c.Route.Namespace}, {"TaskQueue", c.Route.TaskQueue}} {
 			if reason := badText(f.value, false); reason != "" {
-				return nil, &InputError{Op: op, Arg: arg + ".Route." + f.name, Reason: reason}
+				return nil, &ArgumentError{Op: op, Arg: arg + ".Route." + f.name, Reason: reason}
 			}
 		}
 		order[c.Route] = i
@@ -212,7 +212,7 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 		return nil, err
 	}
 	if limit < 0 {
-		return nil, &InputError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
+		return nil, &ArgumentError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
 	}
 	owned, err := s.ownedShards(op, shards)
 	if err != nil {

@@ -206,9 +206,9 @@ func TestInvalidInputTouchesNothing(t *testing.T) {
 		func() error { _, err := f.s.PurgeSettled(f.ctx, f.now, -1); return err },
 	} {
 		err := call()
-		var ie *pgstore.InputError
-		if !errors.Is(err, pgstore.ErrInvalidInput) || !errors.As(err, &ie) || !strings.HasPrefix(err.Error(), "pgstore: ") {
-			t.Errorf("step %d: error %v, want a pgstore *InputError", i, err)
+		var ie *pgstore.ArgumentError
+		if !errors.Is(err, pgstore.ErrInvalidArgument) || !errors.As(err, &ie) || !strings.HasPrefix(err.Error(), "pgstore: ") {
+			t.Errorf("step %d: error %v, want a pgstore *ArgumentError", i, err)
 		}
 	}
 	if n := f.tr.queries.Load() - before; n != 0 {
