@@ -21,6 +21,10 @@ type Audit struct {
 	// (the database's view is RunTwice; this is the dispatchers').
 	ClaimedAgain int `json:"claimedAgain"`
 
+	// LeaseLost counts settles the store refused because the worker's
+	// claim was no longer the row's live claim.
+	LeaseLost int `json:"leaseLost"`
+
 	// Redelivered is how many dispatch keys were enqueued a second time at
 	// the end, as a producer retrying after a lost acknowledgement would;
 	// RedeliveredInserted is how many of them the store inserted again
@@ -36,7 +40,7 @@ type Audit struct {
 // none run twice, and redelivery inserted nothing.
 func (a Audit) OK() bool {
 	return a.SettledOnce == a.Keys && a.Lost == 0 && a.Unsettled == 0 && a.RunTwice == 0 &&
-		a.ClaimedAgain == 0 && a.RedeliveredInserted == 0
+		a.ClaimedAgain == 0 && a.LeaseLost == 0 && a.RedeliveredInserted == 0
 }
 
 // String states the verdict in one line.
@@ -45,8 +49,8 @@ func (a Audit) String() string {
 		return fmt.Sprintf("exactly-once: ok — %d of %d dispatch keys settled once, none lost; %d redelivered, %d inserted again",
 			a.SettledOnce, a.Keys, a.Redelivered, a.RedeliveredInserted)
 	}
-	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d lost, %d unsettled, %d run twice, %d claimed again, %d of %d redelivered inserted again; e.g. %v",
-		a.SettledOnce, a.Keys, a.Lost, a.Unsettled, a.RunTwice, a.ClaimedAgain, a.RedeliveredInserted, a.Redelivered, a.Examples)
+	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d lost, %d unsettled, %d run twice, %d claimed again while running, %d settles refused (lease lost), %d of %d redelivered inserted again; e.g. %v",
+		a.SettledOnce, a.Keys, a.Lost, a.Unsettled, a.RunTwice, a.ClaimedAgain, a.LeaseLost, a.RedeliveredInserted, a.Redelivered, a.Examples)
 }
 
 const maxExamples = 5

@@ -24,7 +24,6 @@ type simClock struct {
 
 func (c *simClock) set(t int)          { c.ticks.Store(int64(t)) }
 func (c *simClock) Now() time.Time     { return epoch.Add(time.Duration(c.ticks.Load()) * c.tick) }
-func (c *simClock) at(t int) time.Time { return epoch.Add(time.Duration(t) * c.tick) }
 
 // node is one dispatcher node.
 type node struct {
@@ -144,7 +143,15 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 
 		// 1. Workers finish: settle the rows whose service time is over.
 		for _, r := range due[t] {
-			if err := ob.Settle(ctx, r.key, r.token); err != nil {
+			switch err := ob.Settle(ctx, r.key, r.token); {
+			case errors.Is(err, errLeaseLost):
+				// Someone claimed the row while this worker ran it: the
+				// audit reports it; the other claim will settle it.
+				rep.Audit.LeaseLost++
+				if len(rep.Audit.Examples) < maxExamples {
+					rep.Audit.Examples = append(rep.Audit.Examples, r.key+" (lease lost at settle)")
+				}
+			case err != nil:
 				return nil, fmt.Errorf("%s: settling %q: %w", ob.Name(), r.key, err)
 			}
 			r.node.running--

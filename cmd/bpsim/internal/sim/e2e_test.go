@@ -15,22 +15,23 @@ import (
 )
 
 // smallScenario is a noisy neighbour small enough for a test: a bursty
-// tenant with a backlog over 5 queues and two quiet tenants with a
-// trickle. 60 shards over 3 nodes divide every quota exactly (30 → 10 per
+// tenant with a backlog over 4 queues and two quiet tenants with a
+// trickle. 60 shards over 3 nodes divide every quota exactly (12 → 4 per
 // node, 6 → 2), so the per-node ceilings add up to the quota itself and
 // backpressure must keep every tenant at or under its quota cluster-wide.
+// The cluster runs 30 rows at once, well over the bursty tenant's quota.
 func smallScenario() Scenario {
 	return Scenario{
 		Nodes:          3,
 		ShardCount:     60,
 		BatchSize:      5,
-		WorkersPerNode: 20,
+		WorkersPerNode: 10,
 		Tick:           100 * time.Millisecond,
-		Duration:       6 * time.Second,
+		Duration:       4 * time.Second,
 		Lease:          time.Minute,
-		ServiceTime:    ServiceTime{Min: 500 * time.Millisecond, Max: 1500 * time.Millisecond},
+		ServiceTime:    ServiceTime{Min: 200 * time.Millisecond, Max: 600 * time.Millisecond},
 		Tenants: []Tenant{
-			{Name: "bursty", Quota: 30, Queues: 5, Arrivals: []Arrival{{Pattern: PatternBurst, Rows: 300}}},
+			{Name: "bursty", Quota: 12, Queues: 4, Arrivals: []Arrival{{Pattern: PatternBurst, Rows: 200}}},
 			{Name: "quiet-1", Quota: 6, Queues: 1, Arrivals: []Arrival{{Pattern: PatternSteady, PerSecond: 2}}},
 			{Name: "quiet-2", Quota: 6, Queues: 1, Arrivals: []Arrival{{Pattern: PatternSteady, PerSecond: 2}}},
 		},

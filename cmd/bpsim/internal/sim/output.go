@@ -26,23 +26,9 @@ type outputFile struct {
 	write func(io.Writer) error
 }
 
-// writeOutputs renders every file into a staging directory inside dir and
-// only then renames them into dir, so dir never holds a half-written file
-// and, if rendering fails, nothing in dir changes. Files in dir that bpsim
-// does not write are left alone. It returns the paths written.
+// writeOutputs writes report.json, the combined chart and a chart per
+// policy into dir (see [writeFiles]) and returns their paths.
 func writeOutputs(dir string, r *Report) ([]string, error) {
-	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		return nil, fmt.Errorf("bpsim: output %s: %w", dir, &fs.PathError{Op: "write", Path: dir, Err: errors.New("not a directory")})
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("bpsim: output: %w", err)
-	}
-	stage, err := os.MkdirTemp(dir, ".bpsim-staging-")
-	if err != nil {
-		return nil, fmt.Errorf("bpsim: output: %w", err)
-	}
-	defer os.RemoveAll(stage)
-
 	xMax, yMax := chartXMax(r), chartYMax(r)
 	files := []outputFile{
 		{ReportFile, func(w io.Writer) error {
@@ -60,6 +46,26 @@ func writeOutputs(dir string, r *Report) ([]string, error) {
 			return writePolicyPNG(w, r.Scenario, p, xMax, yMax)
 		}})
 	}
+	return writeFiles(dir, files)
+}
+
+// writeFiles renders every file into a staging directory inside dir and
+// only then renames them into dir, so dir never holds a half-written file
+// and, if any rendering fails, nothing in dir changes. Files in dir that
+// are not among files are left alone. It returns the paths written.
+func writeFiles(dir string, files []outputFile) ([]string, error) {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("bpsim: output: %w", &fs.PathError{Op: "write", Path: dir, Err: errors.New("not a directory")})
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("bpsim: output: %w", err)
+	}
+	stage, err := os.MkdirTemp(dir, ".bpsim-staging-")
+	if err != nil {
+		return nil, fmt.Errorf("bpsim: output: %w", err)
+	}
+	defer os.RemoveAll(stage)
+
 	for _, f := range files {
 		var buf bytes.Buffer
 		if err := f.write(&buf); err != nil {

@@ -117,7 +117,11 @@ func (o *pgOutbox) ClaimUnscoped(ctx context.Context, shards backpressure.OwnedS
 }
 
 func (o *pgOutbox) Settle(ctx context.Context, key string, token int64) error {
-	return o.s.Settle(ctx, key, token)
+	err := o.s.Settle(ctx, key, token)
+	if errors.Is(err, pgstore.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", errLeaseLost, err)
+	}
+	return err
 }
 
 func (o *pgOutbox) Inspect(ctx context.Context, key string) (rowState, error) {

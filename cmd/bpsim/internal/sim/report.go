@@ -110,19 +110,19 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // MarshalJSON writes durations as milliseconds.
 func (p *PolicyReport) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Policy       Policy         `json:"policy"`
-		Description  string         `json:"description"`
-		Database     string         `json:"database"`
-		Tenants      []TenantReport `json:"tenants"`
-		Ticks        int            `json:"ticks"`
-		Settled      int            `json:"settled"`
-		MakespanMs   float64        `json:"makespanMs"`
-		Throughput   float64        `json:"throughputPerSecond"`
-		Fairness     float64        `json:"jainFairness"`
-		ExactlyOnce  bool           `json:"exactlyOnce"`
-		Audit        Audit          `json:"audit"`
-		WallMs       float64        `json:"wallMs"`
-		TickMs       float64        `json:"timelineTickMs"`
+		Policy       Policy           `json:"policy"`
+		Description  string           `json:"description"`
+		Database     string           `json:"database"`
+		Tenants      []TenantReport   `json:"tenants"`
+		Ticks        int              `json:"ticks"`
+		Settled      int              `json:"settled"`
+		MakespanMs   float64          `json:"makespanMs"`
+		Throughput   float64          `json:"throughputPerSecond"`
+		Fairness     float64          `json:"jainFairness"`
+		ExactlyOnce  bool             `json:"exactlyOnce"`
+		Audit        Audit            `json:"audit"`
+		WallMs       float64          `json:"wallMs"`
+		TickMs       float64          `json:"timelineTickMs"`
 		InflightByTn map[string][]int `json:"inflightTimeline"`
 	}{
 		p.Policy, p.Description, p.Database, p.Tenants, p.Ticks, p.Settled, ms(p.Makespan),

@@ -440,6 +440,8 @@ func (s Scenario) Validate() error {
 		return bad("tick", "%v is out of range: want > 0 and ≤ 1h", s.Tick)
 	case s.Duration <= 0:
 		return bad("duration", "%v is not positive", s.Duration)
+	case s.Duration < s.Tick:
+		return bad("duration", "%v is shorter than one tick (%v)", s.Duration, s.Tick)
 	case s.Duration/s.Tick > maxTicks:
 		return bad("duration", "%v is %d ticks of %v: want at most %d", s.Duration, s.Duration/s.Tick, s.Tick, maxTicks)
 	}

@@ -97,6 +97,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{with(`"tick": "fast",`), "tick", "not a duration"},
 		{with(`"tick": "-1s",`), "tick", "out of range"},
 		{with(`"duration": "-5s",`), "duration", "not positive"},
+		{with(`"duration": "50ms",`), "duration", "shorter than one tick"},
 		{with(`"tick": "1ms", "duration": "2h",`), "duration", "ticks"},
 		{with(`"lease": "2s",`), "lease", "claimed again"},
 		{with(`"serviceTime": {"min": "0s", "max": "1s"},`), "serviceTime.min", "not positive"},

@@ -75,7 +75,11 @@ func (o *sqliteOutbox) ClaimUnscoped(ctx context.Context, shards backpressure.Ow
 }
 
 func (o *sqliteOutbox) Settle(ctx context.Context, key string, token int64) error {
-	return o.s.Settle(ctx, key, token)
+	err := o.s.Settle(ctx, key, token)
+	if errors.Is(err, sqlitestore.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", errLeaseLost, err)
+	}
+	return err
 }
 
 func (o *sqliteOutbox) Inspect(ctx context.Context, key string) (rowState, error) {

@@ -73,13 +73,13 @@ func TestEntitledShare(t *testing.T) {
 		want                     float64
 		ok                       bool
 	}{
-		{0, 0, 10, 0, false},   // no demand: not counted
-		{0, 5, 10, 0, true},    // waiting while under quota
-		{10, 90, 10, 1, true},  // at its quota with a backlog
-		{3, 0, 10, 1, true},    // everything it wants
-		{20, 0, 10, 2, true},   // twice its quota
-		{5, 5, -1, 0.5, true},  // unlimited: entitled to its whole demand
-		{2, 3, 4, 0.5, true},   // demand 5 capped at quota 4
+		{0, 0, 10, 0, false},  // no demand: not counted
+		{0, 5, 10, 0, true},   // waiting while under quota
+		{10, 90, 10, 1, true}, // at its quota with a backlog
+		{3, 0, 10, 1, true},   // everything it wants
+		{20, 0, 10, 2, true},  // twice its quota
+		{5, 5, -1, 0.5, true}, // unlimited: entitled to its whole demand
+		{2, 3, 4, 0.5, true},  // demand 5 capped at quota 4
 		{12, 38, 50, 0.24, true},
 	}
 	for i, tt := range tests {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -33,6 +34,11 @@ type rowState struct {
 	Attempts int // claims of the row, 1 when it ran exactly once
 }
 
+// errLeaseLost is what an adapter's Settle returns when the store says the
+// token no longer holds the row: the row was claimed again while a worker
+// was still running it.
+var errLeaseLost = errors.New("lease lost")
+
 // outbox is what the simulator needs of a store: the planner's
 // OutboxStore plus enqueue, the unscoped claim, settle and a read-back for
 // the audit. One adapter per store package implements it.
@@ -42,6 +48,8 @@ type outbox interface {
 	Name() string
 	Enqueue(ctx context.Context, msgs []message) (inserted int, err error)
 	ClaimUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]row, error)
+	// Settle settles the row; it returns an error matching errLeaseLost
+	// when token is no longer the row's live claim.
 	Settle(ctx context.Context, key string, token int64) error
 	Inspect(ctx context.Context, key string) (rowState, error)
 	Close() error

@@ -20,11 +20,11 @@ type arrival struct {
 // workload is a scenario's arrivals, drawn once from the seed and replayed
 // unchanged under every policy.
 type workload struct {
-	arrivals []arrival // ordered by tick, then by the order they were drawn
-	perTick  [][]arrival
-	byKey    map[string]int // dispatch key → index into arrivals
-	perTenant []int         // rows per tenant
-	lastTick int            // tick of the last arrival
+	arrivals  []arrival // ordered by tick, then by the order they were drawn
+	perTick   [][]arrival
+	byKey     map[string]int // dispatch key → index into arrivals
+	perTenant []int          // rows per tenant
+	lastTick  int            // tick of the last arrival
 }
 
 // queueName is the name of a tenant's task queue i.
