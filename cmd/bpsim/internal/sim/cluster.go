@@ -22,8 +22,8 @@ type simClock struct {
 	ticks atomic.Int64
 }
 
-func (c *simClock) set(t int)          { c.ticks.Store(int64(t)) }
-func (c *simClock) Now() time.Time     { return epoch.Add(time.Duration(c.ticks.Load()) * c.tick) }
+func (c *simClock) set(t int)      { c.ticks.Store(int64(t)) }
+func (c *simClock) Now() time.Time { return epoch.Add(time.Duration(c.ticks.Load()) * c.tick) }
 
 // node is one dispatcher node.
 type node struct {
