@@ -134,11 +134,41 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) {
 	b.fraction = f
 }
 
+// PendingCountCap returns the bound Sweep passes to CountPendingOutboxRows:
+//
+//	cap = max(1, min(B, max_q Ceiling(q)))
+//
+// over the default quota and every override (a ceiling of Unlimited counts
+// as B). A plan never grants a route more than its namespace's headroom,
+// which is at most its ceiling, nor more than B; so a route counted as
+// min(P_r, cap) rather than P_r yields exactly the same claims, while the
+// store reads fewer index entries per route. Only the reports' Pending and
+// Held shrink: they count what the store counted.
+func (b *Backpressure) PendingCountCap() int {
+	return b.pendingCountCap(b.OwnedShards())
+}
+
+func (b *Backpressure) pendingCountCap(f OwnedShardFraction) int {
+	ceil := func(q int) int {
+		if c := f.Ceiling(q); c != Unlimited {
+			return c
+		}
+		return b.batchSize
+	}
+	m := ceil(b.defaultQuota)
+	for _, q := range b.quotas {
+		m = max(m, ceil(q))
+	}
+	return max(1, min(b.batchSize, m))
+}
+
 // Sweep runs one sweep of a dispatcher node against store, in four steps and
 // three round trips at most:
 //
 //  1. CountClaimedOutboxRows: live claimed rows per namespace;
-//  2. CountPendingOutboxRows, each route's count capped at b.BatchSize();
+//  2. CountPendingOutboxRows, each route's count capped at
+//     b.PendingCountCap(), so the store reads no more of a route than a
+//     plan could use;
 //  3. b.Plan, which advances b's rotation only if step 4 succeeds;
 //  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
 //     plan claims nothing).
@@ -167,7 +197,7 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if err != nil {
 		return nil, Plan{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
 	}
-	pending, err := store.CountPendingOutboxRows(ctx, shards, b.batchSize)
+	pending, err := store.CountPendingOutboxRows(ctx, shards, b.pendingCountCap(shards))
 	if err != nil {
 		return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 	}

@@ -195,7 +195,7 @@ func ExampleOwnedShardFraction_Ceiling() {
 }
 
 // Sweep: one node, a tenant with quota 3 and a backlog, another with quota
-// 10. The first sweep claims up to each ceiling; the second finds tenant-a
+// 20. The first sweep claims up to each ceiling; the second finds tenant-a
 // still at its ceiling and holds its rows, Pending, until some settle.
 func ExampleSweep() {
 	ctx := context.Background()
@@ -206,7 +206,7 @@ func ExampleSweep() {
 	shards, _ := backpressure.AllShards(16)
 	b, err := backpressure.New(backpressure.Config{
 		BatchSize:    20,
-		DefaultQuota: 10,
+		DefaultQuota: 20,
 		Quotas:       map[string]int{"tenant-a": 3},
 	}, shards)
 	if err != nil {
@@ -233,11 +233,11 @@ func ExampleSweep() {
 	// Output:
 	// sweep 1: claimed 7
 	//   tenant-a: ceiling 3, claimed 0, granted 3, held 17 (at-ceiling)
-	//   tenant-b: ceiling 10, claimed 0, granted 4, held 0
+	//   tenant-b: ceiling 20, claimed 0, granted 4, held 0
 	// sweep 2: claimed 0
 	//   tenant-a: ceiling 3, claimed 3, granted 0, held 17 (at-ceiling)
-	//   tenant-b: ceiling 10, claimed 4, granted 0, held 0
+	//   tenant-b: ceiling 20, claimed 4, granted 0, held 0
 	// sweep 3: claimed 3
 	//   tenant-a: ceiling 3, claimed 0, granted 3, held 14 (at-ceiling)
-	//   tenant-b: ceiling 10, claimed 4, granted 0, held 0
+	//   tenant-b: ceiling 20, claimed 4, granted 0, held 0
 }

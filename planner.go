@@ -54,7 +54,9 @@ func (r HoldReason) String() string {
 
 // NamespaceReport is a plan's account of one namespace: every namespace
 // with pending or claimed rows in the snapshot has one. With P the
-// namespace's pending rows (Σ P_r over its routes):
+// namespace's pending rows (Σ P_r over its routes) as the snapshot counted
+// them — Sweep caps each route's count at PendingCountCap, so under Sweep
+// Pending and Held are lower bounds for a namespace with a larger backlog:
 //
 //	Headroom = max(0, Ceiling − Claimed)   (Unlimited when Ceiling is)
 //	Demand   = min(Headroom, Pending)

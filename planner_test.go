@@ -450,3 +450,30 @@ func fnv1a(s string) uint32 {
 	}
 	return h
 }
+
+// TestPendingCountCapExact checks that capping every route's pending count
+// at PendingCountCap changes no claim and no rotation, sweep after sweep.
+func TestPendingCountCapExact(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		full, capped := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
+		c := capped.PendingCountCap()
+		if c < 1 || c > w.cfg.BatchSize {
+			t.Fatalf("PendingCountCap() = %d, want 1..%d", c, w.cfg.BatchSize)
+		}
+		cs := Snapshot{Claimed: w.snap.Claimed}
+		for _, rc := range w.snap.Pending {
+			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
+		}
+		for s := 0; s < 4; s++ {
+			p1, err1 := full.Plan(w.snap)
+			p2, err2 := capped.Plan(cs)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("Plan: %v, %v", err1, err2)
+			}
+			if !slices.Equal(p1.Claims, p2.Claims) {
+				t.Fatalf("sweep %d, cap %d: claims differ:\nfull   %v\ncapped %v", s, c, p1.Claims, p2.Claims)
+			}
+		}
+	})
+}
