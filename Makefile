@@ -33,7 +33,13 @@ staticcheck: $(STATICCHECK)
 unit:
 	$(GO) test -race -count=1 . -rapid.checks=$(RAPID_CHECKS)
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '^github.com/outboxkit/backpressure$$')
-	@set -e; for d in $(filter-out $(CURDIR),$(MODULES)); do echo "go test $$d"; (cd $$d && $(GO) test -race -count=1 ./...); done
+	@# Nested modules package by package, in local directory mode, so that a
+	@# package's own notice (pgstore's "PostgreSQL not reachable …" line) shows.
+	@set -e; for m in $(filter-out $(CURDIR),$(MODULES)); do \
+		for d in $$(cd $$m && $(GO) list -f '{{.Dir}}' ./...); do \
+			echo "go test $$d"; (cd $$d && $(GO) test -race -count=1); \
+		done; \
+	done
 
 # Every benchmark once, to prove they still run.
 bench-smoke:
