@@ -32,7 +32,7 @@ func testConcurrency[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 		// Phase 1: the clock stands still, so no lease expires and every
 		// row must be claimed exactly once. Claimers settle even rows and
 		// abandon odd ones.
-		first := e.claimConcurrently(claims, func(row R) error {
+		first := e.claimConcurrently(claims, total, func(row R) error {
 			k := e.h.Key(row)
 			if n, _ := strconv.Atoi(k[strings.LastIndexByte(k, '-')+1:]); n%2 == 0 {
 				return e.h.Settle(e.ctx, row)
@@ -46,7 +46,7 @@ func testConcurrency[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 		// Phase 2: the abandoned rows' leases expire; each must be claimed
 		// exactly once more, and the phase-1 tokens must no longer settle.
 		e.h.Advance(e.h.Lease + time.Millisecond)
-		second := e.claimConcurrently(claims, func(R) error { return nil })
+		second := e.claimConcurrently(claims, total/2, func(R) error { return nil })
 		if len(second) != total/2 {
 			t.Errorf("phase 2: %d rows re-claimed, want the %d abandoned ones", len(second), total/2)
 		}
@@ -100,15 +100,18 @@ func testConcurrency[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 }
 
 // claimConcurrently runs claimers goroutines that claim with claims until
-// a claim returns nothing, calling after on each claimed row. It fails the test if a row is claimed twice and returns
-// every claimed row by dispatch key.
-func (e *env[R]) claimConcurrently(claims []backpressure.ScopedClaim, after func(row R) error) map[string]R {
+// a claim returns nothing, calling after on each claimed row. It fails the
+// test if a row is claimed twice, or if claims return more than bound rows
+// in all (a store that never runs dry), and returns every claimed row by
+// dispatch key.
+func (e *env[R]) claimConcurrently(claims []backpressure.ScopedClaim, bound int, after func(row R) error) map[string]R {
 	e.t.Helper()
 	var (
 		mu   sync.Mutex
 		got  = map[string]R{}
 		errs []error
 		wg   sync.WaitGroup
+		seen int // rows returned by all claims, duplicates included
 	)
 	for g := 0; g < claimers; g++ {
 		wg.Add(1)
@@ -126,6 +129,11 @@ func (e *env[R]) claimConcurrently(claims []backpressure.ScopedClaim, after func
 					return
 				}
 				mu.Lock()
+				if seen += len(rows); seen > bound {
+					errs = append(errs, fmt.Errorf("goroutine %d: claims returned %d rows in all and still do not run dry; want at most %d", g, seen, bound))
+					mu.Unlock()
+					return
+				}
 				for _, r := range rows {
 					k := e.h.Key(r)
 					if _, dup := got[k]; dup {

@@ -220,20 +220,6 @@ func (e *env[R]) fraction(own func(shard int) bool) backpressure.OwnedShardFract
 	return f
 }
 
-// keyOnShard returns a dispatch key with the given prefix that lands on a
-// shard for which want is true.
-func (e *env[R]) keyOnShard(prefix string, want func(shard int) bool) string {
-	e.t.Helper()
-	for i := 0; i < 1_000_000; i++ {
-		k := prefix + "-" + strconv.Itoa(i)
-		if want(backpressure.ShardFor(k, e.h.ShardCount)) {
-			return k
-		}
-	}
-	e.t.Fatalf("no key with prefix %q lands on a wanted shard", prefix)
-	return ""
-}
-
 func route(namespace, taskQueue string) backpressure.Route {
 	return backpressure.Route{Namespace: namespace, TaskQueue: taskQueue}
 }
