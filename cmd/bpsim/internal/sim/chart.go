@@ -63,7 +63,7 @@ func chartYMax(r *Report) float64 {
 // time, with the quotas as dashed lines.
 func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, error) {
 	pl := plot.New()
-	pl.Title.Text = fmt.Sprintf("%s — %s", p.Policy, p.Description)
+	pl.Title.Text = fmt.Sprintf("%s — %s\n%s", p.Policy, p.Description, waitSummary(p))
 	pl.X.Label.Text = "simulated time (s)"
 	pl.Y.Label.Text = "rows in flight"
 	pl.Y.Min, pl.Y.Max = 0, yMax
@@ -108,6 +108,23 @@ func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, er
 		pl.Legend.Add(fmt.Sprintf("quota %d", q), f)
 	}
 	return pl, nil
+}
+
+// waitSummary is a chart subtitle: the first tenant's p99 wait and the
+// worst p99 wait of the others.
+func waitSummary(p *PolicyReport) string {
+	if len(p.Tenants) == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("p99 wait from enqueue to claim: %s %s", p.Tenants[0].Name, fmtWait(p.Tenants[0].WaitP99))
+	if len(p.Tenants) > 1 {
+		worst := p.Tenants[1].WaitP99
+		for _, t := range p.Tenants[2:] {
+			worst = max(worst, t.WaitP99)
+		}
+		s += fmt.Sprintf(", the other %d tenants at most %s", len(p.Tenants)-1, fmtWait(worst))
+	}
+	return s
 }
 
 // writePolicyPNG writes one policy's chart as PNG.

@@ -42,7 +42,7 @@ func TestProgressTerminalRedraws(t *testing.T) {
 	if n := strings.Count(out, "\r\x1b[K["); n != 2 {
 		t.Errorf("redrew %d times, want 2: %q", n, out)
 	}
-	if !strings.Contains(out, "5/10 rows settled (50%)") || !strings.HasSuffix(out, "10 rows settled in 9 ticks (0 simulated), 0.0s\n") {
+	if !strings.Contains(out, "5/10 rows settled (50%)") || !strings.HasSuffix(out, "10 rows settled in 9 ticks (0s simulated), 0.0s\n") {
 		t.Errorf("unexpected progress output %q", out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -179,7 +180,7 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 			held = strconv.Itoa(t.HeldAtCeiling)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, t.Queues, t.Rows, t.Claimed,
-			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), peakQuota(t), held)
+			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), peakQuota(p.Policy, t), held)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -194,24 +195,31 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	return err
 }
 
-func peakQuota(t TenantReport) string {
+// peakQuota prints a tenant's peak against its quota, marked "!" when the
+// peak broke the policy's cap: the quota, or under backpressure the sum of
+// the per-node ceilings; and "*" when a backpressure peak is over the quota
+// but within that sum (each node rounds its ceiling up).
+func peakQuota(p Policy, t TenantReport) string {
 	if t.Quota == backpressure.Unlimited {
-		return fmt.Sprintf("%d/∞", t.PeakInflight)
+		return fmt.Sprintf("%d/∞  ", t.PeakInflight)
 	}
-	s := fmt.Sprintf("%d/%d", t.PeakInflight, t.Quota)
-	if t.PeakInflight > t.Quota {
-		s += " !"
-	} else {
-		s += "  "
+	mark := "  "
+	switch {
+	case p == Backpressure && t.PeakInflight > t.ClusterCeiling:
+		mark = " !"
+	case p == Backpressure && t.PeakInflight > t.Quota:
+		mark = " *"
+	case t.PeakInflight > t.Quota:
+		mark = " !"
 	}
-	return s
+	return fmt.Sprintf("%d/%d%s", t.PeakInflight, t.Quota, mark)
 }
 
-// fmtWait prints a simulated duration compactly: "0", "300ms", "12.4s".
+// fmtWait prints a simulated duration compactly: "0s", "300ms", "12.4s".
 func fmtWait(d time.Duration) string {
 	switch {
 	case d == 0:
-		return "0"
+		return "0s"
 	case d < time.Second:
 		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 	case d < 100*time.Second:
@@ -232,16 +240,19 @@ func (r *Report) WriteTables(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+	fmt.Fprintf(w, "wait: simulated, in whole ticks of %v; 0s means claimed by the first sweep after the enqueue.\n", r.Scenario.Tick)
 	fmt.Fprintln(w, "peak/quota: most rows claimed at once cluster-wide; \"!\" marks a peak over the quota.")
 	if bp := r.Policy(Backpressure); bp != nil {
 		var notes []string
 		for _, t := range bp.Tenants {
-			if t.ClusterCeiling > t.Quota && t.Quota != backpressure.Unlimited {
-				notes = append(notes, fmt.Sprintf("%s %d", t.Name, t.ClusterCeiling))
+			note := fmt.Sprintf("quota %d → %d", t.Quota, t.ClusterCeiling)
+			if t.ClusterCeiling > t.Quota && t.Quota != backpressure.Unlimited && !slices.Contains(notes, note) {
+				notes = append(notes, note)
 			}
 		}
 		if len(notes) > 0 {
-			fmt.Fprintf(w, "backpressure caps each node at ⌈quota × owned/shards⌉, so a tenant's cluster-wide cap is the sum: %s (at most quota + nodes − 1).\n", strings.Join(notes, ", "))
+			fmt.Fprintf(w, "\"*\": over the quota, within backpressure's cap: each node's ceiling is ⌈quota × owned/shards⌉, rounded up,\n"+
+				"     so the cluster-wide cap is their sum, at most quota + nodes − 1: %s.\n", strings.Join(notes, ", "))
 		}
 	}
 	fmt.Fprintln(w, "held@ceiling: rows that a backpressure sweep left pending because their tenant was at its ceiling.")
