@@ -70,6 +70,12 @@ the ceiling; overall throughput and Jain's fairness index; and an exactly-once
 verdict read back from the database. It writes a chart per policy of rows in
 flight per tenant, a combined chart, and report.json with every figure.
 
+Time is simulated: every node sweeps once a tick, and the stores read the
+simulated clock, so a run is reproducible from its scenario and -seed. Jain's
+index (1 = fair) is averaged over the ticks in which two or more tenants want
+rows, of x = in-flight ÷ min(quota, in-flight + waiting) per such tenant: what
+each holds against what its demand and quota entitle it to.
+
 Usage: bpsim [flags]
 
 Flags:

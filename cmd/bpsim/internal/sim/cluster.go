@@ -122,7 +122,7 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 	waits := make([][]time.Duration, nt)
 	inflight := make([]int, nt) // claimed, not yet settled
 	waiting := make([]int, nt)  // enqueued, not yet claimed
-	timeline := make([][]int, nt)
+	timeline := newSampler(nt)
 	claimedKey := make([]bool, len(w.arrivals))
 	claimTick := make([]int, len(w.arrivals))
 	due := map[int][]running{}
@@ -206,8 +206,8 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 
 		// 4. Measure the tick.
 		xs = xs[:0]
+		timeline.add(inflight)
 		for i := range nt {
-			timeline[i] = append(timeline[i], inflight[i])
 			rep.Tenants[i].PeakInflight = max(rep.Tenants[i].PeakInflight, inflight[i])
 			if x, ok := entitledShare(inflight[i], waiting[i], s.Tenants[i].Quota); ok {
 				xs = append(xs, x)
@@ -226,10 +226,7 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 	}
 
 	rep.Settled = settled
-	rep.Ticks = len(timeline[0])
-	if total == 0 {
-		rep.Ticks = 0
-	}
+	rep.Ticks = timeline.ticks
 	rep.Makespan = time.Duration(lastSettle) * s.Tick
 	if rep.Makespan > 0 {
 		rep.Throughput = float64(settled) / rep.Makespan.Seconds()
@@ -242,7 +239,7 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		st := summarise(waits[i])
 		rep.Tenants[i].WaitP50, rep.Tenants[i].WaitP99, rep.Tenants[i].WaitMax = st.P50, st.P99, st.Max
 	}
-	rep.Timeline = Timeline{Tick: s.Tick, Inflight: timeline}
+	rep.Timeline = Timeline{Tick: time.Duration(timeline.stride) * s.Tick, Inflight: timeline.vals}
 
 	// A row was held at the ceiling when, between its enqueue and its
 	// claim, a sweep of the node that owns its shard held its tenant at

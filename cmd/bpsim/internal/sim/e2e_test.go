@@ -118,8 +118,8 @@ func checkRun(t *testing.T, cfg Config) *Report {
 		if n := len(p.Timeline.Inflight); n != len(rep.Scenario.Tenants) {
 			t.Fatalf("%s: timeline has %d tenants", p.Policy, n)
 		}
-		if got := len(p.Timeline.Inflight[0]); got != p.Ticks {
-			t.Errorf("%s: timeline has %d samples, want one per tick (%d)", p.Policy, got, p.Ticks)
+		if got := len(p.Timeline.Inflight[0]); got != p.Ticks || p.Timeline.Tick != rep.Scenario.Tick {
+			t.Errorf("%s: timeline has %d samples of %v, want one per tick (%d of %v)", p.Policy, got, p.Timeline.Tick, p.Ticks, rep.Scenario.Tick)
 		}
 	}
 

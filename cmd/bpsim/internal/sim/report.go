@@ -100,10 +100,13 @@ type TenantReport struct {
 	HeldRowSweeps   int
 }
 
-// Timeline is in-flight rows per tenant over time.
+// Timeline is in-flight rows per tenant over time: rows claimed and not yet
+// settled, cluster-wide, after each tick's sweeps. A long run keeps at most
+// 4000 samples per tenant; each sample is then the peak over Tick, a power
+// of two of the scenario's ticks.
 type Timeline struct {
-	Tick     time.Duration // time between samples
-	Inflight [][]int       // [tenant][tick]: rows claimed and not yet settled after the tick's sweeps
+	Tick     time.Duration // simulated time each sample covers
+	Inflight [][]int       // [tenant][sample]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -35,6 +35,7 @@ type ScenarioError struct {
 	Problem string
 }
 
+// Error returns "bpsim: scenario: FIELD: PROBLEM".
 func (e *ScenarioError) Error() string {
 	if e.Field == "" {
 		return "bpsim: scenario: " + e.Problem
