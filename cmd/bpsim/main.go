@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, terminal 
 	var (
 		scenarioPath = fl.String("scenario", "", "scenario `FILE` (JSON, format below); default: the built-in noisy-neighbour scenario")
 		seed         = fl.Int64("seed", 1, "seed of the workload's random draws; the same seed replays the same arrivals")
-		dsn          = fl.String("dsn", "", "run on PostgreSQL at this `postgres://…` URL, in fresh schemas dropped afterwards, instead of on SQLite in a temporary directory")
+		dsn          = fl.String("dsn", "", "run on the PostgreSQL database at this `postgres://…` URL, in fresh schemas dropped afterwards, instead of on SQLite files in a temporary directory")
 		duration     = fl.Duration("duration", 0, "simulated arrival window, overriding the scenario's (e.g. 30s); the run goes on until every row settles")
 		out          = fl.String("out", "./bpsim-out", "`DIR` for the charts and report.json; files are rendered first and then renamed in, so none is left half-written; empty: write no files")
 		quiet        = fl.Bool("quiet", false, "print only the exactly-once verdict and the files written: no progress, no tables")

@@ -3,9 +3,9 @@ package sim
 // ScenarioHelp documents the scenario file format, for bpsim -h.
 const ScenarioHelp = `Scenario file (-scenario FILE), JSON. Durations are Go duration strings
 ("100ms", "2s", "1m30s"); every time is simulated. A field left out takes the
-default scenario's value, except "tenants", which is required; unknown fields
-are errors. The sample file scenario.sample.json next to bpsim's main.go is
-the default scenario.
+default scenario's value, except "workersPerNode" (left out: unlimited) and
+"tenants" (required); unknown fields are errors. The sample file
+cmd/bpsim/scenario.sample.json is the default scenario.
 
   {
     "nodes": 3,              dispatcher nodes, 1..64; shard s is owned by node s mod nodes

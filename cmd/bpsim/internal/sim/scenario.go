@@ -222,8 +222,9 @@ func LoadScenario(path string) (Scenario, error) {
 // ParseScenario decodes a JSON scenario (see [ScenarioHelp] for the format)
 // and validates it. Unknown fields are errors, so a misspelt field does not
 // silently fall back to a default. A field left out takes the value of
-// [DefaultScenario], except tenants, which must be given. Every error is a
-// *[ScenarioError] naming the field.
+// [DefaultScenario], except workersPerNode (left out: 0, unlimited) and
+// tenants, which must be given. Every error is a *[ScenarioError] naming
+// the field.
 func ParseScenario(data []byte) (Scenario, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
