@@ -234,8 +234,12 @@ func fmtWait(d time.Duration) string {
 // WriteTables writes every policy's table, then a comparison of the quiet
 // tenants' waits and the verdict.
 func (r *Report) WriteTables(w io.Writer) error {
-	fmt.Fprintf(w, "bpsim: %d nodes × %d shards, batch %d, %d workers/node, tick %v; %d tenants, %d rows; seed %d; %s\n\n",
-		r.Scenario.Nodes, r.Scenario.ShardCount, r.Scenario.BatchSize, r.Scenario.WorkersPerNode, r.Scenario.Tick,
+	workers := "unlimited"
+	if r.Scenario.WorkersPerNode > 0 {
+		workers = strconv.Itoa(r.Scenario.WorkersPerNode)
+	}
+	fmt.Fprintf(w, "bpsim: %d nodes × %d shards, batch %d, %s workers/node, tick %v; %d tenants, %d rows; seed %d; %s\n\n",
+		r.Scenario.Nodes, r.Scenario.ShardCount, r.Scenario.BatchSize, workers, r.Scenario.Tick,
 		len(r.Scenario.Tenants), r.Rows, r.Seed, r.Database)
 	for _, p := range r.Policies {
 		if err := p.WriteTable(w); err != nil {
