@@ -293,7 +293,7 @@ func testDatabaseURL(t *testing.T) string {
 		if os.Getenv("PGSTORE_REQUIRE") == "1" {
 			t.Fatalf("PostgreSQL required (PGSTORE_REQUIRE=1) but not reachable: %v", err)
 		}
-		t.Skipf("no PostgreSQL (set TEST_DATABASE_URL): %v", err)
+		t.Skipf("no PostgreSQL at TEST_DATABASE_URL or the local default: %s", strings.Join(strings.Fields(err.Error()), " "))
 	}
 	return dsn
 }
