@@ -8,17 +8,19 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/outboxkit/backpressure"
 )
 
 // shardFilter returns the SQL condition restricting rows to the owned
-// shards, with numbered parameters from ?first on, and their arguments.
-// It is empty when every shard is owned. none reports that no shard is
-// owned, so the caller can answer without a query.
-func (s *Store) shardFilter(shards backpressure.OwnedShardFraction, first int) (cond string, args []any, none bool, err error) {
+// shards and its one argument, to be bound as parameter ?param: a blob with
+// one byte per shard, 1 where the shard is owned, which the condition reads
+// with substr (one bound parameter whatever the shard count, so any
+// ShardCount works on a node owning part of the shards, and an O(1) test per
+// row). cond is empty, and arg nil, when every shard is owned. none reports
+// that no shard is owned, so the caller can answer without a query.
+func (s *Store) shardFilter(shards backpressure.OwnedShardFraction, param int) (cond string, arg []byte, none bool, err error) {
 	if shards.ShardCount() != s.shardCount {
 		return "", nil, false, &ShardCountError{Store: s.shardCount, Given: shards.ShardCount()}
 	}
@@ -29,17 +31,30 @@ func (s *Store) shardFilter(shards backpressure.OwnedShardFraction, first int) (
 	case s.shardCount:
 		return "", nil, false, nil
 	}
-	var b strings.Builder
-	b.WriteString(" AND shard IN (")
-	for i, id := range owned {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("?" + strconv.Itoa(first+i))
-		args = append(args, id)
+	return ownedCond(param), ownedBitmap(owned, s.shardCount), false, nil
+}
+
+// ownedCond is the condition shardFilter returns for a node that owns part
+// of the shards, reading the bitmap bound as ?param.
+func ownedCond(param int) string {
+	return " AND substr(?" + strconv.Itoa(param) + ", shard + 1, 1) = x'01'"
+}
+
+// ownedBitmap is the argument of ownedCond: byte i is 1 iff shard i is owned.
+func ownedBitmap(owned []int, shardCount int) []byte {
+	b := make([]byte, shardCount)
+	for _, id := range owned {
+		b[id] = 1
 	}
-	b.WriteByte(')')
-	return b.String(), args, false, nil
+	return b
+}
+
+// withShards appends the shard filter's argument, if it has one, to args.
+func withShards(args []any, arg []byte) []any {
+	if arg == nil {
+		return args
+	}
+	return append(args, arg)
 }
 
 // CountClaimedOutboxRows returns, per namespace, the rows on the owned
@@ -47,7 +62,7 @@ func (s *Store) shardFilter(shards backpressure.OwnedShardFraction, first int) (
 // not counted; namespaces with none are left out). One read statement over
 // the live-lease index: O(live leases).
 func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
-	cond, sargs, none, err := s.shardFilter(shards, 2)
+	cond, sarg, none, err := s.shardFilter(shards, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +74,7 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 		return counts, nil
 	}
 	s.trips.Add(1)
-	rows, err := s.reader.QueryContext(ctx, `
-SELECT namespace, count(*) FROM outbox
-WHERE state = 1 AND ready_at > ?1`+cond+`
-GROUP BY namespace`, append([]any{nanos(s.now())}, sargs...)...)
+	rows, err := s.reader.QueryContext(ctx, countClaimedSQL(cond), withShards([]any{nanos(s.now())}, sarg)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count claimed: %w", err)
 	}
@@ -84,14 +96,23 @@ GROUP BY namespace`, append([]any{nanos(s.now())}, sargs...)...)
 // CountPendingOutboxRows returns, per route with claimable rows on the owned
 // shards (visible pending rows and rows whose lease expired), the number of
 // such rows capped at capPerRoute (≥ 1, else ErrInvalidArgument), sorted by
-// namespace and task queue (the order the planner is fastest with). One read
-// statement; it never counts past the cap, so its cost is
-// O(routes × min(backlog, capPerRoute)) index entries, not the backlog.
+// namespace and task queue (the order the planner is fastest with).
+//
+// One read statement. It walks outbox_routes (the routes with at least one
+// unsettled row; Settle drops a route with its last one) and, per route,
+// that route's range of the route index in ID order, stopping at the
+// capPerRoute-th claimable row. The entries it steps over on the way are
+// counted in the cost, not the result: the delayed rows (retried, not yet
+// visible), the rows under a live lease and, on a node owning part of the
+// shards, the rows on shards it does not own. Its cost is therefore
+// O(routes · log rows + Σ per route min(claimable, capPerRoute) + the
+// delayed, leased and unowned rows before the cap is reached), bounded by
+// the capped counts only when few rows are delayed, leased or elsewhere.
 func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
 	if capPerRoute < 1 {
 		return nil, &ArgumentError{Name: "capPerRoute", Value: capPerRoute, Reason: "must be ≥ 1"}
 	}
-	cond, sargs, none, err := s.shardFilter(shards, 3)
+	cond, sarg, none, err := s.shardFilter(shards, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -102,15 +123,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 		return []backpressure.RouteCount{}, nil
 	}
 	s.trips.Add(1)
-	rows, err := s.reader.QueryContext(ctx, `
-SELECT r.namespace, r.task_queue, (
-	SELECT count(*) FROM (
-		SELECT 1 FROM outbox o
-		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
-		  AND o.state < 2 AND o.ready_at <= ?1`+cond+`
-		LIMIT ?2))
-FROM outbox_routes r
-ORDER BY r.namespace, r.task_queue`, append([]any{nanos(s.now()), capPerRoute}, sargs...)...)
+	rows, err := s.reader.QueryContext(ctx, countPendingSQL(cond), withShards([]any{nanos(s.now()), capPerRoute}, sarg)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 	}
@@ -144,31 +157,45 @@ const (
 // ClaimOutboxRowsScoped claims, in one write transaction (all or nothing),
 // at most Limit claimable rows of each claim's route on the owned shards,
 // oldest (lowest ID) first, and returns them in ID order with a new lease of
-// Options.Lease and one fresh token for the whole claim. A route named twice
-// is claimed up to the sum of its limits. Rows it does not return are not
-// touched. A Limit < 1 fails with ErrInvalidArgument before anything is
-// claimed.
+// Options.Lease and one fresh token for the whole claim. Rows it does not
+// return are not touched.
+//
+// It fails with an *ArgumentError (ErrInvalidArgument), before anything is
+// claimed, when a Limit is < 1, when a route is named by two claims (the
+// planner never does; summing or picking a limit would be a guess), or when
+// a route's Namespace or TaskQueue is not valid UTF-8 or holds a NUL byte
+// (Enqueue refuses such rows, so no row could match).
 //
 // The claim is one statement for all scopes: a recursive query walks each
 // route's claimable rows in ID order through the route index, one seek per
-// row, so its cost is O(Σ Limit · log rows) whatever the backlog, with no
-// per-route statement overhead.
+// claimed row, with no per-route statement overhead. Its cost is
+// O(Σ Limit · log rows) plus the index entries it steps over: within each
+// named route's range of the route index, the delayed rows (retried, not yet
+// visible), the rows under a live lease and, on a node owning part of the
+// shards, the rows on shards it does not own, that lie before the route's
+// Limit-th claimable row (or all of them, when the route has fewer).
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
-	limits := make(map[backpressure.Route]int, len(claims))
+	first := make(map[backpressure.Route]int, len(claims))
 	scopes := make([][3]any, 0, len(claims))
 	for i, c := range claims {
+		name := "claims[" + strconv.Itoa(i) + "]"
 		if c.Limit < 1 {
-			return nil, &ArgumentError{Name: "claims[" + strconv.Itoa(i) + "].Limit", Value: c.Limit, Reason: "must be ≥ 1"}
+			return nil, &ArgumentError{Name: name + ".Limit", Value: c.Limit, Reason: "must be ≥ 1"}
 		}
-		if _, dup := limits[c.Route]; !dup {
-			scopes = append(scopes, [3]any{c.Route.Namespace, c.Route.TaskQueue, 0})
+		if err := checkText(name+".Route.Namespace", c.Route.Namespace, false); err != nil {
+			return nil, err
 		}
-		limits[c.Route] += c.Limit
+		if err := checkText(name+".Route.TaskQueue", c.Route.TaskQueue, false); err != nil {
+			return nil, err
+		}
+		if j, dup := first[c.Route]; dup {
+			return nil, &ArgumentError{Name: name + ".Route", Value: strconv.Quote(c.Route.String()),
+				Reason: "already named by claims[" + strconv.Itoa(j) + "]; name each route at most once"}
+		}
+		first[c.Route] = i
+		scopes = append(scopes, [3]any{c.Route.Namespace, c.Route.TaskQueue, c.Limit})
 	}
-	for i, sc := range scopes {
-		scopes[i][2] = limits[backpressure.Route{Namespace: sc[0].(string), TaskQueue: sc[1].(string)}]
-	}
-	cond, sargs, none, err := s.shardFilter(shards, 7)
+	cond, sarg, none, err := s.shardFilter(shards, 7)
 	if err != nil {
 		return nil, err
 	}
@@ -182,20 +209,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
-	next := `SELECT o.id FROM outbox o
-		WHERE o.namespace = %[1]s.namespace AND o.task_queue = %[1]s.task_queue
-		  AND o.state < 2 AND o.ready_at <= ?2` + cond + `%[2]s
-		ORDER BY o.id LIMIT 1`
-	q := `WITH RECURSIVE
-	scope(namespace, task_queue, lim) AS (
-		SELECT value->>0, value->>1, value->>2 FROM json_each(?4)),
-	pick(namespace, task_queue, lim, id, n) AS (
-		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "scope", "") + `), 1 FROM scope
-		UNION ALL
-		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "p", " AND o.id > p.id") + `), n + 1
-		FROM pick p WHERE p.n < p.lim AND p.id IS NOT NULL)
-` + claimSet + `
-WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL)` + claimReturning
+	q := scopedClaimSQL(cond)
 	var out []Row
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
@@ -204,9 +218,9 @@ WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL)` + claimReturning
 			return err
 		}
 		now := fromNanos(nanos(s.now()))
-		leaseEnd := now.Add(s.lease)
+		leaseEnd := fromNanos(addNanos(nanos(now), s.lease))
 		// ?5 and ?6 are unused here; binding them keeps the numbering shared.
-		args := append([]any{token, nanos(now), nanos(leaseEnd), string(scopeJSON), nil, nil}, sargs...)
+		args := withShards([]any{token, nanos(now), nanos(leaseEnd), string(scopeJSON), nil, nil}, sarg)
 		if err := s.step(ctx); err != nil {
 			return err
 		}
@@ -226,12 +240,15 @@ WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL)` + claimReturning
 // ClaimOutboxRowsUnscoped claims, in one write transaction, the limit oldest
 // claimable rows on the owned shards whatever their route: the plain
 // oldest-first claim with no fairness, the baseline the benchmarks compare
-// a fair sweep against. A limit < 1 fails with ErrInvalidArgument.
+// a fair sweep against. A limit < 1 fails with ErrInvalidArgument. It walks
+// the claimable index in ID order from the oldest unsettled row, stepping
+// over the delayed, leased and unowned rows before the limit-th claimable
+// one.
 func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]Row, error) {
 	if limit < 1 {
 		return nil, &ArgumentError{Name: "limit", Value: limit, Reason: "must be ≥ 1"}
 	}
-	cond, sargs, none, err := s.shardFilter(shards, 7)
+	cond, sarg, none, err := s.shardFilter(shards, 7)
 	if err != nil {
 		return nil, err
 	}
@@ -241,11 +258,7 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	if none {
 		return []Row{}, nil
 	}
-	q := claimSet + `
-WHERE id IN (
-	SELECT id FROM outbox
-	WHERE state < 2 AND ready_at <= ?2` + cond + `
-	ORDER BY id LIMIT ?6)` + claimReturning
+	q := unscopedClaimSQL(cond)
 	var out []Row
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
@@ -254,9 +267,9 @@ WHERE id IN (
 			return err
 		}
 		now := fromNanos(nanos(s.now()))
-		leaseEnd := now.Add(s.lease)
+		leaseEnd := fromNanos(addNanos(nanos(now), s.lease))
 		// ?4 and ?5 are unused here; binding them keeps the numbering shared.
-		args := append([]any{token, nanos(now), nanos(leaseEnd), nil, nil, limit}, sargs...)
+		args := withShards([]any{token, nanos(now), nanos(leaseEnd), nil, nil, limit}, sarg)
 		if err := s.step(ctx); err != nil {
 			return err
 		}
@@ -301,4 +314,58 @@ func collect(out []Row, rows *sql.Rows, token int64, now, leaseEnd time.Time) ([
 	}
 	slices.SortFunc(out[start:], func(a, b Row) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// countClaimedSQL is CountClaimedOutboxRows's statement: ?1 now, cond the
+// shard filter (parameter ?2). It reads only the live-lease index.
+func countClaimedSQL(cond string) string {
+	return `
+SELECT namespace, count(*) FROM outbox
+WHERE state = 1 AND ready_at > ?1` + cond + `
+GROUP BY namespace`
+}
+
+// countPendingSQL is CountPendingOutboxRows's statement: ?1 now, ?2 the cap,
+// cond the shard filter (parameter ?3). Per route, it walks the route's
+// range of the route index and stops at the cap-th claimable row.
+func countPendingSQL(cond string) string {
+	return `
+SELECT r.namespace, r.task_queue, (
+	SELECT count(*) FROM (
+		SELECT 1 FROM outbox o
+		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
+		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
+		LIMIT ?2))
+FROM outbox_routes r
+ORDER BY r.namespace, r.task_queue`
+}
+
+// scopedClaimSQL is ClaimOutboxRowsScoped's statement: ?1 token, ?2 now,
+// ?3 lease end, ?4 the scopes as a JSON array of [namespace, task queue,
+// limit], cond the shard filter (parameter ?7).
+func scopedClaimSQL(cond string) string {
+	next := `SELECT o.id FROM outbox o
+		WHERE o.namespace = %[1]s.namespace AND o.task_queue = %[1]s.task_queue
+		  AND o.state < 2 AND o.ready_at <= ?2` + cond + `%[2]s
+		ORDER BY o.id LIMIT 1`
+	return `WITH RECURSIVE
+	scope(namespace, task_queue, lim) AS (
+		SELECT value->>0, value->>1, value->>2 FROM json_each(?4)),
+	pick(namespace, task_queue, lim, id, n) AS (
+		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "scope", "") + `), 1 FROM scope
+		UNION ALL
+		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "p", " AND o.id > p.id") + `), n + 1
+		FROM pick p WHERE p.n < p.lim AND p.id IS NOT NULL)
+` + claimSet + `
+WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL)` + claimReturning
+}
+
+// unscopedClaimSQL is ClaimOutboxRowsUnscoped's statement: ?1 token, ?2 now,
+// ?3 lease end, ?6 the limit, cond the shard filter (parameter ?7).
+func unscopedClaimSQL(cond string) string {
+	return claimSet + `
+WHERE id IN (
+	SELECT id FROM outbox
+	WHERE state < 2 AND ready_at <= ?2` + cond + `
+	ORDER BY id LIMIT ?6)` + claimReturning
 }

@@ -38,6 +38,9 @@
 // delay. A claim whose lease expires without a Settle or Retry gives its rows
 // back, so a crashed dispatcher loses nothing; its late Settle then fails
 // with ErrLeaseLost and changes nothing. Attempts counts the claims of a row.
+// Dispatch keys, namespaces and task queues are valid UTF-8 without NUL
+// bytes (Enqueue and ClaimOutboxRowsScoped refuse others with
+// ErrInvalidArgument), and a claim names each route at most once.
 // The package passes the storetest conformance suite.
 //
 // # Storage

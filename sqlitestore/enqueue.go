@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure"
 )
@@ -15,16 +17,21 @@ import (
 // Each row is placed on backpressure.ShardFor(DispatchKey, ShardCount),
 // pending and visible now.
 //
-// A message with an empty DispatchKey or Namespace fails the whole batch
-// with ErrInvalidArgument. Cost: one write transaction, O(len(msgs)) index
-// inserts.
+// A message with an empty DispatchKey or Namespace, or a DispatchKey,
+// Namespace or TaskQueue that is not valid UTF-8 or holds a NUL byte, fails
+// the whole batch with an *ArgumentError (ErrInvalidArgument) before
+// anything is written. (Claims name routes as JSON text, which cannot carry
+// such bytes: a row on such a route would be counted pending but never
+// claimed.) Cost: one write transaction, O(len(msgs)) index inserts.
 func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err error) {
 	for i, m := range msgs {
-		if m.DispatchKey == "" {
-			return 0, &ArgumentError{Name: "msgs[" + strconv.Itoa(i) + "].DispatchKey", Value: `""`, Reason: "must not be empty"}
-		}
-		if m.Namespace == "" {
-			return 0, &ArgumentError{Name: "msgs[" + strconv.Itoa(i) + "].Namespace", Value: `""`, Reason: "must not be empty"}
+		for _, f := range []struct {
+			name, value string
+			required    bool
+		}{{"DispatchKey", m.DispatchKey, true}, {"Namespace", m.Namespace, true}, {"TaskQueue", m.TaskQueue, false}} {
+			if err := checkText("msgs["+strconv.Itoa(i)+"]."+f.name, f.value, f.required); err != nil {
+				return 0, err
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -84,4 +91,22 @@ ON CONFLICT (dispatch_key) DO NOTHING`)
 		return 0, fmt.Errorf("sqlitestore: enqueue: %w", err)
 	}
 	return inserted, nil
+}
+
+// checkText returns an *ArgumentError naming name when v cannot be a
+// dispatch key, namespace or task queue: empty (when required), not valid
+// UTF-8, or holding a NUL byte. Otherwise it returns nil.
+func checkText(name, v string, required bool) error {
+	var reason string
+	switch {
+	case required && v == "":
+		reason = "must not be empty"
+	case !utf8.ValidString(v):
+		reason = "must be valid UTF-8"
+	case strings.IndexByte(v, 0) >= 0:
+		reason = "must not contain a NUL byte"
+	default:
+		return nil
+	}
+	return &ArgumentError{Name: name, Value: strconv.Quote(v), Reason: reason}
 }

@@ -17,8 +17,10 @@ var (
 	// ErrShardCountMismatch reports a shard fraction or an Options.ShardCount
 	// whose shard count differs from the one the store's rows are placed with.
 	ErrShardCountMismatch = errors.New("sqlitestore: shard count mismatch")
-	// ErrInvalidArgument reports a bad argument: an invalid option, message,
-	// claim limit or count cap. The call changed nothing.
+	// ErrInvalidArgument reports a bad argument: an invalid option, message
+	// (empty key or namespace; text that is not valid UTF-8 or holds a NUL
+	// byte), claim limit, claim route (such text, or a route named twice) or
+	// count cap. The call changed nothing.
 	ErrInvalidArgument = errors.New("sqlitestore: invalid argument")
 	// ErrSchemaTooNew reports a database migrated by a newer version of this
 	// package than the running one.

@@ -2,7 +2,10 @@ module github.com/outboxkit/backpressure/sqlitestore
 
 go 1.26.0
 
-require github.com/outboxkit/backpressure v0.0.0
+require (
+	github.com/outboxkit/backpressure v0.0.0
+	modernc.org/sqlite v1.62.0
+)
 
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
@@ -14,7 +17,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 replace github.com/outboxkit/backpressure => ../

@@ -15,9 +15,17 @@ import (
 // 1 claimed, 2 settled. ready_at is when the row is claimable: a pending
 // row's visible_at, a claimed row's lease_expires_at; a row is claimable
 // iff state < 2 AND ready_at <= now, which is what the partial indexes
-// serve. The indexes carry every column their queries read (state too,
-// which SQLite does not infer from the partial-index condition), so the
-// counts and the claim's row search never touch the table.
+// serve. The indexes carry every column their queries read, so the counts
+// and the claim's row search never touch the table. The two state < 2
+// indexes carry state too: SQLite does not infer a column's value from a
+// range condition like state < 2. outbox_leased does not need it: its
+// condition is the equality state = 1, from which SQLite knows the column
+// (EXPLAIN QUERY PLAN shows CountClaimedOutboxRows using it as a covering
+// index; TestQueryPlansUseIndexes checks it).
+//
+// outbox_routes lists the routes with at least one unsettled row: Enqueue
+// adds a route with its first new row, and Settle deletes it with its last
+// unsettled row.
 var migrations = []string{
 	// 1: the outbox, its routes and the claim and count indexes.
 	`

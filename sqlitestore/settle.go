@@ -14,7 +14,10 @@ import (
 // or its lease expired (whether or not another claim took it since). A
 // missing row returns ErrNotFound. A settled row is kept, with its attempts
 // and last token, so exactly-once delivery can be audited; it is never
-// claimed again. One write transaction.
+// claimed again. Settling a route's last unsettled row also drops the
+// route from outbox_routes (one more index seek in the same transaction),
+// so CountPendingOutboxRows never walks routes that are done; the next
+// Enqueue on the route adds it back. One write transaction.
 func (s *Store) Settle(ctx context.Context, dispatchKey string, token int64) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		now, id, err := s.liveClaim(ctx, tx, dispatchKey, token)
@@ -24,15 +27,23 @@ func (s *Store) Settle(ctx context.Context, dispatchKey string, token int64) err
 		if err := s.step(ctx); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE outbox SET state = 2, settled_at = ?2 WHERE id = ?1`, id, now)
+		if _, err := tx.ExecContext(ctx, `UPDATE outbox SET state = 2, settled_at = ?2 WHERE id = ?1`, id, now); err != nil {
+			return err
+		}
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, pruneRouteSQL, id)
 		return err
 	})
 	return wrap("settle", err)
 }
 
 // Retry puts the row with dispatchKey back to pending, claimable again at
-// now + delay (a negative delay counts as 0), if token is its current live
-// claim's token; otherwise it fails as Settle does and changes nothing. The
+// now + delay, if token is its current live claim's token (a negative
+// delay counts as 0; a delay reaching past 2262-04-11T23:47:16Z, the
+// largest time the store holds, ends then rather than wrapping around to
+// the past); otherwise it fails as Settle does and changes nothing. The
 // row keeps its attempts, its place in its route (oldest first is by ID)
 // and its last claim's token, which no longer settles it. One write
 // transaction.
@@ -46,12 +57,25 @@ func (s *Store) Retry(ctx context.Context, dispatchKey string, token int64, dela
 		if err := s.step(ctx); err != nil {
 			return err
 		}
-		visible := now + int64(delay)
+		visible := addNanos(now, delay)
 		_, err = tx.ExecContext(ctx, `UPDATE outbox SET state = 0, visible_at = ?2, ready_at = ?2 WHERE id = ?1`, id, visible)
 		return err
 	})
 	return wrap("retry", err)
 }
+
+// pruneRouteSQL deletes the route of the row with id ?1 from outbox_routes
+// when none of the route's rows is unsettled: one primary-key seek and one
+// seek in the route index (whose partial condition holds only unsettled
+// rows). Settle runs it in its write transaction; Enqueue, which adds a
+// route with its first new row, is serialised with it by the write lock, so
+// a route with an unsettled row is never missing.
+const pruneRouteSQL = `
+DELETE FROM outbox_routes
+WHERE (namespace, task_queue) = (SELECT namespace, task_queue FROM outbox WHERE id = ?1)
+  AND NOT EXISTS (
+	SELECT 1 FROM outbox o
+	WHERE o.namespace = outbox_routes.namespace AND o.task_queue = outbox_routes.task_queue AND o.state < 2)`
 
 // liveClaim checks that token is the live claim of the row with dispatchKey
 // and returns the time now and the row's id.

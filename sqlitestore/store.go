@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -240,4 +241,15 @@ func fromNanos(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n).UTC()
+}
+
+// addNanos returns the stored time t plus d (d ≥ 0), clamped to the largest
+// stored time, math.MaxInt64 (2262-04-11T23:47:16.854775807Z), rather than
+// wrapping around to the past: a lease or retry delay too long to represent
+// ends then, so a huge duration means "not for centuries", never "now".
+func addNanos(t int64, d time.Duration) int64 {
+	if d > 0 && t > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return t + int64(d)
 }

@@ -3,7 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,39 +239,89 @@ func equal(a, b []string) bool {
 	return true
 }
 
+// TestFileSharedByTwoStores: two stores on one file (two processes, say),
+// each with several goroutines, claim and settle concurrently; with the
+// clock standing still no lease expires, so every row must be claimed by
+// exactly one claim and settled exactly once.
 func TestFileSharedByTwoStores(t *testing.T) {
-	// Two stores on one file (two processes, say) claim disjoint rows.
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	ctx := t.Context()
-	a, b := openT(t, path, Options{}), openT(t, path, Options{})
+	clock := storetest.NewClock()
+	a, b := openT(t, path, Options{Now: clock.Now}), openT(t, path, Options{Now: clock.Now})
+	const rows, perStore = 400, 3
 	var msgs []Message
-	for i := 0; i < 100; i++ {
-		msgs = append(msgs, Message{DispatchKey: "k" + string(rune('A'+i%26)) + string(rune('a'+i/26)), Namespace: "n", TaskQueue: "q"})
+	for i := 0; i < rows; i++ {
+		msgs = append(msgs, Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "n" + strconv.Itoa(i%4), TaskQueue: "q"})
 	}
 	if _, err := a.Enqueue(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
-	for i := 0; ; i++ {
+	var (
+		mu      sync.Mutex
+		claimed = map[string]int64{} // dispatch key → token of the claim that returned it
+		errs    []error
+		wg      sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for g := 0; g < 2*perStore; g++ {
 		s := a
-		if i%2 == 1 {
+		if g%2 == 1 {
 			s = b
 		}
-		rows, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rows) == 0 {
-			break
-		}
-		for _, r := range rows {
-			if seen[r.DispatchKey] {
-				t.Fatalf("row %q claimed twice", r.DispatchKey)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, _ := backpressure.AllShards(s.ShardCount())
+			for n := 0; ; n++ {
+				var got []Row
+				var err error
+				if n%2 == 0 {
+					got, err = s.ClaimOutboxRowsUnscoped(ctx, f, 7)
+				} else {
+					got, err = s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{
+						{Route: backpressure.Route{Namespace: "n" + strconv.Itoa(g%4), TaskQueue: "q"}, Limit: 3},
+						{Route: backpressure.Route{Namespace: "n" + strconv.Itoa((g+1)%4), TaskQueue: "q"}, Limit: 2}})
+				}
+				if err != nil {
+					fail(fmt.Errorf("goroutine %d: claim: %w", g, err))
+					return
+				}
+				if len(got) == 0 {
+					if n%2 == 0 {
+						return // nothing claimable on any route, and no lease expires
+					}
+					continue
+				}
+				mu.Lock()
+				for _, r := range got {
+					if tok, dup := claimed[r.DispatchKey]; dup {
+						errs = append(errs, fmt.Errorf("goroutine %d: row %q claimed with token %d while token %d's lease is live", g, r.DispatchKey, r.Token, tok))
+					}
+					claimed[r.DispatchKey] = r.Token
+				}
+				mu.Unlock()
+				for _, r := range got {
+					if err := s.Settle(ctx, r.DispatchKey, r.Token); err != nil {
+						fail(fmt.Errorf("goroutine %d: Settle(%q): %w", g, r.DispatchKey, err))
+					}
+				}
 			}
-			seen[r.DispatchKey] = true
-		}
+		}()
 	}
-	if len(seen) != 100 {
-		t.Errorf("claimed %d rows, want 100", len(seen))
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if len(claimed) != rows {
+		t.Errorf("claimed %d distinct rows, want %d", len(claimed), rows)
+	}
+	for _, s := range []*Store{a, b} {
+		if st, err := s.Stats(ctx); err != nil || st != (Stats{Settled: rows, Total: rows, Attempts: rows}) {
+			t.Errorf("Stats = %+v, %v; want all %d rows settled after exactly one claim each", st, err, rows)
+		}
 	}
 }
