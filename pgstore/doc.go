@@ -6,7 +6,7 @@
 //	pool, err := pgxpool.New(ctx, "postgres://app@db:5432/app")
 //	if err != nil { ... }
 //	defer pool.Close()
-//	store, err := pgstore.New(ctx, pool, pgstore.Options{}) // schema "backpressure", 64 shards, 30s lease
+//	store, err := pgstore.New(ctx, pool, pgstore.Options{}) // schema "backpressure", its recorded shard count (64 when new), 30s lease
 //	if err != nil { ... }
 //
 //	// Producers: insert-or-ignore by dispatch key, one statement per batch.
@@ -35,35 +35,57 @@
 // claimer whose lease expired gets [ErrLeaseLost] and changes nothing.
 // A crashed claimer's rows become claimable when their lease expires, and
 // each claim counts an attempt. Settled rows are kept, for dedup and audit,
-// until [Store.PurgeSettled] removes them.
+// until [Store.PurgeSettled] removes them. If a claim's ctx is cancelled
+// after the server committed the claim, the call returns ctx's error though
+// the rows were claimed; nobody holds their tokens, so they stay claimed,
+// unsettled, until the lease expires, and then are claimed again.
+//
+// The shard count rows are placed with is recorded in the schema when it is
+// created and never changes: every store on the schema uses it, and New
+// refuses an Options.ShardCount that differs (see [Options.ShardCount]).
 //
 // # Schema and statements
 //
 // All objects live in Options.Schema (validated as an identifier, then
 // quoted; it is the only text ever pasted into SQL — every value is a
-// parameter). New creates and migrates them idempotently, versioned, under a
-// transaction-scoped advisory lock, so many nodes may start at once.
+// parameter). New reads the schema's version first: a schema at
+// [SchemaVersion] is used as it is, with no lock and no DDL (so the
+// application's role needs no CREATE privilege); a missing or older one is
+// created and migrated idempotently, versioned, under a transaction-scoped
+// advisory lock, so many nodes may start at once.
 //
 //	outbox (id, dispatch_key UNIQUE, namespace, task_queue, shard, payload,
 //	        state, attempts, token, enqueued_at, visible_at, claimed_at,
 //	        lease_expires_at, settled_at,
 //	        claimable_at GENERATED: visible_at if pending, lease_expires_at if claimed)
 //	outbox_route_oldest_idx (namespace, task_queue, enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state <> 'settled'  -- scoped claims, pending counts
+//	                        WHERE state <> 'settled'  -- scoped claims, routes for the counts
+//	outbox_route_claimable_idx (namespace, task_queue, claimable_at) INCLUDE (shard)
+//	                        WHERE state IN ('pending', 'claimed')  -- pending counts
 //	outbox_oldest_idx       (enqueued_at, id) INCLUDE (shard, claimable_at)
 //	                        WHERE state <> 'settled'  -- the unscoped claim
 //	outbox_live_lease_idx   (lease_expires_at) INCLUDE (namespace, shard)
 //	                        WHERE state = 'claimed'   -- claimed counts
 //	outbox_settled_idx      (settled_at) WHERE state = 'settled'  -- PurgeSettled
+//	settings (shard_count)  -- one row, written once
+//	schema_version (version, applied_at)
 //
 // The scoped claim is ONE statement for all scopes: unnest of the routes and
 // limits, and per scope a LATERAL subquery that walks outbox_route_oldest_idx
 // oldest first, filters the owned shards (shard = ANY($n)) and claimable
-// rows, and locks at most its limit FOR UPDATE SKIP LOCKED. Pending counts
-// find the routes with a loose index scan (a recursive CTE, one index
-// descent per route) and count each over a subquery LIMITed to the cap, so
-// no call ever counts a whole backlog. explain_test.go checks with EXPLAIN
-// that each statement uses its index; EXPLAIN.md shows the plans.
+// rows, and locks at most its limit FOR UPDATE SKIP LOCKED. Being oldest
+// first, a claim reads (and skips) the route's older rows that are not
+// claimable now: rows in retry back-off, under a live lease, or on other
+// shards. Pending counts find the routes with a loose index scan (a
+// recursive CTE, one index descent per route with unsettled rows) and count
+// each over a subquery LIMITed to the cap that walks
+// outbox_route_claimable_idx over claimable_at <= now: rows in retry
+// back-off or under a live lease are outside that range and never read, and
+// the walk stops at the cap-th claimable row on the owned shards (reading
+// the claimable rows on other shards it passes). So no count reads a whole
+// backlog. explain_test.go checks with EXPLAIN that each statement uses its
+// index, and that the count's claimable_at is an index bound, with a route
+// whose backlog is mostly delayed; EXPLAIN.md shows the plans.
 //
 // # Testing
 //

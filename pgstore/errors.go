@@ -17,8 +17,9 @@ var (
 	// ErrNotFound reports a dispatch key that is not in the outbox.
 	ErrNotFound = errors.New("pgstore: dispatch key not found")
 	// ErrShardCountMismatch reports an owned-shard fraction whose shard
-	// count is not the one the store places rows with. It also matches
-	// [backpressure.ErrInvalidShards].
+	// count is not the one the store places rows with, or an
+	// Options.ShardCount other than the one the schema records. It also
+	// matches [backpressure.ErrInvalidShards].
 	ErrShardCountMismatch = errors.New("pgstore: shard count mismatch")
 	// ErrInvalidOptions reports Options that New rejects.
 	ErrInvalidOptions = errors.New("pgstore: invalid options")
@@ -47,14 +48,20 @@ func (e *LeaseLostError) Error() string {
 // Is reports whether target is [ErrLeaseLost].
 func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
-// ShardCountError is the typed form of [ErrShardCountMismatch].
+// ShardCountError is the typed form of [ErrShardCountMismatch]: an
+// owned-shard fraction over another shard count than the store's, or, from
+// [New] (Op "New"), an Options.ShardCount other than the one the schema
+// records.
 type ShardCountError struct {
 	Op       string // the method that was called
-	Store    int    // the store's shard count (Options.ShardCount)
-	Fraction int    // the fraction's ShardCount()
+	Store    int    // the store's shard count: the one recorded in the schema
+	Fraction int    // the fraction's ShardCount(), or Options.ShardCount for New
 }
 
 func (e *ShardCountError) Error() string {
+	if e.Op == "New" {
+		return fmt.Sprintf("pgstore: New: shard count mismatch: the schema records %d shards, Options.ShardCount is %d", e.Store, e.Fraction)
+	}
 	return fmt.Sprintf("pgstore: %s: shard count mismatch: store places rows over %d shards, fraction is over %d", e.Op, e.Store, e.Fraction)
 }
 

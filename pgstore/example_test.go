@@ -2,6 +2,8 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -13,7 +15,11 @@ import (
 // every shard sweeps with backpressure, and settles what it claimed.
 func Example() {
 	ctx := context.Background()
-	const schema = "pgstore_example"
+	// A schema of its own (here, for a test run that may share the
+	// database with others), dropped at the end.
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	schema := "pgstore_example_" + hex.EncodeToString(suffix[:])
 	defer adminPool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 
 	store, err := pgstore.Open(ctx, databaseURL(), pgstore.Options{Schema: schema})

@@ -33,6 +33,15 @@ func TestExplainUsesIndexes(t *testing.T) {
 		}
 		f.enqueue(batch...)
 	}
+	// One more route whose backlog is mostly in retry back-off (a
+	// downstream outage): 20,000 rows, enqueued after the others, all but
+	// the newest 20 delayed for an hour.
+	const delayedRows, visibleRows = 20000, 20
+	var delayed []pgstore.Message
+	for i := 0; i < delayedRows; i++ {
+		delayed = append(delayed, message("outage", "q0", fmt.Sprintf("outage/%05d", i)))
+	}
+	f.enqueue(delayed...)
 	// Every state: claim half of the rows, oldest first, then settle 80% of
 	// those, put 10% back with a delay, and leave 10% claimed. (Set in bulk
 	// here; the store's own Settle and Retry are tested elsewhere.)
@@ -47,6 +56,11 @@ UPDATE `+pgx.Identifier{f.schema}.Sanitize()+`.outbox SET
 	visible_at = CASE id % 10 WHEN 0 THEN $1::timestamptz + interval '1 minute' ELSE visible_at END,
 	settled_at = CASE WHEN id % 10 > 1 THEN $1::timestamptz END
 WHERE state = 'claimed'`, f.now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminPool.Exec(f.ctx, `
+UPDATE `+pgx.Identifier{f.schema}.Sanitize()+`.outbox SET attempts = 1, visible_at = $1::timestamptz + interval '1 hour'
+WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%05d", delayedRows-visibleRows)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := adminPool.Exec(f.ctx, "ANALYZE "+pgx.Identifier{f.schema}.Sanitize()+".outbox"); err != nil {
@@ -69,21 +83,24 @@ WHERE state = 'claimed'`, f.now); err != nil {
 		args    []any
 		indexes []string
 		forbid  []string // plan nodes that would read a whole route or backlog
+		bound   string   // a condition that must be an Index Cond, not a Filter
 	}{
-		{"countClaimed", []any{f.now, quarter}, []string{"outbox_live_lease_idx"}, nil},
+		{"countClaimed", []any{f.now, quarter}, []string{"outbox_live_lease_idx"}, nil, ""},
 		// With a cap well below a route's size the count must stop at the
 		// cap: an index scan in the index's order under the LIMIT.
-		{"countPending", []any{f.now, quarter, int64(10)}, []string{"outbox_route_oldest_idx"}, []string{"Bitmap", "Sort Key: o"}},
+		// Rows in retry back-off or under a live lease are outside the
+		// range the count walks: claimable_at is an index bound.
+		{"countPending", []any{f.now, quarter, int64(10)}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
 		// With a cap above what a route holds on the node's shards, every
 		// entry of the route is read whatever the plan, and the planner
 		// may prefer a bitmap scan of the route: still one route, never the
 		// backlog.
-		{"countPending (cap above route size)", []any{f.now, quarter, int64(100)}, []string{"outbox_route_oldest_idx"}, nil},
-		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}},
-		{"claimUnscoped", []any{f.now, lease, quarter, int64(100)}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}},
-		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil},
-		{"retry", []any{f.now, "ns050/q1/7", int64(1), int64(1000)}, []string{"outbox_dispatch_key_key"}, nil},
-		{"purgeSettled", []any{f.now, int64(1000)}, []string{"outbox_settled_idx", "outbox_pkey"}, nil},
+		{"countPending (cap above route size)", []any{f.now, quarter, int64(100)}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, nil, ""},
+		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
+		{"claimUnscoped", []any{f.now, lease, quarter, int64(100)}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
+		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil, ""},
+		{"retry", []any{f.now, "ns050/q1/7", int64(1), int64(1000)}, []string{"outbox_dispatch_key_key"}, nil, ""},
+		{"purgeSettled", []any{f.now, int64(1000)}, []string{"outbox_settled_idx", "outbox_pkey"}, nil, ""},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			stmt, _, _ := strings.Cut(c.name, " ")
@@ -96,6 +113,9 @@ WHERE state = 'claimed'`, f.now); err != nil {
 					t.Errorf("%s (%s) has a %q node, which cannot stop at its LIMIT:\n%s", c.name, mode, node, plan)
 				}
 			}
+			if c.bound != "" && !indexBound(plan, c.bound) {
+				t.Errorf("%s (%s) does not bound its index scan by %q (a Filter reads what it rejects):\n%s", c.name, mode, c.bound, plan)
+			}
 			for _, idx := range c.indexes {
 				if !strings.Contains(plan, " using "+idx+" ") && !strings.Contains(plan, " on "+idx) {
 					t.Errorf("%s (%s) does not use %s:\n%s", c.name, mode, idx, plan)
@@ -107,6 +127,16 @@ WHERE state = 'claimed'`, f.now); err != nil {
 	if *updateExplain {
 		writeExplainDoc(t, f.schema)
 	}
+}
+
+// indexBound reports whether cond appears in an Index Cond of plan.
+func indexBound(plan, cond string) bool {
+	for _, line := range strings.Split(plan, "\n") {
+		if _, after, ok := strings.Cut(line, "Index Cond: "); ok && strings.Contains(after, cond) {
+			return true
+		}
+	}
+	return false
 }
 
 type explainedPlan struct{ name, mode, sql, plan string }
@@ -173,15 +203,17 @@ func literal(t *testing.T, a any) string {
 func writeExplainDoc(t *testing.T, schema string) {
 	var b strings.Builder
 	b.WriteString("# pgstore: the plans of its statements\n\n")
-	b.WriteString("Written by `go test -run TestExplainUsesIndexes -update-explain` on an outbox of 24,000 rows\n")
+	b.WriteString("Written by `go test -run TestExplainUsesIndexes -update-explain` on an outbox of 44,000 rows\n")
 	b.WriteString("(40 namespaces × 3 task queues × 200 rows; the oldest 12,000 claimed once: 10% retried with a delay,\n10% left claimed, ")
-	b.WriteString("the rest settled), ANALYZEd, on PostgreSQL ")
+	b.WriteString("the rest settled; then one more route, outage/q0, of 20,000 rows, all but the newest 20 in\nretry back-off for an hour), ANALYZEd, on PostgreSQL ")
 	var version string
 	_ = adminPool.QueryRow(t.Context(), "SHOW server_version").Scan(&version)
 	b.WriteString(version + ". The node owns a quarter of the 64 shards; the scoped claim has 25 scopes.\n")
 	b.WriteString("Pending counts are shown with a cap of 10, below what a route holds on the node's shards, where the\n")
 	b.WriteString("scan must stop at the cap, and with a cap of 100, above it, where every entry of each route is read\n")
-	b.WriteString("whatever the plan and PostgreSQL may pick a bitmap scan of the route.\n")
+	b.WriteString("whatever the plan and PostgreSQL may pick a bitmap scan of the route. Either way the count's range is\n")
+	b.WriteString("bounded by claimable_at <= now (an Index Cond), so rows in retry back-off or under a live lease are not read.\n")
+	b.WriteString("The claims walk a route oldest first and filter claimable_at: they read the older rows they skip.\n")
 	b.WriteString("The test fails if a statement stops using its index or reads the table sequentially,\n")
 	b.WriteString("under custom plans and under the generic plans a cached prepared statement may switch to.\n")
 	b.WriteString("The test schema's name is shown as `{schema}`.\n")

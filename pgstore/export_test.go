@@ -1,5 +1,7 @@
 package pgstore
 
+import "github.com/jackc/pgx/v5"
+
 // Statements returns the store's SQL by name, for the EXPLAIN tests.
 func Statements(s *Store) map[string]string {
 	return map[string]string{
@@ -17,3 +19,9 @@ func Statements(s *Store) map[string]string {
 
 // MigrationCount is the number of migrations the package knows.
 func MigrationCount() int { return len(migrations) }
+
+// Migration returns migration v (1-based) with the quoted schema filled in,
+// for the tests that build an older schema by hand.
+func Migration(v int, schema string) string {
+	return expand(pgx.Identifier{schema}.Sanitize(), migrations[v-1])
+}

@@ -13,12 +13,17 @@ import (
 // claim and the lease is still live. Otherwise it changes nothing and
 // returns a [*LeaseLostError] (matching [ErrLeaseLost]) — the row was
 // already settled or retried, or its lease expired, whether or not another
-// claimer has taken it since — or [ErrNotFound] for an unknown key. Settled
+// claimer has taken it since — or [ErrNotFound] for an unknown key. An
+// empty key, or one that is not valid UTF-8 or holds a NUL byte, is an
+// [*ArgumentError], returned before touching the database. Settled
 // rows are kept (see [Store.PurgeSettled]), so exactly-once can be audited.
 // Cost: O(log n).
 func (s *Store) Settle(ctx context.Context, dispatchKey string, token int64) error {
 	const op = "Settle"
 	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	if err := checkKey(op, dispatchKey); err != nil {
 		return err
 	}
 	return s.finish(ctx, op, dispatchKey, token, s.sql.settle)
@@ -28,17 +33,30 @@ func (s *Store) Settle(ctx context.Context, dispatchKey string, token int64) err
 // (0: at once), in one statement, if token is its current claim and the
 // lease is still live; otherwise it returns errors as [Store.Settle] does.
 // The row keeps its place: it is still oldest-first by enqueue order, and
-// its next claim counts one more attempt. A negative delay is an
-// [*ArgumentError]. Cost: O(log n).
+// its next claim counts one more attempt. A negative delay, or a dispatch
+// key Settle would reject, is an [*ArgumentError]. Cost: O(log n).
 func (s *Store) Retry(ctx context.Context, dispatchKey string, token int64, delay time.Duration) error {
 	const op = "Retry"
 	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	if err := checkKey(op, dispatchKey); err != nil {
 		return err
 	}
 	if delay < 0 {
 		return &ArgumentError{Op: op, Arg: "delay", Reason: fmt.Sprintf("%v is negative", delay)}
 	}
 	return s.finish(ctx, op, dispatchKey, token, s.sql.retry, delay.Microseconds())
+}
+
+// checkKey rejects, as Enqueue does, a dispatch key that no row can have:
+// empty, not valid UTF-8, or holding a NUL byte (which PostgreSQL text
+// cannot store, and would refuse as a parameter).
+func checkKey(op, dispatchKey string) error {
+	if reason := badText(dispatchKey, true); reason != "" {
+		return &ArgumentError{Op: op, Arg: "dispatchKey", Reason: reason}
+	}
+	return nil
 }
 
 // finish runs the settle or retry statement, which reports whether it
@@ -60,10 +78,14 @@ func (s *Store) finish(ctx context.Context, op, dispatchKey string, token int64,
 
 // Get returns the row with dispatchKey and its state, whatever the state and
 // whatever shard it is on: it is for inspection and audits, not for
-// claiming. It returns [ErrNotFound] for an unknown key. Cost: O(log n).
+// claiming. It returns [ErrNotFound] for an unknown key, and an
+// [*ArgumentError] for a key Settle would reject. Cost: O(log n).
 func (s *Store) Get(ctx context.Context, dispatchKey string) (Row, State, error) {
 	const op = "Get"
 	if err := s.begin(ctx, op); err != nil {
+		return Row{}, "", err
+	}
+	if err := checkKey(op, dispatchKey); err != nil {
 		return Row{}, "", err
 	}
 	rows, err := s.pool.Query(ctx, s.sql.get, dispatchKey)

@@ -14,10 +14,12 @@ import (
 
 // Enqueue inserts msgs in one statement, placing each on shard
 // backpressure.ShardFor(DispatchKey, ShardCount); rows get ids in batch
-// order, so a batch is claimed oldest first in the order it was given. A message whose
-// dispatch key is already in the outbox (or earlier in the same batch) is
-// ignored, whatever state that row is in: insert-or-ignore. It returns how
-// many rows it inserted. The batch is atomic: on error nothing is inserted.
+// order, so a batch is claimed oldest first in the order it was given. A
+// message whose dispatch key is already in the outbox, whatever state that
+// row is in, is ignored (insert-or-ignore), and so is a message whose key
+// came earlier in the same batch: the first copy in the batch is the one
+// inserted. It returns how many rows it inserted. The batch is atomic: on
+// error nothing is inserted.
 //
 // Every DispatchKey and Namespace must be non-empty, and every string valid
 // UTF-8 without NUL bytes (PostgreSQL text cannot hold them); otherwise it
@@ -32,11 +34,12 @@ func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err 
 		return 0, nil
 	}
 	var (
-		keys     = make([]string, len(msgs))
-		spaces   = make([]string, len(msgs))
-		queues   = make([]string, len(msgs))
-		shards   = make([]int32, len(msgs))
-		payloads = make([][]byte, len(msgs))
+		keys     = make([]string, 0, len(msgs))
+		spaces   = make([]string, 0, len(msgs))
+		queues   = make([]string, 0, len(msgs))
+		shards   = make([]int32, 0, len(msgs))
+		payloads = make([][]byte, 0, len(msgs))
+		seen     = make(map[string]struct{}, len(msgs))
 	)
 	for i, m := range msgs {
 		for _, f := range []struct{ name, value string }{
@@ -46,8 +49,15 @@ func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err 
 				return 0, &ArgumentError{Op: op, Arg: fmt.Sprintf("msgs[%d].%s", i, f.name), Reason: reason}
 			}
 		}
-		keys[i], spaces[i], queues[i], payloads[i] = m.DispatchKey, m.Namespace, m.TaskQueue, m.Payload
-		shards[i] = int32(backpressure.ShardFor(m.DispatchKey, s.shardCount))
+		// A key earlier in the batch wins: later copies never reach the
+		// statement, whose insert order (by key, for deadlock avoidance)
+		// would otherwise decide between them.
+		if _, dup := seen[m.DispatchKey]; dup {
+			continue
+		}
+		seen[m.DispatchKey] = struct{}{}
+		keys, spaces, queues, payloads = append(keys, m.DispatchKey), append(spaces, m.Namespace), append(queues, m.TaskQueue), append(payloads, m.Payload)
+		shards = append(shards, int32(backpressure.ShardFor(m.DispatchKey, s.shardCount)))
 	}
 	tag, err := s.pool.Exec(ctx, s.sql.enqueue, s.clock(), keys, spaces, queues, shards, payloads)
 	if err != nil {
@@ -103,9 +113,13 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 // CountPendingOutboxRows returns the claimable rows (visible pending rows and
 // rows whose lease expired) per route on the owned shards, each count capped
 // at capPerRoute, in (namespace, task queue) order. Routes with none are
-// left out. Cost: one index descent per route with unsettled rows, plus at
-// most capPerRoute index entries per route counted; never the whole
-// backlog. See [backpressure.OutboxStore].
+// left out. Cost: one index descent per route with unsettled rows (also a
+// route whose rows are all delayed or leased), then, per route, an index
+// range over its claimable rows only — claimable_at ≤ now is a bound of
+// the range, so rows in retry back-off and rows under a live lease are
+// never read — that stops at the capPerRoute-th claimable row on the owned
+// shards; the claimable rows on other shards met before then are read and
+// skipped. Never the whole backlog. See [backpressure.OutboxStore].
 func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
 	const op = "CountPendingOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
@@ -147,8 +161,21 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 //
 // A claim with Limit 0 claims nothing; a negative Limit, or a route named
 // twice, is an [*ArgumentError]. An empty claim list returns nil without a
-// round trip. Cost: per scope, one index walk of its route from the oldest
-// row until Limit claimable owned rows are found.
+// round trip.
+//
+// Cost: per scope, one walk of its route's unsettled rows in enqueue order
+// from the oldest until Limit claimable rows on the owned shards are found.
+// Oldest first means the walk reads, and skips, every older row of the
+// route that is not claimable now — rows in retry back-off, rows under a
+// live lease, rows on other nodes' shards — so a route whose oldest rows
+// are a large delayed backlog costs that backlog on every claim of it,
+// though the pending count of the route does not read it.
+//
+// If ctx is cancelled while the statement runs, the claim is either rolled
+// back or, if the server committed it before the cancellation arrived,
+// kept: the call may then return ctx's error although rows were claimed.
+// Such rows are not lost: no one can settle them without their tokens, and
+// they are claimable again when their lease expires.
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
 	const op = "ClaimOutboxRowsScoped"
 	if err := s.begin(ctx, op); err != nil {
@@ -204,8 +231,10 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 // shards, oldest first whatever their namespace: the claim a dispatcher
 // without backpressure makes, kept as the baseline the fair sweep is
 // measured against. Leases, tokens and atomicity are as for
-// [Store.ClaimOutboxRowsScoped]. Rows come back oldest first. Cost: one walk
-// of the oldest-first index until limit claimable owned rows are found.
+// [Store.ClaimOutboxRowsScoped], and so is a cancelled ctx. Rows come back
+// oldest first. Cost: one walk of the unsettled rows in enqueue order until
+// limit claimable owned rows are found, reading and skipping the older rows
+// that are delayed, leased or on other shards.
 func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]Row, error) {
 	const op = "ClaimOutboxRowsUnscoped"
 	if err := s.begin(ctx, op); err != nil {

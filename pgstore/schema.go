@@ -93,23 +93,105 @@ CREATE INDEX outbox_live_lease_idx ON {schema}.outbox (lease_expires_at)
 CREATE INDEX outbox_settled_idx ON {schema}.outbox (settled_at)
 	WHERE state = 'settled';
 `,
+
+	// 2: the store's settings, one row: the shard count rows are placed
+	// with, recorded by the first store that migrates the schema to
+	// version 2 (its Options.ShardCount, or 64), and never changed; and
+	// the index that bounds the pending counts to claimable rows.
+	`
+CREATE TABLE {schema}.settings (
+	singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+	shard_count integer NOT NULL CHECK (shard_count > 0)
+);
+
+-- Pending counts walk a route's claimable rows only: claimable_at <= now
+-- is a bound of this index's range, so rows in retry back-off and rows
+-- under a live lease (claimable_at in the future) are never read. Its
+-- predicate is spelled state IN ('pending', 'claimed') — the same rows as
+-- state <> 'settled', by the CHECK on state — so that only the counts,
+-- which say so, can use it: the claims say state <> 'settled', from which
+-- the planner cannot prove this predicate, and keep walking
+-- outbox_route_oldest_idx oldest first rather than sorting a route.
+CREATE INDEX outbox_route_claimable_idx ON {schema}.outbox (namespace, task_queue, claimable_at)
+	INCLUDE (shard) WHERE state IN ('pending', 'claimed');
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
-// migrate brings the schema up to SchemaVersion. It is idempotent and safe
-// to run from many processes at once: a transaction-scoped advisory lock,
-// keyed by the schema name, serialises concurrent migrators, and each
-// migration is recorded in the same transaction that applies it.
-func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`, schema); err != nil {
+// advisoryLock serialises the migrators of one schema.
+const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`
+
+// open returns the shard count of a schema at SchemaVersion, migrating it
+// first if it is behind. want is Options.ShardCount: 0 adopts the recorded
+// count, any other value must equal it.
+//
+// A schema already at SchemaVersion is only read: two statements, no
+// lock, no DDL, so a role with no CREATE privilege (on the database or the
+// schema) can open it. Otherwise migrate takes the advisory lock and
+// brings it up to date.
+func open(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want int) (int, error) {
+	version, shardCount, err := readSchema(ctx, pool, quoted)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case version > SchemaVersion:
+		return 0, &SchemaVersionError{Schema: schema, Found: version, Known: SchemaVersion}
+	case version < SchemaVersion || shardCount == 0:
+		if shardCount, err = migrate(ctx, pool, schema, quoted, want); err != nil {
+			return 0, err
+		}
+	}
+	if want != 0 && want != shardCount {
+		return 0, &ShardCountError{Op: "New", Store: shardCount, Fraction: want}
+	}
+	return shardCount, nil
+}
+
+// readSchema returns the schema's version and recorded shard count, 0 for
+// what is not there yet. It creates and locks nothing: the tables are
+// looked up with to_regclass first and read only if they exist.
+func readSchema(ctx context.Context, pool *pgxpool.Pool, quoted string) (version, shardCount int, err error) {
+	var hasVersion, hasSettings bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		quoted+".schema_version", quoted+".settings").Scan(&hasVersion, &hasSettings); err != nil {
+		return 0, 0, err
+	}
+	switch {
+	case hasVersion && hasSettings:
+		err = pool.QueryRow(ctx, expand(quoted, `SELECT
+	(SELECT coalesce(max(version), 0) FROM {schema}.schema_version),
+	coalesce((SELECT shard_count FROM {schema}.settings), 0)`)).Scan(&version, &shardCount)
+	case hasVersion:
+		err = pool.QueryRow(ctx, expand(quoted, `SELECT coalesce(max(version), 0) FROM {schema}.schema_version`)).Scan(&version)
+	}
+	return version, shardCount, err
+}
+
+// migrate brings the schema up to SchemaVersion and returns its shard
+// count, recording want (or DefaultShardCount when want is 0) if none is
+// recorded yet. It is idempotent and safe to run from many processes at
+// once: a transaction-scoped advisory lock, keyed by the schema name,
+// serialises concurrent migrators, each migration is recorded in the same
+// transaction that applies it, and the schema itself is created only if it
+// does not exist (CREATE SCHEMA needs the CREATE privilege on the
+// database, even with IF NOT EXISTS).
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want int) (shardCount int, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, advisoryLock, schema); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, expand(quoted, `CREATE SCHEMA IF NOT EXISTS {schema}`)); err != nil {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
 			return err
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, expand(quoted, `CREATE SCHEMA {schema}`)); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, expand(quoted, `CREATE TABLE IF NOT EXISTS {schema}.schema_version (
 	version    integer     PRIMARY KEY,
@@ -132,6 +214,19 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string) err
 				return fmt.Errorf("migration %d: %w", v, err)
 			}
 		}
-		return nil
+		record := want
+		if record == 0 {
+			record = DefaultShardCount
+		}
+		return tx.QueryRow(ctx, expand(quoted, `
+WITH recorded AS (
+	INSERT INTO {schema}.settings (shard_count) VALUES ($1)
+	ON CONFLICT (singleton) DO NOTHING
+	RETURNING shard_count
+)
+SELECT shard_count FROM recorded
+UNION ALL
+SELECT shard_count FROM {schema}.settings`), record).Scan(&shardCount)
 	})
+	return shardCount, err
 }

@@ -58,11 +58,14 @@ GROUP BY o.namespace`),
 		// $2: owned shards, $3: cap per route. A loose index scan over
 		// outbox_route_oldest_idx finds each route with unsettled rows with
 		// one index descent; per route, count(*) over a subquery LIMITed to
-		// the cap stops at the cap-th claimable owned row, reading the same
-		// index (index-only where the visibility map allows), never the
-		// whole backlog. The ORDER BY costs nothing (it is the index's
-		// order) and rules out a bitmap scan, which would collect every
-		// entry of the route before the LIMIT could stop it.
+		// the cap walks outbox_route_claimable_idx (index-only where the
+		// visibility map allows) over the range claimable_at <= now, so
+		// rows in retry back-off and under a live lease are outside the
+		// range and never read, and stops at the cap-th owned row. The
+		// predicate state IN ('pending', 'claimed') is that index's; the
+		// ORDER BY costs nothing (it is the index's order) and rules out a
+		// bitmap scan, which would collect every entry of the range before
+		// the LIMIT could stop it.
 		countPending: x(`
 WITH RECURSIVE routes (namespace, task_queue) AS (
 	(SELECT o.namespace, o.task_queue
@@ -91,10 +94,10 @@ CROSS JOIN LATERAL (
 		FROM {schema}.outbox o
 		WHERE o.namespace = r.namespace
 			AND o.task_queue = r.task_queue
-			AND o.state <> 'settled'
+			AND o.state IN ('pending', 'claimed')
 			AND o.claimable_at <= coalesce($1::timestamptz, now())
 			AND o.shard = ANY ($2::int4[])
-		ORDER BY o.enqueued_at, o.id -- the index's order: a scan that can stop at the cap
+		ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
 		LIMIT $3
 	) capped
 ) c
@@ -105,11 +108,14 @@ ORDER BY r.namespace, r.task_queue`),
 		// arrays (namespace, task queue, limit). One statement claims every
 		// scope: a LATERAL subquery per scope walks outbox_route_oldest_idx
 		// oldest first and locks at most its limit of claimable rows,
-		// skipping rows another claimer has locked.
+		// skipping rows another claimer has locked. Oldest first, the walk
+		// reads and skips the route's older rows that are not claimable
+		// (delayed, leased, on other shards): claimable_at is a filter here,
+		// not a bound, since a range on it would not be in enqueue order.
 		claimScoped: x(`
 WITH picked AS (
 	SELECT c.id
-	FROM unnest($4::text[], $5::text[], $6::int4[]) AS s (namespace, task_queue, lim)
+	FROM unnest($4::text[], $5::text[], $6::int8[]) AS s (namespace, task_queue, lim)
 	CROSS JOIN LATERAL (
 		SELECT o.id
 		FROM {schema}.outbox o

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -28,9 +29,12 @@ type Options struct {
 	Schema string
 
 	// ShardCount is the size of the virtual shard space rows are placed in
-	// with backpressure.ShardFor. Every node of a cluster must use the same
-	// count, and it must never change for an existing outbox: rows keep the
-	// shard they were enqueued with. Zero value: 64.
+	// with backpressure.ShardFor. It is recorded in the schema when the
+	// schema is created (or migrated from version 1, which recorded none)
+	// and can never change afterwards, since rows keep the shard they were
+	// enqueued with: 0 adopts the recorded count (64 for a new schema); any
+	// other value must equal it, or New returns a [*ShardCountError]
+	// (matching [ErrShardCountMismatch]).
 	ShardCount int
 
 	// Lease is the visibility timeout of a claim: a claimed row that is
@@ -50,9 +54,12 @@ type Options struct {
 // safe for concurrent use; many Stores, in one process or many, may share a
 // schema. Build one with [New] or [Open].
 //
-// Every method is one SQL statement (one round trip), honours ctx, and
-// returns errors prefixed "pgstore: ". Cost notes are on each method; n is
-// the outbox's unsettled rows, r the routes with unsettled rows.
+// Every method other than New and Open is one SQL statement (one round
+// trip), honours ctx, and returns errors prefixed "pgstore: ". New and Open
+// read the schema's version and shard count (two statements) and, only when
+// the schema is missing or behind, migrate it in one transaction. Cost
+// notes are on each method; n is the outbox's unsettled rows, r the routes
+// with unsettled rows.
 type Store struct {
 	pool       *pgxpool.Pool
 	ownsPool   bool
@@ -66,9 +73,17 @@ type Store struct {
 
 var _ backpressure.OutboxStore[Row] = (*Store)(nil)
 
-// New returns a store over pool, after validating opts and migrating the
-// schema (idempotent, versioned, safe to run from many nodes at once). The
-// store does not own pool: Close leaves it open.
+// New returns a store over pool, after validating opts and opening the
+// schema. A schema already at [SchemaVersion] is only read, so New needs no
+// CREATE privilege then. A missing or older schema is created or migrated
+// (idempotent, versioned, under an advisory lock, safe to run from many
+// nodes at once); creating the schema itself needs the CREATE privilege on
+// the database, migrating an existing one needs ownership of it.
+//
+// The shard count is settled as Options.ShardCount says: a value that
+// differs from the recorded count is a [*ShardCountError] (Op "New"). A
+// schema newer than this package is a [*SchemaVersionError]. The store does
+// not own pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, &OptionsError{Field: "pool", Reason: "nil *pgxpool.Pool"}
@@ -83,8 +98,6 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		return nil, err
 	}
 	switch {
-	case opts.ShardCount == 0:
-		opts.ShardCount = DefaultShardCount
 	case opts.ShardCount < 0:
 		return nil, &OptionsError{Field: "ShardCount", Reason: fmt.Sprintf("%d is negative", opts.ShardCount)}
 	case int64(opts.ShardCount) > 1<<31-1:
@@ -97,13 +110,21 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		return nil, &OptionsError{Field: "Lease", Reason: fmt.Sprintf("%v is below PostgreSQL's microsecond resolution", opts.Lease)}
 	}
 	quoted := pgx.Identifier{opts.Schema}.Sanitize()
-	if err := migrate(ctx, pool, opts.Schema, quoted); err != nil {
-		return nil, opError("New: migrate schema "+quoted, err)
+	shardCount, err := open(ctx, pool, opts.Schema, quoted, opts.ShardCount)
+	var (
+		shardErr   *ShardCountError
+		versionErr *SchemaVersionError
+	)
+	switch {
+	case errors.As(err, &shardErr), errors.As(err, &versionErr):
+		return nil, err
+	case err != nil:
+		return nil, opError("New: open schema "+quoted, err)
 	}
 	return &Store{
 		pool:       pool,
 		schema:     opts.Schema,
-		shardCount: opts.ShardCount,
+		shardCount: shardCount,
 		lease:      opts.Lease,
 		now:        opts.Now,
 		sql:        prepare(quoted),
@@ -147,7 +168,8 @@ func (s *Store) Close() error {
 // Schema returns the schema the store's tables live in.
 func (s *Store) Schema() string { return s.schema }
 
-// ShardCount returns the shard count rows are placed with.
+// ShardCount returns the shard count rows are placed with: the one recorded
+// in the schema.
 func (s *Store) ShardCount() int { return s.shardCount }
 
 // Lease returns the claim lease (visibility timeout).
