@@ -48,8 +48,9 @@ type Config struct {
 // A Backpressure is safe for concurrent use, and serialises sweeps: [Sweep]
 // and [Backpressure.Plan] run one at a time, because two concurrent sweeps on
 // one node would both see the same headroom and could together exceed the
-// ceiling. Use one Backpressure per node. The zero value is not usable; call
-// [New].
+// ceiling. Use one Backpressure per node. The zero value is not usable:
+// call [New]; Sweep and Plan on a zero Backpressure return an error matching
+// [ErrInvalidConfig].
 type Backpressure struct {
 	batchSize    int
 	defaultQuota int
@@ -67,6 +68,9 @@ type Backpressure struct {
 	routeCursor map[string]string // namespace → last task queue that got a remainder unit
 	scratch     scratch
 }
+
+// errNotNew is what Sweep and Plan return for a Backpressure not built by New.
+var errNotNew = &ConfigError{Field: "Backpressure", Reason: "not built with backpressure.New"}
 
 // New returns a Backpressure for a node owning the shards of f.
 //
@@ -182,6 +186,9 @@ func (b *Backpressure) pendingCountCap(f OwnedShardFraction) int {
 // Sweeps on one Backpressure run one at a time; Sweep waits for a sweep in
 // progress, or returns ctx's error if ctx is done first.
 func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([]R, Plan, error) {
+	if b == nil || b.sem == nil {
+		return nil, Plan{}, errNotNew
+	}
 	select {
 	case b.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -226,6 +233,9 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 // routes are sorted by namespace and task queue (as the stores return
 // them), O(R·log R) otherwise; two allocations (the plan's two slices).
 func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
+	if b == nil || b.sem == nil {
+		return Plan{}, errNotNew
+	}
 	b.sem <- struct{}{}
 	defer func() { <-b.sem }()
 	p, err := b.plan(s, b.OwnedShards())

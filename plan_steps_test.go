@@ -255,3 +255,14 @@ func TestNewConfigErrors(t *testing.T) {
 		t.Errorf("after SetOwnedShards(%v): Ceiling(x) = %d, want 2", half, b.Ceiling("x"))
 	}
 }
+
+func TestZeroBackpressure(t *testing.T) {
+	var b Backpressure
+	if _, err := b.Plan(Snapshot{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("zero Backpressure: Plan() error = %v, want ErrInvalidConfig", err)
+	}
+	var nilB *Backpressure
+	if _, err := nilB.Plan(Snapshot{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil Backpressure: Plan() error = %v, want ErrInvalidConfig", err)
+	}
+}
