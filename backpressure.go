@@ -18,6 +18,7 @@ package backpressure
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 )
@@ -70,7 +71,7 @@ type Backpressure struct {
 }
 
 // errNotNew is what Sweep and Plan return for a Backpressure not built by New.
-var errNotNew = &ConfigError{Field: "Backpressure", Reason: "not built with backpressure.New"}
+var errNotNew = fmt.Errorf("%w: Backpressure not built with New", ErrInvalidConfig)
 
 // New returns a Backpressure for a node owning the shards of f.
 //
