@@ -87,7 +87,7 @@ func testCounts[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			want int
 		}{
 			{"6 pending", func() {}, 6},
-			{"claim 3", func() { claimed = e.claim(e.all, scope("a", "q", 3)) }, 3},
+			{"claim 3", func() { claimed = e.need("claim(a/q ≤ 3)", e.claim(e.all, scope("a", "q", 3)), 3) }, 3},
 			{"settle 1", func() { e.settle(claimed[0]) }, 3},
 			{"retry 1 with a delay", func() { e.retry(claimed[1], quarter) }, 3},
 			{"delay passed", func() { e.h.Advance(quarter) }, 4},
@@ -106,7 +106,7 @@ func testCounts[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		e := setup(t, newHarness)
 		ms := msgs("a", "q", "k", 8)
 		e.enqueue(ms...)
-		rows := e.claim(e.all, scope("a", "q", 4))
+		rows := e.need("claim(a/q ≤ 4)", e.claim(e.all, scope("a", "q", 4)), 4)
 		e.settle(rows[0])
 		e.retry(rows[1], time.Minute)
 		e.h.Advance(e.h.Lease + time.Millisecond) // rows[2] and rows[3] expire

@@ -31,6 +31,24 @@
 // Every subtest calls newHarness for a fresh, isolated, empty store, so
 // subtests never see each other's rows. The suite uses only the standard
 // library and the root package.
+//
+// Beyond the letter of [backpressure.OutboxStore], the suite requires:
+//
+//   - A ClaimOutboxRowsScoped call naming one route in two claims fails
+//     with an error and claims nothing. The planner never names a route
+//     twice; a store that summed the limits, or took either, would be
+//     guessing, so the suite pins the one safe answer.
+//   - Text a store accepts as a dispatch key, namespace or task queue is
+//     counted and claimed by naming it, byte for byte; text it refuses
+//     (invalid UTF-8, NUL bytes, …) fails the whole Enqueue batch, and a
+//     claim naming a refused route fails whole or claims as if the route
+//     held nothing.
+//   - Oldest first means enqueue order, whatever the dispatch keys: the
+//     suite enqueues keys in descending order to tell the two apart.
+//
+// Without Harness.FailNth the suite cannot check that a claim failing
+// part-way (a database error after some scopes were claimed) leaves nothing
+// claimed; it says so in the log and skips that check.
 package storetest
 
 import (
@@ -136,8 +154,12 @@ type Harness[R any] struct {
 	// FailNth arms a fault: the n-th statement (1-based) the store runs
 	// from now on fails with an error, and the fault is then disarmed;
 	// n ≤ 0 disarms it. The suite uses it to prove a claim that fails
-	// part-way leaves nothing claimed. Optional: nil skips that check
-	// (cancelled contexts and shard-count mismatches are still checked).
+	// part-way leaves nothing claimed. Optional, but without it the suite
+	// cannot vouch for all-or-nothing claims: Claim/AtomicOnFault is then
+	// skipped with a warning, and only claims refused before any work are
+	// checked (a cancelled context, a shard-count mismatch, a route named
+	// twice, a route the store refuses), which a store that claims scope by
+	// scope and fails on a database error part-way can still pass.
 	FailNth func(n int)
 
 	// ErrLeaseLost is the error Settle and Retry return (matched with

@@ -129,6 +129,17 @@ func (e *env[R]) claim(shards backpressure.OwnedShardFraction, claims ...backpre
 	return rows
 }
 
+// need fails the test at once, naming step, unless rows holds at least n
+// rows, so a store returning too few rows fails that check instead of
+// panicking the whole run when the check indexes them.
+func (e *env[R]) need(step string, rows []R, n int) []R {
+	e.t.Helper()
+	if len(rows) < n {
+		e.t.Fatalf("%s returned %d rows %v, want at least %d", step, len(rows), e.keys(rows), n)
+	}
+	return rows
+}
+
 func (e *env[R]) countPending(shards backpressure.OwnedShardFraction, capPerRoute int) map[backpressure.Route]int {
 	e.t.Helper()
 	rc, err := e.h.Store.CountPendingOutboxRows(e.ctx, shards, capPerRoute)

@@ -54,7 +54,7 @@ func testLease[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("StaleTokenRejected", func(t *testing.T) {
 		e := setup(t, newHarness)
 		e.enqueue(msg("a", "q", "k"))
-		stale := e.claim(e.all, scope("a", "q", 1))[0]
+		stale := e.need("first claim", e.claim(e.all, scope("a", "q", 1)), 1)[0]
 		e.h.Advance(e.h.Lease + time.Millisecond)
 		current := e.claim(e.all, scope("a", "q", 1))
 		if len(current) != 1 {
@@ -85,7 +85,7 @@ func testLease[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("SettleKeepsRow", func(t *testing.T) {
 		e := setup(t, newHarness)
 		e.enqueue(msg("a", "q", "k"))
-		row := e.claim(e.all, scope("a", "q", 1))[0]
+		row := e.need("claim", e.claim(e.all, scope("a", "q", 1)), 1)[0]
 		claimed := e.inspect("k")
 		e.h.Advance(time.Second)
 		e.settle(row)

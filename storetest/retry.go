@@ -13,7 +13,7 @@ func testRetry[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("DelayHidesRow", func(t *testing.T) {
 		e := setup(t, newHarness)
 		e.enqueue(msg("a", "q", "k"))
-		row := e.claim(e.all, scope("a", "q", 1))[0]
+		row := e.need("claim", e.claim(e.all, scope("a", "q", 1)), 1)[0]
 		claimed := e.inspect("k")
 		const delay = 10 * time.Second
 		e.retry(row, delay)
@@ -50,7 +50,7 @@ func testRetry[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("ZeroDelay", func(t *testing.T) {
 		e := setup(t, newHarness)
 		e.enqueue(msg("a", "q", "k"))
-		e.retry(e.claim(e.all, scope("a", "q", 1))[0], 0)
+		e.retry(e.need("claim", e.claim(e.all, scope("a", "q", 1)), 1)[0], 0)
 		if got := e.countPending(e.all, 10)[route("a", "q")]; got != 1 {
 			t.Errorf("pending right after a retry without delay = %d, want 1", got)
 		}
@@ -62,7 +62,7 @@ func testRetry[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("RetryNeedsCurrentToken", func(t *testing.T) {
 		e := setup(t, newHarness)
 		e.enqueue(msg("a", "q", "k"))
-		row := e.claim(e.all, scope("a", "q", 1))[0]
+		row := e.need("claim", e.claim(e.all, scope("a", "q", 1)), 1)[0]
 		e.retry(row, 0)
 		before := e.snapshot([]string{"k"})
 		if err := e.h.Retry(e.ctx, row, 0); !errors.Is(err, e.h.ErrLeaseLost) {

@@ -32,7 +32,7 @@ func testRoundTrips[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]
 			{"Enqueue(200 rows)", func() { e.enqueue(ms...) }},
 			{"CountClaimedOutboxRows", func() { e.countClaimed(e.all) }},
 			{"CountPendingOutboxRows(50 routes)", func() { e.countPending(e.all, 3) }},
-			{"ClaimOutboxRowsScoped(50 scopes)", func() { rows = e.claim(e.all, claims...) }},
+			{"ClaimOutboxRowsScoped(50 scopes)", func() { rows = e.need("claim(50 scopes)", e.claim(e.all, claims...), 2) }},
 			{"Settle", func() { e.settle(rows[0]) }},
 			{"Retry", func() { e.retry(rows[1], time.Second) }},
 			{"CountClaimedOutboxRows with claims", func() { e.countClaimed(e.all) }},
