@@ -96,7 +96,10 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 // CountPendingOutboxRows returns, per route with claimable rows on the owned
 // shards (visible pending rows and rows whose lease expired), the number of
 // such rows capped at capPerRoute (≥ 1, else ErrInvalidArgument), sorted by
-// namespace and task queue (the order the planner is fastest with).
+// namespace and task queue (the order the planner is fastest with). Routes
+// whose names ClaimOutboxRowsScoped would refuse (not valid UTF-8, or a NUL
+// byte: only a database written before Enqueue refused them can hold such
+// rows) are left out; Stats still counts their rows.
 //
 // One read statement. It walks outbox_routes (the routes with at least one
 // unsettled row; Settle drops a route with its last one) and, per route,
@@ -135,8 +138,10 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 			return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 		}
 		// Filtering here rather than in SQL keeps SQLite from evaluating
-		// the count subquery twice.
-		if c.Count > 0 {
+		// the count subquery twice. A route no claim can name (text that
+		// Enqueue now refuses, written by an older version) is left out,
+		// so the planner never puts it in a claim that would be refused.
+		if c.Count > 0 && checkText("", c.Route.Namespace, false) == nil && checkText("", c.Route.TaskQueue, false) == nil {
 			counts = append(counts, c)
 		}
 	}

@@ -310,3 +310,36 @@ func TestSettlePrunesRoutes(t *testing.T) {
 		t.Errorf("CountPendingOutboxRows after a new row on b/q = %v, %v; want b/q: 1", c, err)
 	}
 }
+
+// TestLegacyUnnameableRoutesNotCounted: rows an older version let in on a
+// route no claim can name (invalid UTF-8) are left out of the pending
+// counts, so a sweep never builds a claim the store refuses and the other
+// routes are still served.
+func TestLegacyUnnameableRoutesNotCounted(t *testing.T) {
+	ctx := t.Context()
+	s := openT(t, ":memory:", Options{})
+	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "ok", Namespace: "n", TaskQueue: "q"}}); err != nil {
+		t.Fatal(err)
+	}
+	// What Enqueue did before it refused such text.
+	for _, stmt := range []string{
+		`INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, visible_at, ready_at) VALUES ('bad', CAST(x'ff' AS TEXT), 'q', 0, x'', 1, 1, 1)`,
+		`INSERT INTO outbox_routes (namespace, task_queue) VALUES (CAST(x'ff' AS TEXT), 'q')`,
+	} {
+		if _, err := s.writer.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := allShards(t, s)
+	counts, err := s.CountPendingOutboxRows(ctx, f, 10)
+	if err != nil || len(counts) != 1 || counts[0].Route != (backpressure.Route{Namespace: "n", TaskQueue: "q"}) {
+		t.Errorf("CountPendingOutboxRows = %v, %v; want only n/q", counts, err)
+	}
+	bp, err := backpressure.New(backpressure.Config{BatchSize: 10, DefaultQuota: backpressure.Unlimited}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, _, err := backpressure.Sweep(ctx, bp, s); err != nil || len(rows) != 1 || rows[0].DispatchKey != "ok" {
+		t.Errorf("Sweep = %v, %v; want the one nameable row", rows, err)
+	}
+}
