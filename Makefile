@@ -10,7 +10,7 @@ RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
-.PHONY: test fmt-check vet staticcheck unit bench-smoke bench fuzz tools clean
+.PHONY: test fmt-check vet staticcheck unit bench-smoke bench fuzz tools chart clean
 
 test: fmt-check vet staticcheck unit bench-smoke
 
@@ -56,3 +56,8 @@ fuzz:
 
 clean:
 	rm -rf $(BIN) bpsim-out
+
+# Redraw the README's chart from the default bpsim scenario.
+chart:
+	$(GO) run ./cmd/bpsim -quiet -out $${TMPDIR:-/tmp}/bpsim-docs
+	cp $${TMPDIR:-/tmp}/bpsim-docs/bpsim.png docs/bpsim.png
