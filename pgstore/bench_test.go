@@ -24,13 +24,23 @@ import (
 //	go test -run '^$' -bench SweepVsUnscoped -benchtime 300x ./pgstore
 func BenchmarkSweepVsUnscoped(b *testing.B) {
 	for _, namespaces := range []int{10, 1000} {
-		b.Run(fmt.Sprintf("namespaces=%d", namespaces), func(b *testing.B) {
-			benchmarkSweepVsUnscoped(b, namespaces)
-		})
+		for _, quota := range []int{backpressure.Unlimited, 20} {
+			q := "unlimited"
+			if quota != backpressure.Unlimited {
+				q = fmt.Sprint(quota)
+			}
+			b.Run(fmt.Sprintf("namespaces=%d/quota=%s", namespaces, q), func(b *testing.B) {
+				benchmarkSweepVsUnscoped(b, namespaces, quota)
+			})
+		}
 	}
 }
 
-func benchmarkSweepVsUnscoped(b *testing.B, namespaces int) {
+// benchmarkSweepVsUnscoped runs one case. With no quota every route's
+// pending count is capped at the batch size (Backpressure.PendingCountCap);
+// a quota of 20 running rows per tenant caps it at 20. Either way each
+// sweep claims a full batch: the claimed rows are settled between sweeps.
+func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota int) {
 	const (
 		batch    = 100
 		queues   = 2
@@ -41,7 +51,7 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces int) {
 	all, _ := backpressure.AllShards(pgstore.DefaultShardCount)
 	fair := newBenchStore(b, ctx)
 	plain := newBenchStore(b, ctx)
-	bp, err := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: 1000}, all)
+	bp, err := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: quota}, all)
 	if err != nil {
 		b.Fatal(err)
 	}
