@@ -77,8 +77,12 @@ var errNotNew = fmt.Errorf("%w: Backpressure not built with New", ErrInvalidConf
 //
 // It returns an error matching [ErrInvalidConfig] (a *[ConfigError] naming
 // the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
-// [Unlimited], or if a Quotas value is negative other than Unlimited.
+// [Unlimited], or if a Quotas value is negative other than Unlimited; and one
+// matching [ErrInvalidShards] if f is the zero OwnedShardFraction.
 func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
+	if f.ShardCount() < 1 {
+		return nil, &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
+	}
 	if cfg.BatchSize < 1 {
 		return nil, &ConfigError{Field: "BatchSize", Value: cfg.BatchSize, Reason: "must be at least 1"}
 	}
@@ -132,11 +136,17 @@ func (b *Backpressure) OwnedShards() OwnedShardFraction {
 
 // SetOwnedShards installs a new owned-shard fraction, for when the
 // membership system moves shards to or from this node. A sweep in progress
-// finishes with the fraction it started with; the next sweep uses f.
-func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) {
+// finishes with the fraction it started with; the next sweep uses f. It
+// returns an error matching [ErrInvalidShards], and changes nothing, if f is
+// the zero OwnedShardFraction.
+func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
+	if f.ShardCount() < 1 {
+		return &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.fraction = f
+	return nil
 }
 
 // PendingCountCap returns the bound Sweep passes to CountPendingOutboxRows:
@@ -146,9 +156,11 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) {
 // over the default quota and every override (a ceiling of Unlimited counts
 // as B). A plan never grants a route more than its namespace's headroom,
 // which is at most its ceiling, nor more than B; so a route counted as
-// min(P_r, cap) rather than P_r yields exactly the same claims, while the
-// store reads fewer index entries per route. Only the reports' Pending and
-// Held shrink: they count what the store counted.
+// min(P_r, cap) rather than P_r yields exactly the same claims and rotation,
+// while the store reads fewer index entries per route. The reports describe
+// the counts as the store returned them: Pending, Demand and Held are lower
+// bounds for a namespace whose backlog passes the cap, so one whose demand
+// the batch met shows Held 0 even if more rows wait behind the cap.
 func (b *Backpressure) PendingCountCap() int {
 	return b.pendingCountCap(b.OwnedShards())
 }
@@ -180,8 +192,10 @@ func (b *Backpressure) pendingCountCap(f OwnedShardFraction) int {
 //
 // It returns the rows claimed and the plan. On error it returns a
 // *[StoreError] (matching [ErrStore] and wrapping the store's error, so
-// errors.Is(err, context.Canceled) works), or ctx's error if ctx is done
-// before the sweep starts; b's state is then unchanged, and because the
+// errors.Is(err, context.Canceled) works); a *[SnapshotError] (matching
+// [ErrInvalidSnapshot]) if the store's counts break its contract (a
+// negative count, a route listed twice); or ctx's error if ctx is done
+// before the sweep starts. b's state is then unchanged, and because the
 // store's claim is atomic no row is half-claimed.
 //
 // Sweeps on one Backpressure run one at a time; Sweep waits for a sweep in
@@ -230,9 +244,11 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 // [ErrInvalidSnapshot] (a *[SnapshotError]) for a malformed snapshot, and
 // then leaves b unchanged. See [Plan] for what the plan guarantees.
 //
-// Cost: O(R + N·log B) for R routes and N namespaces when the snapshot's
+// Cost: O((R + N)·log B) for R routes and N namespaces when the snapshot's
 // routes are sorted by namespace and task queue (as the stores return
-// them), O(R·log R) otherwise; two allocations (the plan's two slices).
+// them), plus O(R·log R) to sort them otherwise; in steady state two
+// allocations, the plan's two slices (scratch buffers grow to the largest
+// snapshot seen and are reused).
 func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
 	if b == nil || b.sem == nil {
 		return Plan{}, errNotNew

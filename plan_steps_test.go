@@ -202,6 +202,9 @@ func TestCeilingSteps(t *testing.T) {
 }
 
 func TestPlanSnapshotErrors(t *testing.T) {
+	// Two planners in step; one also sees each bad snapshot, which must
+	// change nothing: the next good plan of both is the same.
+	good := Snapshot{Pending: []RouteCount{{Route{"a", "q1"}, 9}, {Route{"a", "q2"}, 9}, {Route{"b", "q"}, 9}}}
 	for i, s := range []Snapshot{
 		{Pending: []RouteCount{{Route{"a", "q"}, -1}}},
 		{Pending: []RouteCount{{Route{"", "q"}, 1}}},
@@ -211,13 +214,21 @@ func TestPlanSnapshotErrors(t *testing.T) {
 		{Claimed: map[string]int{"": 1}},
 	} {
 		b := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))
+		twin := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))
+		for _, x := range []*Backpressure{b, twin} {
+			if _, err := x.Plan(good); err != nil {
+				t.Fatal(err)
+			}
+		}
 		p, err := b.Plan(s)
 		var se *SnapshotError
 		if !errors.Is(err, ErrInvalidSnapshot) || !errors.As(err, &se) {
 			t.Errorf("step %d: Plan(%+v) = %v, %v; want a *SnapshotError", i, s, p, err)
 		}
-		if b.nsCursorSet || len(b.routeCursor) != 0 {
-			t.Errorf("step %d: a rejected snapshot moved the cursors", i)
+		p1, _ := b.Plan(good)
+		p2, _ := twin.Plan(good)
+		if fmt.Sprint(p1.Claims) != fmt.Sprint(p2.Claims) {
+			t.Errorf("step %d: a rejected snapshot moved the cursors: %v, want %v", i, p1.Claims, p2.Claims)
 		}
 	}
 }
@@ -249,8 +260,16 @@ func TestNewConfigErrors(t *testing.T) {
 	if b.Quota("x") != 3 || b.Quota("y") != Unlimited || b.Ceiling("x") != 3 {
 		t.Errorf("Quota(x) = %d, Quota(y) = %d, Ceiling(x) = %d", b.Quota("x"), b.Quota("y"), b.Ceiling("x"))
 	}
+	if err := b.SetOwnedShards(OwnedShardFraction{}); !errors.Is(err, ErrInvalidShards) {
+		t.Errorf("SetOwnedShards(zero) = %v, want ErrInvalidShards", err)
+	}
+	if _, err := New(Config{BatchSize: 1, DefaultQuota: 1}, OwnedShardFraction{}); !errors.Is(err, ErrInvalidShards) {
+		t.Errorf("New with a zero fraction: %v, want ErrInvalidShards", err)
+	}
 	half, _ := NewOwnedShardFraction([]int{0, 1}, 4)
-	b.SetOwnedShards(half)
+	if err := b.SetOwnedShards(half); err != nil {
+		t.Fatal(err)
+	}
 	if b.Ceiling("x") != 2 || !b.OwnedShards().Equal(half) {
 		t.Errorf("after SetOwnedShards(%v): Ceiling(x) = %d, want 2", half, b.Ceiling("x"))
 	}

@@ -64,10 +64,10 @@ func (r HoldReason) String() string {
 //	Held     = Pending − Granted ≥ 0
 type NamespaceReport struct {
 	Namespace string
-	Quota     int        // cluster-wide quota, or Unlimited; 0 means paused
-	Ceiling   int        // per-node ceiling ⌈Quota × owned/shardCount⌉, or Unlimited
+	Quota     int        // cluster-wide quota, or Unlimited (-1: export it as +Inf, not -1); 0 means paused
+	Ceiling   int        // per-node ceiling ⌈Quota × owned/shardCount⌉, or Unlimited (-1)
 	Claimed   int        // rows holding a live lease, from the snapshot
-	Headroom  int        // rows the namespace may still claim, or Unlimited
+	Headroom  int        // rows the namespace may still claim, or Unlimited (-1)
 	Pending   int        // claimable rows over all its routes
 	Demand    int        // rows it could usefully claim this sweep
 	Granted   int        // rows planned for it this sweep
@@ -172,10 +172,11 @@ func (p Plan) LogValue() slog.Value {
 }
 
 // nsWork is a namespace's report while planning, with its routes'
-// range [lo, hi) in scratch.routes.
+// range [lo, hi) in scratch.routes, and whether its Pending saturated.
 type nsWork struct {
 	NamespaceReport
-	lo, hi int
+	lo, hi      int
+	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
 }
 
 // routeCursorUpdate is a route cursor to install when the plan commits.
@@ -264,7 +265,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 
 	// Ceilings, headroom and demand.
 	active := sc.active[:0]
-	totalDemand := 0
+	totalDemand, demandOver := 0, false // demandOver: Σ d_n passed math.MaxInt
 	for i := range ns {
 		w := &ns[i]
 		w.Quota = b.Quota(w.Namespace)
@@ -278,13 +279,13 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 		}
 		if w.Demand > 0 {
 			active = append(active, i)
-			totalDemand = satAdd(totalDemand, w.Demand)
+			totalDemand, demandOver = addOver(totalDemand, w.Demand, demandOver)
 		}
 	}
 	sc.active = active
 
 	// Grants across namespaces.
-	if totalDemand <= b.batchSize {
+	if !demandOver && totalDemand <= b.batchSize {
 		for _, i := range active {
 			ns[i].Granted = ns[i].Demand
 		}
@@ -382,7 +383,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 			}
 			w := &ns[len(ns)-1]
 			w.hi = i + 1
-			w.Pending = satAdd(w.Pending, rc.Count)
+			w.Pending, w.pendingOver = addOver(w.Pending, rc.Count, w.pendingOver)
 			continue
 		}
 		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= rc.Route.Namespace {
@@ -405,7 +406,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int) int {
 	rs := routes[w.lo:w.hi]
 	ls := limits[w.lo:w.hi]
-	if w.Granted == w.Pending {
+	if w.Granted == w.Pending && !w.pendingOver {
 		n := 0
 		for j := range rs {
 			ls[j] = rs[j].Count
@@ -526,6 +527,15 @@ func growInts(s []int, n int) []int {
 		return make([]int, n, n+n/4)
 	}
 	return s[:n]
+}
+
+// addOver returns a + b for non-negative a and b, saturating at math.MaxInt,
+// and whether the true sum passed math.MaxInt (or over already had).
+func addOver(a, b int, over bool) (int, bool) {
+	if over || a > math.MaxInt-b {
+		return math.MaxInt, true
+	}
+	return a + b, false
 }
 
 // satAdd returns a + b for non-negative a and b, saturating at math.MaxInt.

@@ -360,8 +360,8 @@ func TestCeilingExact(t *testing.T) {
 		if o == 0 && f.Ceiling(q) != 0 || o == n && f.Ceiling(q) != q {
 			t.Fatalf("Ceiling(%d) of %d/%d = %d", q, o, n, f.Ceiling(q))
 		}
-		if f.Ceiling(Unlimited) != Unlimited {
-			t.Fatalf("Ceiling(Unlimited) = %d", f.Ceiling(Unlimited))
+		if wantU := map[bool]int{true: 0, false: Unlimited}[o == 0]; f.Ceiling(Unlimited) != wantU {
+			t.Fatalf("Ceiling(Unlimited) of %d/%d = %d, want %d", o, n, f.Ceiling(Unlimited), wantU)
 		}
 	})
 }
@@ -420,24 +420,29 @@ func TestOwnedShardFractionErrors(t *testing.T) {
 
 // TestShardForGolden pins the FNV-1a placement so it can never change.
 func TestShardForGolden(t *testing.T) {
+	// Hashes from the FNV reference vectors ("a" → 0xe40c292c, "foobar" →
+	// 0xbf9cf968) and the other keys' FNV-1a-32 computed independently.
 	for _, tc := range []struct {
 		key  string
 		n    int
 		want int
 	}{
-		{"", 64, int(2166136261 % 64)},
-		{"a", 64, int(0xe40c292c % 64)},
-		{"foobar", 64, int(0xbf9cf968 % 64)},
-		{"order-42", 1024, 0},
+		{"", 64, 2166136261 % 64},
+		{"a", 64, 0xe40c292c % 64},
+		{"a", 1000, 220},
+		{"foobar", 64, 0xbf9cf968 % 64},
+		{"foobar", 7, 0},
+		{"order-42", 1024, 756},
+		{"order-42", 3, 2},
+		{"tenant-a/emails/17", 10, 4},
 		{"x", 1, 0},
 		{"x", 0, 0},
 	} {
-		want := tc.want
-		if tc.key == "order-42" {
-			want = int(fnv1a("order-42") % 1024)
+		if got := ShardFor(tc.key, tc.n); got != tc.want {
+			t.Errorf("ShardFor(%q, %d) = %d, want %d", tc.key, tc.n, got, tc.want)
 		}
-		if got := ShardFor(tc.key, tc.n); got != want {
-			t.Errorf("ShardFor(%q, %d) = %d, want %d", tc.key, tc.n, got, want)
+		if tc.n > 0 && int(fnv1a(tc.key)%uint32(tc.n)) != tc.want {
+			t.Errorf("golden value for %q mod %d disagrees with the FNV-1a definition", tc.key, tc.n)
 		}
 	}
 }
@@ -477,3 +482,61 @@ func TestPendingCountCapExact(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanExtremeValues checks the budget, headroom and pending bounds in
+// exact arithmetic when counts, quotas and the batch size reach math.MaxInt,
+// where sums of counts overflow an int.
+func TestPlanExtremeValues(t *testing.T) {
+	big := func(t *rapid.T, label string) int {
+		return rapid.OneOf(rapid.Just(math.MaxInt), rapid.IntRange(math.MaxInt/2-5, math.MaxInt/2+20), rapid.IntRange(0, 5)).Draw(t, label)
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		all, _ := AllShards(rapid.IntRange(1, 4).Draw(t, "shards"))
+		cfg := Config{BatchSize: max(1, big(t, "batch")), DefaultQuota: rapid.SampledFrom([]int{Unlimited, math.MaxInt, 3}).Draw(t, "quota")}
+		b := mustNew(t, cfg, all)
+		var s Snapshot
+		s.Claimed = map[string]int{}
+		for i := rapid.IntRange(1, 4).Draw(t, "namespaces"); i > 0; i-- {
+			ns := fmt.Sprint("n", i)
+			s.Claimed[ns] = big(t, "claimed")
+			for j := rapid.IntRange(1, 3).Draw(t, "routes"); j > 0; j-- {
+				s.Pending = append(s.Pending, RouteCount{Route{ns, fmt.Sprint("q", j)}, big(t, "pending")})
+			}
+		}
+		p, err := b.Plan(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pend := map[Route]int{}
+		for _, rc := range s.Pending {
+			pend[rc.Route] = rc.Count
+		}
+		sum, perNS := new(bigInt), map[string]*bigInt{}
+		for _, c := range p.Claims {
+			if c.Limit < 1 || c.Limit > pend[c.Route] {
+				t.Fatalf("claim %v: limit %d, pending %d", c.Route, c.Limit, pend[c.Route])
+			}
+			sum.add(c.Limit)
+			if perNS[c.Route.Namespace] == nil {
+				perNS[c.Route.Namespace] = new(bigInt)
+			}
+			perNS[c.Route.Namespace].add(c.Limit)
+		}
+		if sum.gt(cfg.BatchSize) {
+			t.Fatalf("Σ limits = %v > batch %d: %v", sum, cfg.BatchSize, p.Claims)
+		}
+		for ns, g := range perNS {
+			r, _ := p.Namespace(ns)
+			if r.Headroom != Unlimited && g.gt(r.Headroom) {
+				t.Fatalf("namespace %s granted %v > headroom %d", ns, g, r.Headroom)
+			}
+		}
+	})
+}
+
+// bigInt is a tiny exact accumulator for TestPlanExtremeValues.
+type bigInt struct{ v big.Int }
+
+func (b *bigInt) add(n int)      { b.v.Add(&b.v, big.NewInt(int64(n))) }
+func (b *bigInt) gt(n int) bool  { return b.v.Cmp(big.NewInt(int64(n))) > 0 }
+func (b *bigInt) String() string { return b.v.String() }

@@ -94,17 +94,21 @@ func (f OwnedShardFraction) Equal(g OwnedShardFraction) bool {
 //
 // computed exactly with a 128-bit intermediate product, so it is right for
 // every non-negative int quota (a float64 gets ⌈3 × 0.1⌉ and large quotas
-// wrong). It returns 0 when no shard is owned, q when every shard is, and
-// [Unlimited] for Unlimited. A negative quota other than Unlimited has no
+// wrong). It returns 0 when no shard is owned, whatever the quota (the node
+// has no rows to claim), q when every shard is, and otherwise [Unlimited]
+// for Unlimited. A negative quota other than Unlimited has no
 // meaning; Ceiling returns 0 for it (paused), and [New] rejects it earlier.
 //
 // For any partition of the shards over k nodes that own at least one shard
 // each, q ≤ Σ Ceiling(q) ≤ q + k − 1.
 func (f OwnedShardFraction) Ceiling(quota int) int {
+	if len(f.owned) == 0 || f.shardCount <= 0 {
+		return 0
+	}
 	if quota == Unlimited {
 		return Unlimited
 	}
-	if quota <= 0 || len(f.owned) == 0 || f.shardCount <= 0 {
+	if quota <= 0 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(quota), uint64(len(f.owned)))

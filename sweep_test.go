@@ -191,8 +191,19 @@ func TestSweepStateful(t *testing.T) {
 					t.Fatalf("step %d: claimed %d rows, plan granted %d, batch %d", step, len(rows), plan.Granted(), b.BatchSize())
 				}
 				claimedKeys := map[string]bool{}
+				perRoute := map[backpressure.Route]int{}
 				for _, r := range rows {
 					claimedKeys[r.Key] = true
+					perRoute[backpressure.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}]++
+				}
+				limits := map[backpressure.Route]int{}
+				for _, c := range plan.Claims {
+					limits[c.Route] = c.Limit
+				}
+				for rt, n := range perRoute {
+					if n > limits[rt] {
+						t.Fatalf("step %d: claimed %d rows of %v, plan's limit %d", step, n, rt, limits[rt])
+					}
 				}
 				for i, r := range store.rows {
 					old := before[i]
