@@ -19,13 +19,20 @@ var (
 	ErrAdvisoryOverflow = errors.New("backpressure: advisory overflow")
 )
 
-// GateError describes a [BackpressureGate] field that cannot hold. It matches
+// GateError describes a [BackpressureGate] field, or an argument of a gate
+// builder such as [WorkerQueueGateSweeps], that cannot hold. It matches
 // [ErrInvalidGate] and never [ErrAdvisoryOverflow]: a configuration that
 // cannot exist has no verdict.
 type GateError struct {
-	Field  string // "QueueCapacity", "HighWatermark" or "ProducerMaxInflight"
+	// Field is the gate field "QueueCapacity", "HighWatermark" or
+	// "ProducerMaxInflight", or the builder argument "Backpressure" or
+	// "sweepsInFlight".
+	Field  string
 	Value  int
 	Reason string
+	// Err, if not nil, is the underlying error, which the GateError also
+	// matches: for Field "Backpressure", one matching [ErrInvalidConfig].
+	Err error
 }
 
 func (e *GateError) Error() string {
@@ -34,6 +41,9 @@ func (e *GateError) Error() string {
 
 // Is reports whether target is [ErrInvalidGate].
 func (e *GateError) Is(target error) bool { return target == ErrInvalidGate }
+
+// Unwrap returns Err.
+func (e *GateError) Unwrap() error { return e.Err }
 
 // AdvisoryOverflowError is the verdict on an advisory channel whose producer
 // is not verified and whose queue lacks headroom for the producer's
@@ -60,13 +70,15 @@ type AdvisoryOverflowError struct {
 // Error names all four numbers, as the reference implementation's message
 // does, so that a log line alone shows what to change.
 func (e *AdvisoryOverflowError) Error() string {
-	// Both addends are non-negative ints, so the uint64 sum is exact.
-	required := uint64(e.HighWatermark) + uint64(e.ProducerMaxInflight)
-	if e.HighWatermark < 0 || e.ProducerMaxInflight < 0 {
+	var required string
+	if e.HighWatermark >= 0 && e.ProducerMaxInflight >= 0 {
+		// Both addends are non-negative ints, so the uint64 sum is exact.
+		required = strconv.FormatUint(uint64(e.HighWatermark)+uint64(e.ProducerMaxInflight), 10)
+	} else {
 		// Only a hand-built error gets here; show its Required as given.
-		required = uint64(e.Required)
+		required = strconv.Itoa(e.Required)
 	}
-	return fmt.Sprintf("backpressure: queue capacity %d < required %d (watermark %d + inflight %d): advisory signal cannot prevent overflow",
+	return fmt.Sprintf("backpressure: queue capacity %d < required %s (watermark %d + inflight %d): advisory signal cannot prevent overflow",
 		e.QueueCapacity, required, e.HighWatermark, e.ProducerMaxInflight)
 }
 

@@ -196,9 +196,30 @@ func validRate(r float64) bool { return r >= 0 && !math.IsInf(r, 1) } // NaN fai
 //	breach → compliant   when Observed ≤ Requested × (1 + ρ): OnRecover
 //
 // so each episode alerts once, and a producer must recover before it can
-// alert again. Times are arguments; a time earlier than the latest one seen
-// counts its sends (if still in the window) but judges at the latest time,
-// so concurrent recorders with slightly skewed clocks are harmless.
+// alert again.
+//
+// Times are arguments, and the monitor's clock is the latest time seen:
+//
+//   - A time earlier than the latest counts its sends if they fall in the
+//     window, and judges at the latest time, so concurrent recorders with
+//     slightly skewed clocks are harmless. Sends older than the window are
+//     dropped: one late report from a stalled recorder cannot disturb it.
+//   - A time later than the latest moves the clock forward, however far: a
+//     producer idle for an hour is judged on the hour's empty window. A jump
+//     beyond what a [time.Duration] holds (about 292 years, as from a zero
+//     time.Time) starts the window afresh at the new time.
+//   - A clock that ran ahead, one skewed timestamp from the future, would
+//     otherwise drop every later send as too old and report a compliant
+//     0/s until real time caught up. So when observations (records, checks
+//     or requests) that all fall before the window, with none within it in
+//     between, span one Window of their own, the monitor concludes that its
+//     clock is wrong: it restarts its clock and window at the newest of them
+//     (cutting a grace period to end at most Grace after it) and measures
+//     from there, underestimating for a Window as at start-up. A
+//     skewed timestamp silences the monitor for about one Window of real
+//     time. Call [ComplianceMonitor.Reset] to restart it at once.
+//
+// Memory stays O(Buckets) whatever the times.
 //
 // A ComplianceMonitor is safe for concurrent use. Callbacks are called one
 // at a time, in the order of the transitions, never with the monitor's lock
@@ -212,11 +233,17 @@ type ComplianceMonitor struct {
 
 	width     time.Duration // Window / Buckets
 	ring      []monitorBucket
-	origin    time.Time // the first time seen; bucket indexes count from it
+	origin    time.Time // where the clock (re)started; bucket indexes count from it
 	started   bool
-	latest    int64     // bucket index of the latest time seen
+	latest    int64     // bucket index of the latest time seen; ≥ 0
 	latestAt  time.Time // the latest time seen
 	graceEnds time.Time
+
+	// staleFrom is the earliest of the observations before the window seen
+	// since the last one within it or later; stale says whether it is set.
+	staleFrom time.Time
+	stale     bool
+
 	requested float64
 	breached  bool
 	episode   int
@@ -247,10 +274,29 @@ func NewComplianceMonitor(cfg ComplianceMonitorConfig) (*ComplianceMonitor, erro
 		ring:      make([]monitorBucket, cfg.Buckets),
 		requested: cfg.RequestedRate,
 	}
-	for i := range m.ring {
-		m.ring[i].index = math.MinInt64 // no slot holds a bucket yet
-	}
+	m.clearRing()
 	return m, nil
+}
+
+// clearRing empties every bucket.
+func (m *ComplianceMonitor) clearRing() {
+	for i := range m.ring {
+		m.ring[i] = monitorBucket{index: math.MinInt64} // no slot holds a bucket
+	}
+}
+
+// Reset forgets every observation: the window's sends and the clock. The
+// next observation starts the clock afresh, as the first one did, and with
+// it a new grace period, so the monitor can be moved back after a time from
+// the future, or on to a new producer. The requested rate, the episode count
+// and an open episode are kept: an episode under way closes, with OnRecover,
+// only when the producer is judged recovered.
+func (m *ComplianceMonitor) Reset() {
+	m.mu.Lock()
+	m.started = false
+	m.stale = false
+	m.clearRing()
+	m.mu.Unlock()
 }
 
 // Record is shorthand for RecordAt(time.Now(), n).
@@ -333,24 +379,57 @@ func (m *ComplianceMonitor) SetRequestedRateAt(t time.Time, rate float64) error 
 }
 
 // observe advances the monitor's clock to t if t is later; the first call
-// starts the clock and the grace period.
+// starts the clock and the grace period. It restarts the clock on a jump
+// forward too far to measure, and on a clock that ran ahead (see
+// [ComplianceMonitor]). m.mu must be held.
 func (m *ComplianceMonitor) observe(t time.Time) {
-	if !m.started {
+	switch {
+	case !m.started:
 		m.started = true
-		m.origin = t
-		m.latestAt = t
-		m.latest = 0
+		m.restart(t)
 		m.graceEnds = t.Add(m.cfg.Grace)
-		return
-	}
-	if t.After(m.latestAt) {
+	case t.After(m.latestAt):
+		m.stale = false
+		if t.Sub(m.origin) == maxDuration {
+			// Saturated: t is past every bucket an int64 Duration can
+			// number from the origin, and so past every bucket held.
+			m.restart(t)
+			return
+		}
 		m.latestAt = t
 		m.latest = m.index(t)
+	case m.index(t) > m.latest-int64(len(m.ring)):
+		m.stale = false // within the window
+	case !m.stale || t.Before(m.staleFrom):
+		m.stale = true
+		m.staleFrom = t
+	case t.Sub(m.staleFrom) >= m.cfg.Window:
+		// A Window's worth of observations before the window, and none
+		// within it: the latest time was wrong, not these.
+		m.restart(t)
+		if g := t.Add(m.cfg.Grace); m.graceEnds.After(g) {
+			m.graceEnds = g
+		}
 	}
 }
 
+const maxDuration = time.Duration(math.MaxInt64)
+
+// restart empties the window and restarts the clock at t, leaving the grace
+// period alone. m.mu must be held.
+func (m *ComplianceMonitor) restart(t time.Time) {
+	m.clearRing()
+	m.origin = t
+	m.latestAt = t
+	m.latest = 0
+	m.stale = false
+}
+
 // index returns the bucket that t falls in, counting from the origin;
-// floor division, so times before the origin land in negative buckets.
+// floor division, so times before the origin land in negative buckets. A
+// time more than a Duration away saturates to the farthest bucket, which
+// for a time before the origin is far out of the window, and observe
+// restarts the clock before it would number a time after it.
 func (m *ComplianceMonitor) index(t time.Time) int64 {
 	d := t.Sub(m.origin) // saturates rather than wraps
 	q := int64(d / m.width)

@@ -293,18 +293,210 @@ func TestMonitorSaturatesCounts(t *testing.T) {
 	}
 }
 
+// TestMonitorMemoryBounded records 10⁶ sends over 1000 windows, with 50
+// episodes of non-compliance, and checks that the monitor's state neither
+// grows nor drifts: the ring keeps its Buckets slots, each holding a bucket
+// of the current window, no transition is left queued, a record allocates
+// nothing, and the observed rate is exact at the end of every block.
 func TestMonitorMemoryBounded(t *testing.T) {
-	cfg := ComplianceMonitorConfig{Window: time.Second, Buckets: 4, RequestedRate: 1e9}
+	var rec monitorRecorder
+	cfg := ComplianceMonitorConfig{Window: time.Second, Buckets: 4, RequestedRate: 1500}
+	cfg.OnAlert = testMonitorConfig(&rec).OnAlert
+	cfg.OnRecover = testMonitorConfig(&rec).OnRecover
+	m, err := NewComplianceMonitor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blocks, msPerBlock = 100, 10_000 // 10s blocks, alternately 1000/s and 2000/s
+	sends := 0
+	for blk := range blocks {
+		perMs := 1 + blk%2
+		for ms := range msPerBlock {
+			m.RecordAt(monT0.Add(time.Duration(blk*msPerBlock+ms)*time.Millisecond), perMs)
+			sends += perMs
+		}
+		// The window ending at the block's last millisecond lies within it.
+		sig := m.CheckAt(monT0.Add(time.Duration((blk+1)*msPerBlock-1) * time.Millisecond))
+		want := float64(1000 * perMs)
+		if sig.Observed != want {
+			t.Fatalf("block %d: observed %v/s, want %v", blk, sig.Observed, want)
+		}
+		m.mu.Lock()
+		ring, pending, latest := m.ring, m.pending, m.latest
+		for i, b := range ring {
+			if b.index <= latest-int64(len(ring)) || b.index > latest || m.slot(b.index) != i {
+				t.Errorf("block %d: slot %d holds bucket %d, outside the window ending at bucket %d", blk, i, b.index, latest)
+			}
+		}
+		m.mu.Unlock()
+		if len(ring) != 4 || cap(ring) != 4 || len(pending) != 0 {
+			t.Fatalf("block %d: ring %d/%d slots, %d transitions queued; want 4/4, 0", blk, len(ring), cap(ring), len(pending))
+		}
+	}
+	if sends != 1_500_000 {
+		t.Fatalf("recorded %d sends, want 1.5e6", sends)
+	}
+	if alerts, recovers := rec.counts(); alerts != blocks/2 || recovers != blocks/2-1 {
+		t.Fatalf("%d alerts, %d recoveries; want %d, %d", alerts, recovers, blocks/2, blocks/2-1)
+	}
+	// In steady state a record, one that slides the window included, costs
+	// no memory.
+	next := blocks * msPerBlock
+	if allocs := testing.AllocsPerRun(1000, func() {
+		m.RecordAt(monT0.Add(time.Duration(next)*time.Millisecond), 1)
+		next++
+	}); allocs != 0 {
+		t.Fatalf("RecordAt allocated %v times per call, want 0", allocs)
+	}
+}
+
+// monProduceFrom is monProduce from an arbitrary origin: rate/10 sends at the
+// start of each of ticks buckets from origin + *at ticks, each checked; it
+// returns the signature checked at the last tick.
+func monProduceFrom(m *ComplianceMonitor, origin time.Time, at *int, rate, ticks int) ComplianceSignature {
+	var sig ComplianceSignature
+	for range ticks {
+		now := origin.Add(time.Duration(*at) * monTick)
+		m.RecordAt(now, rate/10)
+		sig = m.CheckAt(now)
+		*at++
+	}
+	return sig
+}
+
+// TestMonitorFarFirstTime: a first observation more than 292 years before
+// the next (the zero time.Time, say) must not break the window: the sends
+// that follow are measured in their own buckets and the window slides.
+func TestMonitorFarFirstTime(t *testing.T) {
+	for _, first := range []time.Time{
+		{},
+		time.Unix(-1<<62, 0),
+		monT0.AddDate(-293, 0, 0),
+		monT0.Add(-time.Duration(math.MaxInt64)), // exactly at the limit
+	} {
+		var rec monitorRecorder
+		m, err := NewComplianceMonitor(testMonitorConfig(&rec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.CheckAt(first)
+		at := 0
+		// A compliant producer: 50/s against 100/s for 60s.
+		for i := range 600 {
+			sig := monProduceFrom(m, monT0, &at, 50, 1)
+			if sig.Verdict == ComplianceBreached || sig.Observed > 50 || (i >= 9 && sig.Observed != 50) {
+				t.Fatalf("first time %v, tick %d at 50/s: %v; want compliant at 50/s once the window has filled", first, i, sig)
+			}
+		}
+		if alerts, _ := rec.counts(); alerts != 0 {
+			t.Fatalf("first time %v: %d alerts for a compliant producer", first, alerts)
+		}
+		// And it still alerts on a breach.
+		if sig := monProduceFrom(m, monT0, &at, 200, 10); sig.Verdict != ComplianceBreached || sig.Observed != 200 {
+			t.Fatalf("first time %v: 200/s: %v, want non-compliant at 200/s", first, sig)
+		}
+	}
+}
+
+// TestMonitorFarForwardJump: a jump forward of more than 292 years (past
+// what a time.Duration holds) starts the window afresh at the new time.
+func TestMonitorFarForwardJump(t *testing.T) {
+	var rec monitorRecorder
+	cfg := testMonitorConfig(&rec)
+	cfg.Grace = 0
 	m, _ := NewComplianceMonitor(cfg)
-	for i := range 20_000 {
-		m.RecordAt(monT0.Add(time.Duration(i)*time.Millisecond), 7)
+	m.RecordAt(monT0, 1000)
+	later := monT0.AddDate(300, 0, 0)
+	at := 0
+	// The breach opened at monT0 closes: 50/s is within the recovery
+	// tolerance.
+	if sig := monProduceFrom(m, later, &at, 50, 20); sig.Observed != 50 || sig.Verdict != ComplianceMet || !sig.At.Equal(later.Add(19*monTick)) {
+		t.Fatalf("300 years on at 50/s: %v at %v, want compliant at 50/s", sig, sig.At)
 	}
-	if len(m.ring) != 4 || cap(m.ring) != 4 || len(m.pending) != 0 {
-		t.Fatalf("ring %d/%d buckets, %d pending, want 4/4, 0", len(m.ring), cap(m.ring), len(m.pending))
+	if alerts, recovers := rec.counts(); alerts != 1 || recovers != 1 {
+		t.Fatalf("%d alerts, %d recoveries; want 1, 1", alerts, recovers)
 	}
-	// The last window holds 1000 ms × 7 sends.
-	if sig := m.CheckAt(monT0.Add(19_999 * time.Millisecond)); sig.Observed != 7000 {
-		t.Fatalf("observed %v/s, want 7000", sig.Observed)
+}
+
+// TestMonitorFutureTimeDoesNotSilence: one timestamp far in the future must
+// not silence the monitor. Once observations a Window and more behind it
+// span a Window of their own, the monitor takes them for the clock, and a
+// non-compliant producer is alerted on.
+func TestMonitorFutureTimeDoesNotSilence(t *testing.T) {
+	for _, skew := range []time.Duration{1000 * time.Hour, 2 * time.Second, time.Duration(math.MaxInt64)} {
+		var rec monitorRecorder
+		cfg := testMonitorConfig(&rec)
+		cfg.Grace = 0
+		m, _ := NewComplianceMonitor(cfg)
+		m.CheckAt(monT0.Add(skew))
+		// Asking for a new rate at the skewed time starts a grace period
+		// there; it must not outlast the skew either.
+		if err := m.SetRequestedRateAt(monT0.Add(skew), 100); err != nil {
+			t.Fatal(err)
+		}
+		at := 0
+		sig := monProduceFrom(m, monT0, &at, 200, 30)
+		if alerts, _ := rec.counts(); alerts != 1 || sig.Verdict != ComplianceBreached || sig.Observed != 200 {
+			t.Fatalf("skew %v: 200/s against 100/s for 3s after a skewed time: %v, %d alerts; want non-compliant at 200/s, 1 alert",
+				skew, sig, alerts)
+		}
+	}
+}
+
+// TestMonitorLateReportKeepsWindow: a single report from before the window
+// (a stalled recorder) is dropped and leaves the window as it was, and so
+// do late reports interleaved with current ones, however many.
+func TestMonitorLateReportKeepsWindow(t *testing.T) {
+	var rec monitorRecorder
+	cfg := testMonitorConfig(&rec)
+	cfg.Grace = 0
+	m, _ := NewComplianceMonitor(cfg)
+	at := 0
+	monProduceFrom(m, monT0, &at, 100, 30)
+	// A recorder stalled for 2s reports every tick, between current reports.
+	for range 30 {
+		m.RecordAt(monT0.Add(time.Duration(at-20)*monTick), 1000)
+		if sig := monProduceFrom(m, monT0, &at, 100, 1); sig.Observed != 100 || sig.Verdict != ComplianceMet {
+			t.Fatalf("tick %d with late reports interleaved: %v, want compliant at 100/s", at, sig)
+		}
+	}
+	// A burst of late reports spanning less than a Window.
+	for i := range 9 {
+		m.RecordAt(monT0.Add(time.Duration(at-30+i)*monTick), 1000)
+	}
+	if sig := m.CheckAt(monT0.Add(time.Duration(at-1) * monTick)); sig.Observed != 100 || !sig.At.Equal(monT0.Add(time.Duration(at-1)*monTick)) {
+		t.Fatalf("after a burst of late reports: %v at %v, want 100/s at tick %d", sig, sig.At, at-1)
+	}
+}
+
+// TestMonitorReset: Reset forgets the window and the clock, so the next
+// observation starts afresh with a new grace period, while an open episode
+// stays open until the producer is judged recovered.
+func TestMonitorReset(t *testing.T) {
+	var rec monitorRecorder
+	m, _ := NewComplianceMonitor(testMonitorConfig(&rec))
+	m.CheckAt(monT0.Add(1000 * time.Hour))
+	at := 0
+	monProduceFrom(m, monT0.Add(1000*time.Hour), &at, 200, 20) // breach
+	if alerts, _ := rec.counts(); alerts != 1 {
+		t.Fatalf("%d alerts, want 1", alerts)
+	}
+	m.Reset()
+	at = 0
+	if sig := monProduceFrom(m, monT0, &at, 50, 10); sig.Verdict != ComplianceInGrace || sig.Observed != 50 || !sig.At.Equal(monT0.Add(9*monTick)) {
+		t.Fatalf("after Reset, at an earlier time: %v at %v, want in-grace at 50/s at monT0+900ms", sig, sig.At)
+	}
+	if sig := monProduceFrom(m, monT0, &at, 50, 1); sig.Verdict != ComplianceMet {
+		t.Fatalf("after the new grace: %v, want compliant", sig)
+	}
+	if alerts, recovers := rec.counts(); alerts != 1 || recovers != 1 {
+		t.Fatalf("%d alerts, %d recoveries; want 1, 1 (the open episode closed)", alerts, recovers)
+	}
+	if sig := monProduceFrom(m, monT0, &at, 200, 10); sig.Verdict != ComplianceBreached {
+		t.Fatalf("200/s after Reset: %v, want non-compliant", sig)
+	}
+	if alerts, _ := rec.counts(); alerts != 2 {
+		t.Fatalf("%d alerts, want 2", alerts)
 	}
 }
 

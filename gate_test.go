@@ -145,6 +145,22 @@ func TestGateOverflowMessage(t *testing.T) {
 	}
 }
 
+// TestGateOverflowMessageHandBuilt: an error built by hand with negative
+// numbers states its Required as the signed value given, not as the uint64
+// it wraps to.
+func TestGateOverflowMessageHandBuilt(t *testing.T) {
+	err := &AdvisoryOverflowError{QueueCapacity: 1, Required: -5, HighWatermark: -2, ProducerMaxInflight: -3}
+	want := "backpressure: queue capacity 1 < required -5 (watermark -2 + inflight -3): advisory signal cannot prevent overflow"
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+	err = &AdvisoryOverflowError{QueueCapacity: 1, Required: math.MinInt, HighWatermark: 4, ProducerMaxInflight: -1}
+	want = "backpressure: queue capacity 1 < required -9223372036854775808 (watermark 4 + inflight -1): advisory signal cannot prevent overflow"
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+}
+
 func TestGateInvalidTable(t *testing.T) {
 	tests := []struct {
 		g     BackpressureGate

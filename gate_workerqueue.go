@@ -36,13 +36,19 @@ func WorkerQueueGate(b *Backpressure, queueCapacity, highWatermark int) (Backpre
 // when full (a Go channel send without a default case) is enforced and needs
 // no headroom; build its BackpressureGate directly with Enforced set.
 //
-// It returns the gate and the gate's Verify error, or, with a zero gate, an
-// error matching [ErrInvalidGate] when b is nil or sweepsInFlight < 1. When
-// the product does not fit in an int, the gate's ProducerMaxInflight is
-// math.MaxInt and the verdict is an overflow, as in exact arithmetic.
+// It returns the gate and the gate's Verify error, or, with a zero gate, a
+// *[GateError] matching [ErrInvalidGate]: on "Backpressure", also matching
+// [ErrInvalidConfig] as Sweep and Plan's error does, when b is nil or not
+// built with [New] (it has no batch size to bound a sweep); on
+// "sweepsInFlight" when sweepsInFlight < 1. When the product does not fit in
+// an int, the gate's ProducerMaxInflight is math.MaxInt and the verdict is
+// an overflow, as in exact arithmetic.
 func WorkerQueueGateSweeps(b *Backpressure, sweepsInFlight, queueCapacity, highWatermark int) (BackpressureGate, error) {
-	if b == nil {
-		return BackpressureGate{}, &GateError{Field: "Backpressure", Value: 0, Reason: "nil *Backpressure"}
+	switch {
+	case b == nil:
+		return BackpressureGate{}, &GateError{Field: "Backpressure", Value: 0, Reason: "nil *Backpressure", Err: ErrInvalidConfig}
+	case b.sem == nil || b.batchSize < 1:
+		return BackpressureGate{}, &GateError{Field: "Backpressure", Value: 0, Reason: "*Backpressure not built with New", Err: ErrInvalidConfig}
 	}
 	if sweepsInFlight < 1 {
 		return BackpressureGate{}, &GateError{Field: "sweepsInFlight", Value: sweepsInFlight, Reason: "must be at least 1"}

@@ -68,3 +68,25 @@ func TestGateWorkerQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestGateWorkerQueueRejectsUnbuiltBackpressure: a Backpressure not built
+// with New has no batch size to bound a sweep, so the gate it would give is
+// meaningless; Sweep and Plan reject such a value with ErrInvalidConfig, and
+// so does the gate, as an invalid gate too.
+func TestGateWorkerQueueRejectsUnbuiltBackpressure(t *testing.T) {
+	for i, b := range []*Backpressure{nil, {}, {batchSize: 10}, {sem: make(chan struct{}, 1)}} {
+		for _, sweeps := range []int{1, 3} {
+			g, err := WorkerQueueGateSweeps(b, sweeps, 10, 10)
+			var ge *GateError
+			if g != (BackpressureGate{}) || !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, ErrInvalidGate) ||
+				!errors.As(err, &ge) || ge.Field != "Backpressure" || errors.Is(err, ErrAdvisoryOverflow) {
+				t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, 10, 10) = %+v, %v; want the zero gate and an error matching ErrInvalidConfig and ErrInvalidGate on Backpressure",
+					i, sweeps, g, err)
+			}
+		}
+		g, err := WorkerQueueGate(b, 10, 10)
+		if g != (BackpressureGate{}) || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("case %d: WorkerQueueGate(10, 10) = %+v, %v; want the zero gate and ErrInvalidConfig", i, g, err)
+		}
+	}
+}
