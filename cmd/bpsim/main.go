@@ -73,8 +73,9 @@ flight per tenant, a combined chart, and report.json with every figure.
 Time is simulated: every node sweeps once a tick, and the stores read the
 simulated clock, so a run is reproducible from its scenario and -seed. Jain's
 index (1 = fair) is averaged over the ticks in which two or more tenants want
-rows, of x = in-flight ÷ min(quota, in-flight + waiting) per such tenant: what
-each holds against what its demand and quota entitle it to.
+rows and one at least holds some, of x = in-flight ÷ min(quota, in-flight +
+waiting) per such tenant: what each holds against what its demand and quota
+entitle it to; with no such tick (one tenant) it is n/a.
 
 Usage: bpsim [flags]
 
@@ -83,8 +84,9 @@ Flags:
 		fl.PrintDefaults()
 		fmt.Fprint(w, "\n", sim.ScenarioHelp, `
 Exit status: 0 when every policy kept exactly-once; 1 when a run failed (a
-database error, an exactly-once violation, an interrupt); 2 for bad flags or a
-bad scenario.
+database error, an exactly-once violation, an interrupt); 2 for bad flags (a
+malformed -dsn, an -out that is a file or cannot be created, checked before
+the run) or a bad scenario.
 `)
 	}
 	if err := fl.Parse(args); err != nil {
@@ -98,23 +100,38 @@ bad scenario.
 		return exitUsage
 	}
 
-	s := sim.DefaultScenario()
-	if *scenarioPath != "" {
-		var err error
-		if s, err = sim.LoadScenario(*scenarioPath); err != nil {
-			fmt.Fprintf(stderr, "%v\n", err)
-			return exitUsage
-		}
-	}
 	if *duration < 0 {
 		fmt.Fprintf(stderr, "bpsim: -duration %v is negative\n", *duration)
 		return exitUsage
 	}
+	if *dsn != "" {
+		if err := sim.CheckDSN(*dsn); err != nil {
+			fmt.Fprintf(stderr, "%v\n", err)
+			return exitUsage
+		}
+	}
+
+	// Read the file without validating it, apply -duration, then validate
+	// once: -duration can rescue a file, and is named when it breaks one.
+	s := sim.DefaultScenario()
+	if *scenarioPath != "" {
+		var err error
+		if s, err = sim.ReadScenario(*scenarioPath); err != nil {
+			fmt.Fprintf(stderr, "%v\n", err)
+			return exitUsage
+		}
+	}
+	fileValid := s.Validate() == nil
 	if *duration > 0 {
 		s.Duration = *duration
 	}
 	if err := s.Validate(); err != nil {
-		fmt.Fprintf(stderr, "%v\n", err)
+		var se *sim.ScenarioError
+		if *duration > 0 && (fileValid || errors.As(err, &se) && se.Field == "duration") {
+			fmt.Fprintf(stderr, "%v (with -duration %v)\n", err, *duration)
+		} else {
+			fmt.Fprintf(stderr, "%v\n", err)
+		}
 		return exitUsage
 	}
 
@@ -137,7 +154,7 @@ bad scenario.
 			fmt.Fprintf(stderr, "bpsim: done in %.1fs\n", time.Since(began).Seconds())
 		}
 		return exitOK
-	case errors.Is(err, sim.ErrScenario):
+	case errors.Is(err, sim.ErrScenario), errors.Is(err, sim.ErrOutDir):
 		fmt.Fprintf(stderr, "%v\n", err)
 		return exitUsage
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -51,8 +52,12 @@ func TestHelpDocumentsEveryFlagAndTheFormat(t *testing.T) {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
-	bad := writeFile(t, "bad.json", `{"tenants": [{"name": "a", "quota": 5, "queues": 0, "arrivals": [{"pattern": "burst", "rows": 3, "at": "1h"}]}]}`)
+	bad := writeFile(t, "bad.json", `{"tenants": [{"name": "a", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3, "at": "1h"}]}]}`)
+	zero := writeFile(t, "zero.json", `{"nodes": 0, "tenants": [{"name": "a", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`)
+	typed := writeFile(t, "typed.json", `{"tenants": [{"name": "a", "quota": 1.5}]}`)
+	window := writeFile(t, "window.json", `{"tenants": [{"name": "a", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3, "at": "30s"}]}]}`)
 	broken := writeFile(t, "broken.json", `{"nodes": `)
+	file := writeFile(t, "file", "")
 	tests := []struct {
 		args []string
 		want string
@@ -63,10 +68,25 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"-scenario", broken}, "truncated JSON"},
 		{[]string{"-scenario", filepath.Join(t.TempDir(), "missing.json")}, "reading scenario"},
 		{[]string{"-duration", "-3s"}, "-duration -3s is negative"},
-		{[]string{"-duration", "1ms"}, "bpsim: scenario: duration: 1ms is shorter than one tick"},
+		{[]string{"-duration", "1ms"}, "bpsim: scenario: duration: 1ms is shorter than one tick (100ms) (with -duration 1ms)"},
+		{[]string{"-scenario", zero}, "bpsim: scenario: nodes: 0 is out of range"},
+		{[]string{"-scenario", typed}, "bpsim: scenario: tenants[0].quota: want an integer, got 1.5"},
+		{[]string{"-scenario", window, "-duration", "10s"}, "tenants[0].arrivals[0].at: 30s is outside the arrival window [0, 10s) (with -duration 10s)"},
+		{[]string{"-dsn", "postgres://a:secret@host:notaport/db"}, "bpsim: bad -dsn"},
+		{[]string{"-dsn", "::nonsense"}, "bpsim: bad -dsn"},
+		{[]string{"-scenario", bad, "-out", file}, "bpsim: scenario: tenants[0].arrivals[0].at"},
+		{[]string{"-out", file}, "not a directory"},
+		{[]string{"-out", filepath.Join(file, "sub")}, "bpsim: bad output directory"},
 	}
 	for i, tt := range tests {
-		code, stdout, stderr := runMain(t, append(tt.args, "-out", filepath.Join(t.TempDir(), "out"))...)
+		args := tt.args
+		if !slices.Contains(args, "-out") {
+			args = append(args, "-out", filepath.Join(t.TempDir(), "out"))
+		}
+		code, stdout, stderr := runMain(t, args...)
+		if strings.Contains(stderr, "secret") {
+			t.Errorf("step %d: stderr shows the password: %q", i, stderr)
+		}
 		if code != exitUsage || !strings.Contains(stderr, tt.want) || stdout != "" {
 			t.Errorf("step %d: bpsim %v: exit %d, stderr %q, stdout %q; want exit 2 and %q", i, tt.args, code, stderr, stdout, tt.want)
 		}
@@ -106,5 +126,19 @@ func TestInterruptedRunExits1(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("a cancelled run created %s", out)
+	}
+}
+
+// TestDurationRescuesAFile checks that -duration is applied before the
+// file is validated: a file whose own window is shorter than a tick runs
+// with a -duration that fixes it.
+func TestDurationRescuesAFile(t *testing.T) {
+	short := strings.Replace(small, `"duration": "1s"`, `"duration": "50ms"`, 1)
+	path := writeFile(t, "short.json", short)
+	if code, _, stderr := runMain(t, "-scenario", path, "-out", ""); code != exitUsage || !strings.Contains(stderr, "shorter than one tick") {
+		t.Fatalf("the file alone: exit %d, stderr %q; want it rejected", code, stderr)
+	}
+	if code, stdout, stderr := runMain(t, "-scenario", path, "-duration", "1s", "-quiet", "-out", ""); code != exitOK {
+		t.Errorf("with -duration 1s: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // Audit is the exactly-once verdict of one policy run, read back from the
@@ -26,9 +27,9 @@ type Audit struct {
 	LeaseLost int `json:"leaseLost"`
 
 	// Redelivered is how many dispatch keys were enqueued a second time at
-	// the end, as a producer retrying after a lost acknowledgement would;
-	// RedeliveredInserted is how many of them the store inserted again
-	// (dedup on dispatch_key says 0).
+	// the end, as duplicates, as a producer retrying after a lost
+	// acknowledgement would; RedeliveredInserted is how many of them the
+	// store inserted again (dedup on dispatch_key says 0).
 	Redelivered         int `json:"redelivered"`
 	RedeliveredInserted int `json:"redeliveredInserted"`
 
@@ -46,10 +47,10 @@ func (a Audit) OK() bool {
 // String states the verdict in one line.
 func (a Audit) String() string {
 	if a.OK() {
-		return fmt.Sprintf("exactly-once: ok — %d of %d dispatch keys settled once, none lost; %d redelivered, %d inserted again",
+		return fmt.Sprintf("exactly-once: ok — %d of %d dispatch keys settled once, none lost; %d re-enqueued as duplicates, %d inserted again",
 			a.SettledOnce, a.Keys, a.Redelivered, a.RedeliveredInserted)
 	}
-	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d lost, %d unsettled, %d run twice, %d claimed again while running, %d settles refused (lease lost), %d of %d redelivered inserted again; e.g. %v",
+	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d lost, %d unsettled, %d run twice, %d claimed again while running, %d settles refused (lease lost), %d of %d duplicates inserted again; e.g. %v",
 		a.SettledOnce, a.Keys, a.Lost, a.Unsettled, a.RunTwice, a.ClaimedAgain, a.LeaseLost, a.RedeliveredInserted, a.Redelivered, a.Examples)
 }
 
@@ -76,22 +77,27 @@ func audit(ctx context.Context, ob outbox, s Scenario, w *workload, a *Audit) er
 		if err != nil {
 			return fmt.Errorf("reading back %q: %w", r.key, err)
 		}
-		bad := ""
-		switch {
-		case !st.Found:
+		// A key claimed more than once was run twice, whether or not it
+		// was settled in the end.
+		var bad []string
+		if !st.Found {
 			a.Lost++
-			bad = "lost"
-		case !st.Settled:
-			a.Unsettled++
-			bad = st.State
-		case st.Attempts > 1:
-			a.RunTwice++
-			bad = fmt.Sprintf("%d claims", st.Attempts)
-		default:
-			a.SettledOnce++
+			bad = append(bad, "lost")
+		} else {
+			if st.Attempts > 1 {
+				a.RunTwice++
+				bad = append(bad, fmt.Sprintf("%d claims", st.Attempts))
+			}
+			if !st.Settled {
+				a.Unsettled++
+				bad = append(bad, st.State)
+			}
+			if len(bad) == 0 {
+				a.SettledOnce++
+			}
 		}
-		if bad != "" && len(a.Examples) < maxExamples {
-			a.Examples = append(a.Examples, r.key+" ("+bad+")")
+		if len(bad) > 0 && len(a.Examples) < maxExamples {
+			a.Examples = append(a.Examples, r.key+" ("+strings.Join(bad, ", ")+")")
 		}
 	}
 	return nil

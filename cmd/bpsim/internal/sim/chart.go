@@ -53,14 +53,15 @@ func chartYMax(r *Report) float64 {
 	top := 1
 	for _, p := range r.Policies {
 		for _, t := range p.Tenants {
-			top = max(top, t.PeakInflight, t.Quota)
+			top = max(top, t.PeakInflight, t.Quota, t.ClusterCeiling)
 		}
 	}
 	return float64(top) * 1.08
 }
 
 // policyPlot draws one policy's in-flight rows per tenant over simulated
-// time, with the quotas as dashed lines.
+// time, with the quotas as dashed lines and, under backpressure, the
+// cluster-wide caps above them as dotted lines.
 func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, error) {
 	pl := plot.New()
 	pl.Title.Text = fmt.Sprintf("%s — %s\n%s", p.Policy, p.Description, waitSummary(p))
@@ -106,6 +107,27 @@ func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, er
 		f.Dashes = plotutil.Dashes(1 + k%3)
 		pl.Add(f)
 		pl.Legend.Add(fmt.Sprintf("quota %d", q), f)
+	}
+
+	// Under backpressure, also the cap it enforces cluster-wide where that
+	// is above the quota: the sum of the per-node ceilings, each rounded
+	// up. A peak between the two lines is within backpressure's own cap.
+	if p.Policy == Backpressure {
+		seen := map[int]bool{}
+		for _, t := range p.Tenants {
+			c := t.ClusterCeiling
+			if t.Quota == backpressure.Unlimited || c <= t.Quota || seen[c] {
+				continue
+			}
+			seen[c] = true
+			cv := float64(c)
+			f := plotter.NewFunction(func(float64) float64 { return cv })
+			f.Color = color.RGBA{0xB0, 0x30, 0x30, 0xff}
+			f.Width = vg.Points(0.8)
+			f.Dashes = []vg.Length{vg.Points(1), vg.Points(2)}
+			pl.Add(f)
+			pl.Legend.Add(fmt.Sprintf("cap %d = Σ node ceilings of quota %d", c, t.Quota), f)
+		}
 	}
 	return pl, nil
 }

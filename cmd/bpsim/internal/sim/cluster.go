@@ -38,9 +38,9 @@ type node struct {
 	atCeiling [][]int
 }
 
-// running is a claimed row a worker is running.
-type running struct {
-	key    string
+// job is a claimed row a worker is running.
+type job struct {
+	idx    int // index into workload.arrivals
 	token  int64
 	tenant int
 	node   *node
@@ -112,7 +112,7 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 	}
 
 	nt := len(s.Tenants)
-	rep := &PolicyReport{Policy: p, Description: p.Describe(), Database: ob.Name()}
+	rep := &PolicyReport{Policy: p, Description: p.Describe(), Database: db.ReportName(string(p))}
 	rep.Tenants = make([]TenantReport, nt)
 	for i, t := range s.Tenants {
 		tr := &rep.Tenants[i]
@@ -121,18 +121,28 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 	}
 	waits := make([][]time.Duration, nt)
 	inflight := make([]int, nt) // claimed, not yet settled
-	waiting := make([]int, nt)  // enqueued, not yet claimed
+	waiting := make([]int, nt)  // enqueued, never claimed
+	waitingTotal := 0
 	timeline := newSampler(nt)
 	claimedKey := make([]bool, len(w.arrivals))
+	settledKey := make([]bool, len(w.arrivals))
 	claimTick := make([]int, len(w.arrivals))
-	due := map[int][]running{}
+	due := map[int][]job{}
+	running := 0 // claims whose worker has not finished
 	total, settled, claimedTotal := len(w.arrivals), 0, 0
 	var jainSum float64
 	jainTicks := 0
 	xs := make([]float64, 0, nt)
 	lastSettle := 0
+	// lastProgress is the last tick in which a row arrived or a settle
+	// succeeded. In a valid scenario a running row settles within the
+	// longest service time of its claim; a run in which rows keep running
+	// for longer than that plus a lease without a settle is going round in
+	// claims that each outlive their lease, and is given up (see below).
+	lastProgress := 0
+	stuckAfter := int(ceilTicks(s.Lease, s.Tick)) + w.maxService + 1
 
-	for t := 0; settled < total; t++ {
+	for t := 0; ; t++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -142,33 +152,42 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		clock.set(t)
 
 		// 1. Workers finish: settle the rows whose service time is over.
+		// Only a settle the store accepts counts: a refused one leaves the
+		// row to the claim that holds it now, or pending once more.
 		for _, r := range due[t] {
-			switch err := ob.Settle(ctx, r.key, r.token); {
+			switch err := ob.Settle(ctx, w.arrivals[r.idx].key, r.token); {
 			case errors.Is(err, errLeaseLost):
-				// Someone claimed the row while this worker ran it: the
-				// audit reports it; the other claim will settle it.
+				// Someone claimed the row while this worker ran it, or its
+				// lease ran out: the audit reports it.
 				rep.Audit.LeaseLost++
 				if len(rep.Audit.Examples) < maxExamples {
-					rep.Audit.Examples = append(rep.Audit.Examples, r.key+" (lease lost at settle)")
+					rep.Audit.Examples = append(rep.Audit.Examples, w.arrivals[r.idx].key+" (lease lost at settle)")
 				}
 			case err != nil:
-				return nil, fmt.Errorf("%s: settling %q: %w", ob.Name(), r.key, err)
+				return nil, fmt.Errorf("%s: settling %q: %w", ob.Name(), w.arrivals[r.idx].key, err)
+			default:
+				if !settledKey[r.idx] {
+					settledKey[r.idx] = true
+					settled++
+				}
+				lastSettle, lastProgress = t, t
 			}
 			r.node.running--
 			inflight[r.tenant]--
-			settled++
-			lastSettle = t
+			running--
 		}
 		delete(due, t)
 
 		// 2. Producers enqueue the tick's arrivals.
-		if t < len(w.perTick) {
+		if t < len(w.perTick) && len(w.perTick[t]) > 0 {
 			if err := enqueue(ctx, ob, s, w.perTick[t]); err != nil {
 				return nil, fmt.Errorf("%s: enqueue: %w", ob.Name(), err)
 			}
 			for _, a := range w.perTick[t] {
 				waiting[a.tenant]++
 			}
+			waitingTotal += len(w.perTick[t])
+			lastProgress = t
 		}
 
 		// 3. Every node with a batch's worth of free workers sweeps once.
@@ -193,45 +212,78 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 					claimedKey[i] = true
 					claimTick[i] = t
 					waiting[a.tenant]--
+					waitingTotal--
 					claimedTotal++
 				}
 				rep.Tenants[a.tenant].Claimed++
 				waits[a.tenant] = append(waits[a.tenant], r.ClaimedAt.Sub(r.EnqueuedAt))
 				inflight[a.tenant]++
 				n.running++
-				due[t+a.service] = append(due[t+a.service], running{key: r.Key, token: r.Token, tenant: a.tenant, node: n})
+				running++
+				due[t+a.service] = append(due[t+a.service], job{idx: i, token: r.Token, tenant: a.tenant, node: n})
 			}
 			claimedNow += len(rows)
 		}
 
 		// 4. Measure the tick.
-		xs = xs[:0]
-		timeline.add(inflight)
-		for i := range nt {
-			rep.Tenants[i].PeakInflight = max(rep.Tenants[i].PeakInflight, inflight[i])
-			if x, ok := entitledShare(inflight[i], waiting[i], s.Tenants[i].Quota); ok {
-				xs = append(xs, x)
+		measure := func() {
+			xs = xs[:0]
+			timeline.add(inflight)
+			for i := range nt {
+				rep.Tenants[i].PeakInflight = max(rep.Tenants[i].PeakInflight, inflight[i])
+				if x, ok := entitledShare(inflight[i], waiting[i], s.Tenants[i].Quota); ok {
+					xs = append(xs, x)
+				}
+			}
+			// Ticks in which every tenant that wants rows holds none say
+			// nothing about how the rows were shared: they are skipped.
+			if len(xs) >= 2 {
+				if j, ok := jain(xs); ok {
+					jainSum += j
+					jainTicks++
+				}
 			}
 		}
-		if len(xs) >= 2 {
-			jainSum += jain(xs)
-			jainTicks++
-		}
+		measure()
 		if progress != nil {
 			progress(t, settled)
 		}
-		if t >= w.lastTick && claimedNow == 0 && len(due) == 0 && claimedTotal < total {
-			return nil, fmt.Errorf("%w at tick %d under %s: %d rows waiting, none running, none claimable", ErrStalled, t, p, total-claimedTotal)
+
+		// 5. The end: nothing due, running or pending, and nothing more to
+		// arrive.
+		if t >= w.lastTick && running == 0 {
+			if settled == total {
+				break
+			}
+			if claimedNow == 0 {
+				return nil, fmt.Errorf("%w at tick %d under %s: %d of %d rows settled, none running, none claimable", ErrStalled, t, p, settled, total)
+			}
+		}
+		if running > 0 && t-lastProgress > stuckAfter {
+			// Every running claim keeps outliving its lease and being
+			// claimed again: give up, and let the audit say what it did.
+			rep.GaveUp = true
+			break
+		}
+
+		// 6. Idle: nothing running, nothing waiting and every claimed row
+		// settled. The ticks up to the next arrival change nothing but the
+		// timeline, so they are recorded without sweeping.
+		if running == 0 && waitingTotal == 0 && settled == claimedTotal {
+			next := w.nextArrival(t + 1)
+			for ; t+1 < next; t++ {
+				measure()
+			}
 		}
 	}
 
 	rep.Settled = settled
 	rep.Ticks = timeline.ticks
-	rep.Makespan = time.Duration(lastSettle) * s.Tick
+	rep.Makespan = time.Duration(max(lastSettle-w.firstTick, 0)) * s.Tick
 	if rep.Makespan > 0 {
 		rep.Throughput = float64(settled) / rep.Makespan.Seconds()
 	}
-	rep.Fairness = 1
+	rep.FairnessTicks = jainTicks
 	if jainTicks > 0 {
 		rep.Fairness = jainSum / float64(jainTicks)
 	}

@@ -174,6 +174,7 @@ func checkOutDir(t *testing.T, dir string, rep *Report) {
 		Rows     int             `json:"rows"`
 		Policies []struct {
 			Policy      string           `json:"policy"`
+			Database    *string          `json:"database"`
 			ExactlyOnce bool             `json:"exactlyOnce"`
 			Tenants     []map[string]any `json:"tenants"`
 			Timeline    map[string][]int `json:"inflightTimeline"`
@@ -190,6 +191,9 @@ func checkOutDir(t *testing.T, dir string, rep *Report) {
 		t.Errorf("report.json: rows %d, %d policies", j.Rows, len(j.Policies))
 	}
 	for _, p := range j.Policies {
+		if p.Database != nil && rep.Database == "sqlite" {
+			t.Errorf("report.json policy %s names its database %q, a temporary file removed after the run", p.Policy, *p.Database)
+		}
 		if !p.ExactlyOnce || len(p.Tenants) != 3 || len(p.Timeline["bursty"]) == 0 {
 			t.Errorf("report.json policy %s: exactlyOnce %v, %d tenants, %d samples", p.Policy, p.ExactlyOnce, len(p.Tenants), len(p.Timeline["bursty"]))
 		}
@@ -296,4 +300,138 @@ func testDatabaseURL(t *testing.T) string {
 		t.Skipf("no PostgreSQL at TEST_DATABASE_URL or the local default: %s", strings.Join(strings.Fields(err.Error()), " "))
 	}
 	return dsn
+}
+
+// TestRunSQLite64Shards runs the small scenario over 64 shards, which do
+// not divide its quotas: each of the 3 nodes rounds its ceiling up, so a
+// tenant's cluster-wide cap is the sum of the per-node ceilings, between
+// the quota and quota + nodes − 1 (quota 12 → 5 + 4 + 4 = 13). Under
+// backpressure no tenant's cluster-wide peak exceeds that sum.
+func TestRunSQLite64Shards(t *testing.T) {
+	s := smallScenario()
+	s.ShardCount = 64
+	rep, err := Run(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{Backpressure}}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp := rep.Policy(Backpressure)
+	for _, tn := range bp.Tenants {
+		if tn.ClusterCeiling < tn.Quota || tn.ClusterCeiling > tn.Quota+s.Nodes-1 {
+			t.Errorf("%s: cluster ceiling %d, want within [quota %d, quota + nodes − 1 = %d]", tn.Name, tn.ClusterCeiling, tn.Quota, tn.Quota+s.Nodes-1)
+		}
+		if tn.PeakInflight > tn.ClusterCeiling {
+			t.Errorf("backpressure: %s peaked at %d claimed rows, over the sum of its per-node ceilings %d", tn.Name, tn.PeakInflight, tn.ClusterCeiling)
+		}
+	}
+	if b := bp.Tenants[0]; b.ClusterCeiling != 13 || b.HeldAtCeiling == 0 {
+		t.Errorf("bursty: cluster ceiling %d, held at ceiling %d: want 13 (5 + 4 + 4), and held there", b.ClusterCeiling, b.HeldAtCeiling)
+	}
+}
+
+// TestAuditCanFail runs a scenario whose lease is shorter than some service
+// times, which Validate forbids, through the runner behind Run: rows are
+// claimed again while their first worker still runs them, the stale
+// settles are refused, and the exactly-once verdict must say FAILED with
+// rows run twice. It is the proof that the check can fail.
+func TestAuditCanFail(t *testing.T) {
+	s := Scenario{
+		Nodes: 2, ShardCount: 8, BatchSize: 4, WorkersPerNode: 8,
+		Tick: 100 * time.Millisecond, Duration: time.Second,
+		Lease:       350 * time.Millisecond,                                                // 3.5 ticks
+		ServiceTime: ServiceTime{Min: 200 * time.Millisecond, Max: 600 * time.Millisecond}, // 2..6 ticks
+		Tenants: []Tenant{
+			{Name: "a", Quota: 4, Queues: 2, Arrivals: []Arrival{{Pattern: PatternBurst, Rows: 20}}},
+			{Name: "b", Quota: 2, Queues: 1, Arrivals: []Arrival{{Pattern: PatternSteady, PerSecond: 4}}},
+		},
+	}
+	if err := s.Validate(); err == nil {
+		t.Fatal("Validate accepted a lease shorter than the service time; the test needs one it rejects")
+	}
+	var stdout bytes.Buffer
+	rep, err := runValidated(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{Unscoped}}, &stdout)
+	if testing.Verbose() {
+		t.Log("\n" + stdout.String())
+	}
+	if !errors.Is(err, ErrExactlyOnce) || rep == nil {
+		t.Fatalf("run = %v, want ErrExactlyOnce with the report\n%s", err, stdout.String())
+	}
+	p := rep.Policies[0]
+	a := p.Audit
+	if a.OK() || a.RunTwice == 0 || a.ClaimedAgain == 0 || a.LeaseLost == 0 {
+		t.Errorf("audit %+v: want FAILED with rows run twice, claimed again and settles refused", a)
+	}
+	// Only settles the store accepted count, and each key once.
+	if p.Settled > rep.Rows || p.Settled != a.Keys-a.Lost-a.Unsettled {
+		t.Errorf("settled %d of %d rows; the database holds %d settled", p.Settled, rep.Rows, a.Keys-a.Lost-a.Unsettled)
+	}
+	// Rows whose every claim outlives the lease never settle: the run gives
+	// up on them rather than going round for ever.
+	if !p.GaveUp || a.Unsettled == 0 {
+		t.Errorf("gave up %v with %d rows unsettled: want the run given up with rows left", p.GaveUp, a.Unsettled)
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "exactly-once: FAILED") || strings.Contains(out, " 0 run twice") || !strings.Contains(out, "gave up after") {
+		t.Errorf("output does not report the failure:\n%s", out)
+	}
+}
+
+// TestRunRejectsNoRows checks that a scenario whose arrivals draw no rows
+// is a scenario error, not an empty report.
+func TestRunRejectsNoRows(t *testing.T) {
+	s := smallScenario()
+	s.Tenants = []Tenant{{Name: "rare", Quota: 1, Queues: 1, Arrivals: []Arrival{{Pattern: PatternSteady, PerSecond: 1e-9}}}}
+	_, err := Run(context.Background(), Config{Scenario: s, TempDir: t.TempDir()}, &bytes.Buffer{})
+	var se *ScenarioError
+	if !errors.As(err, &se) || se.Field != "tenants" || !strings.Contains(se.Problem, "no rows") {
+		t.Errorf("Run(no rows) = %v, want a ScenarioError for tenants", err)
+	}
+}
+
+// TestRunChecksOutDirFirst checks that an -out that is a file fails before
+// the run: the database is never opened (its temporary directory is
+// missing, which would fail too, later).
+func TestRunChecksOutDirFirst(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Scenario: smallScenario(), TempDir: filepath.Join(t.TempDir(), "missing")}
+	for _, dir := range []string{file, filepath.Join(file, "sub")} {
+		cfg.OutDir = dir
+		var stdout bytes.Buffer
+		_, err := Run(context.Background(), cfg, &stdout)
+		if !errors.Is(err, ErrOutDir) || stdout.Len() != 0 {
+			t.Errorf("Run(-out %s) = %v, stdout %q; want ErrOutDir before anything runs", dir, err, stdout.String())
+		}
+	}
+}
+
+// TestRunSkipsIdleTicks runs two bursts far apart: the idle ticks between
+// them are recorded in the timeline, with nothing in flight, and the run
+// ends when the second burst has settled.
+func TestRunSkipsIdleTicks(t *testing.T) {
+	s := smallScenario()
+	s.Duration = 100 * time.Second
+	s.ServiceTime = ServiceTime{Min: 200 * time.Millisecond, Max: 200 * time.Millisecond}
+	s.Tenants = []Tenant{{Name: "a", Quota: 6, Queues: 1, Arrivals: []Arrival{
+		{Pattern: PatternBurst, Rows: 3, At: 0},
+		{Pattern: PatternBurst, Rows: 3, At: 90 * time.Second},
+	}}}
+	rep, err := Run(context.Background(), Config{Scenario: s, TempDir: t.TempDir(), Policies: []Policy{Backpressure}}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Policies[0]
+	// The second burst arrives at tick 900, is claimed then and settles at
+	// tick 902; the timeline has one sample per tick, 0..902.
+	if p.Ticks != 903 || len(p.Timeline.Inflight[0]) != 903 || p.Settled != 6 {
+		t.Fatalf("ticks %d, samples %d, settled %d: want 903, 903, 6", p.Ticks, len(p.Timeline.Inflight[0]), p.Settled)
+	}
+	tl := p.Timeline.Inflight[0]
+	if tl[0] != 3 || tl[1] != 3 || tl[2] != 0 || tl[500] != 0 || tl[900] != 3 || tl[902] != 0 {
+		t.Errorf("timeline around the bursts: %v … %v … %v", tl[:4], tl[499:502], tl[899:])
+	}
+	if p.Makespan != 90200*time.Millisecond {
+		t.Errorf("makespan %v, want 1m30.2s from the first arrival to the last settle", p.Makespan)
+	}
 }

@@ -4,7 +4,8 @@ package sim
 const ScenarioHelp = `Scenario file (-scenario FILE), JSON. Durations are Go duration strings
 ("100ms", "2s", "1m30s"); every time is simulated. A field left out takes the
 default scenario's value, except "workersPerNode" (left out: unlimited) and
-"tenants" (required); unknown fields are errors. The sample file
+"tenants" (required); a field given is taken as given, so "nodes": 0 is an
+error, not the default. Unknown fields are errors. The sample file
 cmd/bpsim/scenario.sample.json is the default scenario.
 
   {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Output file names inside the output directory.
@@ -27,8 +28,8 @@ type outputFile struct {
 }
 
 // writeOutputs writes report.json, the combined chart and a chart per
-// policy into dir (see [writeFiles]) and returns their paths.
-func writeOutputs(dir string, r *Report) ([]string, error) {
+// policy into o (see [outDir.commit]) and returns their paths.
+func writeOutputs(o *outDir, r *Report) ([]string, error) {
 	xMax, yMax := chartXMax(r), chartYMax(r)
 	files := []outputFile{
 		{ReportFile, func(w io.Writer) error {
@@ -46,42 +47,102 @@ func writeOutputs(dir string, r *Report) ([]string, error) {
 			return writePolicyPNG(w, r.Scenario, p, xMax, yMax)
 		}})
 	}
-	return writeFiles(dir, files)
+	return o.commit(files)
 }
 
-// writeFiles renders every file into a staging directory inside dir and
-// only then renames them into dir, so dir never holds a half-written file
-// and, if any rendering fails, nothing in dir changes. Files in dir that
-// are not among files are left alone. It returns the paths written.
-func writeFiles(dir string, files []outputFile) ([]string, error) {
+// ErrOutDir matches the error [Run] returns, before simulating anything,
+// when the output directory cannot be used: it is a file, or it or its
+// staging area cannot be created.
+var ErrOutDir = errors.New("bpsim: bad output directory")
+
+// outDir is an output directory made ready before a run: the directory
+// exists and holds an empty staging directory. [outDir.commit] renders the
+// files into the staging directory and renames them in; [outDir.abort]
+// undoes what prepareOutDir did.
+type outDir struct {
+	dir     string
+	stage   string
+	created []string // directories prepareOutDir created, deepest last
+}
+
+// prepareOutDir checks dir, creates it and its missing parents, and makes
+// its staging directory. Its error matches [ErrOutDir].
+func prepareOutDir(dir string) (*outDir, error) {
+	bad := func(err error) (*outDir, error) { return nil, fmt.Errorf("%w: %w", ErrOutDir, err) }
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
-		return nil, fmt.Errorf("bpsim: output: %w", &fs.PathError{Op: "write", Path: dir, Err: errors.New("not a directory")})
+		return bad(&fs.PathError{Op: "write", Path: dir, Err: errors.New("not a directory")})
 	}
+	var missing []string
+	for d := filepath.Clean(dir); ; {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+		parent := filepath.Dir(d)
+		if parent == d {
+			break
+		}
+		d = parent
+	}
+	slices.Reverse(missing)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("bpsim: output: %w", err)
+		return bad(err)
 	}
+	o := &outDir{dir: dir, created: missing}
 	stage, err := os.MkdirTemp(dir, ".bpsim-staging-")
 	if err != nil {
-		return nil, fmt.Errorf("bpsim: output: %w", err)
+		o.abort()
+		return bad(err)
 	}
-	defer os.RemoveAll(stage)
+	o.stage = stage
+	return o, nil
+}
 
+// abort removes the staging directory and the directories prepareOutDir
+// created, if they are still empty, leaving things as they were.
+func (o *outDir) abort() {
+	if o.stage != "" {
+		os.RemoveAll(o.stage)
+	}
+	for i := len(o.created) - 1; i >= 0; i-- {
+		if os.Remove(o.created[i]) != nil {
+			break
+		}
+	}
+}
+
+// commit renders every file into the staging directory and only then
+// renames them into the directory, so it never holds a half-written file
+// and, if any rendering fails, nothing in it changes. Files in it that are
+// not among files are left alone. It returns the paths written, and removes
+// the staging directory in any case.
+func (o *outDir) commit(files []outputFile) ([]string, error) {
+	defer os.RemoveAll(o.stage)
 	for _, f := range files {
 		var buf bytes.Buffer
 		if err := f.write(&buf); err != nil {
 			return nil, fmt.Errorf("bpsim: rendering %s: %w", f.name, err)
 		}
-		if err := os.WriteFile(filepath.Join(stage, f.name), buf.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(o.stage, f.name), buf.Bytes(), 0o644); err != nil {
 			return nil, fmt.Errorf("bpsim: output: %w", err)
 		}
 	}
 	var paths []string
 	for _, f := range files {
-		dst := filepath.Join(dir, f.name)
-		if err := os.Rename(filepath.Join(stage, f.name), dst); err != nil {
+		dst := filepath.Join(o.dir, f.name)
+		if err := os.Rename(filepath.Join(o.stage, f.name), dst); err != nil {
 			return paths, fmt.Errorf("bpsim: output: %w", err)
 		}
 		paths = append(paths, dst)
 	}
 	return paths, nil
+}
+
+// writeFiles prepares dir and commits files into it (see [outDir.commit]).
+func writeFiles(dir string, files []outputFile) ([]string, error) {
+	o, err := prepareOutDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return o.commit(files)
 }

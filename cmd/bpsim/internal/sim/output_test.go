@@ -80,7 +80,36 @@ func TestWriteFilesRefusesAFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := writeFiles(path, []outputFile{{"a.txt", text("1")}}); err == nil {
-		t.Error("writeFiles into a regular file succeeded")
+	if _, err := writeFiles(path, []outputFile{{"a.txt", text("1")}}); !errors.Is(err, ErrOutDir) {
+		t.Errorf("writeFiles into a regular file = %v, want ErrOutDir", err)
+	}
+}
+
+// TestPrepareOutDirAbort checks that abort removes the staging directory
+// and the directories prepareOutDir created, and nothing else.
+func TestPrepareOutDirAbort(t *testing.T) {
+	root := t.TempDir()
+	o, err := prepareOutDir(filepath.Join(root, "a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dirNames(t, filepath.Join(root, "a", "b")); len(got) != 1 {
+		t.Fatalf("prepared directory holds %v, want the staging directory", got)
+	}
+	o.abort()
+	if got := dirNames(t, root); len(got) != 0 {
+		t.Errorf("after abort %s holds %v, want nothing", root, got)
+	}
+
+	// An existing directory stays, with what it held.
+	if err := os.WriteFile(filepath.Join(root, "keep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if o, err = prepareOutDir(root); err != nil {
+		t.Fatal(err)
+	}
+	o.abort()
+	if got := dirNames(t, root); !slices.Equal(got, []string{"keep"}) {
+		t.Errorf("after abort %s holds %v, want only keep", root, got)
 	}
 }

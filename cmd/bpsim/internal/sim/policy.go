@@ -2,7 +2,6 @@ package sim
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -41,16 +40,6 @@ func (p Policy) Describe() string {
 		return "backpressure.Sweep: equal share per tenant, capped at its ceiling"
 	}
 	return string(p)
-}
-
-// ParsePolicy returns the policy named s.
-func ParsePolicy(s string) (Policy, error) {
-	for _, p := range Policies {
-		if string(p) == s {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("bpsim: unknown policy %q: want unscoped, round-robin or backpressure", s)
 }
 
 // routeRobin is the per-route round-robin planner: the design the library

@@ -56,8 +56,30 @@ func redactErr(err error, dsn string) error {
 
 func (d *pgDatabase) Name() string { return d.name }
 
+// ReportName names the database and the policy's schema, which Close drops.
+func (d *pgDatabase) ReportName(policy string) string {
+	return d.name + " (schema " + d.schema(policy) + ", dropped after the run)"
+}
+
+func (d *pgDatabase) schema(policy string) string {
+	return "bpsim_" + d.run + "_" + strings.ReplaceAll(policy, "-", "_")
+}
+
+// ErrDSN matches every error [CheckDSN] returns.
+var ErrDSN = errors.New("bpsim: bad -dsn")
+
+// CheckDSN parses dsn as pgx would, without connecting, so that a malformed
+// -dsn is reported before the run. Its error matches [ErrDSN] and holds no
+// password.
+func CheckDSN(dsn string) error {
+	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		return fmt.Errorf("%w: %w", ErrDSN, redactErr(err, dsn))
+	}
+	return nil
+}
+
 func (d *pgDatabase) Open(ctx context.Context, policy string, opts storeOptions) (outbox, error) {
-	schema := "bpsim_" + d.run + "_" + strings.ReplaceAll(policy, "-", "_")
+	schema := d.schema(policy)
 	d.schemas = append(d.schemas, schema)
 	name := d.name + " schema " + schema
 	s, err := pgstore.New(ctx, d.pool, pgstore.Options{Schema: schema, ShardCount: opts.ShardCount, Lease: opts.Lease, Now: opts.Now})
@@ -140,8 +162,7 @@ func (o *pgOutbox) Close() error { return o.s.Close() }
 func pgRows(rs []pgstore.Row) []row {
 	out := make([]row, len(rs))
 	for i, r := range rs {
-		out[i] = row{Key: r.DispatchKey, Namespace: r.Namespace, TaskQueue: r.TaskQueue, Token: r.Token,
-			Attempts: r.Attempts, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}
+		out[i] = row{Key: r.DispatchKey, Token: r.Token, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}
 	}
 	return out
 }

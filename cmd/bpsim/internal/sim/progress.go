@@ -68,3 +68,14 @@ func (p *progress) done(r *PolicyReport) {
 	fmt.Fprintf(p.w, "bpsim: [%d/%d] %s: %d rows settled in %d ticks (%s simulated), %.1fs\n",
 		p.index, p.count, p.policy, r.Settled, r.Ticks, fmtWait(r.Makespan), r.Wall.Seconds())
 }
+
+// abort ends the run's progress early, before an error is printed: on a
+// terminal it clears the status line, so the error does not follow it on
+// the same line.
+func (p *progress) abort() {
+	if p.w == nil || !p.terminal || !p.drawn {
+		return
+	}
+	fmt.Fprint(p.w, "\r\x1b[K")
+	p.drawn = false
+}

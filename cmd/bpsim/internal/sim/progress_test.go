@@ -53,3 +53,23 @@ func TestProgressNil(t *testing.T) {
 	p.tick(1, 1)
 	p.done(&PolicyReport{})
 }
+
+// TestProgressAbortClearsTheLine checks that a run ending in an error
+// clears a drawn status line, so the error starts its own line, and that
+// it writes nothing when no line was drawn.
+func TestProgressAbortClearsTheLine(t *testing.T) {
+	var b strings.Builder
+	now := time.Unix(0, 0)
+	p := &progress{w: &b, terminal: true, now: func() time.Time { return now }}
+	p.start(Unscoped, 1, 3, 10)
+	p.abort()
+	if b.Len() != 0 {
+		t.Fatalf("abort with no line drawn wrote %q", b.String())
+	}
+	now = now.Add(2 * time.Second)
+	p.tick(2, 5)
+	p.abort()
+	if out := b.String(); !strings.HasSuffix(out, "\r\x1b[K") || strings.Count(out, "\r\x1b[K") != 2 {
+		t.Errorf("abort after a draw wrote %q, want the line cleared", out)
+	}
+}

@@ -48,19 +48,33 @@ func (r *Report) Policy(p Policy) *PolicyReport {
 type PolicyReport struct {
 	Policy      Policy
 	Description string
-	Database    string // the database it ran on, e.g. "sqlite /tmp/…/backpressure.db"
-	Tenants     []TenantReport
+	// Database names what the policy ran on when something of it outlives
+	// the run: "" for SQLite's temporary files, which are removed;
+	// PostgreSQL's database, with the schema that was dropped.
+	Database string
+	Tenants  []TenantReport
 
 	Ticks      int           // ticks until the last row settled
-	Settled    int           // rows settled
+	Settled    int           // rows settled (settles the store accepted)
 	Makespan   time.Duration // from the first arrival to the last settle
 	Throughput float64       // rows settled per simulated second over Makespan
 
-	// Fairness is Jain's fairness index, averaged over the ticks in which
-	// at least two tenants had rows in flight or waiting, of
+	// Fairness is Jain's fairness index, averaged over the FairnessTicks
+	// ticks in which at least two tenants had rows in flight or waiting and
+	// at least one had rows in flight, of
 	// x = in-flight ÷ min(quota, in-flight + waiting) per such tenant:
 	// 1 when every tenant holds what its demand and quota entitle it to.
-	Fairness float64
+	// With no such tick (one tenant, say) there is no index: FairnessTicks
+	// is 0 and the report says "n/a".
+	Fairness      float64
+	FairnessTicks int
+
+	// GaveUp says the run stopped before every row was settled, because
+	// its claims kept outliving their lease: no settle succeeded for
+	// longer than a lease plus the longest service time while rows ran.
+	// Only a scenario whose lease is shorter than its service times does
+	// that; the audit then reports the rows run twice and left unsettled.
+	GaveUp bool
 
 	Timeline Timeline
 	Audit    Audit
@@ -116,23 +130,41 @@ func (p *PolicyReport) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Policy       Policy           `json:"policy"`
 		Description  string           `json:"description"`
-		Database     string           `json:"database"`
+		Database     string           `json:"database,omitempty"`
 		Tenants      []TenantReport   `json:"tenants"`
 		Ticks        int              `json:"ticks"`
 		Settled      int              `json:"settled"`
+		GaveUp       bool             `json:"gaveUp,omitempty"`
 		MakespanMs   float64          `json:"makespanMs"`
 		Throughput   float64          `json:"throughputPerSecond"`
-		Fairness     float64          `json:"jainFairness"`
+		Fairness     *float64         `json:"jainFairness"` // null: n/a
 		ExactlyOnce  bool             `json:"exactlyOnce"`
 		Audit        Audit            `json:"audit"`
 		WallMs       float64          `json:"wallMs"`
 		TickMs       float64          `json:"timelineTickMs"`
 		InflightByTn map[string][]int `json:"inflightTimeline"`
 	}{
-		p.Policy, p.Description, p.Database, p.Tenants, p.Ticks, p.Settled, ms(p.Makespan),
-		round3(p.Throughput), round3(p.Fairness), p.Audit.OK(), p.Audit, ms(p.Wall), ms(p.Timeline.Tick),
+		p.Policy, p.Description, p.Database, p.Tenants, p.Ticks, p.Settled, p.GaveUp, ms(p.Makespan),
+		round3(p.Throughput), p.fairnessJSON(), p.Audit.OK(), p.Audit, ms(p.Wall), ms(p.Timeline.Tick),
 		p.inflightByName(),
 	})
+}
+
+// fairnessJSON is the index rounded to 3 places, or nil when there is none.
+func (p *PolicyReport) fairnessJSON() *float64 {
+	if p.FairnessTicks == 0 {
+		return nil
+	}
+	f := round3(p.Fairness)
+	return &f
+}
+
+// fairnessText is the index as the table prints it: "0.491", or "n/a".
+func (p *PolicyReport) fairnessText() string {
+	if p.FairnessTicks == 0 {
+		return "n/a"
+	}
+	return strconv.FormatFloat(p.Fairness, 'f', 3, 64)
 }
 
 func (p *PolicyReport) inflightByName() map[string][]int {
@@ -192,8 +224,12 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	if !p.Audit.OK() {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(&b, "throughput %.1f rows/s (%d rows in %s simulated) · Jain's fairness %.3f · exactly-once %s\n",
-		p.Throughput, p.Settled, fmtWait(p.Makespan), p.Fairness, verdict)
+	fmt.Fprintf(&b, "throughput %.1f rows/s (%d rows in %s simulated) · Jain's fairness %s · exactly-once %s\n",
+		p.Throughput, p.Settled, fmtWait(p.Makespan), p.fairnessText(), verdict)
+	if p.GaveUp {
+		fmt.Fprintf(&b, "gave up after %d ticks: every running claim kept outliving its lease (%d of %d rows settled)\n",
+			p.Ticks, p.Settled, p.Audit.Keys)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -206,16 +242,22 @@ func peakQuota(p Policy, t TenantReport) string {
 	if t.Quota == backpressure.Unlimited {
 		return fmt.Sprintf("%d/∞  ", t.PeakInflight)
 	}
-	mark := "  "
+	return fmt.Sprintf("%d/%d%s", t.PeakInflight, t.Quota, peakMark(p, t))
+}
+
+// peakMark is peakQuota's mark: " !", " *" or "  ".
+func peakMark(p Policy, t TenantReport) string {
 	switch {
+	case t.Quota == backpressure.Unlimited:
+		return "  "
 	case p == Backpressure && t.PeakInflight > t.ClusterCeiling:
-		mark = " !"
+		return " !"
 	case p == Backpressure && t.PeakInflight > t.Quota:
-		mark = " *"
+		return " *"
 	case t.PeakInflight > t.Quota:
-		mark = " !"
+		return " !"
 	}
-	return fmt.Sprintf("%d/%d%s", t.PeakInflight, t.Quota, mark)
+	return "  "
 }
 
 // fmtWait prints a simulated duration compactly: "0s", "300ms", "12.4s".
@@ -249,7 +291,7 @@ func (r *Report) WriteTables(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "wait: simulated, in whole ticks of %v; 0s means claimed by the first sweep after the enqueue.\n", r.Scenario.Tick)
 	fmt.Fprintln(w, "peak/quota: most rows claimed at once cluster-wide; \"!\" marks a peak over the quota.")
-	if bp := r.Policy(Backpressure); bp != nil {
+	if bp := r.Policy(Backpressure); bp != nil && slices.ContainsFunc(bp.Tenants, func(t TenantReport) bool { return peakMark(Backpressure, t) == " *" }) {
 		var notes []string
 		for _, t := range bp.Tenants {
 			note := fmt.Sprintf("quota %d → %d", t.Quota, t.ClusterCeiling)
@@ -263,5 +305,21 @@ func (r *Report) WriteTables(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w, "held@ceiling: rows that a backpressure sweep left pending because their tenant was at its ceiling.")
+	if r.fewRows() {
+		fmt.Fprintln(w, "wait p99: nearest rank, so for a tenant with fewer than 100 rows it is its max.")
+	}
 	return nil
+}
+
+// fewRows reports whether some tenant had between 1 and 99 claims under
+// some policy: its nearest-rank p99 wait is then its max.
+func (r *Report) fewRows() bool {
+	for _, p := range r.Policies {
+		for _, t := range p.Tenants {
+			if t.Claimed > 0 && t.Claimed < 100 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -54,18 +54,46 @@ var ErrExactlyOnce = errors.New("bpsim: exactly-once violated")
 // Run runs cfg: the workload under each policy, each on a fresh outbox,
 // then writes the tables and the verdict to stdout and the files to
 // cfg.OutDir. It returns the report; the error is a *[ScenarioError] for a
-// bad scenario, [ErrExactlyOnce] (with the report) when the audit failed,
-// ctx's error when cancelled, or a database error naming the database.
+// bad scenario (or one whose arrivals draw no rows), one matching
+// [ErrOutDir] when cfg.OutDir cannot be used (found before simulating),
+// [ErrExactlyOnce] (with the report) when the audit failed, ctx's error
+// when cancelled, or a database error naming the database.
 func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
-	s := cfg.Scenario
-	if err := s.Validate(); err != nil {
+	if err := cfg.Scenario.Validate(); err != nil {
 		return nil, err
 	}
+	return runValidated(ctx, cfg, stdout)
+}
+
+// runValidated is [Run] without the scenario's validation, so that a test
+// can run a scenario Validate rejects, such as a lease shorter than the
+// service time, and see the audit fail.
+func runValidated(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
+	s := cfg.Scenario
 	policies := cfg.Policies
 	if policies == nil {
 		policies = Policies
 	}
 	w := newWorkload(s, cfg.Seed)
+	if len(w.arrivals) == 0 {
+		return nil, &ScenarioError{Field: "tenants", Problem: fmt.Sprintf("the arrivals draw no rows with seed %d: raise a perSecond, widen from/until or add a burst", cfg.Seed)}
+	}
+
+	// The output directory is checked and made ready before the run, so
+	// that a bad -out costs no simulation.
+	var out *outDir
+	if cfg.OutDir != "" {
+		var err error
+		if out, err = prepareOutDir(cfg.OutDir); err != nil {
+			return nil, err
+		}
+	}
+	committed := false
+	defer func() {
+		if out != nil && !committed {
+			out.abort()
+		}
+	}()
 
 	var db database
 	var err error
@@ -96,6 +124,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 		began := time.Now()
 		r, err := runPolicy(ctx, s, w, p, db, pr.tick)
 		if err != nil {
+			// Clear a status line, so the caller's error starts a line.
+			pr.abort()
 			return nil, prefix(err)
 		}
 		r.Wall = time.Since(began)
@@ -115,9 +145,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	for _, p := range rep.Policies {
 		fmt.Fprintf(stdout, "%-13s %s\n", string(p.Policy)+":", p.Audit)
 	}
-	if cfg.OutDir != "" {
-		paths, err := writeOutputs(cfg.OutDir, rep)
+	if out != nil {
+		committed = true
+		paths, err := writeOutputs(out, rep)
 		if err != nil {
+			out.abort()
 			return nil, err
 		}
 		rep.Files = paths

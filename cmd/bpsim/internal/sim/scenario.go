@@ -8,7 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -174,68 +174,48 @@ func DefaultScenario() Scenario {
 }
 
 // scenarioJSON is the file format: durations are Go duration strings such
-// as "100ms" or "1m30s".
+// as "100ms" or "1m30s". A nil field was left out of the file and takes its
+// default; a field given, even as 0 or "", is taken as given, so that
+// Validate rejects an explicit 0 rather than a default silently replacing
+// it.
 type scenarioJSON struct {
-	Nodes          int              `json:"nodes"`
-	ShardCount     int              `json:"shardCount"`
-	BatchSize      int              `json:"batchSize"`
-	WorkersPerNode int              `json:"workersPerNode"`
-	Tick           string           `json:"tick"`
-	Duration       string           `json:"duration"`
-	Lease          string           `json:"lease"`
+	Nodes          *int             `json:"nodes"`
+	ShardCount     *int             `json:"shardCount"`
+	BatchSize      *int             `json:"batchSize"`
+	WorkersPerNode *int             `json:"workersPerNode"`
+	Tick           *string          `json:"tick"`
+	Duration       *string          `json:"duration"`
+	Lease          *string          `json:"lease"`
 	ServiceTime    *serviceTimeJSON `json:"serviceTime"`
 	Tenants        []tenantJSON     `json:"tenants"`
 }
 
 type serviceTimeJSON struct {
-	Min string `json:"min"`
-	Max string `json:"max"`
+	Min *string `json:"min,omitempty"`
+	Max *string `json:"max,omitempty"`
 }
 
 type tenantJSON struct {
-	Name        string           `json:"name"`
+	Name        *string          `json:"name"`
 	Quota       *int             `json:"quota"`
-	Queues      int              `json:"queues"`
+	Queues      *int             `json:"queues"`
 	ServiceTime *serviceTimeJSON `json:"serviceTime,omitempty"`
 	Arrivals    []arrivalJSON    `json:"arrivals"`
 }
 
 type arrivalJSON struct {
-	Pattern   string  `json:"pattern"`
-	Rows      int     `json:"rows,omitempty"`
-	At        string  `json:"at,omitempty"`
-	PerSecond float64 `json:"perSecond,omitempty"`
-	From      string  `json:"from,omitempty"`
-	Until     string  `json:"until,omitempty"`
+	Pattern   *string  `json:"pattern"`
+	Rows      *int     `json:"rows,omitempty"`
+	At        *string  `json:"at,omitempty"`
+	PerSecond *float64 `json:"perSecond,omitempty"`
+	From      *string  `json:"from,omitempty"`
+	Until     *string  `json:"until,omitempty"`
 }
 
 // LoadScenario reads and validates the scenario file at path. A file that
 // cannot be read gets the os error; a bad scenario a *[ScenarioError].
 func LoadScenario(path string) (Scenario, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Scenario{}, fmt.Errorf("bpsim: reading scenario: %w", err)
-	}
-	return ParseScenario(b)
-}
-
-// ParseScenario decodes a JSON scenario (see [ScenarioHelp] for the format)
-// and validates it. Unknown fields are errors, so a misspelt field does not
-// silently fall back to a default. A field left out takes the value of
-// [DefaultScenario], except workersPerNode (left out: 0, unlimited) and
-// tenants, which must be given. Every error is a *[ScenarioError] naming
-// the field.
-func ParseScenario(data []byte) (Scenario, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var j scenarioJSON
-	if err := dec.Decode(&j); err != nil {
-		return Scenario{}, jsonError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Scenario{}, &ScenarioError{Problem: "unexpected data after the JSON object"}
-	}
-	s, err := j.scenario()
+	s, err := ReadScenario(path)
 	if err != nil {
 		return Scenario{}, err
 	}
@@ -245,23 +225,93 @@ func ParseScenario(data []byte) (Scenario, error) {
 	return s, nil
 }
 
-// jsonError turns a decoding error into a *ScenarioError naming the field
-// where the decoder can tell it.
+// ReadScenario reads the scenario file at path like [LoadScenario], but
+// does not validate it, so that the caller can override fields first (as
+// bpsim's -duration does) and validate once.
+func ReadScenario(path string) (Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Scenario{}, fmt.Errorf("bpsim: reading scenario: %w", err)
+	}
+	return DecodeScenario(b)
+}
+
+// ParseScenario decodes a JSON scenario with [DecodeScenario] and validates
+// it.
+func ParseScenario(data []byte) (Scenario, error) {
+	s, err := DecodeScenario(data)
+	if err != nil {
+		return Scenario{}, err
+	}
+	if err := s.Validate(); err != nil {
+		return Scenario{}, err
+	}
+	return s, nil
+}
+
+// DecodeScenario decodes a JSON scenario (see [ScenarioHelp] for the
+// format) without validating it. Unknown and repeated fields are errors,
+// so a misspelt field does not silently fall back to a default. A field
+// left out takes the value of [DefaultScenario], except workersPerNode
+// (left out: 0, unlimited), a tenant's queues (left out: 1) and tenants and
+// a tenant's quota, which must be given; a field given as 0 is kept, for
+// [Scenario.Validate] to judge. Every error is a *[ScenarioError] naming
+// the field by its full path, such as "tenants[0].quota".
+func DecodeScenario(data []byte) (Scenario, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return Scenario{}, jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Scenario{}, &ScenarioError{Problem: "unexpected data after the JSON object"}
+	}
+	var j scenarioJSON
+	if err := decodeObject(raw, "", map[string]func(json.RawMessage, string) error{
+		"nodes":          intField(&j.Nodes),
+		"shardCount":     intField(&j.ShardCount),
+		"batchSize":      intField(&j.BatchSize),
+		"workersPerNode": intField(&j.WorkersPerNode),
+		"tick":           stringField(&j.Tick),
+		"duration":       stringField(&j.Duration),
+		"lease":          stringField(&j.Lease),
+		"serviceTime":    serviceTimeField(&j.ServiceTime),
+		"tenants": arrayField(func(raw json.RawMessage, at string) error {
+			var t tenantJSON
+			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+				"name":        stringField(&t.Name),
+				"quota":       intField(&t.Quota),
+				"queues":      intField(&t.Queues),
+				"serviceTime": serviceTimeField(&t.ServiceTime),
+				"arrivals": arrayField(func(raw json.RawMessage, at string) error {
+					var a arrivalJSON
+					err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+						"pattern":   stringField(&a.Pattern),
+						"rows":      intField(&a.Rows),
+						"at":        stringField(&a.At),
+						"perSecond": floatField(&a.PerSecond),
+						"from":      stringField(&a.From),
+						"until":     stringField(&a.Until),
+					})
+					t.Arrivals = append(t.Arrivals, a)
+					return err
+				}, func() { t.Arrivals = []arrivalJSON{} }),
+			})
+			j.Tenants = append(j.Tenants, t)
+			return err
+		}, func() { j.Tenants = []tenantJSON{} }),
+	}); err != nil {
+		return Scenario{}, err
+	}
+	return j.scenario()
+}
+
+// jsonError turns a syntax error into a *ScenarioError.
 func jsonError(err error) error {
-	var typ *json.UnmarshalTypeError
 	var syn *json.SyntaxError
 	switch {
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = "(top level)"
-		}
-		return &ScenarioError{Field: field, Problem: fmt.Sprintf("want a JSON %s, got %s", jsonKind(typ.Type.Kind().String()), typ.Value)}
 	case errors.As(err, &syn):
 		return &ScenarioError{Problem: fmt.Sprintf("not valid JSON at byte %d: %v", syn.Offset, err)}
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &ScenarioError{Field: name, Problem: "unknown field (see bpsim -h for the format)"}
 	case errors.Is(err, io.EOF):
 		return &ScenarioError{Problem: "empty file: want a JSON object"}
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -270,16 +320,150 @@ func jsonError(err error) error {
 	return &ScenarioError{Problem: err.Error()}
 }
 
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "int", "int64", "float64":
-		return "number"
-	case "slice":
-		return "array"
-	case "struct", "ptr":
-		return "object"
+// fieldPath joins a JSON path and a field name: "tenants[0]" and "quota"
+// make "tenants[0].quota".
+func fieldPath(at, name string) string {
+	if at == "" {
+		return name
 	}
-	return goKind
+	return at + "." + name
+}
+
+// describe says what a JSON value is, for "want …, got …" messages:
+// the number itself, a quoted string, true, null, "an array", "an object".
+func describe(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "string " + string(raw)
+	case '[':
+		return "an array"
+	case '{':
+		return "an object"
+	}
+	return string(raw)
+}
+
+// decodeObject decodes the JSON object raw at path at, calling the decoder
+// of each field in fields, in the order the fields appear. An unknown or
+// repeated field, or a value that is not an object, is a *ScenarioError.
+func decodeObject(raw json.RawMessage, at string, fields map[string]func(json.RawMessage, string) error) error {
+	where := at
+	if where == "" {
+		where = "(top level)"
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return &ScenarioError{Field: where, Problem: "want an object, got " + describe(raw)}
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err)
+		}
+		name, _ := tok.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return jsonError(err)
+		}
+		f, ok := fields[name]
+		switch {
+		case !ok:
+			return &ScenarioError{Field: fieldPath(at, name), Problem: "unknown field (see bpsim -h for the format)"}
+		case seen[name]:
+			return &ScenarioError{Field: fieldPath(at, name), Problem: "given twice"}
+		}
+		seen[name] = true
+		if err := f(val, fieldPath(at, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// intField decodes an integer into *dst.
+func intField(dst **int) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		var n json.Number
+		if isNumber(raw) && json.Unmarshal(raw, &n) == nil {
+			if v, err := strconv.Atoi(n.String()); err == nil {
+				*dst = &v
+				return nil
+			}
+		}
+		return &ScenarioError{Field: at, Problem: "want an integer, got " + describe(raw)}
+	}
+}
+
+// isNumber reports whether raw is a JSON number (json.Number would also
+// take a string holding one).
+func isNumber(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9')
+}
+
+// floatField decodes a number into *dst.
+func floatField(dst **float64) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		var n json.Number
+		if isNumber(raw) && json.Unmarshal(raw, &n) == nil {
+			if v, err := n.Float64(); err == nil {
+				*dst = &v
+				return nil
+			}
+		}
+		return &ScenarioError{Field: at, Problem: "want a number, got " + describe(raw)}
+	}
+}
+
+// stringField decodes a string into *dst.
+func stringField(dst **string) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		var v string
+		if bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`"`)) && json.Unmarshal(raw, &v) == nil {
+			*dst = &v
+			return nil
+		}
+		return &ScenarioError{Field: at, Problem: "want a string, got " + describe(raw)}
+	}
+}
+
+// serviceTimeField decodes a {"min", "max"} object into *dst.
+func serviceTimeField(dst **serviceTimeJSON) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		var st serviceTimeJSON
+		if err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+			"min": stringField(&st.Min),
+			"max": stringField(&st.Max),
+		}); err != nil {
+			return err
+		}
+		*dst = &st
+		return nil
+	}
+}
+
+// arrayField decodes an array, calling elem for each element with its
+// path ("tenants[2]"); empty is called first, so that an empty array is
+// told from a missing one.
+func arrayField(elem func(json.RawMessage, string) error, empty func()) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		var elems []json.RawMessage
+		if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) || json.Unmarshal(raw, &elems) != nil {
+			return &ScenarioError{Field: at, Problem: "want an array, got " + describe(raw)}
+		}
+		empty()
+		for i, e := range elems {
+			if err := elem(e, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 func (j scenarioJSON) scenario() (Scenario, error) {
@@ -288,7 +472,7 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 		Nodes:          orInt(j.Nodes, def.Nodes),
 		ShardCount:     orInt(j.ShardCount, def.ShardCount),
 		BatchSize:      orInt(j.BatchSize, def.BatchSize),
-		WorkersPerNode: j.WorkersPerNode,
+		WorkersPerNode: orInt(j.WorkersPerNode, 0),
 		ServiceTime:    def.ServiceTime,
 	}
 	var err error
@@ -311,7 +495,10 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 	}
 	for i, tj := range j.Tenants {
 		at := fmt.Sprintf("tenants[%d]", i)
-		t := Tenant{Name: tj.Name, Queues: orInt(tj.Queues, 1)}
+		t := Tenant{Queues: orInt(tj.Queues, 1)}
+		if tj.Name != nil {
+			t.Name = *tj.Name
+		}
 		if tj.Quota == nil {
 			return Scenario{}, &ScenarioError{Field: at + ".quota", Problem: "missing: want ≥ 1, or -1 for unlimited"}
 		}
@@ -325,7 +512,13 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 		}
 		for k, aj := range tj.Arrivals {
 			aat := fmt.Sprintf("%s.arrivals[%d]", at, k)
-			a := Arrival{Pattern: aj.Pattern, Rows: aj.Rows, PerSecond: aj.PerSecond}
+			a := Arrival{Rows: orInt(aj.Rows, 0)}
+			if aj.Pattern != nil {
+				a.Pattern = *aj.Pattern
+			}
+			if aj.PerSecond != nil {
+				a.PerSecond = *aj.PerSecond
+			}
 			if a.At, err = parseDuration(aat+".at", aj.At, 0); err != nil {
 				return Scenario{}, err
 			}
@@ -343,14 +536,14 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 }
 
 func (j serviceTimeJSON) serviceTime(field string) (ServiceTime, error) {
-	if j.Min == "" && j.Max == "" {
+	if j.Min == nil && j.Max == nil {
 		return ServiceTime{}, &ScenarioError{Field: field, Problem: `want "min" and "max" durations`}
 	}
 	// One of them alone means a fixed service time.
-	if j.Min == "" {
+	if j.Min == nil {
 		j.Min = j.Max
 	}
-	if j.Max == "" {
+	if j.Max == nil {
 		j.Max = j.Min
 	}
 	min, err := parseDuration(field+".min", j.Min, 0)
@@ -364,52 +557,55 @@ func (j serviceTimeJSON) serviceTime(field string) (ServiceTime, error) {
 	return ServiceTime{Min: min, Max: max}, nil
 }
 
-func parseDuration(field, s string, def time.Duration) (time.Duration, error) {
-	if s == "" {
+// parseDuration parses *s, or returns def when s is nil (left out).
+func parseDuration(field string, s *string, def time.Duration) (time.Duration, error) {
+	if s == nil {
 		return def, nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := time.ParseDuration(*s)
 	if err != nil {
-		return 0, &ScenarioError{Field: field, Problem: fmt.Sprintf("%q is not a duration (want e.g. \"100ms\", \"2s\", \"1m30s\")", s)}
+		return 0, &ScenarioError{Field: field, Problem: fmt.Sprintf("%q is not a duration (want e.g. \"100ms\", \"2s\", \"1m30s\")", *s)}
 	}
 	return d, nil
 }
 
-func orInt(v, def int) int {
-	if v == 0 {
+// orInt returns *v, or def when v is nil (left out).
+func orInt(v *int, def int) int {
+	if v == nil {
 		return def
 	}
-	return v
+	return *v
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // MarshalJSON writes the scenario in the file format [ParseScenario] reads.
 func (s Scenario) MarshalJSON() ([]byte, error) {
 	j := scenarioJSON{
-		Nodes:          s.Nodes,
-		ShardCount:     s.ShardCount,
-		BatchSize:      s.BatchSize,
-		WorkersPerNode: s.WorkersPerNode,
-		Tick:           s.Tick.String(),
-		Duration:       s.Duration.String(),
-		Lease:          s.Lease.String(),
-		ServiceTime:    &serviceTimeJSON{Min: s.ServiceTime.Min.String(), Max: s.ServiceTime.Max.String()},
+		Nodes:          ptr(s.Nodes),
+		ShardCount:     ptr(s.ShardCount),
+		BatchSize:      ptr(s.BatchSize),
+		WorkersPerNode: ptr(s.WorkersPerNode),
+		Tick:           ptr(s.Tick.String()),
+		Duration:       ptr(s.Duration.String()),
+		Lease:          ptr(s.Lease.String()),
+		ServiceTime:    &serviceTimeJSON{Min: ptr(s.ServiceTime.Min.String()), Max: ptr(s.ServiceTime.Max.String())},
 		Tenants:        []tenantJSON{},
 	}
 	for _, t := range s.Tenants {
-		q := t.Quota
-		tj := tenantJSON{Name: t.Name, Quota: &q, Queues: t.Queues}
+		tj := tenantJSON{Name: ptr(t.Name), Quota: ptr(t.Quota), Queues: ptr(t.Queues)}
 		if t.ServiceTime != nil {
-			tj.ServiceTime = &serviceTimeJSON{Min: t.ServiceTime.Min.String(), Max: t.ServiceTime.Max.String()}
+			tj.ServiceTime = &serviceTimeJSON{Min: ptr(t.ServiceTime.Min.String()), Max: ptr(t.ServiceTime.Max.String())}
 		}
 		for _, a := range t.Arrivals {
-			aj := arrivalJSON{Pattern: a.Pattern}
+			aj := arrivalJSON{Pattern: ptr(a.Pattern)}
 			switch a.Pattern {
 			case PatternBurst:
-				aj.Rows, aj.At = a.Rows, a.At.String()
+				aj.Rows, aj.At = ptr(a.Rows), ptr(a.At.String())
 			case PatternSteady:
-				aj.PerSecond, aj.From = a.PerSecond, a.From.String()
+				aj.PerSecond, aj.From = ptr(a.PerSecond), ptr(a.From.String())
 				if a.Until != 0 {
-					aj.Until = a.Until.String()
+					aj.Until = ptr(a.Until.String())
 				}
 			}
 			tj.Arrivals = append(tj.Arrivals, aj)

@@ -83,8 +83,27 @@ func TestParseScenarioErrors(t *testing.T) {
 		{`[1]`, "(top level)", "object"},
 		{`{} {}`, "", "after the JSON object"},
 		{`{"nodse": 3}`, "nodse", "unknown field"},
-		{`{"nodes": "3"}`, "nodes", "number"},
-		{`{"tenants": 3}`, "tenants", "array"},
+		{`{"nodes": "3"}`, "nodes", `want an integer, got string "3"`},
+		{`{"nodes": 1.5}`, "nodes", "want an integer, got 1.5"},
+		{`{"nodes": 3, "nodes": 4}`, "nodes", "given twice"},
+		{`{"tenants": 3}`, "tenants", "want an array, got 3"},
+		{`{"tenants": null}`, "tenants", "want an array, got null"},
+		{`{"tenants": [3]}`, "tenants[0]", "want an object, got 3"},
+		{`{"tenants": [{"name": "a", "quota": 1.5}]}`, "tenants[0].quota", "want an integer, got 1.5"},
+		{`{"tenants": [` + tenant + `, {"name": "b", "quota": 5, "bogus": 1}]}`, "tenants[1].bogus", "unknown field"},
+		{`{"tenants": [{"name": 7}]}`, "tenants[0].name", "want a string, got 7"},
+		{`{"tenants": [{"name": "a", "quota": 5, "arrivals": [{"pattern": "steady", "perSecond": "fast"}]}]}`, "tenants[0].arrivals[0].perSecond", `want a number, got string "fast"`},
+		{`{"tenants": [{"name": "a", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3, "when": "1s"}]}]}`, "tenants[0].arrivals[0].when", "unknown field"},
+		{`{"serviceTime": {"min": "1s", "mean": "2s"}}`, "serviceTime.mean", "unknown field"},
+		{`{"serviceTime": "1s"}`, "serviceTime", `want an object, got string "1s"`},
+		{with(`"nodes": 0,`), "nodes", "0 is out of range"},
+		{with(`"shardCount": 0,`), "shardCount", "0 is out of range"},
+		{with(`"batchSize": 0,`), "batchSize", "0 is out of range"},
+		{with(`"tick": "",`), "tick", "not a duration"},
+		{with(`"tick": "0s",`), "tick", "out of range"},
+		{with(`"lease": "0s",`), "lease", "claimed again"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "queues": 0`), "tenants[0].queues", "0 is out of range"},
+		{withArrival(`{"pattern": "burst", "rows": 0}`), "tenants[0].arrivals[0].rows", "0 is out of range"},
 		{`{}`, "tenants", "missing"},
 		{`{"tenants": []}`, "tenants", "at least one"},
 		{with(`"nodes": -1,`), "nodes", "out of range"},
@@ -107,9 +126,9 @@ func TestParseScenarioErrors(t *testing.T) {
 		{`{"tenants": [{"quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].name", "empty"},
 		{`{"tenants": [{"name": "a b", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].name", "character"},
 		{`{"tenants": [` + tenant + `,` + tenant + `]}`, "tenants[1].name", "unique"},
-		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "quota": 0`), "tenants[0].quota", "never drain"},
+		{`{"tenants": [{"name": "a", "quota": 0, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].quota", "never drain"},
 		{`{"tenants": [{"name": "a", "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].quota", "missing"},
-		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "quota": -2`), "tenants[0].quota", "-1 for unlimited"},
+		{`{"tenants": [{"name": "a", "quota": -2, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].quota", "-1 for unlimited"},
 		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "queues": -3`), "tenants[0].queues", "out of range"},
 		{withTenant(`"arrivals": []`), "tenants[0].arrivals", "at least one"},
 		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "serviceTime": {"min": "-1s"}`), "tenants[0].serviceTime.min", "not positive"},
@@ -150,5 +169,31 @@ func TestLoadScenarioMissingFile(t *testing.T) {
 	_, err := LoadScenario(t.TempDir() + "/nope.json")
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("LoadScenario(missing) = %v, want an os.ErrNotExist", err)
+	}
+}
+
+// TestDecodeScenarioDoesNotValidate checks that DecodeScenario leaves
+// validation to the caller, so that an override can rescue a file.
+func TestDecodeScenarioDoesNotValidate(t *testing.T) {
+	data := []byte(`{"duration": "50ms", "tenants": [{"name": "a", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`)
+	s, err := DecodeScenario(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Validate() == nil {
+		t.Fatal("a 50ms window of 100ms ticks validated")
+	}
+	s.Duration = 10 * time.Second
+	if err := s.Validate(); err != nil {
+		t.Errorf("after the override: %v", err)
+	}
+}
+
+// TestParseScenarioExplicitWorkersZero checks that workersPerNode, whose 0
+// means unlimited, keeps an explicit 0.
+func TestParseScenarioExplicitWorkersZero(t *testing.T) {
+	s, err := ParseScenario([]byte(`{"workersPerNode": 0, "tenants": [{"name": "a", "quota": 5, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`))
+	if err != nil || s.WorkersPerNode != 0 {
+		t.Errorf("workersPerNode 0: %v, %d", err, s.WorkersPerNode)
 	}
 }

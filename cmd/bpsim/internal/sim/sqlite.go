@@ -30,6 +30,9 @@ func (d *sqliteDatabase) Name() string { return "sqlite database in " + d.dir }
 
 func (d *sqliteDatabase) Close() error { return os.RemoveAll(d.dir) }
 
+// ReportName is "": the file was temporary and is gone after the run.
+func (d *sqliteDatabase) ReportName(string) string { return "" }
+
 func (d *sqliteDatabase) Open(ctx context.Context, policy string, opts storeOptions) (outbox, error) {
 	path := filepath.Join(d.dir, policy+".db")
 	name := "sqlite database " + path
@@ -98,8 +101,7 @@ func (o *sqliteOutbox) Close() error { return o.s.Close() }
 func sqliteRows(rs []sqlitestore.Row) []row {
 	out := make([]row, len(rs))
 	for i, r := range rs {
-		out[i] = row{Key: r.DispatchKey, Namespace: r.Namespace, TaskQueue: r.TaskQueue, Token: r.Token,
-			Attempts: r.Attempts, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}
+		out[i] = row{Key: r.DispatchKey, Token: r.Token, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}
 	}
 	return out
 }

@@ -35,18 +35,19 @@ func summarise(waits []time.Duration) waitStats {
 //
 //	J(x) = (Σ x_i)² / (n · Σ x_i²)
 //
-// 1 when every x_i is equal, 1/n when one takes everything. It returns 1
-// for no values or all zeros: nobody got less than anybody else.
-func jain(x []float64) float64 {
+// 1 when every x_i is equal, 1/n when one takes everything. ok is false
+// for no values or all zeros, where the index is 0/0: when nobody gets
+// anything it says nothing about how things were shared.
+func jain(x []float64) (j float64, ok bool) {
 	var sum, sq float64
 	for _, v := range x {
 		sum += v
 		sq += v * v
 	}
 	if len(x) == 0 || sq == 0 {
-		return 1
+		return 0, false
 	}
-	return sum * sum / (float64(len(x)) * sq)
+	return sum * sum / (float64(len(x)) * sq), true
 }
 
 // entitledShare is one tenant's x for the per-tick fairness index: its

@@ -51,18 +51,19 @@ func TestJain(t *testing.T) {
 	tests := []struct {
 		x    []float64
 		want float64
+		ok   bool
 	}{
-		{nil, 1},
-		{[]float64{0, 0}, 1},
-		{[]float64{1, 1, 1}, 1},
-		{[]float64{5, 5}, 1},
-		{[]float64{1, 0, 0, 0}, 0.25}, // one takes everything: 1/n
-		{[]float64{1, 2}, 0.9},        // 9 / (2·5)
-		{[]float64{2.4, 0, 0, 0, 0, 0}, 1.0 / 6},
+		{nil, 0, false},
+		{[]float64{0, 0}, 0, false}, // everybody starves: no index, not 1
+		{[]float64{1, 1, 1}, 1, true},
+		{[]float64{5, 5}, 1, true},
+		{[]float64{1, 0, 0, 0}, 0.25, true}, // one takes everything: 1/n
+		{[]float64{1, 2}, 0.9, true},        // 9 / (2·5)
+		{[]float64{2.4, 0, 0, 0, 0, 0}, 1.0 / 6, true},
 	}
 	for i, tt := range tests {
-		if got := jain(tt.x); math.Abs(got-tt.want) > 1e-12 {
-			t.Errorf("step %d: jain(%v) = %v, want %v", i, tt.x, got, tt.want)
+		if got, ok := jain(tt.x); ok != tt.ok || math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("step %d: jain(%v) = %v, %v; want %v, %v", i, tt.x, got, ok, tt.want, tt.ok)
 		}
 	}
 }

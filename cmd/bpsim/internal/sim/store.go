@@ -11,10 +11,7 @@ import (
 // row is a claimed outbox row, whichever store claimed it.
 type row struct {
 	Key        string
-	Namespace  string
-	TaskQueue  string
 	Token      int64
-	Attempts   int
 	EnqueuedAt time.Time
 	ClaimedAt  time.Time
 }
@@ -69,6 +66,9 @@ type database interface {
 	Name() string
 	// Open returns a fresh, empty outbox named after the policy.
 	Open(ctx context.Context, policy string, opts storeOptions) (outbox, error)
+	// ReportName is what the report says the policy ran on, once Close
+	// has removed it: "" when there is nothing left worth naming.
+	ReportName(policy string) string
 	// Close releases what Open made (files, schemas, connections).
 	Close() error
 }

@@ -20,11 +20,24 @@ type arrival struct {
 // workload is a scenario's arrivals, drawn once from the seed and replayed
 // unchanged under every policy.
 type workload struct {
-	arrivals  []arrival // ordered by tick, then by the order they were drawn
-	perTick   [][]arrival
-	byKey     map[string]int // dispatch key → index into arrivals
-	perTenant []int          // rows per tenant
-	lastTick  int            // tick of the last arrival
+	arrivals   []arrival // ordered by tick, then by the order they were drawn
+	perTick    [][]arrival
+	byKey      map[string]int // dispatch key → index into arrivals
+	perTenant  []int          // rows per tenant
+	firstTick  int            // tick of the first arrival
+	lastTick   int            // tick of the last arrival
+	maxService int            // longest service time of a row, in ticks
+}
+
+// nextArrival returns the first tick at or after t in which rows arrive,
+// or lastTick+1 when none does.
+func (w *workload) nextArrival(t int) int {
+	for ; t < len(w.perTick); t++ {
+		if len(w.perTick[t]) > 0 {
+			return t
+		}
+	}
+	return w.lastTick + 1
 }
 
 // queueName is the name of a tenant's task queue i.
@@ -91,12 +104,13 @@ func newWorkload(s Scenario, seed int64) *workload {
 		perTenant: make([]int, len(s.Tenants)),
 	}
 	if n := len(all); n > 0 {
-		w.lastTick = all[n-1].tick
+		w.firstTick, w.lastTick = all[0].tick, all[n-1].tick
 	}
 	w.perTick = make([][]arrival, w.lastTick+1)
 	for i, a := range all {
 		w.byKey[a.key] = i
 		w.perTenant[a.tenant]++
+		w.maxService = max(w.maxService, a.service)
 	}
 	for lo := 0; lo < len(all); {
 		hi := lo
