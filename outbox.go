@@ -63,3 +63,43 @@ type OutboxStore[R any] interface {
 	// one row, and settling a row requires the token of its current claim.
 	ClaimOutboxRowsScoped(ctx context.Context, shards OwnedShardFraction, claims []ScopedClaim) ([]R, error)
 }
+
+// PendingWindow asks a [PendingWindowCounter] for the pending counts of a
+// window of namespaces rather than of all of them.
+type PendingWindow struct {
+	// CapPerRoute caps each route's count, as in CountPendingOutboxRows
+	// (≥ 1).
+	CapPerRoute int
+
+	// After is where the walk starts: namespaces are taken in ascending
+	// byte order from the first one greater than After, wrapping around to
+	// the smallest after the largest, so After itself (if it has rows)
+	// comes last. "" starts at the smallest.
+	After string
+
+	// Namespaces is the most namespaces the window holds (≥ 1): the walk
+	// stops once it has this many namespaces with at least one claimable
+	// row on the owned shards.
+	Namespaces int
+}
+
+// PendingWindowCounter is an optional extension of [OutboxStore] that lets
+// a sweep count only the namespaces it can serve. With many namespaces a
+// full CountPendingOutboxRows probes every route; when more namespaces are
+// active than the batch has rows, a sweep only ever serves the next B of
+// them after its rotation cursor, so [Sweep] asks for a window of
+// B + k + 1 namespaces (k: the namespaces it knows to be at their ceiling
+// or paused) and gets exactly the plan the full counts would give.
+//
+// The storetest suite checks a store's window against its full counts.
+type PendingWindowCounter interface {
+	// CountPendingOutboxRowsWindow returns what CountPendingOutboxRows
+	// (ctx, shards, w.CapPerRoute) returns, restricted to the namespaces of
+	// the window: walking namespaces in the cyclic order w.After describes,
+	// the first w.Namespaces of them that have at least one claimable row
+	// on the owned shards (all of them, when fewer have). For each such
+	// namespace it returns every route with claimable rows, sorted by
+	// namespace then task queue. One round trip (one statement or one
+	// read transaction).
+	CountPendingOutboxRowsWindow(ctx context.Context, shards OwnedShardFraction, w PendingWindow) ([]RouteCount, error)
+}
