@@ -19,6 +19,7 @@ package backpressure
 import (
 	"context"
 	"fmt"
+	"math"
 	"maps"
 	"sync"
 )
@@ -179,13 +180,52 @@ func (b *Backpressure) pendingCountCap(f OwnedShardFraction) int {
 	return max(1, min(b.batchSize, m))
 }
 
+// windowSize returns the namespaces a windowed pending count must cover for
+// the plan to be exact: n = B + k + 1, where k counts the namespaces known
+// to have no headroom (claimed ≥ ceiling, or a ceiling of 0). Among any n
+// namespaces with claimable rows at least B + 1 are then active, so the
+// plan is max-min fair at level 0: one row each to the first B active
+// namespaces after the rotation cursor, all inside the window. It reports
+// false when n would overflow.
+func (b *Backpressure) windowSize(claimed map[string]int, f OwnedShardFraction) (int, bool) {
+	k := 0
+	for ns, c := range claimed {
+		if ceil := f.Ceiling(b.Quota(ns)); ceil != Unlimited && c >= ceil {
+			k++
+		}
+	}
+	for _, q := range b.quotas {
+		if f.Ceiling(q) == 0 {
+			k++
+		}
+	}
+	if b.batchSize > math.MaxInt-k-1 {
+		return 0, false
+	}
+	return b.batchSize + k + 1, true
+}
+
+// distinctNamespaces counts the namespaces of routes ordered by namespace.
+func distinctNamespaces(routes []RouteCount) int {
+	n := 0
+	for i := range routes {
+		if i == 0 || routes[i].Route.Namespace != routes[i-1].Route.Namespace {
+			n++
+		}
+	}
+	return n
+}
+
 // Sweep runs one sweep of a dispatcher node against store, in four steps and
 // three round trips at most:
 //
 //  1. CountClaimedOutboxRows: live claimed rows per namespace;
 //  2. CountPendingOutboxRows, each route's count capped at
 //     b.PendingCountCap(), so the store reads no more of a route than a
-//     plan could use;
+//     plan could use — or, when the store implements
+//     [PendingWindowCounter], CountPendingOutboxRowsWindow over the
+//     namespaces this sweep can serve (see its doc), which gives the same
+//     plan while probing O(B) namespaces rather than all of them;
 //  3. b.Plan, which advances b's rotation only if step 4 succeeds;
 //  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
 //     plan claims nothing).
@@ -219,14 +259,30 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if err != nil {
 		return nil, Plan{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
 	}
-	pending, err := store.CountPendingOutboxRows(ctx, shards, b.pendingCountCap(shards))
-	if err != nil {
-		return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
+	var pending []RouteCount
+	windowed := false
+	wc, canWindow := any(store).(PendingWindowCounter)
+	if n, ok := b.windowSize(claimed, shards); canWindow && ok {
+		after := ""
+		if b.nsCursorSet {
+			after = b.nsCursor
+		}
+		pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: b.pendingCountCap(shards), After: after, Namespaces: n})
+		if err != nil {
+			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
+		}
+		windowed = distinctNamespaces(pending) >= n
+	} else {
+		pending, err = store.CountPendingOutboxRows(ctx, shards, b.pendingCountCap(shards))
+		if err != nil {
+			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
+		}
 	}
 	plan, err := b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards)
 	if err != nil {
 		return nil, Plan{}, err
 	}
+	plan.Windowed = windowed
 	if len(plan.Claims) == 0 {
 		b.commit()
 		return nil, plan, nil

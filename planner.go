@@ -110,6 +110,12 @@ type Plan struct {
 	Claims []ScopedClaim
 	// Namespaces reports every namespace of the snapshot, sorted by name.
 	Namespaces []NamespaceReport
+	// Windowed is set by Sweep when the store counted only a window of the
+	// namespaces (PendingWindowCounter) and there were more beyond it: the
+	// claims are the same, but Namespaces then covers the window, and a
+	// namespace outside it appears only if it has claimed rows, with
+	// Pending 0.
+	Windowed bool
 }
 
 // Granted returns the rows the plan claims: Σ Claims[i].Limit.

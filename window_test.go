@@ -1,0 +1,116 @@
+package backpressure_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"pgregory.net/rapid"
+)
+
+// memWindowStore adds a naive PendingWindowCounter to memStore: the full
+// counts, filtered to the window's namespaces.
+type memWindowStore struct {
+	*memStore
+	windows int // calls of CountPendingOutboxRowsWindow
+}
+
+func (s *memWindowStore) CountPendingOutboxRowsWindow(ctx context.Context, f backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
+	s.windows++
+	all, err := s.CountPendingOutboxRows(ctx, f, w.CapPerRoute)
+	if err != nil {
+		return nil, err
+	}
+	var names []string // sorted, since all is
+	for _, rc := range all {
+		if len(names) == 0 || names[len(names)-1] != rc.Route.Namespace {
+			names = append(names, rc.Route.Namespace)
+		}
+	}
+	start, _ := slices.BinarySearch(names, w.After)
+	if start < len(names) && names[start] == w.After {
+		start++
+	}
+	keep := map[string]bool{}
+	for k := 0; k < len(names) && k < w.Namespaces; k++ {
+		keep[names[(start+k)%len(names)]] = true
+	}
+	return slices.DeleteFunc(all, func(rc backpressure.RouteCount) bool { return !keep[rc.Route.Namespace] }), nil
+}
+
+// TestSweepWindowedSameClaims runs two outboxes in lockstep, one whose store
+// counts windows, and checks that every sweep claims exactly the same rows,
+// over random enqueues, settles, lease expiries and quotas that hold some
+// namespaces at their ceiling.
+func TestSweepWindowedSameClaims(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		nShards := rapid.IntRange(1, 8).Draw(t, "shards")
+		plain, win := newMemStore(nShards), &memWindowStore{memStore: newMemStore(nShards)}
+		var owned []int
+		for s := 0; s < nShards; s++ {
+			if rapid.IntRange(0, 3).Draw(t, "own") > 0 {
+				owned = append(owned, s)
+			}
+		}
+		f, err := backpressure.NewOwnedShardFraction(owned, nShards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := backpressure.Config{
+			BatchSize:    rapid.IntRange(1, 5).Draw(t, "batch"),
+			DefaultQuota: rapid.SampledFrom([]int{backpressure.Unlimited, 1, 2, 4}).Draw(t, "defaultQuota"),
+			Quotas:       map[string]int{"n03": rapid.IntRange(0, 3).Draw(t, "q3"), "n07": 0},
+		}
+		bp, err1 := backpressure.New(cfg, f)
+		bw, err2 := backpressure.New(cfg, f)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		nNS := rapid.IntRange(1, 14).Draw(t, "namespaces")
+		for step := 0; step < 25; step++ {
+			switch rapid.IntRange(0, 4).Draw(t, "action") {
+			case 0, 1:
+				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "ns"))
+				tq := fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "tq"))
+				n := rapid.IntRange(1, 4).Draw(t, "n")
+				plain.enqueue(ns, tq, n)
+				win.enqueue(ns, tq, n)
+			case 2:
+				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "settleNS"))
+				plain.settleNamespace(ns)
+				win.settleNamespace(ns)
+			case 3:
+				d := time.Duration(rapid.IntRange(0, 90).Draw(t, "secs")) * time.Second
+				plain.now = plain.now.Add(d)
+				win.now = win.now.Add(d)
+			case 4:
+				r1, p1, err1 := backpressure.Sweep(context.Background(), bp, plain)
+				r2, p2, err2 := backpressure.Sweep(context.Background(), bw, win)
+				if err1 != nil || err2 != nil {
+					t.Fatalf("step %d: Sweep: %v, %v", step, err1, err2)
+				}
+				if !slices.Equal(p1.Claims, p2.Claims) {
+					t.Fatalf("step %d: claims differ:\nfull     %v\nwindowed %v (windowed=%v)", step, p1.Claims, p2.Claims, p2.Windowed)
+				}
+				if len(r1) != len(r2) {
+					t.Fatalf("step %d: claimed %d rows, windowed %d", step, len(r1), len(r2))
+				}
+				for i := range r1 {
+					if r1[i].Key != r2[i].Key {
+						t.Fatalf("step %d: row %d: %s vs %s", step, i, r1[i].Key, r2[i].Key)
+					}
+				}
+				if p1.Windowed {
+					t.Fatalf("step %d: a store without windows made a windowed plan", step)
+				}
+			}
+		}
+		if win.windows == 0 && plain.calls > 0 {
+			// Every sweep of the windowed store must have used the window.
+			t.Fatalf("the windowed store was never asked for a window")
+		}
+	})
+}
