@@ -19,8 +19,8 @@ package backpressure
 import (
 	"context"
 	"fmt"
-	"math"
 	"maps"
+	"math"
 	"sync"
 )
 
