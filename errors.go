@@ -74,7 +74,7 @@ func (e *SnapshotError) Is(target error) bool { return target == ErrInvalidSnaps
 // the call that failed. It matches [ErrStore] and unwraps to the store's
 // error, so errors.Is(err, context.Canceled) works through it.
 type StoreError struct {
-	Op  string // "CountClaimedOutboxRows", "CountPendingOutboxRows" or "ClaimOutboxRowsScoped"
+	Op  string // "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountPendingOutboxRowsWindow" or "ClaimOutboxRowsScoped"
 	Err error
 }
 
