@@ -96,6 +96,9 @@ WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%0
 		// may prefer a bitmap scan of the route: still one route, never the
 		// backlog.
 		{"countPending (cap above route size)", []any{f.now, quarter, int64(100)}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, nil, ""},
+		// The window of 5 namespaces from ns020: the same counts, over
+		// the namespaces walked only.
+		{"countPendingWindow", []any{f.now, quarter, int64(10), "ns020", int64(5)}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
 		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
 		{"claimUnscoped", []any{f.now, lease, quarter, int64(100)}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
 		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil, ""},
@@ -150,6 +153,13 @@ var explained []explainedPlan
 // rendered as literals here: test values only, never the store's way.
 func explain(t *testing.T, f *fixture, mode, sql string, args []any) string {
 	t.Helper()
+	return explainWith(t, f, mode, "COSTS OFF", sql, args)
+}
+
+// explainWith is explain with EXPLAIN options of its own (ANALYZE runs the
+// statement).
+func explainWith(t *testing.T, f *fixture, mode, options, sql string, args []any) string {
+	t.Helper()
 	conn, err := f.pool.Acquire(f.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +176,7 @@ func explain(t *testing.T, f *fixture, mode, sql string, args []any) string {
 	for i, a := range args {
 		lits[i] = literal(t, a)
 	}
-	rows, err := conn.Query(f.ctx, "EXPLAIN (COSTS OFF) EXECUTE explained("+strings.Join(lits, ", ")+")", pgx.QueryExecModeSimpleProtocol)
+	rows, err := conn.Query(f.ctx, "EXPLAIN ("+options+") EXECUTE explained("+strings.Join(lits, ", ")+")", pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		t.Fatalf("EXPLAIN: %v\n%s", err, sql)
 	}

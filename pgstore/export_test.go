@@ -5,15 +5,16 @@ import "github.com/jackc/pgx/v5"
 // Statements returns the store's SQL by name, for the EXPLAIN tests.
 func Statements(s *Store) map[string]string {
 	return map[string]string{
-		"enqueue":       s.sql.enqueue,
-		"countClaimed":  s.sql.countClaimed,
-		"countPending":  s.sql.countPending,
-		"claimScoped":   s.sql.claimScoped,
-		"claimUnscoped": s.sql.claimUnscoped,
-		"settle":        s.sql.settle,
-		"retry":         s.sql.retry,
-		"get":           s.sql.get,
-		"purgeSettled":  s.sql.purgeSettled,
+		"enqueue":            s.sql.enqueue,
+		"countClaimed":       s.sql.countClaimed,
+		"countPending":       s.sql.countPending,
+		"countPendingWindow": s.sql.countPendingWindow,
+		"claimScoped":        s.sql.claimScoped,
+		"claimUnscoped":      s.sql.claimUnscoped,
+		"settle":             s.sql.settle,
+		"retry":              s.sql.retry,
+		"get":                s.sql.get,
+		"purgeSettled":       s.sql.purgeSettled,
 	}
 }
 

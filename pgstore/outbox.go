@@ -136,19 +136,74 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	if err != nil {
 		return nil, opError(op, err)
 	}
-	counts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (backpressure.RouteCount, error) {
-		var (
-			rc backpressure.RouteCount
-			n  int64
-		)
-		err := row.Scan(&rc.Route.Namespace, &rc.Route.TaskQueue, &n)
-		rc.Count = int(n)
-		return rc, err
-	})
+	counts, err := pgx.CollectRows(rows, scanRouteCount)
 	if err != nil {
 		return nil, opError(op, err)
 	}
 	return counts, nil
+}
+
+// CountPendingOutboxRowsWindow returns what [Store.CountPendingOutboxRows]
+// returns for the namespaces of the window w describes (see
+// [backpressure.PendingWindowCounter]): walking the namespaces in ascending
+// order from the first one above w.After, wrapping around to the smallest,
+// the first w.Namespaces of them with at least one claimable row on the
+// owned shards, each with all its routes that have claimable rows, each
+// count capped at w.CapPerRoute, in (namespace, task queue) order. One
+// statement.
+//
+// Namespaces are compared in the namespace column's collation, which is
+// byte order, as the contract asks, when the database's collation is C or
+// C.UTF-8 (code-point order is UTF-8 byte order); under a linguistic
+// collation the walk follows that collation's order instead.
+//
+// A w.CapPerRoute or w.Namespaces below 1 is an [*ArgumentError]; w.After
+// must be valid UTF-8 without NUL bytes (it may be empty).
+//
+// Cost: one index descent per namespace walked and, for each, one per
+// route with unsettled rows plus the capped range of
+// [Store.CountPendingOutboxRows]. The walk stops at the w.Namespaces-th
+// namespace with claimable rows, so it reads the window's namespaces and
+// those between them with none claimable, never the routes of the
+// namespaces beyond the window.
+func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
+	const op = "CountPendingOutboxRowsWindow"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	if w.CapPerRoute < 1 {
+		return nil, &ArgumentError{Op: op, Arg: "w.CapPerRoute", Reason: fmt.Sprintf("%d is below 1", w.CapPerRoute)}
+	}
+	if w.Namespaces < 1 {
+		return nil, &ArgumentError{Op: op, Arg: "w.Namespaces", Reason: fmt.Sprintf("%d is below 1", w.Namespaces)}
+	}
+	if reason := badText(w.After, false); reason != "" {
+		return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
+	}
+	owned, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.countPendingWindow, s.clock(), owned, int64(w.CapPerRoute), w.After, int64(w.Namespaces))
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	counts, err := pgx.CollectRows(rows, scanRouteCount)
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return counts, nil
+}
+
+// scanRouteCount scans a (namespace, task queue, count) row.
+func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
+	var (
+		rc backpressure.RouteCount
+		n  int64
+	)
+	err := row.Scan(&rc.Route.Namespace, &rc.Route.TaskQueue, &n)
+	rc.Count = int(n)
+	return rc, err
 }
 
 // ClaimOutboxRowsScoped claims, in one statement across all scopes, at most

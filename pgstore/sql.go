@@ -1,11 +1,85 @@
 package pgstore
 
+import "strings"
+
 // statements holds the store's SQL with the quoted schema filled in. Every
 // statement takes the clock as $1: coalesce($1, now()) is the injected time,
 // or the database's when the store has no clock.
 type statements struct {
-	enqueue, countClaimed, countPending, claimScoped, claimUnscoped string
-	settle, retry, get, purgeSettled                                string
+	enqueue, countClaimed, countPending, countPendingWindow      string
+	claimScoped, claimUnscoped, settle, retry, get, purgeSettled string
+}
+
+// windowCounts is countPendingWindow's per-namespace step: the routes of
+// namespace {ns} with claimable rows on the owned shards ($2) and their
+// counts capped at $3, as two arrays in task-queue order, both NULL when
+// the namespace has none. A loose index scan over outbox_route_oldest_idx
+// finds the namespace's routes with one index descent each; per route the
+// count is countPending's, over outbox_route_claimable_idx bounded by
+// claimable_at <= now and stopped at the cap.
+const windowCounts = `
+	SELECT array_agg(q.task_queue ORDER BY q.task_queue) AS queues, array_agg(c.n ORDER BY q.task_queue) AS counts
+	FROM (
+		WITH RECURSIVE queues (task_queue) AS (
+			(SELECT o.task_queue
+			FROM {schema}.outbox o
+			WHERE o.state <> 'settled'
+				AND o.namespace = {ns}
+			ORDER BY o.task_queue
+			LIMIT 1)
+			UNION ALL
+			SELECT next.task_queue
+			FROM queues q
+			CROSS JOIN LATERAL (
+				SELECT o.task_queue
+				FROM {schema}.outbox o
+				WHERE o.state <> 'settled'
+					AND o.namespace = {ns}
+					AND o.task_queue > q.task_queue
+				ORDER BY o.task_queue
+				LIMIT 1
+			) next
+		)
+		SELECT queues.task_queue FROM queues
+	) q
+	CROSS JOIN LATERAL (
+		SELECT count(*) AS n
+		FROM (
+			SELECT 1
+			FROM {schema}.outbox o
+			WHERE o.namespace = {ns}
+				AND o.task_queue = q.task_queue
+				AND o.state IN ('pending', 'claimed')
+				AND o.claimable_at <= coalesce($1::timestamptz, now())
+				AND o.shard = ANY ($2::int4[])
+			ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
+			LIMIT $3
+		) capped
+	) c
+	WHERE c.n > 0`
+
+// namespaceWalk is a loose index scan over outbox_route_oldest_idx: the
+// namespaces with unsettled rows above {from}, ascending, each found with
+// one index descent, and below or at {to} if given.
+func namespaceWalk(name, from, to string) string {
+	return name + ` (namespace) AS (
+	(SELECT o.namespace
+	FROM {schema}.outbox o
+	WHERE o.state <> 'settled'` + from + to + `
+	ORDER BY o.namespace
+	LIMIT 1)
+	UNION ALL
+	SELECT next.namespace
+	FROM ` + name + ` w
+	CROSS JOIN LATERAL (
+		SELECT o.namespace
+		FROM {schema}.outbox o
+		WHERE o.state <> 'settled'
+			AND o.namespace > w.namespace` + to + `
+		ORDER BY o.namespace
+		LIMIT 1
+	) next
+)`
 }
 
 // The claim's update, shared by the scoped and the unscoped claim: the
@@ -103,6 +177,45 @@ CROSS JOIN LATERAL (
 ) c
 WHERE c.n > 0
 ORDER BY r.namespace, r.task_queue`),
+
+		// $2: owned shards, $3: cap per route, $4: After, $5: the most
+		// namespaces. after walks the namespaces above $4, wrapped those
+		// from the smallest up to $4 (so $4 itself comes last); each is
+		// walked lazily, one index descent per namespace, only as far as
+		// its consumer pulls. first takes from after, in order, the first
+		// $5 namespaces whose windowCounts are not empty; second takes from
+		// wrapped as many more as first left room for, and is not run at
+		// all (LIMIT 0) when first filled the window. No namespace beyond
+		// the window has its routes read. The final sort is over the
+		// window's routes only.
+		countPendingWindow: x(`
+WITH RECURSIVE ` + namespaceWalk("after", `
+		AND o.namespace > $4::text`, "") + `, ` + namespaceWalk("wrapped", "", `
+		AND o.namespace <= $4::text`) + `,
+first AS (
+	SELECT w.namespace, c.queues, c.counts
+	FROM after w
+	CROSS JOIN LATERAL (` + strings.ReplaceAll(windowCounts, "{ns}", "w.namespace") + `
+	) c
+	WHERE c.queues IS NOT NULL
+	LIMIT $5
+),
+second AS (
+	SELECT w.namespace, c.queues, c.counts
+	FROM wrapped w
+	CROSS JOIN LATERAL (` + strings.ReplaceAll(windowCounts, "{ns}", "w.namespace") + `
+	) c
+	WHERE c.queues IS NOT NULL
+	LIMIT greatest($5 - (SELECT count(*) FROM first), 0)
+)
+SELECT win.namespace, r.task_queue, r.n
+FROM (
+	SELECT * FROM first
+	UNION ALL
+	SELECT * FROM second
+) win
+CROSS JOIN LATERAL unnest(win.queues, win.counts) AS r (task_queue, n)
+ORDER BY win.namespace, r.task_queue`),
 
 		// $2: lease µs, $3: owned shards, $4..$6: the scopes as parallel
 		// arrays (namespace, task queue, limit). One statement claims every

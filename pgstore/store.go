@@ -72,6 +72,7 @@ type Store struct {
 }
 
 var _ backpressure.OutboxStore[Row] = (*Store)(nil)
+var _ backpressure.PendingWindowCounter = (*Store)(nil)
 
 // New returns a store over pool, after validating opts and opening the
 // schema. A schema already at [SchemaVersion] is only read, so New needs no
