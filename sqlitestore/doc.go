@@ -41,7 +41,10 @@
 // Dispatch keys, namespaces and task queues are valid UTF-8 without NUL
 // bytes (Enqueue and ClaimOutboxRowsScoped refuse others with
 // ErrInvalidArgument), and a claim names each route at most once.
-// The package passes the storetest conformance suite.
+// The store also implements the optional backpressure.PendingWindowCounter
+// ([Store.CountPendingOutboxRowsWindow]), so a sweep over many namespaces
+// counts only the routes of the namespaces it can serve. The package passes
+// the storetest conformance suite, its window checks included.
 //
 // # Storage
 //

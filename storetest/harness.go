@@ -2,7 +2,8 @@
 // implementations: run it from your store's tests to prove the store keeps
 // the contract the planner relies on (dedup, shard placement, live-lease
 // counts, capped pending counts, atomic scoped claims, leases, claim tokens,
-// retries, concurrency and one round trip per call).
+// retries, concurrency and one round trip per call), and the optional
+// pending-count window when the store offers it.
 //
 // Quick start, in your store's _test.go file:
 //
@@ -45,6 +46,17 @@
 //     held nothing.
 //   - Oldest first means enqueue order, whatever the dispatch keys: the
 //     suite enqueues keys in descending order to tell the two apart.
+//
+// When the store also implements the optional
+// [backpressure.PendingWindowCounter], the Window area checks it against
+// the store's own CountPendingOutboxRows: for many windows (After before,
+// on, between and after the namespaces, Namespaces from 1 past the number
+// of namespaces with claimable rows, several caps, all or part of the
+// shards), the window must be exactly the full counts restricted to the
+// first Namespaces namespaces with claimable rows in the cyclic order after
+// After, sorted by namespace then task queue, in one round trip; invalid
+// windows, a cancelled context and a mismatched shard count must fail. A
+// store that does not implement it skips the area, saying so.
 //
 // Without Harness.FailNth the suite cannot check that a claim failing
 // part-way (a database error after some scopes were claimed) leaves nothing
@@ -185,6 +197,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Retry", testRetry[R]},
 		{"Concurrency", testConcurrency[R]},
 		{"RoundTrips", testRoundTrips[R]},
+		{"Window", testWindow[R]},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })

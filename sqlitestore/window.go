@@ -1,0 +1,201 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"github.com/outboxkit/backpressure"
+)
+
+var _ backpressure.PendingWindowCounter = (*Store)(nil)
+
+// CountPendingOutboxRowsWindow returns what CountPendingOutboxRows(ctx,
+// shards, w.CapPerRoute) returns, restricted to the window w describes: in
+// the cyclic namespace order that starts after w.After (ascending byte
+// order, wrapping around so w.After itself comes last), the first
+// w.Namespaces namespaces with at least one claimable row on the owned
+// shards, or all of them when fewer have. Every route of those namespaces
+// with claimable rows is returned, its count capped at w.CapPerRoute, sorted
+// by namespace and task queue. Routes CountPendingOutboxRows leaves out
+// (names ClaimOutboxRowsScoped would refuse) are left out here too, and do
+// not make their namespace count towards the window.
+//
+// It fails with an *ArgumentError (ErrInvalidArgument) when w.CapPerRoute
+// or w.Namespaces is < 1, and with a *ShardCountError when shards does not
+// split the store's shard count, before any query.
+//
+// One read transaction (one round trip). It walks outbox_routes in
+// (namespace, task queue) order from the first namespace after w.After,
+// computing each route's capped count as CountPendingOutboxRows does, and
+// stops at the route that completes the window: once w.Namespaces
+// namespaces qualified, only the remaining routes of the last one are
+// counted (by a second statement bounded to that namespace), so no route of
+// a namespace beyond the window is probed. If the walk reaches the end of
+// the namespaces before the window is full, it continues from the smallest
+// namespace up to w.After. Its cost is that of CountPendingOutboxRows
+// restricted to the routes of the namespaces it walks: those of the window
+// and those of the namespaces without claimable rows it passes on the way.
+func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
+	if w.CapPerRoute < 1 {
+		return nil, &ArgumentError{Name: "w.CapPerRoute", Value: w.CapPerRoute, Reason: "must be ≥ 1"}
+	}
+	if w.Namespaces < 1 {
+		return nil, &ArgumentError{Name: "w.Namespaces", Value: w.Namespaces, Reason: "must be ≥ 1"}
+	}
+	cond, sarg, none, err := s.shardFilter(shards, 3)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	counts := []backpressure.RouteCount{}
+	if none {
+		return counts, nil
+	}
+	if err := s.step(ctx); err != nil {
+		return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+	}
+	s.trips.Add(1)
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+	}
+	// Read only: rolling back ends the transaction whatever happened.
+	defer func() { _ = tx.Rollback() }()
+
+	walk := windowWalk{
+		ctx:  ctx,
+		s:    s,
+		tx:   tx,
+		cond: cond,
+		// ?3 is bound even when cond does not read it, so ?4 and ?5 keep
+		// their numbers.
+		args: []any{nanos(s.now()), w.CapPerRoute, sarg},
+		want: w.Namespaces,
+		out:  counts,
+	}
+	if err := walk.run(w.After); err != nil {
+		return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+	}
+	return walk.out, nil
+}
+
+// windowWalk is one CountPendingOutboxRowsWindow walk over outbox_routes
+// inside its read transaction.
+type windowWalk struct {
+	ctx  context.Context
+	s    *Store
+	tx   *sql.Tx
+	cond string // the shard filter, reading ?3
+	args []any  // ?1 now, ?2 cap, ?3 the shard bitmap (or nil)
+	want int    // the window's size in namespaces
+
+	out  []backpressure.RouteCount
+	got  int    // namespaces in out
+	last string // the namespace of out's last entry, if got > 0
+}
+
+// run walks the namespaces after after, then those up to and including it,
+// completes the last namespace of a full window, and leaves out sorted by
+// namespace and task queue.
+func (w *windowWalk) run(after string) error {
+	wrapped := -1 // where in out the walk wrapped around, once it has
+	for _, part := range []string{windowAfter, windowUpTo} {
+		if part == windowUpTo {
+			wrapped = len(w.out)
+		}
+		full, err := w.scan(part, after)
+		if err != nil {
+			return err
+		}
+		if full != nil {
+			// The window is full: count the rest of its last namespace
+			// only. Its routes after full.taskQueue come after every entry
+			// of this part, so they append in order and add no namespace.
+			if _, err := w.scan(windowRestOf, full.namespace, full.taskQueue); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	if wrapped > 0 {
+		// Each part is sorted and every namespace up to after sorts before
+		// every namespace past it: put the wrapped-around part first.
+		w.out = append(slices.Clone(w.out[wrapped:]), w.out[:wrapped]...)
+	}
+	return nil
+}
+
+// windowFull says where a scan stopped because the window filled up: the
+// route that completed it.
+type windowFull struct {
+	namespace, taskQueue string
+}
+
+// scan runs countPendingWindowSQL with the bound part and its arguments
+// (?4, ?5), appending each route with a count to out. It stops, returning
+// where, as soon as the window holds w.want namespaces; it returns nil when
+// it ran out of routes first.
+func (w *windowWalk) scan(part string, bounds ...any) (*windowFull, error) {
+	if err := w.s.step(w.ctx); err != nil {
+		return nil, err
+	}
+	args := append(append([]any(nil), w.args...), bounds...)
+	rows, err := w.tx.QueryContext(w.ctx, countPendingWindowSQL(w.cond, part), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c backpressure.RouteCount
+		if err := rows.Scan(&c.Route.Namespace, &c.Route.TaskQueue, &c.Count); err != nil {
+			return nil, err
+		}
+		// As in CountPendingOutboxRows: filtered here so the count
+		// subquery runs once, and unclaimable names are left out.
+		if c.Count <= 0 || checkText("", c.Route.Namespace, false) != nil || checkText("", c.Route.TaskQueue, false) != nil {
+			continue
+		}
+		w.out = append(w.out, c)
+		if w.got > 0 && w.last == c.Route.Namespace {
+			continue
+		}
+		w.got++
+		w.last = c.Route.Namespace
+		if w.got == w.want && part != windowRestOf {
+			// Closing rows here stops SQLite before it counts another
+			// route.
+			return &windowFull{namespace: c.Route.Namespace, taskQueue: c.Route.TaskQueue}, rows.Close()
+		}
+	}
+	return nil, rows.Err()
+}
+
+// The parts of outbox_routes a window walk reads, as conditions on r: ?4 a
+// namespace, ?5 a task queue.
+const (
+	windowAfter  = `r.namespace > ?4`
+	windowUpTo   = `r.namespace <= ?4`
+	windowRestOf = `r.namespace = ?4 AND r.task_queue > ?5`
+)
+
+// countPendingWindowSQL is countPendingSQL restricted to the routes where
+// part holds: ?1 now, ?2 the cap, cond the shard filter (parameter ?3), part
+// one of the window conditions (?4, ?5). It seeks outbox_routes' primary key
+// to the part and counts each route as it is stepped to, so a caller that
+// stops reading stops the counting.
+func countPendingWindowSQL(cond, part string) string {
+	return `
+SELECT r.namespace, r.task_queue, (
+	SELECT count(*) FROM (
+		SELECT 1 FROM outbox o
+		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
+		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
+		LIMIT ?2))
+FROM outbox_routes r
+WHERE ` + part + `
+ORDER BY r.namespace, r.task_queue`
+}
