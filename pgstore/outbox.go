@@ -146,16 +146,15 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 // CountPendingOutboxRowsWindow returns what [Store.CountPendingOutboxRows]
 // returns for the namespaces of the window w describes (see
 // [backpressure.PendingWindowCounter]): walking the namespaces in ascending
-// order from the first one above w.After, wrapping around to the smallest,
+// byte order from the first one above w.After, wrapping around to the smallest,
 // the first w.Namespaces of them with at least one claimable row on the
 // owned shards, each with all its routes that have claimable rows, each
 // count capped at w.CapPerRoute, in (namespace, task queue) order. One
 // statement.
 //
-// Namespaces are compared in the namespace column's collation, which is
-// byte order, as the contract asks, when the database's collation is C or
-// C.UTF-8 (code-point order is UTF-8 byte order); under a linguistic
-// collation the walk follows that collation's order instead.
+// Namespaces are compared in byte order, as the contract asks, whatever
+// the database's collation: the namespace and task_queue columns are
+// COLLATE "C" (schema version 3).
 //
 // A w.CapPerRoute or w.Namespaces below 1 is an [*ArgumentError]; w.After
 // must be valid UTF-8 without NUL bytes (it may be empty).

@@ -115,11 +115,34 @@ CREATE TABLE {schema}.settings (
 CREATE INDEX outbox_route_claimable_idx ON {schema}.outbox (namespace, task_queue, claimable_at)
 	INCLUDE (shard) WHERE state IN ('pending', 'claimed');
 `,
+
+	// 3: namespace and task_queue in byte order. The root package's
+	// planner and the PendingWindowCounter contract order namespaces (and
+	// routes) by bytes, as Go's strings.Compare does; under the database's
+	// collation (say en_US, where "a" < "B") the walks of the counts and of
+	// the window would follow another order, and the window would not be
+	// the one the planner's rotation cursor expects. The "C" collation
+	// compares bytes, and UTF-8 byte order is code-point order. With the
+	// columns in "C", every comparison and ORDER BY on them is in byte
+	// order with no COLLATE clause in the statements: a column's implicit
+	// collation wins over the default collation of a parameter or a
+	// literal. PostgreSQL rebuilds the indexes that use the columns
+	// (outbox_route_oldest_idx, outbox_live_lease_idx,
+	// outbox_route_claimable_idx), with the same names, keys and
+	// predicates, and the table is not rewritten: text to text needs no
+	// conversion. The ALTER holds an ACCESS EXCLUSIVE lock on the outbox
+	// while the indexes are rebuilt. A new schema gets the same columns:
+	// migration 1 creates them, this one sets their collation.
+	`
+ALTER TABLE {schema}.outbox
+	ALTER COLUMN namespace  TYPE text COLLATE "C",
+	ALTER COLUMN task_queue TYPE text COLLATE "C";
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`
