@@ -65,10 +65,11 @@ type Backpressure struct {
 	// than a mutex so that Sweep can give up waiting when its ctx is done.
 	sem chan struct{}
 
-	nsCursor    string            // last namespace that got a remainder unit
-	nsCursorSet bool              // whether nsCursor is meaningful
-	routeCursor map[string]string // namespace → last task queue that got a remainder unit
-	scratch     scratch
+	seenNamespaces int               // namespaces with pending rows at the last sweep (MaxInt: more than its window)
+	nsCursor       string            // last namespace that got a remainder unit
+	nsCursorSet    bool              // whether nsCursor is meaningful
+	routeCursor    map[string]string // namespace → last task queue that got a remainder unit
+	scratch        scratch
 }
 
 // errNotNew is what Sweep and Plan return for a Backpressure not built by New.
@@ -205,7 +206,9 @@ func (b *Backpressure) windowSize(claimed map[string]int, f OwnedShardFraction) 
 	return b.batchSize + k + 1, true
 }
 
-// distinctNamespaces counts the namespaces of routes ordered by namespace.
+// distinctNamespaces counts the namespaces of routes ordered by namespace
+// (as a window must be; for a full count, which may be unordered, it is only
+// an estimate, used to choose between the two counts).
 func distinctNamespaces(routes []RouteCount) int {
 	n := 0
 	for i := range routes {
@@ -262,7 +265,9 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	var pending []RouteCount
 	windowed := false
 	wc, canWindow := any(store).(PendingWindowCounter)
-	if n, ok := b.windowSize(claimed, shards); canWindow && ok {
+	// A window helps only when there are more namespaces than it holds;
+	// the last sweep's count says whether there were.
+	if n, ok := b.windowSize(claimed, shards); canWindow && ok && b.seenNamespaces >= n {
 		after := ""
 		if b.nsCursorSet {
 			after = b.nsCursor
@@ -283,8 +288,13 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		return nil, Plan{}, err
 	}
 	plan.Windowed = windowed
+	seen := distinctNamespaces(pending)
+	if windowed {
+		seen = math.MaxInt // at least the window; more beyond it
+	}
 	if len(plan.Claims) == 0 {
 		b.commit()
+		b.seenNamespaces = seen
 		return nil, plan, nil
 	}
 	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
@@ -292,6 +302,7 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		return nil, Plan{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
 	b.commit()
+	b.seenNamespaces = seen
 	return rows, plan, nil
 }
 
