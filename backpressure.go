@@ -183,7 +183,9 @@ func (b *Backpressure) pendingCountCap(f OwnedShardFraction) int {
 
 // windowSize returns the namespaces a windowed pending count must cover for
 // the plan to be exact: n = B + k + 1, where k counts the namespaces known
-// to have no headroom (claimed ≥ ceiling, or a ceiling of 0). Among any n
+// to have no headroom (claimed ≥ ceiling, or a ceiling of 0). A ceiling of 0
+// comes from a quota of 0 in Quotas (DefaultQuota is ≥ 1 or Unlimited), or
+// from owning no shards, when no row is claimable and k does not matter. Among any n
 // namespaces with claimable rows at least B + 1 are then active, so the
 // plan is max-min fair at level 0: one row each to the first B active
 // namespaces after the rotation cursor, all inside the window. It reports
@@ -293,7 +295,7 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		seen = math.MaxInt // at least the window; more beyond it
 	}
 	if len(plan.Claims) == 0 {
-		b.commit()
+		b.commit(windowed)
 		b.seenNamespaces = seen
 		return nil, plan, nil
 	}
@@ -301,7 +303,7 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if err != nil {
 		return nil, Plan{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
-	b.commit()
+	b.commit(windowed)
 	b.seenNamespaces = seen
 	return rows, plan, nil
 }
@@ -326,6 +328,6 @@ func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	b.commit()
+	b.commit(false)
 	return p, nil
 }

@@ -111,10 +111,10 @@ type Plan struct {
 	// Namespaces reports every namespace of the snapshot, sorted by name.
 	Namespaces []NamespaceReport
 	// Windowed is set by Sweep when the store counted only a window of the
-	// namespaces (PendingWindowCounter) and there were more beyond it: the
-	// claims are the same, but Namespaces then covers the window, and a
-	// namespace outside it appears only if it has claimed rows, with
-	// Pending 0.
+	// namespaces (PendingWindowCounter) and the window was full, so there
+	// may be more beyond it: the claims are the same as a full count's, but
+	// Namespaces then covers the window, and a namespace outside it
+	// appears only if it has claimed rows, with Pending 0.
 	Windowed bool
 }
 
@@ -449,8 +449,10 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	return n
 }
 
-// commit installs the cursor moves of the last plan. The caller holds b.sem.
-func (b *Backpressure) commit() {
+// commit installs the cursor moves of the last plan; windowed says the
+// plan's snapshot covered only a window of the namespaces. The caller holds
+// b.sem.
+func (b *Backpressure) commit(windowed bool) {
 	sc := &b.scratch
 	if sc.nsCursorMove {
 		b.nsCursor, b.nsCursorSet = sc.nsCursor, true
@@ -459,8 +461,11 @@ func (b *Backpressure) commit() {
 		b.routeCursor[m.namespace] = m.taskQueue
 	}
 	// Forget the cursors of namespaces that went away, so memory follows
-	// the live namespaces rather than every namespace ever seen.
-	if len(b.routeCursor) > 2*len(sc.ns)+64 {
+	// the live namespaces rather than every namespace ever seen. Only a
+	// full count says which went away: after a windowed one, the
+	// namespaces beyond the window are still there, and their cursors are
+	// still needed when the rotation reaches them.
+	if !windowed && len(b.routeCursor) > 2*len(sc.ns)+64 {
 		keep := make(map[string]string, len(sc.ns))
 		for _, w := range sc.ns {
 			if tq, ok := b.routeCursor[w.Namespace]; ok {

@@ -120,3 +120,45 @@ func TestSweepWindowedSameClaims(t *testing.T) {
 		t.Fatalf("no sweep counted a window (%d window counts, %d windowed plans)", windowCalls, windowedPlans)
 	}
 }
+
+// TestSweepWindowedKeepsRouteCursors: with more namespaces than the route
+// cursors' pruning threshold, a windowed sweep must not forget the route
+// cursors of namespaces beyond its window. 100 namespaces of two task
+// queues, B = 1, every claim settled at once: after one full rotation the
+// windowed and the full-count sweeps must still pick the same queue.
+func TestSweepWindowedKeepsRouteCursors(t *testing.T) {
+	plain, win := newMemStore(1), &memWindowStore{memStore: newMemStore(1)}
+	for i := 0; i < 100; i++ {
+		for _, tq := range []string{"a", "b"} {
+			plain.enqueue(fmt.Sprintf("n%03d", i), tq, 5)
+			win.enqueue(fmt.Sprintf("n%03d", i), tq, 5)
+		}
+	}
+	all, _ := backpressure.AllShards(1)
+	cfg := backpressure.Config{BatchSize: 1, DefaultQuota: backpressure.Unlimited}
+	bp, _ := backpressure.New(cfg, all)
+	bw, _ := backpressure.New(cfg, all)
+	windowed := 0
+	for step := 0; step < 450; step++ {
+		r1, p1, err1 := backpressure.Sweep(context.Background(), bp, plain)
+		r2, p2, err2 := backpressure.Sweep(context.Background(), bw, win)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("step %d: %v, %v", step, err1, err2)
+		}
+		if !slices.Equal(p1.Claims, p2.Claims) {
+			t.Fatalf("step %d: full %v, windowed %v (windowed=%v)", step, p1.Claims, p2.Claims, p2.Windowed)
+		}
+		if p2.Windowed {
+			windowed++
+		}
+		for _, r := range r1 {
+			plain.settleNamespace(r.Namespace)
+		}
+		for _, r := range r2 {
+			win.settleNamespace(r.Namespace)
+		}
+	}
+	if windowed < 400 {
+		t.Fatalf("only %d of 450 sweeps were windowed", windowed)
+	}
+}
