@@ -215,31 +215,8 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	q := scopedClaimSQL(cond)
-	var out []Row
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		out = out[:0]
-		token, err := s.nextToken(ctx, tx)
-		if err != nil {
-			return err
-		}
-		now := fromNanos(nanos(s.now()))
-		leaseEnd := fromNanos(addNanos(nanos(now), s.lease))
-		// ?5 and ?6 are unused here; binding them keeps the numbering shared.
-		args := withShards([]any{token, nanos(now), nanos(leaseEnd), string(scopeJSON), nil, nil}, sarg)
-		if err := s.step(ctx); err != nil {
-			return err
-		}
-		rows, err := tx.QueryContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		out, err = collect(out, rows, token, now, leaseEnd)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
-	}
-	return out, nil
+	// ?5 and ?6 are unused here; binding them keeps the numbering shared.
+	return s.claim(ctx, q, sarg, string(scopeJSON), nil, nil)
 }
 
 // ClaimOutboxRowsUnscoped claims, in one write transaction, the limit oldest
@@ -264,8 +241,16 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 		return []Row{}, nil
 	}
 	q := unscopedClaimSQL(cond)
+	// ?4 and ?5 are unused here; binding them keeps the numbering shared.
+	return s.claim(ctx, q, sarg, nil, nil, limit)
+}
+
+// claim runs a claim statement q in one write transaction: it takes a
+// fresh token and binds ?1 token, ?2 now, ?3 lease end, ?4..?6 from p4, p5
+// and p6, and the shard filter's argument (when there is one) as ?7.
+func (s *Store) claim(ctx context.Context, q string, sarg []byte, p4, p5, p6 any) ([]Row, error) {
 	var out []Row
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
 		token, err := s.nextToken(ctx, tx)
 		if err != nil {
@@ -273,8 +258,7 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 		}
 		now := fromNanos(nanos(s.now()))
 		leaseEnd := fromNanos(addNanos(nanos(now), s.lease))
-		// ?4 and ?5 are unused here; binding them keeps the numbering shared.
-		args := withShards([]any{token, nanos(now), nanos(leaseEnd), nil, nil, limit}, sarg)
+		args := withShards([]any{token, nanos(now), nanos(leaseEnd), p4, p5, p6}, sarg)
 		if err := s.step(ctx); err != nil {
 			return err
 		}
