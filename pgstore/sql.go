@@ -10,6 +10,27 @@ type statements struct {
 	claimScoped, claimUnscoped, settle, retry, get, purgeSettled string
 }
 
+// cappedCount is the per-route count both pending counts share, for the
+// route ({ns}, {tq}): the claimable rows on the owned shards ($2), stopped
+// at the cap ($3), walking outbox_route_claimable_idx over claimable_at <=
+// now; routes with none are dropped.
+const cappedCount = `
+	CROSS JOIN LATERAL (
+		SELECT count(*) AS n
+		FROM (
+			SELECT 1
+			FROM {schema}.outbox o
+			WHERE o.namespace = {ns}
+				AND o.task_queue = {tq}
+				AND o.state IN ('pending', 'claimed')
+				AND o.claimable_at <= coalesce($1::timestamptz, now())
+				AND o.shard = ANY ($2::int4[])
+			ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
+			LIMIT $3
+		) capped
+	) c
+	WHERE c.n > 0`
+
 // windowCounts is countPendingWindow's per-namespace step: the routes of
 // namespace {ns} with claimable rows on the owned shards ($2) and their
 // counts capped at $3, as two arrays in task-queue order, both NULL when
@@ -17,7 +38,7 @@ type statements struct {
 // finds the namespace's routes with one index descent each; per route the
 // count is countPending's, over outbox_route_claimable_idx bounded by
 // claimable_at <= now and stopped at the cap.
-const windowCounts = `
+var windowCounts = `
 	SELECT array_agg(q.task_queue ORDER BY q.task_queue) AS queues, array_agg(c.n ORDER BY q.task_queue) AS counts
 	FROM (
 		WITH RECURSIVE queues (task_queue) AS (
@@ -41,22 +62,20 @@ const windowCounts = `
 			) next
 		)
 		SELECT queues.task_queue FROM queues
-	) q
-	CROSS JOIN LATERAL (
-		SELECT count(*) AS n
-		FROM (
-			SELECT 1
-			FROM {schema}.outbox o
-			WHERE o.namespace = {ns}
-				AND o.task_queue = q.task_queue
-				AND o.state IN ('pending', 'claimed')
-				AND o.claimable_at <= coalesce($1::timestamptz, now())
-				AND o.shard = ANY ($2::int4[])
-			ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
-			LIMIT $3
-		) capped
+	) q` + strings.ReplaceAll(cappedCount, "{tq}", "q.task_queue")
+
+// windowPart is the CTE name that takes, from the namespace walk, in
+// order, the first limit namespaces whose windowCounts are not empty.
+func windowPart(name, walk, limit string) string {
+	return name + ` AS (
+	SELECT w.namespace, c.queues, c.counts
+	FROM ` + walk + ` w
+	CROSS JOIN LATERAL (` + strings.ReplaceAll(windowCounts, "{ns}", "w.namespace") + `
 	) c
-	WHERE c.n > 0`
+	WHERE c.queues IS NOT NULL
+	LIMIT ` + limit + `
+)`
+}
 
 // namespaceWalk is a loose index scan over outbox_route_oldest_idx: the
 // namespaces with unsettled rows above {from}, ascending, each found with
@@ -160,22 +179,7 @@ WITH RECURSIVE routes (namespace, task_queue) AS (
 	) next
 )
 SELECT r.namespace, r.task_queue, c.n
-FROM routes r
-CROSS JOIN LATERAL (
-	SELECT count(*) AS n
-	FROM (
-		SELECT 1
-		FROM {schema}.outbox o
-		WHERE o.namespace = r.namespace
-			AND o.task_queue = r.task_queue
-			AND o.state IN ('pending', 'claimed')
-			AND o.claimable_at <= coalesce($1::timestamptz, now())
-			AND o.shard = ANY ($2::int4[])
-		ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
-		LIMIT $3
-	) capped
-) c
-WHERE c.n > 0
+FROM routes r` + strings.NewReplacer("{ns}", "r.namespace", "{tq}", "r.task_queue").Replace(cappedCount) + `
 ORDER BY r.namespace, r.task_queue`),
 
 		// $2: owned shards, $3: cap per route, $4: After, $5: the most
@@ -192,22 +196,8 @@ ORDER BY r.namespace, r.task_queue`),
 WITH RECURSIVE ` + namespaceWalk("after", `
 		AND o.namespace > $4::text`, "") + `, ` + namespaceWalk("wrapped", "", `
 		AND o.namespace <= $4::text`) + `,
-first AS (
-	SELECT w.namespace, c.queues, c.counts
-	FROM after w
-	CROSS JOIN LATERAL (` + strings.ReplaceAll(windowCounts, "{ns}", "w.namespace") + `
-	) c
-	WHERE c.queues IS NOT NULL
-	LIMIT $5
-),
-second AS (
-	SELECT w.namespace, c.queues, c.counts
-	FROM wrapped w
-	CROSS JOIN LATERAL (` + strings.ReplaceAll(windowCounts, "{ns}", "w.namespace") + `
-	) c
-	WHERE c.queues IS NOT NULL
-	LIMIT greatest($5 - (SELECT count(*) FROM first), 0)
-)
+` + windowPart("first", "after", "$5") + `,
+` + windowPart("second", "wrapped", "greatest($5 - (SELECT count(*) FROM first), 0)") + `
 SELECT win.namespace, r.task_queue, r.n
 FROM (
 	SELECT * FROM first
