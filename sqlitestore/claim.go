@@ -318,6 +318,16 @@ GROUP BY namespace`
 // cond the shard filter (parameter ?3). Per route, it walks the route's
 // range of the route index and stops at the cap-th claimable row.
 func countPendingSQL(cond string) string {
+	return routeCountsSQL(cond, "")
+}
+
+// routeCountsSQL lists outbox_routes in key order with each route's capped
+// claimable count (?1 now, ?2 the cap, cond the shard filter), restricted
+// by where when it is not empty.
+func routeCountsSQL(cond, where string) string {
+	if where != "" {
+		where = "\nWHERE " + where
+	}
 	return `
 SELECT r.namespace, r.task_queue, (
 	SELECT count(*) FROM (
@@ -325,7 +335,7 @@ SELECT r.namespace, r.task_queue, (
 		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
 		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
 		LIMIT ?2))
-FROM outbox_routes r
+FROM outbox_routes r` + where + `
 ORDER BY r.namespace, r.task_queue`
 }
 

@@ -188,14 +188,5 @@ const (
 // to the part and counts each route as it is stepped to, so a caller that
 // stops reading stops the counting.
 func countPendingWindowSQL(cond, part string) string {
-	return `
-SELECT r.namespace, r.task_queue, (
-	SELECT count(*) FROM (
-		SELECT 1 FROM outbox o
-		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
-		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
-		LIMIT ?2))
-FROM outbox_routes r
-WHERE ` + part + `
-ORDER BY r.namespace, r.task_queue`
+	return routeCountsSQL(cond, part)
 }
