@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strconv"
 	"sync"
 )
 
@@ -58,8 +59,8 @@ type Backpressure struct {
 	defaultQuota int
 	quotas       map[string]int
 
-	mu       sync.Mutex // guards fraction
-	fraction OwnedShardFraction
+	mu     sync.Mutex // guards shards
+	shards shardState
 
 	// sem serialises sweeps and guards everything below. A channel rather
 	// than a mutex so that Sweep can give up waiting when its ctx is done.
@@ -70,6 +71,15 @@ type Backpressure struct {
 	nsCursorSet    bool              // whether nsCursor is meaningful
 	routeCursor    map[string]string // namespace → last task queue that got a remainder unit
 	scratch        scratch
+}
+
+// shardState is a fraction with what Sweep derives from it and the quotas:
+// the pending-count cap (PendingCountCap) and the number of quotas whose
+// per-node ceiling is 0 (paused namespaces, for windowSize).
+type shardState struct {
+	f            OwnedShardFraction
+	countCap     int
+	zeroCeilings int
 }
 
 // errNotNew is what Sweep and Plan return for a Backpressure not built by New.
@@ -96,17 +106,18 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	}
 	for ns, q := range cfg.Quotas {
 		if q < 0 && q != Unlimited {
-			return nil, &ConfigError{Field: "Quotas[" + quote(ns) + "]", Value: q, Reason: "must be at least 0 (paused), or Unlimited"}
+			return nil, &ConfigError{Field: "Quotas[" + strconv.Quote(ns) + "]", Value: q, Reason: "must be at least 0 (paused), or Unlimited"}
 		}
 	}
-	return &Backpressure{
+	b := &Backpressure{
 		batchSize:    cfg.BatchSize,
 		defaultQuota: cfg.DefaultQuota,
 		quotas:       maps.Clone(cfg.Quotas),
-		fraction:     f,
 		sem:          make(chan struct{}, 1),
 		routeCursor:  make(map[string]string),
-	}, nil
+	}
+	b.shards = b.shardStateFor(f)
+	return b, nil
 }
 
 // BatchSize returns the sweep's claim budget B: no sweep claims more rows.
@@ -131,9 +142,34 @@ func (b *Backpressure) Ceiling(namespace string) int {
 
 // OwnedShards returns the node's current owned-shard fraction.
 func (b *Backpressure) OwnedShards() OwnedShardFraction {
+	return b.currentShards().f
+}
+
+// shardStateFor derives, once per fraction, what every sweep needs of the
+// quotas: both depend only on the quotas, fixed at New, and on f.
+func (b *Backpressure) shardStateFor(f OwnedShardFraction) shardState {
+	st := shardState{f: f}
+	ceil := func(q int) int {
+		if c := f.Ceiling(q); c != Unlimited {
+			return c
+		}
+		return b.batchSize
+	}
+	m := ceil(b.defaultQuota)
+	for _, q := range b.quotas {
+		m = max(m, ceil(q))
+		if f.Ceiling(q) == 0 {
+			st.zeroCeilings++
+		}
+	}
+	st.countCap = max(1, min(b.batchSize, m))
+	return st
+}
+
+func (b *Backpressure) currentShards() shardState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.fraction
+	return b.shards
 }
 
 // SetOwnedShards installs a new owned-shard fraction, for when the
@@ -145,9 +181,10 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	if f.ShardCount() < 1 {
 		return &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
 	}
+	st := b.shardStateFor(f)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.fraction = f
+	b.shards = st
 	return nil
 }
 
@@ -164,21 +201,7 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 // bounds for a namespace whose backlog passes the cap, so one whose demand
 // the batch met shows Held 0 even if more rows wait behind the cap.
 func (b *Backpressure) PendingCountCap() int {
-	return b.pendingCountCap(b.OwnedShards())
-}
-
-func (b *Backpressure) pendingCountCap(f OwnedShardFraction) int {
-	ceil := func(q int) int {
-		if c := f.Ceiling(q); c != Unlimited {
-			return c
-		}
-		return b.batchSize
-	}
-	m := ceil(b.defaultQuota)
-	for _, q := range b.quotas {
-		m = max(m, ceil(q))
-	}
-	return max(1, min(b.batchSize, m))
+	return b.currentShards().countCap
 }
 
 // windowSize returns the namespaces a windowed pending count must cover for
@@ -190,15 +213,10 @@ func (b *Backpressure) pendingCountCap(f OwnedShardFraction) int {
 // plan is max-min fair at level 0: one row each to the first B active
 // namespaces after the rotation cursor, all inside the window. It reports
 // false when n would overflow.
-func (b *Backpressure) windowSize(claimed map[string]int, f OwnedShardFraction) (int, bool) {
-	k := 0
+func (b *Backpressure) windowSize(claimed map[string]int, st shardState) (int, bool) {
+	k := st.zeroCeilings
 	for ns, c := range claimed {
-		if ceil := f.Ceiling(b.Quota(ns)); ceil != Unlimited && c >= ceil {
-			k++
-		}
-	}
-	for _, q := range b.quotas {
-		if f.Ceiling(q) == 0 {
+		if ceil := st.f.Ceiling(b.Quota(ns)); ceil != Unlimited && c >= ceil {
 			k++
 		}
 	}
@@ -259,7 +277,8 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		return nil, Plan{}, err
 	}
 
-	shards := b.OwnedShards()
+	st := b.currentShards()
+	shards := st.f
 	claimed, err := store.CountClaimedOutboxRows(ctx, shards)
 	if err != nil {
 		return nil, Plan{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
@@ -269,18 +288,18 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	wc, canWindow := any(store).(PendingWindowCounter)
 	// A window helps only when there are more namespaces than it holds;
 	// the last sweep's count says whether there were.
-	if n, ok := b.windowSize(claimed, shards); canWindow && ok && b.seenNamespaces >= n {
+	if n, ok := b.windowSize(claimed, st); canWindow && ok && b.seenNamespaces >= n {
 		after := ""
 		if b.nsCursorSet {
 			after = b.nsCursor
 		}
-		pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: b.pendingCountCap(shards), After: after, Namespaces: n})
+		pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: st.countCap, After: after, Namespaces: n})
 		if err != nil {
 			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
 		}
 		windowed = distinctNamespaces(pending) >= n
 	} else {
-		pending, err = store.CountPendingOutboxRows(ctx, shards, b.pendingCountCap(shards))
+		pending, err = store.CountPendingOutboxRows(ctx, shards, st.countCap)
 		if err != nil {
 			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 		}

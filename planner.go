@@ -131,7 +131,7 @@ func (p Plan) Granted() int {
 func (p Plan) Held() int {
 	n := 0
 	for _, r := range p.Namespaces {
-		n = satAdd(n, r.Held)
+		n, _ = addOver(n, r.Held, false)
 	}
 	return n
 }
@@ -548,13 +548,3 @@ func addOver(a, b int, over bool) (int, bool) {
 	}
 	return a + b, false
 }
-
-// satAdd returns a + b for non-negative a and b, saturating at math.MaxInt.
-func satAdd(a, b int) int {
-	if a > math.MaxInt-b {
-		return math.MaxInt
-	}
-	return a + b
-}
-
-func quote(s string) string { return strconv.Quote(s) }
