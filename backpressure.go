@@ -284,11 +284,15 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		return nil, Plan{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
 	}
 	var pending []RouteCount
-	windowed := false
-	wc, canWindow := any(store).(PendingWindowCounter)
 	// A window helps only when there are more namespaces than it holds;
 	// the last sweep's count says whether there were.
-	if n, ok := b.windowSize(claimed, st); canWindow && ok && b.seenNamespaces >= n {
+	n, useWindow := 0, false
+	wc, canWindow := any(store).(PendingWindowCounter)
+	if canWindow {
+		n, useWindow = b.windowSize(claimed, st)
+		useWindow = useWindow && b.seenNamespaces >= n
+	}
+	if useWindow {
 		after := ""
 		if b.nsCursorSet {
 			after = b.nsCursor
@@ -297,7 +301,6 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		if err != nil {
 			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
 		}
-		windowed = distinctNamespaces(pending) >= n
 	} else {
 		pending, err = store.CountPendingOutboxRows(ctx, shards, st.countCap)
 		if err != nil {
@@ -308,8 +311,9 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if err != nil {
 		return nil, Plan{}, err
 	}
-	plan.Windowed = windowed
 	seen := distinctNamespaces(pending)
+	windowed := useWindow && seen >= n
+	plan.Windowed = windowed
 	if windowed {
 		seen = math.MaxInt // at least the window; more beyond it
 	}
