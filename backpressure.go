@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -67,6 +69,8 @@ type Backpressure struct {
 	sem chan struct{}
 
 	seenNamespaces int               // namespaces with pending rows at the last sweep (MaxInt: more than its window)
+	lastMaxLimit   int               // the largest route limit of the last sweep
+	sweptOnce      bool              // whether a sweep has committed
 	nsCursor       string            // last namespace that got a remainder unit
 	nsCursorSet    bool              // whether nsCursor is meaningful
 	routeCursor    map[string]string // namespace → last task queue that got a remainder unit
@@ -188,7 +192,8 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	return nil
 }
 
-// PendingCountCap returns the bound Sweep passes to CountPendingOutboxRows:
+// PendingCountCap returns the deepest bound Sweep passes to
+// CountPendingOutboxRows (a sweep often counts shallower first: see Sweep):
 //
 //	cap = max(1, min(B, max_q Ceiling(q)))
 //
@@ -197,9 +202,10 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 // which is at most its ceiling, nor more than B; so a route counted as
 // min(P_r, cap) rather than P_r yields exactly the same claims and rotation,
 // while the store reads fewer index entries per route. The reports describe
-// the counts as the store returned them: Pending, Demand and Held are lower
-// bounds for a namespace whose backlog passes the cap, so one whose demand
-// the batch met shows Held 0 even if more rows wait behind the cap.
+// the counts as the store returned them (see [Plan.CountCap]): Pending,
+// Demand and Held are lower bounds for a namespace whose backlog passes the
+// cap, so one whose demand the batch met shows Held 0 even if more rows wait
+// behind the cap.
 func (b *Backpressure) PendingCountCap() int {
 	return b.currentShards().countCap
 }
@@ -239,19 +245,29 @@ func distinctNamespaces(routes []RouteCount) int {
 	return n
 }
 
-// Sweep runs one sweep of a dispatcher node against store, in four steps and
-// three round trips at most:
+// Sweep runs one sweep of a dispatcher node against store, in four steps,
+// usually in three round trips:
 //
 //  1. CountClaimedOutboxRows: live claimed rows per namespace;
-//  2. CountPendingOutboxRows, each route's count capped at
-//     b.PendingCountCap(), so the store reads no more of a route than a
-//     plan could use — or, when the store implements
-//     [PendingWindowCounter], CountPendingOutboxRowsWindow over the
-//     namespaces this sweep can serve (see its doc), which gives the same
-//     plan while probing O(B) namespaces rather than all of them;
-//  3. b.Plan, which advances b's rotation only if step 4 succeeds;
+//  2. the pending counts, each route's count capped so the store reads no
+//     more of a route than the plan can use:
+//     - when the store implements [PendingWindowCounter] and the last
+//     sweep saw more namespaces than a window holds,
+//     CountPendingOutboxRowsWindow over the namespaces this sweep can serve
+//     (see its doc), capped at 1: each of them gets at most one row;
+//     - otherwise CountPendingOutboxRows capped at c = min(full, 2·m + 1),
+//     where full is b.PendingCountCap() and m the largest route limit of
+//     the last sweep;
+//  3. b.Plan; if a route was granted all c rows it was counted at, it may
+//     have more rows a deeper count would grant it, so Sweep counts again
+//     capped at full and plans again (likewise after a window that turns
+//     out to hold every namespace). Either way the claims are exactly
+//     those that uncapped counts would give;
 //  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
-//     plan claims nothing).
+//     plan claims nothing). b's rotation advances only if it succeeds.
+//
+// A sweep thus makes three round trips in steady state and five at most.
+// The plan's reports count what the store counted: see [Plan.CountCap].
 //
 // It returns the rows claimed and the plan. On error it returns a
 // *[StoreError] (matching [ErrStore] and wrapping the store's error, so
@@ -283,7 +299,6 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if err != nil {
 		return nil, Plan{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
 	}
-	var pending []RouteCount
 	// A window helps only when there are more namespaces than it holds;
 	// the last sweep's count says whether there were.
 	n, useWindow := 0, false
@@ -292,43 +307,112 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		n, useWindow = b.windowSize(claimed, st)
 		useWindow = useWindow && b.seenNamespaces >= n
 	}
+	var (
+		pending  []RouteCount
+		plan     Plan
+		windowed bool
+	)
 	if useWindow {
 		after := ""
 		if b.nsCursorSet {
 			after = b.nsCursor
 		}
-		pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: st.countCap, After: after, Namespaces: n})
+		// In a full window every grant is 0 or 1 (see windowSize), so
+		// whether a route has a claimable row is all the plan needs.
+		pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: 1, After: after, Namespaces: n})
 		if err != nil {
 			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
 		}
-	} else {
-		pending, err = store.CountPendingOutboxRows(ctx, shards, st.countCap)
-		if err != nil {
-			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
+		if windowed = distinctNamespaces(pending) >= n; windowed {
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
+				return nil, Plan{}, err
+			}
+			plan.Windowed, plan.CountCap = true, 1
+		}
+		// Otherwise the window held every namespace, counted too shallow
+		// for a plan that may grant more than 1: count them again.
+	}
+	if !windowed {
+		c := b.countCap(st.countCap)
+		for {
+			pending, err = store.CountPendingOutboxRows(ctx, shards, c)
+			if err != nil {
+				return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
+			}
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
+				return nil, Plan{}, err
+			}
+			plan.CountCap = c
+			// Exact unless a route got all c rows it was counted at: it
+			// may have more, and a deeper count could grant it more.
+			if c == st.countCap || maxLimit(plan.Claims) < c {
+				break
+			}
+			c = st.countCap
 		}
 	}
-	plan, err := b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards)
-	if err != nil {
-		return nil, Plan{}, err
-	}
+	markCapped(plan.Namespaces, pending, plan.CountCap)
 	seen := distinctNamespaces(pending)
-	windowed := useWindow && seen >= n
-	plan.Windowed = windowed
 	if windowed {
 		seen = math.MaxInt // at least the window; more beyond it
 	}
 	if len(plan.Claims) == 0 {
-		b.commit(windowed)
-		b.seenNamespaces = seen
+		b.committed(plan, windowed, seen)
 		return nil, plan, nil
 	}
 	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
 	if err != nil {
 		return nil, Plan{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
+	b.committed(plan, windowed, seen)
+	return rows, plan, nil
+}
+
+// countCap returns the cap of a sweep's first full pending count, c =
+// min(full, 2·m + 1) for m the largest route limit of the last sweep (0 if
+// it claimed nothing), and full, PendingCountCap, for the first sweep. A
+// plan from counts capped at c is the plan full counts give unless some
+// route is granted c (see Sweep), so c only has to pass the grants a sweep
+// is likely to make: the last sweep's, with room to double.
+func (b *Backpressure) countCap(full int) int {
+	if !b.sweptOnce || b.lastMaxLimit >= full/2 {
+		return full
+	}
+	return 2*b.lastMaxLimit + 1
+}
+
+// markCapped sets Capped on the reports (sorted by namespace) of the
+// namespaces with a route counted up to c.
+func markCapped(reports []NamespaceReport, pending []RouteCount, c int) {
+	for _, rc := range pending {
+		if rc.Count < c {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(reports, rc.Route.Namespace, func(r NamespaceReport, ns string) int {
+			return strings.Compare(r.Namespace, ns)
+		})
+		if ok {
+			reports[i].Capped = true
+		}
+	}
+}
+
+// maxLimit returns the largest Limit of claims, 0 if there are none.
+func maxLimit(claims []ScopedClaim) int {
+	m := 0
+	for _, c := range claims {
+		m = max(m, c.Limit)
+	}
+	return m
+}
+
+// committed commits a sweep's plan: its cursor moves (see commit), how
+// many namespaces it saw and its largest grant, for the next sweep's counts.
+func (b *Backpressure) committed(p Plan, windowed bool, seen int) {
 	b.commit(windowed)
 	b.seenNamespaces = seen
-	return rows, plan, nil
+	b.lastMaxLimit = maxLimit(p.Claims)
+	b.sweptOnce = true
 }
 
 // Plan plans one sweep from a snapshot of the node's outbox and advances

@@ -197,6 +197,8 @@ func ExampleOwnedShardFraction_Ceiling() {
 // Sweep: one node, a tenant with quota 3 and a backlog, another with quota
 // 20. The first sweep claims up to each ceiling; the second finds tenant-a
 // still at its ceiling and holds its rows, Pending, until some settle.
+// Sweep counts each queue's rows only as deep as its plan can use, so a
+// report marked Capped counts at least its Held rows, not all of them.
 func ExampleSweep() {
 	ctx := context.Background()
 	store := newMemStore(16)
@@ -219,8 +221,12 @@ func ExampleSweep() {
 		}
 		fmt.Printf("sweep %d: claimed %d\n", sweep, len(rows))
 		for _, r := range plan.Namespaces {
-			fmt.Printf("  %s: ceiling %d, claimed %d, granted %d, held %d",
-				r.Namespace, r.Ceiling, r.Claimed, r.Granted, r.Held)
+			atLeast := ""
+			if r.Capped {
+				atLeast = "≥"
+			}
+			fmt.Printf("  %s: ceiling %d, claimed %d, granted %d, held %s%d",
+				r.Namespace, r.Ceiling, r.Claimed, r.Granted, atLeast, r.Held)
 			if r.Held > 0 {
 				fmt.Printf(" (%s)", r.Reason)
 			}
@@ -232,10 +238,10 @@ func ExampleSweep() {
 	}
 	// Output:
 	// sweep 1: claimed 7
-	//   tenant-a: ceiling 3, claimed 0, granted 3, held 17 (at-ceiling)
+	//   tenant-a: ceiling 3, claimed 0, granted 3, held ≥17 (at-ceiling)
 	//   tenant-b: ceiling 20, claimed 0, granted 4, held 0
 	// sweep 2: claimed 0
-	//   tenant-a: ceiling 3, claimed 3, granted 0, held 17 (at-ceiling)
+	//   tenant-a: ceiling 3, claimed 3, granted 0, held ≥9 (at-ceiling)
 	//   tenant-b: ceiling 20, claimed 4, granted 0, held 0
 	// sweep 3: claimed 3
 	//   tenant-a: ceiling 3, claimed 0, granted 3, held 14 (at-ceiling)

@@ -55,8 +55,9 @@ func (r HoldReason) String() string {
 // NamespaceReport is a plan's account of one namespace: every namespace
 // with pending or claimed rows in the snapshot has one. With P the
 // namespace's pending rows (Σ P_r over its routes) as the snapshot counted
-// them — Sweep caps each route's count at PendingCountCap, so under Sweep
-// Pending and Held are lower bounds for a namespace with a larger backlog:
+// them — Sweep caps each route's count (see Plan.CountCap), so under Sweep
+// Pending and Held are lower bounds for a namespace with a larger backlog,
+// and Capped says so:
 //
 //	Headroom = max(0, Ceiling − Claimed)   (Unlimited when Ceiling is)
 //	Demand   = min(Headroom, Pending)
@@ -73,6 +74,10 @@ type NamespaceReport struct {
 	Granted   int        // rows planned for it this sweep
 	Held      int        // rows left Pending for a later sweep
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
+	// Capped is set by Sweep when a route of the namespace was counted up
+	// to the plan's CountCap, so it may hold more rows: Pending, Demand and
+	// Held are then lower bounds. When it is false they are exact.
+	Capped bool
 }
 
 // LogValue makes a report log as a group of its fields.
@@ -86,6 +91,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 		slog.Int("pending", r.Pending),
 		slog.Int("granted", r.Granted),
 		slog.Int("held", r.Held),
+	}
+	if r.Capped {
+		attrs = append(attrs, slog.Bool("capped", true))
 	}
 	if r.Reason != HeldNone {
 		attrs = append(attrs, slog.String("reason", r.Reason.String()))
@@ -116,6 +124,12 @@ type Plan struct {
 	// Namespaces then covers the window, and a namespace outside it
 	// appears only if it has claimed rows, with Pending 0.
 	Windowed bool
+	// CountCap is, for a plan Sweep made, the cap its store counts were
+	// taken at (1 for a windowed plan): a route may hold more rows than a
+	// count equal to CountCap, so the reports' Pending, Demand and Held are
+	// lower bounds wherever a route reached it. 0 for a plan made by
+	// Backpressure.Plan from the caller's counts.
+	CountCap int
 }
 
 // Granted returns the rows the plan claims: Σ Claims[i].Limit.

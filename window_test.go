@@ -3,6 +3,7 @@ package backpressure_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -41,14 +42,37 @@ func (s *memWindowStore) CountPendingOutboxRowsWindow(ctx context.Context, f bac
 	return slices.DeleteFunc(all, func(rc backpressure.RouteCount) bool { return !keep[rc.Route.Namespace] }), nil
 }
 
-// TestSweepWindowedSameClaims runs two outboxes in lockstep, one whose store
-// counts windows, and checks that every sweep claims exactly the same rows,
-// over random enqueues, settles, lease expiries and quotas that hold some
-// namespaces at their ceiling.
-func TestSweepWindowedSameClaims(t *testing.T) {
-	windowCalls, windowedPlans := 0, 0
+// referenceSweep is the naive sweep Sweep must match claim for claim:
+// uncapped full counts, Backpressure.Plan, one claim.
+func referenceSweep(b *backpressure.Backpressure, s *memStore) ([]memRow, backpressure.Plan, error) {
+	ctx := context.Background()
+	claimed, err := s.CountClaimedOutboxRows(ctx, b.OwnedShards())
+	if err != nil {
+		return nil, backpressure.Plan{}, err
+	}
+	pending, err := s.CountPendingOutboxRows(ctx, b.OwnedShards(), math.MaxInt)
+	if err != nil {
+		return nil, backpressure.Plan{}, err
+	}
+	p, err := b.Plan(backpressure.Snapshot{Claimed: claimed, Pending: pending})
+	if err != nil || len(p.Claims) == 0 {
+		return nil, p, err
+	}
+	rows, err := s.ClaimOutboxRowsScoped(ctx, b.OwnedShards(), p.Claims)
+	return rows, p, err
+}
+
+// TestSweepSameClaimsAsReference runs three outboxes in lockstep: one
+// swept by referenceSweep, one by Sweep with full counts only, one by Sweep
+// on a store that counts windows. Over random enqueues, settles, lease
+// expiries and quotas that hold some namespaces at their ceiling, every
+// sweep must claim exactly the same rows in all three, whatever shallow
+// counts and windows Sweep used to get there.
+func TestSweepSameClaimsAsReference(t *testing.T) {
+	windowCalls, windowedPlans, shallowPlans := 0, 0, 0
 	rapid.Check(t, func(t *rapid.T) {
 		nShards := rapid.IntRange(1, 8).Draw(t, "shards")
+		ref := newMemStore(nShards)
 		plain, win := newMemStore(nShards), &memWindowStore{memStore: newMemStore(nShards)}
 		var owned []int
 		for s := 0; s < nShards; s++ {
@@ -67,8 +91,9 @@ func TestSweepWindowedSameClaims(t *testing.T) {
 		}
 		bp, err1 := backpressure.New(cfg, f)
 		bw, err2 := backpressure.New(cfg, f)
-		if err1 != nil || err2 != nil {
-			t.Fatal(err1, err2)
+		br, err3 := backpressure.New(cfg, f)
+		if err1 != nil || err2 != nil || err3 != nil {
+			t.Fatal(err1, err2, err3)
 		}
 		nNS := rapid.IntRange(1, 14).Draw(t, "namespaces")
 		for step := 0; step < 25; step++ {
@@ -77,35 +102,53 @@ func TestSweepWindowedSameClaims(t *testing.T) {
 				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "ns"))
 				tq := fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "tq"))
 				n := rapid.IntRange(1, 4).Draw(t, "n")
+				ref.enqueue(ns, tq, n)
 				plain.enqueue(ns, tq, n)
 				win.enqueue(ns, tq, n)
 			case 2:
 				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "settleNS"))
+				ref.settleNamespace(ns)
 				plain.settleNamespace(ns)
 				win.settleNamespace(ns)
 			case 3:
 				d := time.Duration(rapid.IntRange(0, 90).Draw(t, "secs")) * time.Second
+				ref.now = ref.now.Add(d)
 				plain.now = plain.now.Add(d)
 				win.now = win.now.Add(d)
 			case 4:
+				r0, p0, err0 := referenceSweep(br, ref)
 				r1, p1, err1 := backpressure.Sweep(context.Background(), bp, plain)
 				r2, p2, err2 := backpressure.Sweep(context.Background(), bw, win)
-				if err1 != nil || err2 != nil {
-					t.Fatalf("step %d: Sweep: %v, %v", step, err1, err2)
+				if err0 != nil || err1 != nil || err2 != nil {
+					t.Fatalf("step %d: %v, %v, %v", step, err0, err1, err2)
 				}
-				if !slices.Equal(p1.Claims, p2.Claims) {
-					t.Fatalf("step %d: claims differ:\nfull     %v\nwindowed %v (windowed=%v)", step, p1.Claims, p2.Claims, p2.Windowed)
+				if !slices.Equal(p0.Claims, p1.Claims) || !slices.Equal(p0.Claims, p2.Claims) {
+					t.Fatalf("step %d: claims differ:\nreference %v\nfull      %v (count cap %d)\nwindowed  %v (windowed=%v, count cap %d)",
+						step, p0.Claims, p1.Claims, p1.CountCap, p2.Claims, p2.Windowed, p2.CountCap)
 				}
-				if len(r1) != len(r2) {
-					t.Fatalf("step %d: claimed %d rows, windowed %d", step, len(r1), len(r2))
+				for _, r := range [][]memRow{r1, r2} {
+					if len(r) != len(r0) {
+						t.Fatalf("step %d: claimed %d rows, reference %d", step, len(r), len(r0))
+					}
+					for i := range r {
+						if r[i].Key != r0[i].Key {
+							t.Fatalf("step %d: row %d: %s, reference %s", step, i, r[i].Key, r0[i].Key)
+						}
+					}
 				}
-				for i := range r1 {
-					if r1[i].Key != r2[i].Key {
-						t.Fatalf("step %d: row %d: %s vs %s", step, i, r1[i].Key, r2[i].Key)
+				// The full-count sweep's reports: exact unless Capped, and
+				// then lower bounds.
+				for _, r := range p1.Namespaces {
+					want, _ := p0.Namespace(r.Namespace)
+					if r.Pending > want.Pending || (!r.Capped && r.Pending != want.Pending) || r.Granted != want.Granted {
+						t.Fatalf("step %d: report %+v, reference %+v", step, r, want)
 					}
 				}
 				if p2.Windowed {
 					windowedPlans++
+				}
+				if p1.CountCap < bp.PendingCountCap() && len(p1.Claims) > 0 {
+					shallowPlans++
 				}
 				if p1.Windowed {
 					t.Fatalf("step %d: a store without windows made a windowed plan", step)
@@ -118,6 +161,9 @@ func TestSweepWindowedSameClaims(t *testing.T) {
 	// a window with more namespaces beyond it.
 	if windowCalls == 0 || windowedPlans == 0 {
 		t.Fatalf("no sweep counted a window (%d window counts, %d windowed plans)", windowCalls, windowedPlans)
+	}
+	if shallowPlans == 0 {
+		t.Fatal("no sweep claimed from a shallow count")
 	}
 }
 

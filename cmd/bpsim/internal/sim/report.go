@@ -107,8 +107,10 @@ type TenantReport struct {
 	// node that owns the row's shard: rows that waited for the quota, not
 	// for the batch. SweepsAtCeiling counts the sweeps that held the tenant
 	// at a ceiling, and HeldRowSweeps sums those sweeps' held counts (a row
-	// held by three sweeps counts three times; the store caps each queue's
-	// pending count at the batch size). All are 0 under the other policies.
+	// held by three sweeps counts three times; a lower bound, since a sweep
+	// counts each queue's rows only as deep as its plan can use: see
+	// backpressure.NamespaceReport.Capped). All are 0 under the other
+	// policies.
 	HeldAtCeiling   int
 	SweepsAtCeiling int
 	HeldRowSweeps   int
