@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -74,7 +75,7 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 		return counts, nil
 	}
 	s.trips.Add(1)
-	rows, err := s.reader.QueryContext(ctx, countClaimedSQL(cond), withShards([]any{nanos(s.now())}, sarg)...)
+	rows, err := s.query(ctx, nil, countClaimedSQL(cond), withShards([]any{nanos(s.now())}, sarg)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count claimed: %w", err)
 	}
@@ -126,7 +127,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 		return []backpressure.RouteCount{}, nil
 	}
 	s.trips.Add(1)
-	rows, err := s.reader.QueryContext(ctx, countPendingSQL(cond), withShards([]any{nanos(s.now()), capPerRoute}, sarg)...)
+	rows, err := s.query(ctx, nil, countPendingSQL(cond), withShards([]any{nanos(s.now()), capPerRoute}, sarg)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 	}
@@ -262,7 +263,7 @@ func (s *Store) claim(ctx context.Context, q string, sarg []byte, p4, p5, p6 any
 		if err := s.step(ctx); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, q, args...)
+		rows, err := s.query(ctx, tx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -275,14 +276,27 @@ func (s *Store) claim(ctx context.Context, q string, sarg []byte, p4, p5, p6 any
 	return out, nil
 }
 
+// nextTokenSQL takes the next claim token.
+const nextTokenSQL = `UPDATE outbox_meta SET value = value + 1 WHERE key = 'last_token' RETURNING value`
+
 // nextToken takes the next claim token: a counter that only grows.
 func (s *Store) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
 	if err := s.step(ctx); err != nil {
 		return 0, err
 	}
+	rows, err := s.query(ctx, tx, nextTokenSQL)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
 	var token int64
-	err := tx.QueryRowContext(ctx, `UPDATE outbox_meta SET value = value + 1 WHERE key = 'last_token' RETURNING value`).Scan(&token)
-	return token, err
+	if !rows.Next() {
+		return 0, errors.Join(errors.New("sqlitestore: the claim token counter is missing"), rows.Err())
+	}
+	if err := rows.Scan(&token); err != nil {
+		return 0, err
+	}
+	return token, rows.Close()
 }
 
 // collect appends the rows a claim statement returned, in ID order.

@@ -71,7 +71,9 @@ type Store struct {
 	lease      time.Duration
 	now        func() time.Time
 	trips      atomic.Int64
-	failNth    atomic.Int64 // test hook: statements until an injected failure; ≤ 0 off
+	stmts      map[string]*sql.Stmt // the hot statements by text, prepared at Open; read-only after
+
+	failNth atomic.Int64 // test hook: statements until an injected failure; ≤ 0 off
 }
 
 var _ backpressure.OutboxStore[Row] = (*Store)(nil)
@@ -134,7 +136,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	if memory {
 		s.reader = s.writer
-		return s, nil
+		return s.opened(ctx, path)
 	}
 	s.reader, err = sql.Open("sqlite", base+"?"+pragmas+"&_pragma=query_only(1)")
 	if err != nil {
@@ -147,6 +149,16 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.reader.SetMaxOpenConns(readers)
 	s.reader.SetMaxIdleConns(readers)
+	return s.opened(ctx, path)
+}
+
+// opened prepares the hot statements of a store whose databases are open,
+// closing them if that fails.
+func (s *Store) opened(ctx context.Context, path string) (*Store, error) {
+	if err := s.prepare(ctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -166,8 +178,71 @@ func validate(path string, opts Options) error {
 	return nil
 }
 
+// stmtKey is a hot statement: its text and the database it runs on.
+type stmtKey struct {
+	db *sql.DB
+	q  string
+}
+
+// hotStatements lists the statements every sweep runs, each with and
+// without the shard filter, with the database each runs on.
+func (s *Store) hotStatements() []stmtKey {
+	var out []stmtKey
+	for _, cond := range []string{"", ownedCond(2)} {
+		out = append(out, stmtKey{s.reader, countClaimedSQL(cond)})
+	}
+	for _, cond := range []string{"", ownedCond(3)} {
+		out = append(out, stmtKey{s.reader, countPendingSQL(cond)})
+		for _, part := range []string{windowAfter, windowUpTo, windowRestOf} {
+			out = append(out, stmtKey{s.reader, countPendingWindowSQL(cond, part)})
+		}
+	}
+	for _, cond := range []string{"", ownedCond(7)} {
+		out = append(out, stmtKey{s.writer, scopedClaimSQL(cond)}, stmtKey{s.writer, unscopedClaimSQL(cond)})
+	}
+	return append(out, stmtKey{s.writer, nextTokenSQL})
+}
+
+// prepare prepares the hot statements, once, at Open. SQLite would
+// otherwise parse and plan each of them again on every call, which costs
+// about as much as running them. They are prepared up front, not on first
+// use, because a first use can come inside a transaction that holds the
+// writer's only connection.
+func (s *Store) prepare(ctx context.Context) error {
+	s.stmts = map[string]*sql.Stmt{}
+	for _, k := range s.hotStatements() {
+		st, err := k.db.PrepareContext(ctx, k.q)
+		if err != nil {
+			return err
+		}
+		s.stmts[k.q] = st
+	}
+	return nil
+}
+
+// query runs q with args in tx, or on the read connections when tx is nil,
+// through its prepared statement when q is a hot one (which prepare
+// prepared on the database of the transactions that run it).
+// database/sql keeps one prepared copy per connection, and prepares one on
+// a connection that does not have it yet.
+func (s *Store) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	st, ok := s.stmts[q]
+	switch {
+	case !ok && tx == nil:
+		return s.reader.QueryContext(ctx, q, args...)
+	case !ok:
+		return tx.QueryContext(ctx, q, args...)
+	case tx == nil:
+		return st.QueryContext(ctx, args...)
+	}
+	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
+
 // Close closes the database. An in-memory database is gone afterwards.
 func (s *Store) Close() error {
+	for _, st := range s.stmts {
+		_ = st.Close()
+	}
 	err := s.writer.Close()
 	if s.reader != s.writer {
 		err = errors.Join(err, s.reader.Close())

@@ -144,7 +144,7 @@ func (w *windowWalk) scan(part string, bounds ...any) (*windowFull, error) {
 		return nil, err
 	}
 	args := append(append([]any(nil), w.args...), bounds...)
-	rows, err := w.tx.QueryContext(w.ctx, countPendingWindowSQL(w.cond, part), args...)
+	rows, err := w.s.query(w.ctx, w.tx, countPendingWindowSQL(w.cond, part), args...)
 	if err != nil {
 		return nil, err
 	}
