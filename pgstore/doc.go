@@ -72,8 +72,9 @@
 //
 // The scoped claim is ONE statement for all scopes: unnest of the routes and
 // limits, and per scope a LATERAL subquery that walks outbox_route_oldest_idx
-// oldest first, filters the owned shards (shard = ANY($n)) and claimable
-// rows, and locks at most its limit FOR UPDATE SKIP LOCKED. Being oldest
+// oldest first, filters the owned shards (shard = ANY($n); no filter for a
+// node that owns them all) and claimable rows, and locks at most its limit
+// FOR UPDATE SKIP LOCKED. Being oldest
 // first, a claim reads (and skips) the route's older rows that are not
 // claimable now: rows in retry back-off, under a live lease, or on other
 // shards. Pending counts find the routes with a loose index scan (a

@@ -88,7 +88,7 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	owned, err := s.ownedShards(op, shards)
+	owned, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	if capPerRoute < 1 {
 		return nil, &ArgumentError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
 	}
-	owned, err := s.ownedShards(op, shards)
+	owned, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 	if reason := badText(w.After, false); reason != "" {
 		return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
 	}
-	owned, err := s.ownedShards(op, shards)
+	owned, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +235,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	owned, err := s.ownedShards(op, shards)
+	owned, none, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 		queues = append(queues, c.Route.TaskQueue)
 		limits = append(limits, int64(c.Limit))
 	}
-	if len(limits) == 0 || len(owned) == 0 {
+	if len(limits) == 0 || none {
 		return nil, nil
 	}
 	claimed, err := s.claim(ctx, op, s.sql.claimScoped, owned, spaces, queues, limits)
@@ -297,11 +297,11 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	if limit < 0 {
 		return nil, &ArgumentError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
 	}
-	owned, err := s.ownedShards(op, shards)
+	owned, none, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	if limit == 0 || len(owned) == 0 {
+	if limit == 0 || none {
 		return nil, nil
 	}
 	claimed, err := s.claim(ctx, op, s.sql.claimUnscoped, owned, int64(limit))
@@ -314,7 +314,7 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 
 // claim runs one of the claim statements, whose parameters are the clock,
 // the lease, the owned shards and then args.
-func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args ...any) ([]Row, error) {
+func (s *Store) claim(ctx context.Context, op, sql string, owned any, args ...any) ([]Row, error) {
 	rows, err := s.pool.Query(ctx, sql, append([]any{s.clock(), s.lease.Microseconds(), owned}, args...)...)
 	if err != nil {
 		return nil, opError(op, err)

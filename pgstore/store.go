@@ -198,15 +198,24 @@ func (s *Store) clock() any {
 }
 
 // ownedShards checks the fraction against the store's shard count and
-// returns its shards as the int4[] parameter of shard = ANY($n).
-func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) ([]int32, error) {
+// returns the parameter of the statements' shard filter,
+// ($n IS NULL OR shard = ANY ($n)): nil when every shard is owned, so the
+// filter costs one test per statement rather than an array search per row,
+// else the owned shards as an int4[]. none reports that no shard is owned.
+func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) (param any, none bool, err error) {
 	if shards.ShardCount() != s.shardCount {
-		return nil, &ShardCountError{Op: op, Store: s.shardCount, Fraction: shards.ShardCount()}
+		return nil, false, &ShardCountError{Op: op, Store: s.shardCount, Fraction: shards.ShardCount()}
 	}
 	owned := shards.Owned()
+	switch len(owned) {
+	case 0:
+		return []int32{}, true, nil
+	case s.shardCount:
+		return nil, false, nil
+	}
 	ids := make([]int32, len(owned))
 	for i, id := range owned {
 		ids[i] = int32(id) // < ShardCount, which New bounded to int32
 	}
-	return ids, nil
+	return ids, false, nil
 }
