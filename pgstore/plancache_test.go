@@ -1,0 +1,62 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/pgstore"
+)
+
+// TestCountsUseGenericPlans: pgx prepares every statement, and PostgreSQL
+// re-plans a prepared statement on every call while its custom plans look
+// cheaper than its generic one. The pending count and the unscoped claim
+// write their LIMIT so that both plans carry the same estimate; after its
+// five custom plans each must run on the generic one, or every sweep pays
+// the planning again (about half the count's cost).
+func TestCountsUseGenericPlans(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, nil, 1) // one connection: its prepared statements are the store's
+	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: testSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A backlog deep enough (20,000 rows, 20 routes, analyzed) for the
+	// planner's estimates to tell a LIMIT of 5 from an unknown one.
+	for batch := 0; batch < 4; batch++ {
+		var msgs []pgstore.Message
+		for i := batch * 5000; i < (batch+1)*5000; i++ {
+			msgs = append(msgs, pgstore.Message{DispatchKey: fmt.Sprint("k", i), Namespace: fmt.Sprint("ns", i%10), TaskQueue: fmt.Sprint("q", i/10%2), Payload: []byte("p")})
+		}
+		if _, err := s.Enqueue(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := adminPool.Exec(ctx, "ANALYZE "+pgx.Identifier{s.Schema(), "outbox"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := backpressure.AllShards(s.ShardCount())
+	for i := 0; i < 10; i++ {
+		if _, err := s.CountPendingOutboxRows(ctx, all, 5+i); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ClaimOutboxRowsUnscoped(ctx, all, 1+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stmts := pgstore.Statements(s)
+	for _, name := range []string{"countPending", "claimUnscoped"} {
+		var generic, custom int64
+		err := pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
+			strings.TrimSpace(stmts[name])).Scan(&generic, &custom)
+		if err != nil {
+			t.Fatalf("%s: not among the connection's prepared statements: %v", name, err)
+		}
+		if generic == 0 {
+			t.Errorf("%s: %d custom plans and no generic plan in 10 calls; want PostgreSQL to settle on the generic plan", name, custom)
+		}
+	}
+}
