@@ -18,6 +18,7 @@ package backpressure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -266,8 +267,11 @@ func distinctNamespaces(routes []RouteCount) int {
 //  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
 //     plan claims nothing). b's rotation advances only if it succeeds.
 //
-// A sweep thus makes three round trips in steady state and five at most.
-// The plan's reports count what the store counted: see [Plan.CountCap].
+// A sweep thus makes three round trips in steady state and five at most;
+// or, when the store implements [TxSweeper], one: the steps then run in one
+// transaction, on the view InSweepTx passes, and b's rotation advances only
+// if that transaction commits. The plan's reports count what the store
+// counted: see [Plan.CountCap].
 //
 // It returns the rows claimed and the plan. On error it returns a
 // *[StoreError] (matching [ErrStore] and wrapping the store's error, so
@@ -294,10 +298,50 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	}
 
 	st := b.currentShards()
+	var (
+		rows []R
+		out  sweepResult
+		err  error
+	)
+	if txs, ok := store.(TxSweeper[R]); ok {
+		err = txs.InSweepTx(ctx, func(tx OutboxStore[R]) error {
+			var err error
+			rows, out, err = sweepOn(ctx, b, st, tx)
+			return err
+		})
+		if err != nil {
+			var se *StoreError
+			if !errors.As(err, &se) {
+				var sn *SnapshotError
+				if !errors.As(err, &sn) {
+					err = &StoreError{Op: "InSweepTx", Err: err}
+				}
+			}
+		}
+	} else {
+		rows, out, err = sweepOn(ctx, b, st, store)
+	}
+	if err != nil {
+		return nil, Plan{}, err
+	}
+	b.committed(out.plan, out.windowed, out.seen)
+	return rows, out.plan, nil
+}
+
+// sweepResult is what a sweep commits to b once its claim has succeeded.
+type sweepResult struct {
+	plan     Plan
+	windowed bool
+	seen     int
+}
+
+// sweepOn runs Sweep's steps against store (the store itself, or its
+// transaction view) without committing b's state.
+func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store OutboxStore[R]) ([]R, sweepResult, error) {
 	shards := st.f
 	claimed, err := store.CountClaimedOutboxRows(ctx, shards)
 	if err != nil {
-		return nil, Plan{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
+		return nil, sweepResult{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
 	}
 	// A window helps only when there are more namespaces than it holds;
 	// the last sweep's count says whether there were.
@@ -321,11 +365,11 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		// whether a route has a claimable row is all the plan needs.
 		pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: 1, After: after, Namespaces: n})
 		if err != nil {
-			return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
+			return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
 		}
 		if windowed = distinctNamespaces(pending) >= n; windowed {
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
-				return nil, Plan{}, err
+				return nil, sweepResult{}, err
 			}
 			plan.Windowed, plan.CountCap = true, 1
 		}
@@ -337,10 +381,10 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		for {
 			pending, err = store.CountPendingOutboxRows(ctx, shards, c)
 			if err != nil {
-				return nil, Plan{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
+				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 			}
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
-				return nil, Plan{}, err
+				return nil, sweepResult{}, err
 			}
 			plan.CountCap = c
 			// Exact unless a route got all c rows it was counted at: it
@@ -357,15 +401,13 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 		seen = math.MaxInt // at least the window; more beyond it
 	}
 	if len(plan.Claims) == 0 {
-		b.committed(plan, windowed, seen)
-		return nil, plan, nil
+		return nil, sweepResult{plan, windowed, seen}, nil
 	}
 	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
 	if err != nil {
-		return nil, Plan{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
+		return nil, sweepResult{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
-	b.committed(plan, windowed, seen)
-	return rows, plan, nil
+	return rows, sweepResult{plan, windowed, seen}, nil
 }
 
 // countCap returns the cap of a sweep's first full pending count, c =

@@ -103,3 +103,26 @@ type PendingWindowCounter interface {
 	// read transaction).
 	CountPendingOutboxRowsWindow(ctx context.Context, shards OwnedShardFraction, w PendingWindow) ([]RouteCount, error)
 }
+
+// TxSweeper is an optional extension of [OutboxStore] for a store that can
+// run a whole sweep, its counts and its claim, in one transaction. [Sweep]
+// then makes every call of the sweep on the view InSweepTx passes to fn, so
+// the counts and the claim see one state of the outbox: the plan's headroom
+// and pending counts are still exact when the claim runs, and the store may
+// claim the rows its counts found without searching for them again. The
+// whole sweep is then one round trip.
+//
+// The storetest suite checks a store's view against the store itself.
+type TxSweeper[R any] interface {
+	// InSweepTx runs fn once, inside one transaction, with tx: a view of
+	// the store on which every call runs in that transaction, and at one
+	// instant (the store reads its clock once, when the transaction
+	// begins). The transaction commits if fn returns nil and rolls back
+	// otherwise, leaving the outbox unchanged even if fn claimed rows
+	// through tx. It returns fn's error as is, or the store's own. tx must
+	// not be used after fn returns, and fn must not call the store itself
+	// (a store may hold a lock or its only connection for the
+	// transaction). If the store implements [PendingWindowCounter], so
+	// does tx.
+	InSweepTx(ctx context.Context, fn func(tx OutboxStore[R]) error) error
+}

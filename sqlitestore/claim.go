@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -63,6 +64,12 @@ func withShards(args []any, arg []byte) []any {
 // not counted; namespaces with none are left out). One read statement over
 // the live-lease index: O(live leases).
 func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	return s.countClaimed(ctx, s.reader, nil, shards, nanos(s.now()))
+}
+
+// countClaimed is CountClaimedOutboxRows at now, on db or in tx on db. It
+// counts a round trip when tx is nil.
+func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, now int64) (map[string]int, error) {
 	cond, sarg, none, err := s.shardFilter(shards, 2)
 	if err != nil {
 		return nil, err
@@ -74,8 +81,12 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 	if none {
 		return counts, nil
 	}
-	s.trips.Add(1)
-	rows, err := s.query(ctx, nil, countClaimedSQL(cond), withShards([]any{nanos(s.now())}, sarg)...)
+	if tx == nil {
+		s.trips.Add(1)
+	} else if err := s.step(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, db, tx, countClaimedSQL(cond), withShards([]any{now}, sarg)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count claimed: %w", err)
 	}
@@ -113,6 +124,13 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 // delayed, leased and unowned rows before the cap is reached), bounded by
 // the capped counts only when few rows are delayed, leased or elsewhere.
 func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	return s.countPending(ctx, s.reader, nil, shards, capPerRoute, nanos(s.now()), nil)
+}
+
+// countPending is CountPendingOutboxRows at now, on db or in tx on db,
+// filling ids (when not nil) with the IDs of the rows counted. It counts a
+// round trip when tx is nil.
+func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, ids map[backpressure.Route][]int64) ([]backpressure.RouteCount, error) {
 	if capPerRoute < 1 {
 		return nil, &ArgumentError{Name: "capPerRoute", Value: capPerRoute, Reason: "must be ≥ 1"}
 	}
@@ -126,16 +144,21 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	if none {
 		return []backpressure.RouteCount{}, nil
 	}
-	s.trips.Add(1)
-	rows, err := s.query(ctx, nil, countPendingSQL(cond), withShards([]any{nanos(s.now()), capPerRoute}, sarg)...)
+	if tx == nil {
+		s.trips.Add(1)
+	} else if err := s.step(ctx); err != nil {
+		return nil, err
+	}
+	mode := modeFor(ids, capPerRoute)
+	rows, err := s.query(ctx, db, tx, routeCountsSQL(cond, "", mode), withShards([]any{now, capPerRoute}, sarg)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 	}
 	defer rows.Close()
 	counts := []backpressure.RouteCount{}
 	for rows.Next() {
-		var c backpressure.RouteCount
-		if err := rows.Scan(&c.Route.Namespace, &c.Route.TaskQueue, &c.Count); err != nil {
+		c, err := scanRouteCount(rows, mode, ids)
+		if err != nil {
 			return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 		}
 		// Filtering here rather than in SQL keeps SQLite from evaluating
@@ -150,6 +173,44 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
 	}
 	return counts, nil
+}
+
+// scanRouteCount scans a row of routeCountsSQL in mode, recording the IDs
+// of the other modes in ids, in ascending order.
+func scanRouteCount(rows *sql.Rows, mode countMode, ids map[backpressure.Route][]int64) (backpressure.RouteCount, error) {
+	var c backpressure.RouteCount
+	switch mode {
+	case countOnly:
+		err := rows.Scan(&c.Route.Namespace, &c.Route.TaskQueue, &c.Count)
+		return c, err
+	case countFirstID:
+		var id sql.NullInt64
+		if err := rows.Scan(&c.Route.Namespace, &c.Route.TaskQueue, &id); err != nil || !id.Valid {
+			return c, err
+		}
+		ids[c.Route] = []int64{id.Int64}
+		c.Count = 1
+		return c, nil
+	}
+	var list sql.NullString
+	if err := rows.Scan(&c.Route.Namespace, &c.Route.TaskQueue, &list); err != nil {
+		return c, err
+	}
+	if !list.Valid || list.String == "" {
+		return c, nil
+	}
+	var got []int64
+	for f := range strings.SplitSeq(list.String, ",") {
+		id, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("row IDs of %s: %w", c.Route, err)
+		}
+		got = append(got, id)
+	}
+	slices.Sort(got)
+	ids[c.Route] = got
+	c.Count = len(got)
+	return c, nil
 }
 
 // claimSet is the SET and RETURNING of every claim: ?1 token, ?2 now,
@@ -181,6 +242,34 @@ const (
 // shards, the rows on shards it does not own, that lie before the route's
 // Limit-th claimable row (or all of them, when the route has fewer).
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+	scopes, err := scopesOf(claims)
+	if err != nil {
+		return nil, err
+	}
+	cond, sarg, none, err := s.shardFilter(shards, 7)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if none || len(claims) == 0 {
+		return []Row{}, nil
+	}
+	var out []Row
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		out, err = s.claimScoped(ctx, tx, cond, sarg, scopes, nanos(s.now()))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	return out, nil
+}
+
+// scopesOf validates claims as ClaimOutboxRowsScoped documents and returns
+// them as [namespace, task queue, limit] triples.
+func scopesOf(claims []backpressure.ScopedClaim) ([][3]any, error) {
 	first := make(map[backpressure.Route]int, len(claims))
 	scopes := make([][3]any, 0, len(claims))
 	for i, c := range claims {
@@ -201,23 +290,17 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 		first[c.Route] = i
 		scopes = append(scopes, [3]any{c.Route.Namespace, c.Route.TaskQueue, c.Limit})
 	}
-	cond, sarg, none, err := s.shardFilter(shards, 7)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if none || len(claims) == 0 {
-		return []Row{}, nil
-	}
+	return scopes, nil
+}
+
+// claimScoped runs the scoped claim statement for scopes at now in tx.
+func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg []byte, scopes [][3]any, now int64) ([]Row, error) {
 	scopeJSON, err := json.Marshal(scopes)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+		return nil, err
 	}
-	q := scopedClaimSQL(cond)
 	// ?5 and ?6 are unused here; binding them keeps the numbering shared.
-	return s.claim(ctx, q, sarg, string(scopeJSON), nil, nil)
+	return s.claimIn(ctx, tx, scopedClaimSQL(cond), sarg, now, string(scopeJSON), nil, nil)
 }
 
 // ClaimOutboxRowsUnscoped claims, in one write transaction, the limit oldest
@@ -241,39 +324,37 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	if none {
 		return []Row{}, nil
 	}
-	q := unscopedClaimSQL(cond)
-	// ?4 and ?5 are unused here; binding them keeps the numbering shared.
-	return s.claim(ctx, q, sarg, nil, nil, limit)
-}
-
-// claim runs a claim statement q in one write transaction: it takes a
-// fresh token and binds ?1 token, ?2 now, ?3 lease end, ?4..?6 from p4, p5
-// and p6, and the shard filter's argument (when there is one) as ?7.
-func (s *Store) claim(ctx context.Context, q string, sarg []byte, p4, p5, p6 any) ([]Row, error) {
 	var out []Row
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		out = out[:0]
-		token, err := s.nextToken(ctx, tx)
-		if err != nil {
-			return err
-		}
-		now := fromNanos(nanos(s.now()))
-		leaseEnd := fromNanos(addNanos(nanos(now), s.lease))
-		args := withShards([]any{token, nanos(now), nanos(leaseEnd), p4, p5, p6}, sarg)
-		if err := s.step(ctx); err != nil {
-			return err
-		}
-		rows, err := s.query(ctx, tx, q, args...)
-		if err != nil {
-			return err
-		}
-		out, err = collect(out, rows, token, now, leaseEnd)
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		// ?4 and ?5 are unused here; binding them keeps the numbering shared.
+		out, err = s.claimIn(ctx, tx, unscopedClaimSQL(cond), sarg, nanos(s.now()), nil, nil, limit)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
 	}
 	return out, nil
+}
+
+// claimIn runs a claim statement q in tx at now: it takes a fresh token
+// and binds ?1 token, ?2 now, ?3 lease end, ?4..?6 from p4, p5 and p6, and
+// the shard filter's argument (when there is one) as ?7.
+func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, q string, sarg []byte, now int64, p4, p5, p6 any) ([]Row, error) {
+	token, err := s.nextToken(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	at := fromNanos(now)
+	leaseEnd := fromNanos(addNanos(now, s.lease))
+	args := withShards([]any{token, now, nanos(leaseEnd), p4, p5, p6}, sarg)
+	if err := s.step(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.query(ctx, s.writer, tx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(nil, rows, token, at, leaseEnd)
 }
 
 // nextTokenSQL takes the next claim token.
@@ -284,7 +365,7 @@ func (s *Store) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
 	if err := s.step(ctx); err != nil {
 		return 0, err
 	}
-	rows, err := s.query(ctx, tx, nextTokenSQL)
+	rows, err := s.query(ctx, s.writer, tx, nextTokenSQL)
 	if err != nil {
 		return 0, err
 	}
@@ -332,20 +413,44 @@ GROUP BY namespace`
 // cond the shard filter (parameter ?3). Per route, it walks the route's
 // range of the route index and stops at the cap-th claimable row.
 func countPendingSQL(cond string) string {
-	return routeCountsSQL(cond, "")
+	return routeCountsSQL(cond, "", countOnly)
+}
+
+// countMode is what routeCountsSQL returns for each route.
+type countMode int
+
+const (
+	countOnly    countMode = iota // the capped count
+	countIDs                      // the IDs of the rows counted, comma-separated (NULL for none)
+	countFirstID                  // the ID of the first row, for a cap of 1 (NULL for none)
+)
+
+// modeFor is the countMode of a count at capPerRoute that records IDs (ids
+// not nil) or not.
+func modeFor(ids map[backpressure.Route][]int64, capPerRoute int) countMode {
+	switch {
+	case ids == nil:
+		return countOnly
+	case capPerRoute == 1:
+		return countFirstID
+	}
+	return countIDs
 }
 
 // routeCountsSQL lists outbox_routes in key order with each route's capped
 // claimable count (?1 now, ?2 the cap, cond the shard filter), restricted
-// by where when it is not empty.
-func routeCountsSQL(cond, where string) string {
+// by where when it is not empty. The third column is the count, or in the
+// other modes the IDs of the rows counted: what a sweep transaction counts
+// with, to claim those rows without finding them again.
+func routeCountsSQL(cond, where string, mode countMode) string {
 	if where != "" {
 		where = "\nWHERE " + where
 	}
+	agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id)", countFirstID: "min(id)"}[mode]
 	return `
 SELECT r.namespace, r.task_queue, (
-	SELECT count(*) FROM (
-		SELECT 1 FROM outbox o
+	SELECT ` + agg + ` FROM (
+		SELECT o.id FROM outbox o
 		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
 		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
 		LIMIT ?2))

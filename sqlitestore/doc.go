@@ -43,8 +43,12 @@
 // ErrInvalidArgument), and a claim names each route at most once.
 // The store also implements the optional backpressure.PendingWindowCounter
 // ([Store.CountPendingOutboxRowsWindow]), so a sweep over many namespaces
-// counts only the routes of the namespaces it can serve. The package passes
-// the storetest conformance suite, its window checks included.
+// counts only the routes of the namespaces it can serve, and the optional
+// backpressure.TxSweeper ([Store.InSweepTx]), so a whole Sweep is one
+// BEGIN IMMEDIATE transaction: its counts and its claim see one state of the
+// outbox, and the claim takes the rows the counts found by primary key
+// instead of searching each route again. The package passes the storetest
+// conformance suite, its window and sweep-transaction checks included.
 //
 // # Storage
 //

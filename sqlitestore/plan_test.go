@@ -31,15 +31,24 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			{"ClaimOutboxRowsUnscoped", unscopedClaimSQL(cond), 7, []string{
 				"SCAN outbox USING COVERING INDEX outbox_claimable",
 				"SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"}},
-			{"CountPendingOutboxRowsWindow (after)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowAfter), 4, []string{
+			{"CountPendingOutboxRowsWindow (after)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowAfter, countOnly), 4, []string{
 				"SEARCH r USING PRIMARY KEY (namespace>?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
-			{"CountPendingOutboxRowsWindow (up to)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowUpTo), 4, []string{
+			{"CountPendingOutboxRowsWindow (up to)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowUpTo, countOnly), 4, []string{
 				"SEARCH r USING PRIMARY KEY (namespace<?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
-			{"CountPendingOutboxRowsWindow (rest of a namespace)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowRestOf), 5, []string{
+			{"CountPendingOutboxRowsWindow (rest of a namespace)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowRestOf, countOnly), 5, []string{
 				"SEARCH r USING PRIMARY KEY (namespace=? AND task_queue>?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
+			{"InSweepTx's pending count", routeCountsSQL(strings.ReplaceAll(cond, "?7", "?3"), "", countIDs), 3,
+				[]string{"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
+			{"InSweepTx's pending count to 1", routeCountsSQL(strings.ReplaceAll(cond, "?7", "?3"), "", countFirstID), 3,
+				[]string{"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
+			{"InSweepTx's window count", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowAfter, countFirstID), 4, []string{
+				"SEARCH r USING PRIMARY KEY (namespace>?)",
+				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
+			{"InSweepTx's claim by ID", claimByIDSQL, 4, []string{
+				"SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"}},
 			{"Settle's route pruning", pruneRouteSQL, 1, []string{
 				"SEARCH outbox_routes USING PRIMARY KEY (namespace=? AND task_queue=?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},

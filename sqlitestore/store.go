@@ -71,7 +71,7 @@ type Store struct {
 	lease      time.Duration
 	now        func() time.Time
 	trips      atomic.Int64
-	stmts      map[string]*sql.Stmt // the hot statements by text, prepared at Open; read-only after
+	stmts      map[stmtKey]*sql.Stmt // the hot statements, prepared at Open; read-only after
 
 	failNth atomic.Int64 // test hook: statements until an injected failure; ≤ 0 off
 }
@@ -189,18 +189,25 @@ type stmtKey struct {
 func (s *Store) hotStatements() []stmtKey {
 	var out []stmtKey
 	for _, cond := range []string{"", ownedCond(2)} {
-		out = append(out, stmtKey{s.reader, countClaimedSQL(cond)})
+		// The writer's for InSweepTx.
+		out = append(out, stmtKey{s.reader, countClaimedSQL(cond)}, stmtKey{s.writer, countClaimedSQL(cond)})
 	}
 	for _, cond := range []string{"", ownedCond(3)} {
 		out = append(out, stmtKey{s.reader, countPendingSQL(cond)})
+		for _, m := range []countMode{countIDs, countFirstID} {
+			out = append(out, stmtKey{s.writer, routeCountsSQL(cond, "", m)})
+		}
 		for _, part := range []string{windowAfter, windowUpTo, windowRestOf} {
-			out = append(out, stmtKey{s.reader, countPendingWindowSQL(cond, part)})
+			out = append(out, stmtKey{s.reader, countPendingWindowSQL(cond, part, countOnly)})
+			for _, m := range []countMode{countIDs, countFirstID} {
+				out = append(out, stmtKey{s.writer, countPendingWindowSQL(cond, part, m)})
+			}
 		}
 	}
 	for _, cond := range []string{"", ownedCond(7)} {
 		out = append(out, stmtKey{s.writer, scopedClaimSQL(cond)}, stmtKey{s.writer, unscopedClaimSQL(cond)})
 	}
-	return append(out, stmtKey{s.writer, nextTokenSQL})
+	return append(out, stmtKey{s.writer, nextTokenSQL}, stmtKey{s.writer, claimByIDSQL})
 }
 
 // prepare prepares the hot statements, once, at Open. SQLite would
@@ -209,27 +216,29 @@ func (s *Store) hotStatements() []stmtKey {
 // use, because a first use can come inside a transaction that holds the
 // writer's only connection.
 func (s *Store) prepare(ctx context.Context) error {
-	s.stmts = map[string]*sql.Stmt{}
+	s.stmts = map[stmtKey]*sql.Stmt{}
 	for _, k := range s.hotStatements() {
+		if _, dup := s.stmts[k]; dup { // in memory, reader is writer
+			continue
+		}
 		st, err := k.db.PrepareContext(ctx, k.q)
 		if err != nil {
 			return err
 		}
-		s.stmts[k.q] = st
+		s.stmts[k] = st
 	}
 	return nil
 }
 
-// query runs q with args in tx, or on the read connections when tx is nil,
-// through its prepared statement when q is a hot one (which prepare
-// prepared on the database of the transactions that run it).
-// database/sql keeps one prepared copy per connection, and prepares one on
-// a connection that does not have it yet.
-func (s *Store) query(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
-	st, ok := s.stmts[q]
+// query runs q with args in tx, a transaction on db, or on db itself when
+// tx is nil, through its prepared statement when q is a hot one. database/sql
+// keeps one prepared copy per connection, and prepares one on a connection
+// that does not have it yet.
+func (s *Store) query(ctx context.Context, db *sql.DB, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	st, ok := s.stmts[stmtKey{db, q}]
 	switch {
 	case !ok && tx == nil:
-		return s.reader.QueryContext(ctx, q, args...)
+		return db.QueryContext(ctx, q, args...)
 	case !ok:
 		return tx.QueryContext(ctx, q, args...)
 	case tx == nil:

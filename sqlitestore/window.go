@@ -38,6 +38,13 @@ var _ backpressure.PendingWindowCounter = (*Store)(nil)
 // restricted to the routes of the namespaces it walks: those of the window
 // and those of the namespaces without claimable rows it passes on the way.
 func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
+	return s.countWindow(ctx, s.reader, nil, shards, w, nanos(s.now()), nil)
+}
+
+// countWindow is CountPendingOutboxRowsWindow at now, in its own read
+// transaction on db (counting a round trip) when tx is nil, else in tx on
+// db, filling ids (when not nil) with the IDs of the rows counted.
+func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, now int64, ids map[backpressure.Route][]int64) ([]backpressure.RouteCount, error) {
 	if w.CapPerRoute < 1 {
 		return nil, &ArgumentError{Name: "w.CapPerRoute", Value: w.CapPerRoute, Reason: "must be ≥ 1"}
 	}
@@ -55,25 +62,30 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 	if none {
 		return counts, nil
 	}
-	if err := s.step(ctx); err != nil {
-		return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+	if tx == nil {
+		if err := s.step(ctx); err != nil {
+			return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+		}
+		s.trips.Add(1)
+		tx, err = db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+		}
+		// Read only: rolling back ends the transaction whatever happened.
+		defer func() { _ = tx.Rollback() }()
 	}
-	s.trips.Add(1)
-	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
-	}
-	// Read only: rolling back ends the transaction whatever happened.
-	defer func() { _ = tx.Rollback() }()
 
 	walk := windowWalk{
 		ctx:  ctx,
 		s:    s,
+		db:   db,
 		tx:   tx,
+		mode: modeFor(ids, w.CapPerRoute),
+		ids:  ids,
 		cond: cond,
 		// ?3 is bound even when cond does not read it, so ?4 and ?5 keep
 		// their numbers.
-		args: []any{nanos(s.now()), w.CapPerRoute, sarg},
+		args: []any{now, w.CapPerRoute, sarg},
 		want: w.Namespaces,
 		out:  counts,
 	}
@@ -88,10 +100,13 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 type windowWalk struct {
 	ctx  context.Context
 	s    *Store
+	db   *sql.DB // the database tx runs on
 	tx   *sql.Tx
-	cond string // the shard filter, reading ?3
-	args []any  // ?1 now, ?2 cap, ?3 the shard bitmap (or nil)
-	want int    // the window's size in namespaces
+	mode countMode
+	ids  map[backpressure.Route][]int64 // filled with the IDs of the rows counted, unless mode is countOnly
+	cond string                         // the shard filter, reading ?3
+	args []any                          // ?1 now, ?2 cap, ?3 the shard bitmap (or nil)
+	want int                            // the window's size in namespaces
 
 	out  []backpressure.RouteCount
 	got  int    // namespaces in out
@@ -144,14 +159,14 @@ func (w *windowWalk) scan(part string, bounds ...any) (*windowFull, error) {
 		return nil, err
 	}
 	args := append(append([]any(nil), w.args...), bounds...)
-	rows, err := w.s.query(w.ctx, w.tx, countPendingWindowSQL(w.cond, part), args...)
+	rows, err := w.s.query(w.ctx, w.db, w.tx, countPendingWindowSQL(w.cond, part, w.mode), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var c backpressure.RouteCount
-		if err := rows.Scan(&c.Route.Namespace, &c.Route.TaskQueue, &c.Count); err != nil {
+		c, err := scanRouteCount(rows, w.mode, w.ids)
+		if err != nil {
 			return nil, err
 		}
 		// As in CountPendingOutboxRows: filtered here so the count
@@ -187,6 +202,6 @@ const (
 // one of the window conditions (?4, ?5). It seeks outbox_routes' primary key
 // to the part and counts each route as it is stepped to, so a caller that
 // stops reading stops the counting.
-func countPendingWindowSQL(cond, part string) string {
-	return routeCountsSQL(cond, part)
+func countPendingWindowSQL(cond, part string, mode countMode) string {
+	return routeCountsSQL(cond, part, mode)
 }

@@ -58,6 +58,15 @@
 // windows, a cancelled context and a mismatched shard count must fail. A
 // store that does not implement it skips the area, saying so.
 //
+// Likewise for [backpressure.TxSweeper], the SweepTx area: the view's
+// counts must equal the store's own; its claim must take exactly the rows
+// the store's claim takes on an identical store, with or without a count
+// before it; a fn that fails after claiming, a fault at any statement, a
+// cancelled context and a view used after fn returned must leave every row
+// unchanged; whole Sweeps through the view must claim what Sweeps through
+// the plain store do; and a Sweep through it is one round trip. fn must
+// call only the view, never the store itself.
+//
 // Without Harness.FailNth the suite cannot check that a claim failing
 // part-way (a database error after some scopes were claimed) leaves nothing
 // claimed; it says so in the log and skips that check.
@@ -198,6 +207,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Concurrency", testConcurrency[R]},
 		{"RoundTrips", testRoundTrips[R]},
 		{"Window", testWindow[R]},
+		{"SweepTx", testSweepTx[R]},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })

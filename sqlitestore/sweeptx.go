@@ -1,0 +1,174 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/outboxkit/backpressure"
+)
+
+var _ backpressure.TxSweeper[Row] = (*Store)(nil)
+
+// ErrSweepTxDone is returned by the view InSweepTx passes to its fn when it
+// is used after fn returned.
+var ErrSweepTxDone = errors.New("sqlitestore: sweep transaction view used after its fn returned")
+
+// InSweepTx runs fn in one BEGIN IMMEDIATE transaction (one round trip) with
+// a view of the store on which every call runs in that transaction, at the
+// instant the transaction began: backpressure.Sweep then counts and claims
+// on one state of the outbox, with the write lock held from its first count
+// to its claim (a sweep's counts take a fraction of its claim's time, so
+// Enqueue, Settle and other nodes' sweeps wait little longer than before).
+//
+// The view's pending counts record the IDs of the rows they count, and its
+// ClaimOutboxRowsScoped claims those rows by ID when every claim's route
+// was counted (with the same shards) to at least its Limit: they are, in
+// this transaction, exactly the route's oldest claimable rows, so the claim
+// need not search the route index again. Otherwise it runs the claim
+// statement of ClaimOutboxRowsScoped. Either way the rows and their new
+// state are those ClaimOutboxRowsScoped would give at that instant.
+//
+// The transaction commits if fn returns nil and rolls back otherwise,
+// leaving the outbox unchanged even if fn claimed rows through the view.
+// InSweepTx returns fn's error as is, or the store's own (wrapped). The
+// view returns ErrSweepTxDone if used after fn returned, and implements
+// backpressure.PendingWindowCounter.
+func (s *Store) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[Row]) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var fnErr error
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		v := &sweepView{s: s, tx: tx, now: nanos(s.now())}
+		defer func() { v.done = true }()
+		fnErr = fn(v)
+		return fnErr
+	})
+	if fnErr != nil {
+		return fnErr
+	}
+	if err != nil {
+		return fmt.Errorf("sqlitestore: sweep transaction: %w", err)
+	}
+	return nil
+}
+
+// sweepView is the view InSweepTx passes to its fn.
+type sweepView struct {
+	s    *Store
+	tx   *sql.Tx
+	now  int64 // the transaction's instant
+	done bool  // fn returned
+
+	// ids holds, per route, the IDs of the rows the last pending count
+	// counted, in ID order, and idsFor the shard filter argument it counted
+	// with (nil: every shard); nil ids means no count since the last claim.
+	ids    map[backpressure.Route][]int64
+	idsFor []byte
+}
+
+var _ backpressure.PendingWindowCounter = (*sweepView)(nil)
+
+func (v *sweepView) check(ctx context.Context) error {
+	if v.done {
+		return ErrSweepTxDone
+	}
+	return ctx.Err()
+}
+
+func (v *sweepView) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	if err := v.check(ctx); err != nil {
+		return nil, err
+	}
+	return v.s.countClaimed(ctx, v.s.writer, v.tx, shards, v.now)
+}
+
+func (v *sweepView) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	if err := v.check(ctx); err != nil {
+		return nil, err
+	}
+	ids := map[backpressure.Route][]int64{}
+	counts, err := v.s.countPending(ctx, v.s.writer, v.tx, shards, capPerRoute, v.now, ids)
+	return v.counted(shards, ids, counts, err)
+}
+
+func (v *sweepView) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
+	if err := v.check(ctx); err != nil {
+		return nil, err
+	}
+	ids := map[backpressure.Route][]int64{}
+	counts, err := v.s.countWindow(ctx, v.s.writer, v.tx, shards, w, v.now, ids)
+	return v.counted(shards, ids, counts, err)
+}
+
+// counted records the IDs a pending count found, if it succeeded.
+func (v *sweepView) counted(shards backpressure.OwnedShardFraction, ids map[backpressure.Route][]int64, counts []backpressure.RouteCount, err error) ([]backpressure.RouteCount, error) {
+	v.ids = nil
+	if err != nil {
+		return nil, err
+	}
+	_, sarg, _, _ := v.s.shardFilter(shards, 0) // checked by the count
+	v.ids, v.idsFor = ids, sarg
+	return counts, nil
+}
+
+func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+	if err := v.check(ctx); err != nil {
+		return nil, err
+	}
+	scopes, err := scopesOf(claims)
+	if err != nil {
+		return nil, err
+	}
+	cond, sarg, none, err := v.s.shardFilter(shards, 7)
+	if err != nil {
+		return nil, err
+	}
+	if none || len(claims) == 0 {
+		return []Row{}, nil
+	}
+	ids, known := v.idsOf(claims, sarg)
+	v.ids = nil // the rows are claimed now, or the claim failed; either way count again
+	var rows []Row
+	if known {
+		var idJSON []byte
+		if idJSON, err = json.Marshal(ids); err == nil {
+			rows, err = v.s.claimIn(ctx, v.tx, claimByIDSQL, nil, v.now, string(idJSON), nil, nil)
+		}
+	} else {
+		rows, err = v.s.claimScoped(ctx, v.tx, cond, sarg, scopes, v.now)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	return rows, nil
+}
+
+// idsOf returns the first Limit counted IDs of each claim's route, and
+// whether the last count, made with the same shards, counted every route at
+// least that deep.
+func (v *sweepView) idsOf(claims []backpressure.ScopedClaim, sarg []byte) ([]int64, bool) {
+	if v.ids == nil || !bytes.Equal(v.idsFor, sarg) || (v.idsFor == nil) != (sarg == nil) {
+		return nil, false
+	}
+	var out []int64
+	for _, c := range claims {
+		got := v.ids[c.Route]
+		if len(got) < c.Limit {
+			return nil, false
+		}
+		out = append(out, got[:c.Limit]...)
+	}
+	return out, true
+}
+
+// claimByIDSQL claims the rows whose IDs ?4 lists (a JSON array), found by
+// primary key: ?1 token, ?2 now, ?3 lease end. The rows are the ones a
+// count in the same transaction found claimable at ?2; the condition only
+// restates it.
+const claimByIDSQL = claimSet + `
+WHERE id IN (SELECT value FROM json_each(?4)) AND state < 2 AND ready_at <= ?2` + claimReturning
