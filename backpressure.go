@@ -268,14 +268,16 @@ func distinctNamespaces(routes []RouteCount) int {
 //     plan claims nothing). b's rotation advances only if it succeeds.
 //
 // A sweep thus makes three round trips in steady state and five at most;
-// or, when the store implements [TxSweeper], one: the steps then run in one
-// transaction, on the view InSweepTx passes, and b's rotation advances only
-// if that transaction commits. The plan's reports count what the store
+// or, when the store implements [TxSweeper], runs as one transaction: the
+// steps then run on the view InSweepTx passes, and b's rotation advances
+// only if that transaction commits. The plan's reports count what the store
 // counted: see [Plan.CountCap].
 //
-// It returns the rows claimed and the plan. On error it returns a
-// *[StoreError] (matching [ErrStore] and wrapping the store's error, so
-// errors.Is(err, context.Canceled) works); a *[SnapshotError] (matching
+// It returns the rows claimed and the plan. On error it returns an error
+// matching [ErrStore], in which errors.As finds the *[StoreError] naming the
+// failed call and wrapping the store's error (so errors.Is(err,
+// context.Canceled) works; a TxSweeper that wraps its fn's error returns
+// its own error around the *StoreError); a *[SnapshotError] (matching
 // [ErrInvalidSnapshot]) if the store's counts break its contract (a
 // negative count, a route listed twice); or ctx's error if ctx is done
 // before the sweep starts. b's state is then unchanged, and because the

@@ -110,7 +110,8 @@ type PendingWindowCounter interface {
 // the counts and the claim see one state of the outbox: the plan's headroom
 // and pending counts are still exact when the claim runs, and the store may
 // claim the rows its counts found without searching for them again. The
-// whole sweep is then one round trip.
+// whole sweep is then one transaction (which the round-trip convention of
+// OutboxStore counts as one).
 //
 // The storetest suite checks a store's view against the store itself.
 type TxSweeper[R any] interface {

@@ -76,7 +76,9 @@ type NamespaceReport struct {
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	// Capped is set by Sweep when a route of the namespace was counted up
 	// to the plan's CountCap, so it may hold more rows: Pending, Demand and
-	// Held are then lower bounds. When it is false they are exact.
+	// Held are then lower bounds. When it is false they are exact, except
+	// in a windowed plan (Plan.Windowed) for a namespace outside the
+	// window, which was not counted at all and shows Pending 0.
 	Capped bool
 }
 

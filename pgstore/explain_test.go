@@ -85,22 +85,22 @@ WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%0
 		forbid  []string // plan nodes that would read a whole route or backlog
 		bound   string   // a condition that must be an Index Cond, not a Filter
 	}{
-		{"countClaimed", []any{f.now, quarter}, []string{"outbox_live_lease_idx"}, nil, ""},
+		{"countClaimed", []any{f.now, quarter, false}, []string{"outbox_live_lease_idx"}, nil, ""},
 		// With a cap well below a route's size the count must stop at the
 		// cap: an index scan in the index's order under the LIMIT.
 		// Rows in retry back-off or under a live lease are outside the
 		// range the count walks: claimable_at is an index bound.
-		{"countPending", []any{f.now, quarter, int64(10)}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
+		{"countPending", []any{f.now, quarter, int64(10), false}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
 		// With a cap above what a route holds on the node's shards, every
 		// entry of the route is read whatever the plan, and the planner
 		// may prefer a bitmap scan of the route: still one route, never the
 		// backlog.
-		{"countPending (cap above route size)", []any{f.now, quarter, int64(100)}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, nil, ""},
+		{"countPending (cap above route size)", []any{f.now, quarter, int64(100), false}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, nil, ""},
 		// The window of 5 namespaces from ns020: the same counts, over
 		// the namespaces walked only.
-		{"countPendingWindow", []any{f.now, quarter, int64(10), "ns020", int64(5)}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
-		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
-		{"claimUnscoped", []any{f.now, lease, quarter, int64(100)}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
+		{"countPendingWindow", []any{f.now, quarter, int64(10), "ns020", int64(5), false}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
+		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim, false}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
+		{"claimUnscoped", []any{f.now, lease, quarter, int64(100), false}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
 		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil, ""},
 		{"retry", []any{f.now, "ns050/q1/7", int64(1), int64(1000)}, []string{"outbox_dispatch_key_key"}, nil, ""},
 		{"purgeSettled", []any{f.now, int64(1000)}, []string{"outbox_settled_idx", "outbox_pkey"}, nil, ""},
@@ -193,7 +193,7 @@ func literal(t *testing.T, a any) string {
 	switch v := a.(type) {
 	case time.Time:
 		return quote(v.Format(time.RFC3339Nano))
-	case int64:
+	case int64, bool:
 		return fmt.Sprint(v)
 	case string:
 		return quote(v)

@@ -88,11 +88,11 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	owned, _, err := s.ownedShards(op, shards)
+	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql.countClaimed, s.clock(), owned)
+	rows, err := s.pool.Query(ctx, s.sql.countClaimed, s.clock(), owned, all)
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -128,11 +128,11 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	if capPerRoute < 1 {
 		return nil, &ArgumentError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
 	}
-	owned, _, err := s.ownedShards(op, shards)
+	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql.countPending, s.clock(), owned, int64(capPerRoute))
+	rows, err := s.pool.Query(ctx, s.sql.countPending, s.clock(), owned, int64(capPerRoute), all)
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -179,11 +179,11 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 	if reason := badText(w.After, false); reason != "" {
 		return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
 	}
-	owned, _, err := s.ownedShards(op, shards)
+	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql.countPendingWindow, s.clock(), owned, int64(w.CapPerRoute), w.After, int64(w.Namespaces))
+	rows, err := s.pool.Query(ctx, s.sql.countPendingWindow, s.clock(), owned, int64(w.CapPerRoute), w.After, int64(w.Namespaces), all)
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -235,7 +235,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	owned, none, err := s.ownedShards(op, shards)
+	owned, all, none, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +269,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if len(limits) == 0 || none {
 		return nil, nil
 	}
-	claimed, err := s.claim(ctx, op, s.sql.claimScoped, owned, spaces, queues, limits)
+	claimed, err := s.claim(ctx, op, s.sql.claimScoped, owned, spaces, queues, limits, all)
 	if err != nil {
 		return nil, err
 	}
@@ -297,14 +297,14 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	if limit < 0 {
 		return nil, &ArgumentError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
 	}
-	owned, none, err := s.ownedShards(op, shards)
+	owned, all, none, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
 	if limit == 0 || none {
 		return nil, nil
 	}
-	claimed, err := s.claim(ctx, op, s.sql.claimUnscoped, owned, int64(limit))
+	claimed, err := s.claim(ctx, op, s.sql.claimUnscoped, owned, int64(limit), all)
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +314,7 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 
 // claim runs one of the claim statements, whose parameters are the clock,
 // the lease, the owned shards and then args.
-func (s *Store) claim(ctx context.Context, op, sql string, owned any, args ...any) ([]Row, error) {
+func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args ...any) ([]Row, error) {
 	rows, err := s.pool.Query(ctx, sql, append([]any{s.clock(), s.lease.Microseconds(), owned}, args...)...)
 	if err != nil {
 		return nil, opError(op, err)

@@ -60,3 +60,33 @@ func TestCountsUseGenericPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestShardFilterFailsClosed: the shard filter is ($all OR shard = ANY
+// ($ids)). A NULL shard list, which a nil []int32 becomes, must match no
+// row unless all is set: a bug that loses the owned shards claims nothing
+// rather than every shard.
+func TestShardFilterFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	s, err := pgstore.New(ctx, newPool(t, nil, 1), pgstore.Options{Schema: testSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, []pgstore.Message{{DispatchKey: "k", Namespace: "n", TaskQueue: "q", Payload: []byte("p")}}); err != nil {
+		t.Fatal(err)
+	}
+	count := pgstore.Statements(s)["countPending"]
+	for _, all := range []bool{false, true} {
+		rows, err := adminPool.Query(ctx, count, nil, []int32(nil), int64(10), all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if want := map[bool]int{false: 0, true: 1}[all]; n != want {
+			t.Errorf("countPending with a NULL shard list and all = %v: %d routes, want %d", all, n, want)
+		}
+	}
+}

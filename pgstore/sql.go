@@ -11,9 +11,10 @@ type statements struct {
 }
 
 // cappedCount is the per-route count both pending counts share, for the
-// route ({ns}, {tq}): the claimable rows on the owned shards ($2, NULL for
-// all), stopped at the cap ($3), walking outbox_route_claimable_idx over
-// claimable_at <= now; routes with none are dropped.
+// route ({ns}, {tq}): the claimable rows on the owned shards ($2, or every
+// shard when the boolean parameter {all} is true), stopped at the cap ($3),
+// walking outbox_route_claimable_idx over claimable_at <= now; routes with
+// none are dropped.
 //
 // The cap is LIMIT (SELECT $3), not LIMIT $3, so that the planner cannot
 // see its value in a custom plan either. With a bare $3 every custom plan
@@ -33,7 +34,7 @@ const cappedCount = `
 				AND o.task_queue = {tq}
 				AND o.state IN ('pending', 'claimed')
 				AND o.claimable_at <= coalesce($1::timestamptz, now())
-				AND ($2::int4[] IS NULL OR o.shard = ANY ($2::int4[]))
+				AND ({all} OR o.shard = ANY ($2::int4[]))
 			ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
 			LIMIT (SELECT $3::int8) -- not a constant to the planner: see cappedCount
 		) capped
@@ -71,7 +72,7 @@ var windowCounts = `
 			) next
 		)
 		SELECT queues.task_queue FROM queues
-	) q` + strings.ReplaceAll(cappedCount, "{tq}", "q.task_queue")
+	) q` + strings.NewReplacer("{tq}", "q.task_queue", "{all}", "$6::bool").Replace(cappedCount)
 
 // windowPart is the CTE name that takes, from the namespace walk, in
 // order, the first limit namespaces whose windowCounts are not empty.
@@ -147,19 +148,20 @@ FROM (
 ORDER BY m.dispatch_key
 ON CONFLICT (dispatch_key) DO NOTHING`),
 
-		// $2: owned shards. Served by outbox_live_lease_idx (a range on
-		// lease_expires_at over claimed rows), so it reads live leases only.
+		// $2: owned shards, $3: all shards owned. Served by
+		// outbox_live_lease_idx (a range on lease_expires_at over claimed
+		// rows), so it reads live leases only.
 		countClaimed: x(`
 SELECT o.namespace, count(*)
 FROM {schema}.outbox o
 WHERE o.state = 'claimed'
 	AND o.lease_expires_at > coalesce($1::timestamptz, now())
-	AND ($2::int4[] IS NULL OR o.shard = ANY ($2::int4[]))
+	AND ($3::bool OR o.shard = ANY ($2::int4[]))
 GROUP BY o.namespace`),
 
-		// $2: owned shards, $3: cap per route. A loose index scan over
-		// outbox_route_oldest_idx finds each route with unsettled rows with
-		// one index descent; per route, count(*) over a subquery LIMITed to
+		// $2: owned shards, $3: cap per route, $4: all shards owned. A
+		// loose index scan over outbox_route_oldest_idx finds each route
+		// with unsettled rows with one index descent; per route, count(*) over a subquery LIMITed to
 		// the cap walks outbox_route_claimable_idx (index-only where the
 		// visibility map allows) over the range claimable_at <= now, so
 		// rows in retry back-off and under a live lease are outside the
@@ -188,11 +190,11 @@ WITH RECURSIVE routes (namespace, task_queue) AS (
 	) next
 )
 SELECT r.namespace, r.task_queue, c.n
-FROM routes r` + strings.NewReplacer("{ns}", "r.namespace", "{tq}", "r.task_queue").Replace(cappedCount) + `
+FROM routes r` + strings.NewReplacer("{ns}", "r.namespace", "{tq}", "r.task_queue", "{all}", "$4::bool").Replace(cappedCount) + `
 ORDER BY r.namespace, r.task_queue`),
 
 		// $2: owned shards, $3: cap per route, $4: After, $5: the most
-		// namespaces. after walks the namespaces above $4, wrapped those
+		// namespaces, $6: all shards owned. after walks the namespaces above $4, wrapped those
 		// from the smallest up to $4 (so $4 itself comes last); each is
 		// walked lazily, one index descent per namespace, only as far as
 		// its consumer pulls. first takes from after, in order, the first
@@ -217,7 +219,8 @@ CROSS JOIN LATERAL unnest(win.queues, win.counts) AS r (task_queue, n)
 ORDER BY win.namespace, r.task_queue`),
 
 		// $2: lease µs, $3: owned shards, $4..$6: the scopes as parallel
-		// arrays (namespace, task queue, limit). One statement claims every
+		// arrays (namespace, task queue, limit), $7: all shards owned. One
+		// statement claims every
 		// scope: a LATERAL subquery per scope walks outbox_route_oldest_idx
 		// oldest first and locks at most its limit of claimable rows,
 		// skipping rows another claimer has locked. Oldest first, the walk
@@ -235,14 +238,15 @@ WITH picked AS (
 			AND o.task_queue = s.task_queue
 			AND o.state <> 'settled'
 			AND o.claimable_at <= coalesce($1::timestamptz, now())
-			AND ($3::int4[] IS NULL OR o.shard = ANY ($3::int4[]))
+			AND ($7::bool OR o.shard = ANY ($3::int4[]))
 		ORDER BY o.enqueued_at, o.id
 		LIMIT s.lim
 		FOR UPDATE SKIP LOCKED
 	) c
 )` + claimUpdate),
 
-		// $2: lease µs, $3: owned shards, $4: limit. Oldest first over
+		// $2: lease µs, $3: owned shards, $4: limit, $5: all shards owned.
+		// Oldest first over
 		// outbox_oldest_idx, whatever the route.
 		claimUnscoped: x(`
 WITH picked AS (
@@ -250,7 +254,7 @@ WITH picked AS (
 	FROM {schema}.outbox o
 	WHERE o.state <> 'settled'
 		AND o.claimable_at <= coalesce($1::timestamptz, now())
-		AND ($3::int4[] IS NULL OR o.shard = ANY ($3::int4[]))
+		AND ($5::bool OR o.shard = ANY ($3::int4[]))
 	ORDER BY o.enqueued_at, o.id
 	LIMIT (SELECT $4::int8) -- not a constant to the planner: see cappedCount
 	FOR UPDATE SKIP LOCKED

@@ -198,24 +198,23 @@ func (s *Store) clock() any {
 }
 
 // ownedShards checks the fraction against the store's shard count and
-// returns the parameter of the statements' shard filter,
-// ($n IS NULL OR shard = ANY ($n)): nil when every shard is owned, so the
-// filter costs one test per statement rather than an array search per row,
-// else the owned shards as an int4[]. none reports that no shard is owned.
-func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) (param any, none bool, err error) {
+// returns the parameters of the statements' shard filter,
+// ($all OR shard = ANY ($ids)): all is true when every shard is owned, so
+// the filter costs one test per statement rather than an array search per
+// row; else ids lists the owned shards. A filter given all = false and no
+// ids matches nothing: it fails closed. none reports that no shard is
+// owned.
+func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) (ids []int32, all, none bool, err error) {
 	if shards.ShardCount() != s.shardCount {
-		return nil, false, &ShardCountError{Op: op, Store: s.shardCount, Fraction: shards.ShardCount()}
+		return nil, false, false, &ShardCountError{Op: op, Store: s.shardCount, Fraction: shards.ShardCount()}
 	}
 	owned := shards.Owned()
-	switch len(owned) {
-	case 0:
-		return []int32{}, true, nil
-	case s.shardCount:
-		return nil, false, nil
+	if len(owned) == s.shardCount {
+		return []int32{}, true, false, nil
 	}
-	ids := make([]int32, len(owned))
+	ids = make([]int32, len(owned))
 	for i, id := range owned {
 		ids[i] = int32(id) // < ShardCount, which New bounded to int32
 	}
-	return ids, false, nil
+	return ids, false, len(owned) == 0, nil
 }

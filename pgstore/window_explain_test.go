@@ -71,7 +71,7 @@ SET visible_at = $1::timestamptz + interval '1 hour' WHERE namespace BETWEEN 'ns
 		{"wrapping", "ns0990", window},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			args := []any{f.now, allShards(f), int64(5), c.after, int64(window)}
+			args := []any{f.now, allShards(f), int64(5), c.after, int64(window), false}
 			plan := explainWith(t, f, mode, "ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF", sql, args)
 			if strings.Contains(plan, "Seq Scan on outbox") {
 				t.Errorf("%s (%s) reads the outbox sequentially:\n%s", c.name, mode, plan)

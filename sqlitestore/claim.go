@@ -453,6 +453,7 @@ SELECT r.namespace, r.task_queue, (
 		SELECT o.id FROM outbox o
 		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
 		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
+		ORDER BY o.id -- the index's order, so free; the IDs must be the oldest
 		LIMIT ?2))
 FROM outbox_routes r` + where + `
 ORDER BY r.namespace, r.task_queue`

@@ -47,7 +47,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			{"InSweepTx's window count", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowAfter, countFirstID), 4, []string{
 				"SEARCH r USING PRIMARY KEY (namespace>?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
-			{"InSweepTx's claim by ID", claimByIDSQL, 4, []string{
+			{"InSweepTx's claim by ID", claimByIDSQL(cond), 7, []string{
 				"SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"}},
 			{"Settle's route pruning", pruneRouteSQL, 1, []string{
 				"SEARCH outbox_routes USING PRIMARY KEY (namespace=? AND task_queue=?)",

@@ -207,7 +207,10 @@ func (s *Store) hotStatements() []stmtKey {
 	for _, cond := range []string{"", ownedCond(7)} {
 		out = append(out, stmtKey{s.writer, scopedClaimSQL(cond)}, stmtKey{s.writer, unscopedClaimSQL(cond)})
 	}
-	return append(out, stmtKey{s.writer, nextTokenSQL}, stmtKey{s.writer, claimByIDSQL})
+	for _, cond := range []string{"", ownedCond(7)} {
+		out = append(out, stmtKey{s.writer, claimByIDSQL(cond)})
+	}
+	return append(out, stmtKey{s.writer, nextTokenSQL})
 }
 
 // prepare prepares the hot statements, once, at Open. SQLite would
@@ -287,7 +290,9 @@ func (s *Store) step(ctx context.Context) error {
 }
 
 // write runs fn in one BEGIN IMMEDIATE transaction on the writer connection,
-// counting one round trip; fn's error, or a failed commit, rolls it back.
+// counting one round trip; fn's error, a failed commit, or a panic in fn
+// rolls it back (a panic is then re-raised), so the writer's one connection
+// is never left inside a transaction.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
 	if err := s.step(ctx); err != nil {
 		return err
@@ -297,8 +302,9 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 	if err != nil {
 		return err
 	}
+	committed := false
 	defer func() {
-		if err != nil {
+		if !committed {
 			_ = tx.Rollback()
 		}
 	}()
@@ -308,7 +314,11 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 	if err := s.step(ctx); err != nil {
 		return err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	committed = true
+	return nil
 }
 
 // nanos converts a time to the stored form; the zero time is 0.

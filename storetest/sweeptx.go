@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -42,7 +43,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			e.inTx(ts, func(tx backpressure.OutboxStore[R]) error {
 				claimed, err := tx.CountClaimedOutboxRows(e.ctx, f)
 				if err != nil {
-					t.Fatalf("view CountClaimedOutboxRows: %v", err)
+					return fmt.Errorf("view CountClaimedOutboxRows: %w", err)
 				}
 				for ns, n := range claimed {
 					if n == 0 {
@@ -55,7 +56,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				for c, want := range wantPending {
 					got, err := tx.CountPendingOutboxRows(e.ctx, f, c)
 					if err != nil {
-						t.Fatalf("view CountPendingOutboxRows(cap %d): %v", c, err)
+						return fmt.Errorf("view CountPendingOutboxRows(cap %d): %w", c, err)
 					}
 					if slices.SortFunc(got, compareRouteCounts); !slices.Equal(got, want) {
 						t.Errorf("view CountPendingOutboxRows(cap %d) = %v, store's %v", c, got, want)
@@ -64,7 +65,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				if wc, ok := tx.(backpressure.PendingWindowCounter); ok && storeCounts {
 					got, err := wc.CountPendingOutboxRowsWindow(e.ctx, f, w)
 					if err != nil {
-						t.Fatalf("view CountPendingOutboxRowsWindow: %v", err)
+						return fmt.Errorf("view CountPendingOutboxRowsWindow: %w", err)
 					}
 					if !slices.Equal(got, wantWindow) {
 						t.Errorf("view CountPendingOutboxRowsWindow(%+v) = %v, store's %v", w, got, wantWindow)
@@ -102,13 +103,13 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				via.inTx(any(via.h.Store).(backpressure.TxSweeper[R]), func(tx backpressure.OutboxStore[R]) error {
 					if countCap > 0 {
 						if _, err := tx.CountPendingOutboxRows(via.ctx, via.all, countCap); err != nil {
-							t.Fatalf("view CountPendingOutboxRows: %v", err)
+							return fmt.Errorf("view CountPendingOutboxRows: %w", err)
 						}
 					}
 					var err error
 					got, err = tx.ClaimOutboxRowsScoped(via.ctx, via.all, claims)
 					if err != nil {
-						t.Fatalf("view ClaimOutboxRowsScoped: %v", err)
+						return fmt.Errorf("view ClaimOutboxRowsScoped: %w", err)
 					}
 					return nil
 				})
@@ -126,23 +127,92 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 	})
 
+	t.Run("ClaimAfterCountOnOtherShards", func(t *testing.T) {
+		// Counting on every shard, then claiming on half of them, must
+		// claim only rows on that half: what the store's claim takes.
+		if e := setup(t, newHarness); e.h.ShardCount < 2 {
+			t.Skip("needs at least two shards")
+		}
+		via, ts := sweepTxSetup(t, newHarness)
+		direct := setup(t, newHarness)
+		var keys []string
+		for _, e := range []*env[R]{via, direct} {
+			keys = messageKeys(msgs("n", "q", "k", 40))
+			e.enqueue(msgs("n", "q", "k", 40)...)
+		}
+		even := via.fraction(func(s int) bool { return s%2 == 0 })
+		claims := []backpressure.ScopedClaim{scope("n", "q", 6)}
+		want := direct.claim(even, claims...)
+		var got []R
+		via.inTx(ts, func(tx backpressure.OutboxStore[R]) error {
+			if _, err := tx.CountPendingOutboxRows(via.ctx, via.all, 100); err != nil {
+				return fmt.Errorf("view CountPendingOutboxRows: %w", err)
+			}
+			var err error
+			got, err = tx.ClaimOutboxRowsScoped(via.ctx, even, claims)
+			return err
+		})
+		if g, w := via.keys(got), direct.keys(want); !slices.Equal(g, w) {
+			t.Fatalf("after a count on all shards, the view claimed %v on the even shards; the store's claim %v", g, w)
+		}
+		for _, k := range keys {
+			if st := via.inspect(k); st.State == StateClaimed && st.Shard%2 == 1 {
+				t.Errorf("row %q on odd shard %d claimed by a claim on the even shards", k, st.Shard)
+			}
+		}
+	})
+
+	t.Run("SecondClaimWithoutRecount", func(t *testing.T) {
+		// Two claims after one count: the second must take the next
+		// oldest rows, as two claims on the store do.
+		via, ts := sweepTxSetup(t, newHarness)
+		direct := setup(t, newHarness)
+		for _, e := range []*env[R]{via, direct} {
+			e.enqueue(msgs("n", "q", "k", 10)...)
+		}
+		claims := []backpressure.ScopedClaim{scope("n", "q", 3)}
+		want := append(direct.claim(direct.all, claims...), direct.claim(direct.all, claims...)...)
+		var got []R
+		via.inTx(ts, func(tx backpressure.OutboxStore[R]) error {
+			if _, err := tx.CountPendingOutboxRows(via.ctx, via.all, 100); err != nil {
+				return fmt.Errorf("view CountPendingOutboxRows: %w", err)
+			}
+			for i := 0; i < 2; i++ {
+				rows, err := tx.ClaimOutboxRowsScoped(via.ctx, via.all, claims)
+				if err != nil {
+					return err
+				}
+				got = append(got, rows...)
+			}
+			return nil
+		})
+		if g, w := via.keys(got), direct.keys(want); !slices.Equal(g, w) {
+			t.Fatalf("two claims after one count took %v, two claims on the store %v", g, w)
+		}
+	})
+
 	t.Run("RollbackOnError", func(t *testing.T) {
 		e, ts := sweepTxSetup(t, newHarness)
 		keys, claims := seedMixed(e)
 		before := e.snapshot(keys)
 		boom := errors.New("storetest: fn failed after claiming")
+		var claimed int
 		err := ts.InSweepTx(e.ctx, func(tx backpressure.OutboxStore[R]) error {
 			if _, err := tx.CountPendingOutboxRows(e.ctx, e.all, 10); err != nil {
-				t.Fatalf("view CountPendingOutboxRows: %v", err)
+				return fmt.Errorf("view CountPendingOutboxRows: %w", err)
 			}
 			rows, err := tx.ClaimOutboxRowsScoped(e.ctx, e.all, claims)
-			if err != nil || len(rows) == 0 {
-				t.Fatalf("view ClaimOutboxRowsScoped = %d rows, %v; want rows", len(rows), err)
+			if err != nil {
+				return fmt.Errorf("view ClaimOutboxRowsScoped: %w", err)
 			}
+			claimed = len(rows)
 			return boom
 		})
 		if !errors.Is(err, boom) {
 			t.Fatalf("InSweepTx = %v, want fn's error", err)
+		}
+		if claimed == 0 {
+			t.Fatal("the view's claim took no row, so the rollback was not tested")
 		}
 		e.unchanged("a sweep transaction whose fn failed", before, nil)
 	})
