@@ -42,7 +42,8 @@ const cappedCount = `
 	WHERE c.n > 0`
 
 // windowCounts is countPendingWindow's per-namespace step: the routes of
-// namespace {ns} with claimable rows on the owned shards ($2) and their
+// namespace {ns} with claimable rows on the owned shards ($2, or all of
+// them when $6 is true) and their
 // counts capped at $3, as two arrays in task-queue order, both NULL when
 // the namespace has none. A loose index scan over outbox_route_oldest_idx
 // finds the namespace's routes with one index descent each; per route the
@@ -161,8 +162,8 @@ GROUP BY o.namespace`),
 
 		// $2: owned shards, $3: cap per route, $4: all shards owned. A
 		// loose index scan over outbox_route_oldest_idx finds each route
-		// with unsettled rows with one index descent; per route, count(*) over a subquery LIMITed to
-		// the cap walks outbox_route_claimable_idx (index-only where the
+		// with unsettled rows with one index descent; per route, count(*)
+		// over a subquery LIMITed to the cap walks outbox_route_claimable_idx (index-only where the
 		// visibility map allows) over the range claimable_at <= now, so
 		// rows in retry back-off and under a live lease are outside the
 		// range and never read, and stops at the cap-th owned row. The
@@ -194,8 +195,9 @@ FROM routes r` + strings.NewReplacer("{ns}", "r.namespace", "{tq}", "r.task_queu
 ORDER BY r.namespace, r.task_queue`),
 
 		// $2: owned shards, $3: cap per route, $4: After, $5: the most
-		// namespaces, $6: all shards owned. after walks the namespaces above $4, wrapped those
-		// from the smallest up to $4 (so $4 itself comes last); each is
+		// namespaces, $6: all shards owned. after walks the namespaces
+		// above $4, wrapped those from the smallest up to $4 (so $4 itself
+		// comes last); each is
 		// walked lazily, one index descent per namespace, only as far as
 		// its consumer pulls. first takes from after, in order, the first
 		// $5 namespaces whose windowCounts are not empty; second takes from
@@ -246,8 +248,7 @@ WITH picked AS (
 )` + claimUpdate),
 
 		// $2: lease µs, $3: owned shards, $4: limit, $5: all shards owned.
-		// Oldest first over
-		// outbox_oldest_idx, whatever the route.
+		// Oldest first over outbox_oldest_idx, whatever the route.
 		claimUnscoped: x(`
 WITH picked AS (
 	SELECT o.id

@@ -115,8 +115,10 @@ func (v *sweepView) counted(shards backpressure.OwnedShardFraction, ids map[back
 	if err != nil {
 		return nil, err
 	}
-	_, sarg, _, _ := v.s.shardFilter(shards, 0) // checked by the count
-	v.ids, v.idsFor = ids, sarg
+	_, sarg, none, _ := v.s.shardFilter(shards, 0) // checked by the count
+	if !none {                                     // nil idsFor means every shard, not none
+		v.ids, v.idsFor = ids, sarg
+	}
 	return counts, nil
 }
 

@@ -128,36 +128,44 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("ClaimAfterCountOnOtherShards", func(t *testing.T) {
-		// Counting on every shard, then claiming on half of them, must
-		// claim only rows on that half: what the store's claim takes.
-		if e := setup(t, newHarness); e.h.ShardCount < 2 {
-			t.Skip("needs at least two shards")
-		}
-		via, ts := sweepTxSetup(t, newHarness)
-		direct := setup(t, newHarness)
-		var keys []string
-		for _, e := range []*env[R]{via, direct} {
-			keys = messageKeys(msgs("n", "q", "k", 40))
-			e.enqueue(msgs("n", "q", "k", 40)...)
-		}
-		even := via.fraction(func(s int) bool { return s%2 == 0 })
-		claims := []backpressure.ScopedClaim{scope("n", "q", 6)}
-		want := direct.claim(even, claims...)
-		var got []R
-		via.inTx(ts, func(tx backpressure.OutboxStore[R]) error {
-			if _, err := tx.CountPendingOutboxRows(via.ctx, via.all, 100); err != nil {
-				return fmt.Errorf("view CountPendingOutboxRows: %w", err)
+		// Counting on some shards, then claiming on others, must claim
+		// what the store's claim takes on those others, and only there.
+		for _, countEven := range []bool{false, true} {
+			via, ts := sweepTxSetup(t, newHarness)
+			if via.h.ShardCount < 2 {
+				t.Skip("needs at least two shards")
 			}
-			var err error
-			got, err = tx.ClaimOutboxRowsScoped(via.ctx, even, claims)
-			return err
-		})
-		if g, w := via.keys(got), direct.keys(want); !slices.Equal(g, w) {
-			t.Fatalf("after a count on all shards, the view claimed %v on the even shards; the store's claim %v", g, w)
-		}
-		for _, k := range keys {
-			if st := via.inspect(k); st.State == StateClaimed && st.Shard%2 == 1 {
-				t.Errorf("row %q on odd shard %d claimed by a claim on the even shards", k, st.Shard)
+			direct := setup(t, newHarness)
+			ms := msgs("n", "q", "k", 40)
+			for _, e := range []*env[R]{via, direct} {
+				e.enqueue(ms...)
+			}
+			even := via.fraction(func(s int) bool { return s%2 == 0 })
+			countOn, claimOn := via.all, even
+			if countEven {
+				countOn, claimOn = even, via.all
+			}
+			claims := []backpressure.ScopedClaim{scope("n", "q", 6)}
+			want := direct.claim(claimOn, claims...)
+			if len(want) == 0 {
+				t.Fatal("the store's claim took nothing: no row of n/q on the claimed shards")
+			}
+			var got []R
+			via.inTx(ts, func(tx backpressure.OutboxStore[R]) error {
+				if _, err := tx.CountPendingOutboxRows(via.ctx, countOn, 100); err != nil {
+					return fmt.Errorf("view CountPendingOutboxRows: %w", err)
+				}
+				var err error
+				got, err = tx.ClaimOutboxRowsScoped(via.ctx, claimOn, claims)
+				return err
+			})
+			if g, w := via.keys(got), direct.keys(want); !slices.Equal(g, w) {
+				t.Fatalf("counted on %v, the view claimed %v on %v; the store's claim %v", countOn, g, claimOn, w)
+			}
+			for _, k := range messageKeys(ms) {
+				if st := via.inspect(k); st.State == StateClaimed && !claimOn.Owns(st.Shard) {
+					t.Errorf("row %q on shard %d, which %v does not own, was claimed", k, st.Shard, claimOn)
+				}
 			}
 		}
 	})
