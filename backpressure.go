@@ -311,14 +311,9 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 			rows, out, err = sweepOn(ctx, b, st, tx)
 			return err
 		})
-		if err != nil {
-			var se *StoreError
-			if !errors.As(err, &se) {
-				var sn *SnapshotError
-				if !errors.As(err, &sn) {
-					err = &StoreError{Op: "InSweepTx", Err: err}
-				}
-			}
+		// fn's errors are already typed; anything else is the store's own.
+		if err != nil && !errors.As(err, new(*StoreError)) && !errors.As(err, new(*SnapshotError)) {
+			err = &StoreError{Op: "InSweepTx", Err: err}
 		}
 	} else {
 		rows, out, err = sweepOn(ctx, b, st, store)
@@ -326,15 +321,15 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if err != nil {
 		return nil, Plan{}, err
 	}
-	b.committed(out.plan, out.windowed, out.seen)
+	b.committed(out.plan, out.seen)
 	return rows, out.plan, nil
 }
 
-// sweepResult is what a sweep commits to b once its claim has succeeded.
+// sweepResult is what a sweep commits to b once its claim has succeeded:
+// the plan, and how many namespaces its counts saw.
 type sweepResult struct {
-	plan     Plan
-	windowed bool
-	seen     int
+	plan Plan
+	seen int
 }
 
 // sweepOn runs Sweep's steps against store (the store itself, or its
@@ -398,18 +393,18 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store O
 		}
 	}
 	markCapped(plan.Namespaces, pending, plan.CountCap)
-	seen := distinctNamespaces(pending)
-	if windowed {
-		seen = math.MaxInt // at least the window; more beyond it
+	seen := math.MaxInt // a full window: at least the window, more beyond it
+	if !windowed {
+		seen = distinctNamespaces(pending)
 	}
 	if len(plan.Claims) == 0 {
-		return nil, sweepResult{plan, windowed, seen}, nil
+		return nil, sweepResult{plan, seen}, nil
 	}
 	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
 	if err != nil {
 		return nil, sweepResult{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
-	return rows, sweepResult{plan, windowed, seen}, nil
+	return rows, sweepResult{plan, seen}, nil
 }
 
 // countCap returns the cap of a sweep's first full pending count, c =
@@ -452,8 +447,8 @@ func maxLimit(claims []ScopedClaim) int {
 
 // committed commits a sweep's plan: its cursor moves (see commit), how
 // many namespaces it saw and its largest grant, for the next sweep's counts.
-func (b *Backpressure) committed(p Plan, windowed bool, seen int) {
-	b.commit(windowed)
+func (b *Backpressure) committed(p Plan, seen int) {
+	b.commit(p.Windowed)
 	b.seenNamespaces = seen
 	b.lastMaxLimit = maxLimit(p.Claims)
 	b.sweptOnce = true

@@ -128,9 +128,9 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 }
 
 // countPending is CountPendingOutboxRows at now, on db or in tx on db,
-// filling ids (when not nil) with the IDs of the rows counted. It counts a
+// recording the rows counted in rec (when not nil). It counts a
 // round trip when tx is nil.
-func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, ids map[backpressure.Route][]int64) ([]backpressure.RouteCount, error) {
+func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
 	if capPerRoute < 1 {
 		return nil, &ArgumentError{Name: "capPerRoute", Value: capPerRoute, Reason: "must be ≥ 1"}
 	}
@@ -138,6 +138,7 @@ func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 	if err != nil {
 		return nil, err
 	}
+	rec.filter(sarg, none)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -149,7 +150,7 @@ func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 	} else if err := s.step(ctx); err != nil {
 		return nil, err
 	}
-	mode := modeFor(ids, capPerRoute)
+	mode, ids := modeFor(rec, capPerRoute), rec.byRoute()
 	rows, err := s.query(ctx, db, tx, routeCountsSQL(cond, "", mode), withShards([]any{now, capPerRoute}, sarg)...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
@@ -256,9 +257,16 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if none || len(claims) == 0 {
 		return []Row{}, nil
 	}
+	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]Row, error) {
+		return s.claimScoped(ctx, tx, cond, sarg, scopes, now)
+	})
+}
+
+// writeClaim runs claim in one write transaction at the store's now.
+func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64) ([]Row, error)) ([]Row, error) {
 	var out []Row
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		out, err = s.claimScoped(ctx, tx, cond, sarg, scopes, nanos(s.now()))
+	err := s.write(ctx, func(tx *sql.Tx) (err error) {
+		out, err = claim(tx, nanos(s.now()))
 		return err
 	})
 	if err != nil {
@@ -324,16 +332,10 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	if none {
 		return []Row{}, nil
 	}
-	var out []Row
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]Row, error) {
 		// ?4 and ?5 are unused here; binding them keeps the numbering shared.
-		out, err = s.claimIn(ctx, tx, unscopedClaimSQL(cond), sarg, nanos(s.now()), nil, nil, limit)
-		return err
+		return s.claimIn(ctx, tx, unscopedClaimSQL(cond), sarg, now, nil, nil, limit)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
-	}
-	return out, nil
 }
 
 // claimIn runs a claim statement q in tx at now: it takes a fresh token
@@ -425,11 +427,11 @@ const (
 	countFirstID                  // the ID of the first row, for a cap of 1 (NULL for none)
 )
 
-// modeFor is the countMode of a count at capPerRoute that records IDs (ids
-// not nil) or not.
-func modeFor(ids map[backpressure.Route][]int64, capPerRoute int) countMode {
+// modeFor is the countMode of a count at capPerRoute that records IDs in
+// rec, or only counts when rec is nil.
+func modeFor(rec *countedRows, capPerRoute int) countMode {
 	switch {
-	case ids == nil:
+	case rec == nil:
 		return countOnly
 	case capPerRoute == 1:
 		return countFirstID

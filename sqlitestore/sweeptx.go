@@ -68,11 +68,37 @@ type sweepView struct {
 	now  int64 // the transaction's instant
 	done bool  // fn returned
 
-	// ids holds, per route, the IDs of the rows the last pending count
-	// counted, in ID order, and idsFor the shard filter argument it counted
-	// with (nil: every shard); nil ids means no count since the last claim.
+	// counted is what the last pending count counted; nil when there was
+	// none since the last claim, or it failed.
+	counted *countedRows
+}
+
+// countedRows is what a pending count recorded in a sweep transaction: the
+// IDs of the rows it counted, per route in ID order, and the shard filter
+// it counted with.
+type countedRows struct {
 	ids    map[backpressure.Route][]int64
-	idsFor []byte
+	shards []byte // the shard filter's argument; nil for every shard, unless none
+	none   bool   // no shard was owned: nothing was counted
+}
+
+func newCountedRows() *countedRows {
+	return &countedRows{ids: map[backpressure.Route][]int64{}}
+}
+
+// filter records the shard filter of the count; a nil rec records nothing.
+func (r *countedRows) filter(shards []byte, none bool) {
+	if r != nil {
+		r.shards, r.none = shards, none
+	}
+}
+
+// byRoute returns the IDs map the count fills, nil for a nil rec.
+func (r *countedRows) byRoute() map[backpressure.Route][]int64 {
+	if r == nil {
+		return nil
+	}
+	return r.ids
 }
 
 var _ backpressure.PendingWindowCounter = (*sweepView)(nil)
@@ -95,30 +121,27 @@ func (v *sweepView) CountPendingOutboxRows(ctx context.Context, shards backpress
 	if err := v.check(ctx); err != nil {
 		return nil, err
 	}
-	ids := map[backpressure.Route][]int64{}
-	counts, err := v.s.countPending(ctx, v.s.writer, v.tx, shards, capPerRoute, v.now, ids)
-	return v.counted(shards, ids, counts, err)
+	rec := newCountedRows()
+	counts, err := v.s.countPending(ctx, v.s.writer, v.tx, shards, capPerRoute, v.now, rec)
+	return v.record(rec, counts, err)
 }
 
 func (v *sweepView) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
 	if err := v.check(ctx); err != nil {
 		return nil, err
 	}
-	ids := map[backpressure.Route][]int64{}
-	counts, err := v.s.countWindow(ctx, v.s.writer, v.tx, shards, w, v.now, ids)
-	return v.counted(shards, ids, counts, err)
+	rec := newCountedRows()
+	counts, err := v.s.countWindow(ctx, v.s.writer, v.tx, shards, w, v.now, rec)
+	return v.record(rec, counts, err)
 }
 
-// counted records the IDs a pending count found, if it succeeded.
-func (v *sweepView) counted(shards backpressure.OwnedShardFraction, ids map[backpressure.Route][]int64, counts []backpressure.RouteCount, err error) ([]backpressure.RouteCount, error) {
-	v.ids = nil
+// record keeps what a pending count recorded, if it succeeded.
+func (v *sweepView) record(rec *countedRows, counts []backpressure.RouteCount, err error) ([]backpressure.RouteCount, error) {
+	v.counted = nil
 	if err != nil {
 		return nil, err
 	}
-	_, sarg, none, _ := v.s.shardFilter(shards, 0) // checked by the count
-	if !none {                                     // nil idsFor means every shard, not none
-		v.ids, v.idsFor = ids, sarg
-	}
+	v.counted = rec
 	return counts, nil
 }
 
@@ -138,7 +161,7 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 		return []Row{}, nil
 	}
 	ids, known := v.idsOf(claims, sarg)
-	v.ids = nil // the rows are claimed now, or the claim failed; either way count again
+	v.counted = nil // the rows are claimed now, or the claim failed; either way count again
 	var rows []Row
 	if known {
 		var idJSON []byte
@@ -158,12 +181,13 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 // whether the last count, made with the same shards, counted every route at
 // least that deep.
 func (v *sweepView) idsOf(claims []backpressure.ScopedClaim, sarg []byte) ([]int64, bool) {
-	if v.ids == nil || !bytes.Equal(v.idsFor, sarg) || (v.idsFor == nil) != (sarg == nil) {
+	rec := v.counted
+	if rec == nil || rec.none || (rec.shards == nil) != (sarg == nil) || !bytes.Equal(rec.shards, sarg) {
 		return nil, false
 	}
 	var out []int64
 	for _, c := range claims {
-		got := v.ids[c.Route]
+		got := rec.ids[c.Route]
 		if len(got) < c.Limit {
 			return nil, false
 		}

@@ -43,8 +43,8 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 
 // countWindow is CountPendingOutboxRowsWindow at now, in its own read
 // transaction on db (counting a round trip) when tx is nil, else in tx on
-// db, filling ids (when not nil) with the IDs of the rows counted.
-func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, now int64, ids map[backpressure.Route][]int64) ([]backpressure.RouteCount, error) {
+// db, recording the rows counted in rec (when not nil).
+func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
 	if w.CapPerRoute < 1 {
 		return nil, &ArgumentError{Name: "w.CapPerRoute", Value: w.CapPerRoute, Reason: "must be ≥ 1"}
 	}
@@ -55,6 +55,7 @@ func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards 
 	if err != nil {
 		return nil, err
 	}
+	rec.filter(sarg, none)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -80,8 +81,8 @@ func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards 
 		s:    s,
 		db:   db,
 		tx:   tx,
-		mode: modeFor(ids, w.CapPerRoute),
-		ids:  ids,
+		mode: modeFor(rec, w.CapPerRoute),
+		ids:  rec.byRoute(),
 		cond: cond,
 		// ?3 is bound even when cond does not read it, so ?4 and ?5 keep
 		// their numbers.
