@@ -71,6 +71,7 @@ type Backpressure struct {
 
 	seenNamespaces int               // namespaces with pending rows at the last sweep (MaxInt: more than its window)
 	lastMaxLimit   int               // the largest route limit of the last sweep
+	nextK          int               // for a SweepCounter: the k the next sweep's window is sized for (see guessK)
 	sweptOnce      bool              // whether a sweep has committed
 	nsCursor       string            // last namespace that got a remainder unit
 	nsCursorSet    bool              // whether nsCursor is meaningful
@@ -227,10 +228,70 @@ func (b *Backpressure) windowSize(claimed map[string]int, st shardState) (int, b
 			k++
 		}
 	}
+	return b.windowFor(k)
+}
+
+// windowFor returns B + k + 1, and false when it would overflow.
+func (b *Backpressure) windowFor(k int) (int, bool) {
 	if b.batchSize > math.MaxInt-k-1 {
 		return 0, false
 	}
 	return b.batchSize + k + 1, true
+}
+
+// guessK returns, after a sweep planned p, the k a [SweepCounter]'s next
+// window is sized for, before the sweep knows its claimed counts: the
+// paused namespaces plus those whose claimed rows and grant together reach
+// their ceiling, Σ [Claimed + Granted ≥ Ceiling]. Claimed rows grow only by
+// this node's claims, so that bounds the next sweep's k unless some other
+// claimer took rows on the node's shards (or the shards changed); the next
+// sweep then counts its window again, one more round trip.
+func guessK(p Plan, st shardState) int {
+	k := st.zeroCeilings
+	for _, r := range p.Namespaces {
+		if r.Ceiling != Unlimited && r.Claimed+r.Granted >= r.Ceiling {
+			k++
+		}
+	}
+	return k
+}
+
+// firstNamespaces trims a window's counts, sorted by namespace, to those of
+// its first n namespaces in the cyclic order after after: the window
+// [PendingWindowCounter] would have returned for n. It filters in place.
+func firstNamespaces(pending []RouteCount, after string, n int) []RouteCount {
+	above, total := 0, 0
+	for i, rc := range pending {
+		if i == 0 || rc.Route.Namespace != pending[i-1].Route.Namespace {
+			total++
+			if rc.Route.Namespace > after {
+				above++
+			}
+		}
+	}
+	if total <= n {
+		return pending
+	}
+	keepAbove := min(n, above)
+	keepBelow := n - keepAbove
+	out := pending[:0]
+	prev, seenAbove, seenBelow, keep := "", 0, 0, false
+	for i, rc := range pending {
+		if ns := rc.Route.Namespace; i == 0 || ns != prev {
+			prev = ns
+			if ns > after {
+				seenAbove++
+				keep = seenAbove <= keepAbove
+			} else {
+				seenBelow++
+				keep = seenBelow <= keepBelow
+			}
+		}
+		if keep {
+			out = append(out, rc)
+		}
+	}
+	return out
 }
 
 // distinctNamespaces counts the namespaces of routes ordered by namespace
@@ -267,11 +328,16 @@ func distinctNamespaces(routes []RouteCount) int {
 //  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
 //     plan claims nothing). b's rotation advances only if it succeeds.
 //
-// A sweep thus makes three round trips in steady state and five at most;
-// or, when the store implements [TxSweeper], runs as one transaction: the
-// steps then run on the view InSweepTx passes, and b's rotation advances
-// only if that transaction commits. The plan's reports count what the store
-// counted: see [Plan.CountCap].
+// A sweep thus makes three round trips in steady state and five at most.
+// When the store implements [SweepCounter], steps 1 and 2 are one
+// CountSweep: two round trips in steady state. Its window is then sized
+// before the claimed counts are known, for the namespaces the last sweep
+// left without headroom, and trimmed to the window step 2 describes; if
+// more namespaces than that have none, the window is counted again. When
+// the store implements [TxSweeper], the steps run as one transaction, on
+// the view InSweepTx passes, and b's rotation advances only if that
+// transaction commits. The plan's reports count what the store counted:
+// see [Plan.CountCap].
 //
 // It returns the rows claimed and the plan. On error it returns an error
 // matching [ErrStore], in which errors.As finds the *[StoreError] naming the
@@ -321,48 +387,69 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if err != nil {
 		return nil, Plan{}, err
 	}
-	b.committed(out.plan, out.seen)
+	b.committed(out)
 	return rows, out.plan, nil
 }
 
 // sweepResult is what a sweep commits to b once its claim has succeeded:
-// the plan, and how many namespaces its counts saw.
+// the plan, how many namespaces its counts saw, and, for a SweepCounter,
+// the k the next window is sized for.
 type sweepResult struct {
-	plan Plan
-	seen int
+	plan  Plan
+	seen  int
+	nextK int
 }
 
 // sweepOn runs Sweep's steps against store (the store itself, or its
 // transaction view) without committing b's state.
 func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store OutboxStore[R]) ([]R, sweepResult, error) {
 	shards := st.f
-	claimed, err := store.CountClaimedOutboxRows(ctx, shards)
-	if err != nil {
+	wc, canWindow := any(store).(PendingWindowCounter)
+	sc, canCombine := any(store).(SweepCounter)
+	var (
+		claimed map[string]int
+		pending []RouteCount
+		read    *PendingWindow // the pending count read with claimed, if any
+		err     error
+	)
+	if canCombine {
+		// The window is sized before the claimed counts are known, for
+		// the k guessK expects; see below if it falls short.
+		w := PendingWindow{CapPerRoute: b.countCap(st.countCap)}
+		if n, ok := b.windowFor(b.nextK); canWindow && ok && b.seenNamespaces >= n {
+			w = PendingWindow{CapPerRoute: 1, After: b.after(), Namespaces: n}
+		}
+		if claimed, pending, err = sc.CountSweep(ctx, shards, w); err != nil {
+			return nil, sweepResult{}, &StoreError{Op: "CountSweep", Err: err}
+		}
+		read = &w
+	} else if claimed, err = store.CountClaimedOutboxRows(ctx, shards); err != nil {
 		return nil, sweepResult{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
 	}
 	// A window helps only when there are more namespaces than it holds;
-	// the last sweep's count says whether there were.
+	// the last sweep's count says whether there were. Full counts already
+	// read serve as well.
 	n, useWindow := 0, false
-	wc, canWindow := any(store).(PendingWindowCounter)
-	if canWindow {
+	if canWindow && (read == nil || read.Namespaces > 0) {
 		n, useWindow = b.windowSize(claimed, st)
 		useWindow = useWindow && b.seenNamespaces >= n
 	}
 	var (
-		pending  []RouteCount
 		plan     Plan
 		windowed bool
 	)
 	if useWindow {
-		after := ""
-		if b.nsCursorSet {
-			after = b.nsCursor
-		}
-		// In a full window every grant is 0 or 1 (see windowSize), so
-		// whether a route has a claimable row is all the plan needs.
-		pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: 1, After: after, Namespaces: n})
-		if err != nil {
-			return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
+		if read != nil && read.Namespaces >= n {
+			// A window of more namespaces than needed starts with the
+			// window needed.
+			pending = firstNamespaces(pending, read.After, n)
+		} else {
+			// In a full window every grant is 0 or 1 (see windowSize), so
+			// whether a route has a claimable row is all the plan needs.
+			pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: 1, After: b.after(), Namespaces: n})
+			if err != nil {
+				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
+			}
 		}
 		if windowed = distinctNamespaces(pending) >= n; windowed {
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
@@ -376,8 +463,9 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store O
 	if !windowed {
 		c := b.countCap(st.countCap)
 		for {
-			pending, err = store.CountPendingOutboxRows(ctx, shards, c)
-			if err != nil {
+			if read != nil && read.Namespaces == 0 && read.CapPerRoute == c {
+				read = nil // counted with claimed: use it once
+			} else if pending, err = store.CountPendingOutboxRows(ctx, shards, c); err != nil {
 				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 			}
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
@@ -393,18 +481,30 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store O
 		}
 	}
 	markCapped(plan.Namespaces, pending, plan.CountCap)
-	seen := math.MaxInt // a full window: at least the window, more beyond it
+	out := sweepResult{plan: plan, seen: math.MaxInt} // a full window: at least the window, more beyond it
 	if !windowed {
-		seen = distinctNamespaces(pending)
+		out.seen = distinctNamespaces(pending)
+	}
+	if canCombine && canWindow {
+		out.nextK = guessK(plan, st)
 	}
 	if len(plan.Claims) == 0 {
-		return nil, sweepResult{plan, seen}, nil
+		return nil, out, nil
 	}
 	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
 	if err != nil {
 		return nil, sweepResult{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
-	return rows, sweepResult{plan, seen}, nil
+	return rows, out, nil
+}
+
+// after returns where the next window starts: the rotation cursor, or ""
+// before the first remainder unit.
+func (b *Backpressure) after() string {
+	if b.nsCursorSet {
+		return b.nsCursor
+	}
+	return ""
 }
 
 // countCap returns the cap of a sweep's first full pending count, c =
@@ -447,9 +547,11 @@ func maxLimit(claims []ScopedClaim) int {
 
 // committed commits a sweep's plan: its cursor moves (see commit), how
 // many namespaces it saw and its largest grant, for the next sweep's counts.
-func (b *Backpressure) committed(p Plan, seen int) {
+func (b *Backpressure) committed(out sweepResult) {
+	p := out.plan
 	b.commit(p.Windowed)
-	b.seenNamespaces = seen
+	b.seenNamespaces = out.seen
+	b.nextK = out.nextK
 	b.lastMaxLimit = maxLimit(p.Claims)
 	b.sweptOnce = true
 }

@@ -104,6 +104,27 @@ type PendingWindowCounter interface {
 	CountPendingOutboxRowsWindow(ctx context.Context, shards OwnedShardFraction, w PendingWindow) ([]RouteCount, error)
 }
 
+// SweepCounter is an optional extension of [OutboxStore] for a store that
+// can read both of a sweep's counts, the live claimed rows and the pending
+// rows, in one round trip rather than two. [Sweep] then reads them with
+// one call. It pays where a round trip costs more than the statement, as
+// over a network: a store whose calls are in-process gains nothing.
+//
+// The storetest suite checks a store's combined counts against its own
+// separate ones.
+type SweepCounter interface {
+	// CountSweep returns what CountClaimedOutboxRows(ctx, shards) and, in
+	// the same round trip, the pending count w describes return:
+	// CountPendingOutboxRows(ctx, shards, w.CapPerRoute) when w.Namespaces
+	// is 0 (w.After is then ignored), else
+	// CountPendingOutboxRowsWindow(ctx, shards, w). Sweep asks for a window
+	// only of a store that implements [PendingWindowCounter]; a store that
+	// does not may reject one. A w.CapPerRoute below 1 or a negative
+	// w.Namespaces is an error. Both counts should come from one snapshot
+	// of the outbox when the store can give one.
+	CountSweep(ctx context.Context, shards OwnedShardFraction, w PendingWindow) (claimed map[string]int, pending []RouteCount, err error)
+}
+
 // TxSweeper is an optional extension of [OutboxStore] for a store that can
 // run a whole sweep, its counts and its claim, in one transaction. [Sweep]
 // then makes every call of the sweep on the view InSweepTx passes to fn, so

@@ -584,3 +584,47 @@ func TestShallowCountExact(t *testing.T) {
 		t.Fatal("no plan from a shallow count with deeper routes was kept: the generator misses the case")
 	}
 }
+
+// TestFirstNamespacesIsTheSmallerWindow: trimming a window of counts to its
+// first n namespaces in the cyclic order after After gives exactly the
+// window of n, computed naively: the namespaces in byte order, rotated to
+// start after After, the first n of them kept, their routes in order.
+func TestFirstNamespacesIsTheSmallerWindow(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		names := rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"a", "b", "bb", "c", "d", "e", "é", "z"}), 0, 8, rapid.ID[string]).Draw(t, "namespaces")
+		slices.Sort(names)
+		var window []RouteCount
+		for _, ns := range names {
+			for q := range rapid.IntRange(1, 3).Draw(t, "routes") {
+				window = append(window, RouteCount{Route: Route{Namespace: ns, TaskQueue: fmt.Sprint("q", q)}, Count: 1 + q})
+			}
+		}
+		after := rapid.SampledFrom([]string{"", "a", "b", "ba", "d", "zz"}).Draw(t, "after")
+		n := rapid.IntRange(1, 9).Draw(t, "n")
+
+		var cyclic []string
+		for _, ns := range names {
+			if ns > after {
+				cyclic = append(cyclic, ns)
+			}
+		}
+		for _, ns := range names {
+			if ns <= after {
+				cyclic = append(cyclic, ns)
+			}
+		}
+		keep := map[string]bool{}
+		for _, ns := range cyclic[:min(n, len(cyclic))] {
+			keep[ns] = true
+		}
+		var want []RouteCount
+		for _, rc := range window {
+			if keep[rc.Route.Namespace] {
+				want = append(want, rc)
+			}
+		}
+		if got := firstNamespaces(slices.Clone(window), after, n); !slices.Equal(got, want) {
+			t.Fatalf("firstNamespaces(%v, %q, %d) = %v, want %v", window, after, n, got, want)
+		}
+	})
+}

@@ -42,6 +42,29 @@ func (s *memWindowStore) CountPendingOutboxRowsWindow(ctx context.Context, f bac
 	return slices.DeleteFunc(all, func(rc backpressure.RouteCount) bool { return !keep[rc.Route.Namespace] }), nil
 }
 
+// memSweepCounter adds a SweepCounter to memWindowStore: both counts by
+// the separate calls.
+type memSweepCounter struct {
+	*memWindowStore
+	combined, combinedWindows int // calls of CountSweep, and of them with a window
+}
+
+func (s *memSweepCounter) CountSweep(ctx context.Context, f backpressure.OwnedShardFraction, w backpressure.PendingWindow) (map[string]int, []backpressure.RouteCount, error) {
+	s.combined++
+	claimed, err := s.CountClaimedOutboxRows(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.Namespaces == 0 {
+		pending, err := s.CountPendingOutboxRows(ctx, f, w.CapPerRoute)
+		return claimed, pending, err
+	}
+	s.combinedWindows++
+	s.windows-- // counted below, but not a window of its own
+	pending, err := s.CountPendingOutboxRowsWindow(ctx, f, w)
+	return claimed, pending, err
+}
+
 // referenceSweep is the naive sweep Sweep must match claim for claim:
 // uncapped full counts, Backpressure.Plan, one claim.
 func referenceSweep(b *backpressure.Backpressure, s *memStore) ([]memRow, backpressure.Plan, error) {
@@ -62,18 +85,23 @@ func referenceSweep(b *backpressure.Backpressure, s *memStore) ([]memRow, backpr
 	return rows, p, err
 }
 
-// TestSweepSameClaimsAsReference runs three outboxes in lockstep: one
+// TestSweepSameClaimsAsReference runs four outboxes in lockstep: one
 // swept by referenceSweep, one by Sweep with full counts only, one by Sweep
-// on a store that counts windows. Over random enqueues, settles, lease
-// expiries and quotas that hold some namespaces at their ceiling, every
-// sweep must claim exactly the same rows in all three, whatever shallow
-// counts and windows Sweep used to get there.
+// on a store that counts windows, and one on a store that also reads both
+// counts in one call (SweepCounter). Over random enqueues, settles, lease
+// expiries, claims by another claimer and quotas that hold some namespaces
+// at their ceiling, every sweep must claim exactly the same rows in all
+// four, whatever shallow counts, windows and guessed window sizes Sweep
+// used to get there.
 func TestSweepSameClaimsAsReference(t *testing.T) {
 	windowCalls, windowedPlans, shallowPlans := 0, 0, 0
+	combinedWindows, recounts, combinedWindowed := 0, 0, 0
 	rapid.Check(t, func(t *rapid.T) {
 		nShards := rapid.IntRange(1, 8).Draw(t, "shards")
 		ref := newMemStore(nShards)
 		plain, win := newMemStore(nShards), &memWindowStore{memStore: newMemStore(nShards)}
+		comb := &memSweepCounter{memWindowStore: &memWindowStore{memStore: newMemStore(nShards)}}
+		stores := []*memStore{ref, plain, win.memStore, comb.memStore}
 		var owned []int
 		for s := 0; s < nShards; s++ {
 			if rapid.IntRange(0, 3).Draw(t, "own") > 0 {
@@ -92,41 +120,67 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 		bp, err1 := backpressure.New(cfg, f)
 		bw, err2 := backpressure.New(cfg, f)
 		br, err3 := backpressure.New(cfg, f)
-		if err1 != nil || err2 != nil || err3 != nil {
-			t.Fatal(err1, err2, err3)
+		bc, err4 := backpressure.New(cfg, f)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+			t.Fatal(err1, err2, err3, err4)
 		}
 		nNS := rapid.IntRange(1, 14).Draw(t, "namespaces")
 		for step := 0; step < 25; step++ {
-			switch rapid.IntRange(0, 4).Draw(t, "action") {
+			switch rapid.IntRange(0, 5).Draw(t, "action") {
 			case 0, 1:
 				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "ns"))
 				tq := fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "tq"))
 				n := rapid.IntRange(1, 4).Draw(t, "n")
-				ref.enqueue(ns, tq, n)
-				plain.enqueue(ns, tq, n)
-				win.enqueue(ns, tq, n)
+				for _, s := range stores {
+					s.enqueue(ns, tq, n)
+				}
 			case 2:
 				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "settleNS"))
-				ref.settleNamespace(ns)
-				plain.settleNamespace(ns)
-				win.settleNamespace(ns)
+				for _, s := range stores {
+					s.settleNamespace(ns)
+				}
 			case 3:
 				d := time.Duration(rapid.IntRange(0, 90).Draw(t, "secs")) * time.Second
-				ref.now = ref.now.Add(d)
-				plain.now = plain.now.Add(d)
-				win.now = win.now.Add(d)
+				for _, s := range stores {
+					s.now = s.now.Add(d)
+				}
 			case 4:
+				// Another claimer takes rows the Backpressures do not know
+				// of: the combined counter's guessed window may fall short.
+				claim := []backpressure.ScopedClaim{{
+					Route: backpressure.Route{Namespace: fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "otherNS")), TaskQueue: fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "otherTQ"))},
+					Limit: rapid.IntRange(1, 3).Draw(t, "otherN"),
+				}}
+				for _, s := range stores {
+					if _, err := s.ClaimOutboxRowsScoped(context.Background(), f, claim); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case 5:
 				r0, p0, err0 := referenceSweep(br, ref)
 				r1, p1, err1 := backpressure.Sweep(context.Background(), bp, plain)
 				r2, p2, err2 := backpressure.Sweep(context.Background(), bw, win)
-				if err0 != nil || err1 != nil || err2 != nil {
-					t.Fatalf("step %d: %v, %v, %v", step, err0, err1, err2)
+				windowsBefore := comb.windows
+				r3, p3, err3 := backpressure.Sweep(context.Background(), bc, comb)
+				if err0 != nil || err1 != nil || err2 != nil || err3 != nil {
+					t.Fatalf("step %d: %v, %v, %v, %v", step, err0, err1, err2, err3)
 				}
-				if !slices.Equal(p0.Claims, p1.Claims) || !slices.Equal(p0.Claims, p2.Claims) {
-					t.Fatalf("step %d: claims differ:\nreference %v\nfull      %v (count cap %d)\nwindowed  %v (windowed=%v, count cap %d)",
-						step, p0.Claims, p1.Claims, p1.CountCap, p2.Claims, p2.Windowed, p2.CountCap)
+				if !slices.Equal(p0.Claims, p1.Claims) || !slices.Equal(p0.Claims, p2.Claims) || !slices.Equal(p0.Claims, p3.Claims) {
+					t.Fatalf("step %d: claims differ:\nreference %v\nfull      %v (count cap %d)\nwindowed  %v (windowed=%v, count cap %d)\ncombined  %v (windowed=%v, count cap %d)",
+						step, p0.Claims, p1.Claims, p1.CountCap, p2.Claims, p2.Windowed, p2.CountCap, p3.Claims, p3.Windowed, p3.CountCap)
 				}
-				for _, r := range [][]memRow{r1, r2} {
+				if p3.Windowed {
+					combinedWindowed++
+					// The same window as the window store's, however
+					// large a window CountSweep read.
+					if p2.Windowed && !slices.Equal(p2.Namespaces, p3.Namespaces) {
+						t.Fatalf("step %d: reports differ:\nwindow store %+v\ncombined     %+v", step, p2.Namespaces, p3.Namespaces)
+					}
+				}
+				if comb.windows > windowsBefore {
+					recounts++
+				}
+				for _, r := range [][]memRow{r1, r2, r3} {
 					if len(r) != len(r0) {
 						t.Fatalf("step %d: claimed %d rows, reference %d", step, len(r), len(r0))
 					}
@@ -156,6 +210,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 			}
 		}
 		windowCalls += win.windows
+		combinedWindows += comb.combinedWindows
 	})
 	// The generator must reach the case that matters: sweeps that counted
 	// a window with more namespaces beyond it.
@@ -164,6 +219,13 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 	}
 	if shallowPlans == 0 {
 		t.Fatal("no sweep claimed from a shallow count")
+	}
+	// And for the combined counter: windows read with the claimed counts
+	// and windowed plans from them. (Windows counted again when the guess
+	// fell short are rarer: TestSweepCounterGuessFallsShort makes one.)
+	t.Logf("combined counts: %d windows, %d windowed plans, %d windows counted again", combinedWindows, combinedWindowed, recounts)
+	if combinedWindows == 0 || combinedWindowed == 0 {
+		t.Fatalf("combined counts: %d windows, %d windowed plans", combinedWindows, combinedWindowed)
 	}
 }
 
@@ -206,5 +268,63 @@ func TestSweepWindowedKeepsRouteCursors(t *testing.T) {
 	}
 	if windowed < 400 {
 		t.Fatalf("only %d of 450 sweeps were windowed", windowed)
+	}
+}
+
+// TestSweepCounterGuessFallsShort: a SweepCounter's window is sized before
+// the sweep knows its claimed counts. When another claimer has taken rows
+// the Backpressure does not know of, more namespaces are at their ceiling
+// than the window allowed for: the sweep must count its window again and
+// still claim what a sweep on a plain window store claims. Otherwise the
+// one CountSweep is the sweep's only count.
+func TestSweepCounterGuessFallsShort(t *testing.T) {
+	win := &memWindowStore{memStore: newMemStore(1)}
+	comb := &memSweepCounter{memWindowStore: &memWindowStore{memStore: newMemStore(1)}}
+	for i := 0; i < 50; i++ {
+		win.enqueue(fmt.Sprintf("n%02d", i), "q", 5)
+		comb.enqueue(fmt.Sprintf("n%02d", i), "q", 5)
+	}
+	all, _ := backpressure.AllShards(1)
+	cfg := backpressure.Config{BatchSize: 5, DefaultQuota: 2}
+	bw, _ := backpressure.New(cfg, all)
+	bc, _ := backpressure.New(cfg, all)
+	ctx := context.Background()
+	sweep := func(step int) backpressure.Plan {
+		t.Helper()
+		_, p1, err1 := backpressure.Sweep(ctx, bw, win)
+		_, p2, err2 := backpressure.Sweep(ctx, bc, comb)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("step %d: %v, %v", step, err1, err2)
+		}
+		if !slices.Equal(p1.Claims, p2.Claims) {
+			t.Fatalf("step %d: window store %v, combined %v", step, p1.Claims, p2.Claims)
+		}
+		return p2
+	}
+	sweep(0) // a full count: no namespace seen yet
+	for step := 1; step <= 3; step++ {
+		calls, windows := comb.combined, comb.windows
+		if p := sweep(step); !p.Windowed {
+			t.Fatalf("step %d: not windowed", step)
+		}
+		if comb.combined != calls+1 || comb.windows != windows {
+			t.Fatalf("step %d: %d CountSweep calls and %d more windows, want 1 and none", step, comb.combined-calls, comb.windows-windows)
+		}
+	}
+	// Another claimer fills ten namespaces to their ceiling of 2.
+	for i := 30; i < 40; i++ {
+		claim := []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: fmt.Sprintf("n%02d", i), TaskQueue: "q"}, Limit: 2}}
+		for _, s := range []*memStore{win.memStore, comb.memStore} {
+			if _, err := s.ClaimOutboxRowsScoped(ctx, all, claim); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	windows := comb.windows
+	if p := sweep(4); !p.Windowed {
+		t.Fatal("step 4: not windowed")
+	}
+	if comb.windows != windows+1 {
+		t.Fatalf("step 4: %d more windows counted, want 1: the guessed window was too small", comb.windows-windows)
 	}
 }

@@ -90,15 +90,20 @@ WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%0
 		// cap: an index scan in the index's order under the LIMIT.
 		// Rows in retry back-off or under a live lease are outside the
 		// range the count walks: claimable_at is an index bound.
-		{"countPending", []any{f.now, quarter, int64(10), false}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
+		{"countPending", []any{f.now, quarter, int64(10), false}, []string{"outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
 		// With a cap above what a route holds on the node's shards, every
 		// entry of the route is read whatever the plan, and the planner
 		// may prefer a bitmap scan of the route: still one route, never the
 		// backlog.
-		{"countPending (cap above route size)", []any{f.now, quarter, int64(100), false}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, nil, ""},
+		{"countPending (cap above route size)", []any{f.now, quarter, int64(100), false}, []string{"outbox_route_claimable_idx"}, nil, ""},
 		// The window of 5 namespaces from ns020: the same counts, over
-		// the namespaces walked only.
-		{"countPendingWindow", []any{f.now, quarter, int64(10), "ns020", int64(5), false}, []string{"outbox_route_oldest_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
+		// the namespaces walked only, whose routes it walks over the
+		// counts' own index.
+		{"countPendingWindow", []any{f.now, quarter, int64(10), "ns020", int64(5), false}, []string{"outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
+		// Both counts in one statement: the live-lease range and the
+		// pending counts, each over its index as above.
+		{"sweepCount", []any{f.now, quarter, int64(10), false}, []string{"outbox_live_lease_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
+		{"sweepCountWindow", []any{f.now, quarter, int64(10), "ns020", int64(5), false}, []string{"outbox_live_lease_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
 		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim, false}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
 		{"claimUnscoped", []any{f.now, lease, quarter, int64(100), false}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
 		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil, ""},

@@ -9,6 +9,8 @@ func Statements(s *Store) map[string]string {
 		"countClaimed":       s.sql.countClaimed,
 		"countPending":       s.sql.countPending,
 		"countPendingWindow": s.sql.countPendingWindow,
+		"sweepCount":         s.sql.sweepCount,
+		"sweepCountWindow":   s.sql.sweepCountWindow,
 		"claimScoped":        s.sql.claimScoped,
 		"claimUnscoped":      s.sql.claimUnscoped,
 		"settle":             s.sql.settle,

@@ -113,10 +113,11 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 // CountPendingOutboxRows returns the claimable rows (visible pending rows and
 // rows whose lease expired) per route on the owned shards, each count capped
 // at capPerRoute, in (namespace, task queue) order. Routes with none are
-// left out. Cost: one index descent per route with unsettled rows (also a
-// route whose rows are all delayed or leased), then, per route, an index
-// range over its claimable rows only — claimable_at ≤ now is a bound of
-// the range, so rows in retry back-off and rows under a live lease are
+// left out. Cost: one index descent per route with unsettled rows, which
+// finds the route and its earliest claimable time; a route whose rows are
+// all delayed or leased costs no more. Per route with a claimable row, an
+// index range over its claimable rows only — claimable_at ≤ now is a bound
+// of the range, so rows in retry back-off and rows under a live lease are
 // never read — that stops at the capPerRoute-th claimable row on the owned
 // shards; the claimable rows on other shards met before then are read and
 // skipped. Never the whole backlog. See [backpressure.OutboxStore].
@@ -159,9 +160,11 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 // A w.CapPerRoute or w.Namespaces below 1 is an [*ArgumentError]; w.After
 // must be valid UTF-8 without NUL bytes (it may be empty).
 //
-// Cost: one index descent per namespace walked and, for each, one per
-// route with unsettled rows plus the capped range of
-// [Store.CountPendingOutboxRows]. The walk stops at the w.Namespaces-th
+// Cost: one index descent per route of the namespaces walked, plus, per
+// route with a claimable row, the capped range of
+// [Store.CountPendingOutboxRows] — skipped when w.CapPerRoute is 1 and
+// every shard is owned, as a sweep's window asks, since the descent has
+// already found a claimable row. The walk stops at the w.Namespaces-th
 // namespace with claimable rows, so it reads the window's namespaces and
 // those between them with none claimable, never the routes of the
 // namespaces beyond the window.
@@ -192,6 +195,63 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 		return nil, opError(op, err)
 	}
 	return counts, nil
+}
+
+// CountSweep returns, in one statement (one round trip, one snapshot),
+// what [Store.CountClaimedOutboxRows] and either
+// [Store.CountPendingOutboxRows] (w.Namespaces 0: w.CapPerRoute caps each
+// route, w.After is ignored) or [Store.CountPendingOutboxRowsWindow] (w
+// with w.Namespaces ≥ 1) return, at their costs. See
+// [backpressure.SweepCounter]: [backpressure.Sweep] uses it to make a
+// sweep's counts one round trip rather than two.
+//
+// A w.CapPerRoute below 1 or a negative w.Namespaces is an
+// [*ArgumentError]; for a window, w.After must be valid UTF-8 without NUL
+// bytes.
+func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
+	const op = "CountSweep"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, nil, err
+	}
+	if w.CapPerRoute < 1 {
+		return nil, nil, &ArgumentError{Op: op, Arg: "w.CapPerRoute", Reason: fmt.Sprintf("%d is below 1", w.CapPerRoute)}
+	}
+	if w.Namespaces < 0 {
+		return nil, nil, &ArgumentError{Op: op, Arg: "w.Namespaces", Reason: fmt.Sprintf("%d is negative", w.Namespaces)}
+	}
+	owned, all, _, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, nil, err
+	}
+	sql, args := s.sql.sweepCount, []any{s.clock(), owned, int64(w.CapPerRoute), all}
+	if w.Namespaces > 0 {
+		if reason := badText(w.After, false); reason != "" {
+			return nil, nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
+		}
+		sql, args = s.sql.sweepCountWindow, []any{s.clock(), owned, int64(w.CapPerRoute), w.After, int64(w.Namespaces), all}
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, nil, opError(op, err)
+	}
+	claimed = make(map[string]int)
+	var (
+		kind int32
+		rc   backpressure.RouteCount
+		n    int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&kind, &rc.Route.Namespace, &rc.Route.TaskQueue, &n}, func() error {
+		if kind == 0 {
+			claimed[rc.Route.Namespace] = int(n)
+		} else {
+			rc.Count = int(n)
+			pending = append(pending, rc)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, opError(op, err)
+	}
+	return claimed, pending, nil
 }
 
 // scanRouteCount scans a (namespace, task queue, count) row.

@@ -13,8 +13,9 @@ import (
 
 // TestCountsUseGenericPlans: pgx prepares every statement, and PostgreSQL
 // re-plans a prepared statement on every call while its custom plans look
-// cheaper than its generic one. The pending count and the unscoped claim
-// write their LIMIT so that both plans carry the same estimate; after its
+// cheaper than its generic one. The pending counts and the unscoped claim
+// write their LIMIT (and the counts their shortcut) so that both plans
+// carry the same estimate; after its
 // five custom plans each must run on the generic one, or every sweep pays
 // the planning again (about half the count's cost).
 func TestCountsUseGenericPlans(t *testing.T) {
@@ -46,9 +47,21 @@ func TestCountsUseGenericPlans(t *testing.T) {
 		if _, err := s.ClaimOutboxRowsUnscoped(ctx, all, 1+i); err != nil {
 			t.Fatal(err)
 		}
+		for _, capPerRoute := range []int{1, 5 + i} {
+			w := backpressure.PendingWindow{CapPerRoute: capPerRoute, After: fmt.Sprint("ns", i%10), Namespaces: 3}
+			if _, err := s.CountPendingOutboxRowsWindow(ctx, all, w); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := s.CountSweep(ctx, all, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := s.CountSweep(ctx, all, backpressure.PendingWindow{CapPerRoute: 5 + i}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	stmts := pgstore.Statements(s)
-	for _, name := range []string{"countPending", "claimUnscoped"} {
+	for _, name := range []string{"countPending", "countPendingWindow", "sweepCount", "sweepCountWindow", "claimUnscoped"} {
 		var generic, custom int64
 		err := pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
 			strings.TrimSpace(stmts[name])).Scan(&generic, &custom)

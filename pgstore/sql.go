@@ -1,115 +1,185 @@
 package pgstore
 
-import "strings"
-
 // statements holds the store's SQL with the quoted schema filled in. Every
 // statement takes the clock as $1: coalesce($1, now()) is the injected time,
 // or the database's when the store has no clock.
 type statements struct {
 	enqueue, countClaimed, countPending, countPendingWindow      string
+	sweepCount, sweepCountWindow                                 string
 	claimScoped, claimUnscoped, settle, retry, get, purgeSettled string
 }
 
-// cappedCount is the per-route count both pending counts share, for the
-// route ({ns}, {tq}): the claimable rows on the owned shards ($2, or every
-// shard when the boolean parameter {all} is true), stopped at the cap ($3),
-// walking outbox_route_claimable_idx over claimable_at <= now; routes with
-// none are dropped.
-//
-// The cap is LIMIT (SELECT $3), not LIMIT $3, so that the planner cannot
-// see its value in a custom plan either. With a bare $3 every custom plan
-// (estimated with the real cap) looked cheaper than the generic plan
-// (estimated with PostgreSQL's default for an unknown limit), so pgx's
-// prepared statement was planned again on every call: about 0.4 ms, half
-// the statement's cost at 20 routes. Now both plans carry the same estimate
-// and PostgreSQL settles on the generic plan after its five custom ones.
-// The unscoped claim's LIMIT is written the same way, for the same reason.
-const cappedCount = `
-	CROSS JOIN LATERAL (
-		SELECT count(*) AS n
-		FROM (
-			SELECT 1
-			FROM {schema}.outbox o
-			WHERE o.namespace = {ns}
-				AND o.task_queue = {tq}
-				AND o.state IN ('pending', 'claimed')
-				AND o.claimable_at <= coalesce($1::timestamptz, now())
-				AND ({all} OR o.shard = ANY ($2::int4[]))
-			ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
-			LIMIT (SELECT $3::int8) -- not a constant to the planner: see cappedCount
-		) capped
-	) c
-	WHERE c.n > 0`
-
-// windowCounts is countPendingWindow's per-namespace step: the routes of
-// namespace {ns} with claimable rows on the owned shards ($2, or all of
-// them when $6 is true) and their
-// counts capped at $3, as two arrays in task-queue order, both NULL when
-// the namespace has none. A loose index scan over outbox_route_oldest_idx
-// finds the namespace's routes with one index descent each; per route the
-// count is countPending's, over outbox_route_claimable_idx bounded by
-// claimable_at <= now and stopped at the cap.
-var windowCounts = `
-	SELECT array_agg(q.task_queue ORDER BY q.task_queue) AS queues, array_agg(c.n ORDER BY q.task_queue) AS counts
-	FROM (
-		WITH RECURSIVE queues (task_queue) AS (
-			(SELECT o.task_queue
-			FROM {schema}.outbox o
-			WHERE o.state <> 'settled'
-				AND o.namespace = {ns}
-			ORDER BY o.task_queue
-			LIMIT 1)
-			UNION ALL
-			SELECT next.task_queue
-			FROM queues q
-			CROSS JOIN LATERAL (
-				SELECT o.task_queue
-				FROM {schema}.outbox o
-				WHERE o.state <> 'settled'
-					AND o.namespace = {ns}
-					AND o.task_queue > q.task_queue
-				ORDER BY o.task_queue
-				LIMIT 1
-			) next
-		)
-		SELECT queues.task_queue FROM queues
-	) q` + strings.NewReplacer("{tq}", "q.task_queue", "{all}", "$6::bool").Replace(cappedCount)
-
-// windowPart is the CTE name that takes, from the namespace walk, in
-// order, the first limit namespaces whose windowCounts are not empty.
-func windowPart(name, walk, limit string) string {
-	return name + ` AS (
-	SELECT w.namespace, c.queues, c.counts
-	FROM ` + walk + ` w
-	CROSS JOIN LATERAL (` + strings.ReplaceAll(windowCounts, "{ns}", "w.namespace") + `
-	) c
-	WHERE c.queues IS NOT NULL
-	LIMIT ` + limit + `
-)`
+// routeStep is one step of the pending counts' walk over the routes, a
+// loose index scan of outbox_route_claimable_idx, keyed (namespace,
+// task_queue, claimable_at): the first entry, in the index's order, after
+// the routes cond excludes. One index descent finds the next route with
+// unsettled rows and its earliest claimable_at, which says whether it has
+// a claimable row at all. The walks mark the rows they return with wrapped
+// when it is not "".
+func routeStep(wrapped, cond string) string {
+	if wrapped != "" {
+		wrapped = ", " + wrapped + " AS wrapped"
+	}
+	return `
+		(SELECT o.namespace, o.task_queue, o.claimable_at` + wrapped + `
+		FROM {schema}.outbox o
+		WHERE o.state IN ('pending', 'claimed')` + cond + `
+		ORDER BY o.namespace, o.task_queue, o.claimable_at
+		LIMIT 1)`
 }
 
-// namespaceWalk is a loose index scan over outbox_route_oldest_idx: the
-// namespaces with unsettled rows above {from}, ascending, each found with
-// one index descent, and below or at {to} if given.
-func namespaceWalk(name, from, to string) string {
-	return name + ` (namespace) AS (
-	(SELECT o.namespace
-	FROM {schema}.outbox o
-	WHERE o.state <> 'settled'` + from + to + `
-	ORDER BY o.namespace
-	LIMIT 1)
-	UNION ALL
-	SELECT next.namespace
-	FROM ` + name + ` w
+// routeCount is the per-route count both pending counts share, as c.n, for
+// the route nx a routeStep found: its claimable rows on the owned shards
+// ($2, or every shard when the boolean parameter all is true), stopped at
+// the cap ($3). It is 0, with no further read, when the route's earliest
+// claimable_at is after now; 1, with no further read, when the cap is 1
+// and every shard is owned (the route has a claimable row, and the cap
+// stops the count there); else count(*) over a subquery LIMITed to the
+// cap, evaluated only in this branch of the CASE, which walks
+// outbox_route_claimable_idx (index-only where the visibility map allows)
+// over the range claimable_at <= now: rows in retry back-off and under a
+// live lease are outside the range and never read, and the scan stops at
+// the cap-th owned row. The predicate state IN ('pending', 'claimed') is
+// that index's; the ORDER BY costs nothing (it is the index's order) and
+// rules out a bitmap scan, which would collect every entry of the range
+// before the LIMIT could stop it.
+//
+// The cap is LIMIT (SELECT $3), not LIMIT $3, and the shortcut's test a
+// subquery too, so that the planner cannot see their values in a custom
+// plan either. With a bare $3 every custom plan (estimated with the real
+// cap, or with the CASE folded) looked cheaper than the generic plan, so
+// pgx's prepared statement was planned again on every call: about 0.4 ms,
+// half the statement's cost at 20 routes. Now both plans carry the same
+// estimate and PostgreSQL settles on the generic plan after its five
+// custom ones. The unscoped claim's LIMIT is written the same way, for the
+// same reason.
+func routeCount(all string) string {
+	return `
 	CROSS JOIN LATERAL (
-		SELECT o.namespace
-		FROM {schema}.outbox o
-		WHERE o.state <> 'settled'
-			AND o.namespace > w.namespace` + to + `
-		ORDER BY o.namespace
+		SELECT CASE
+			WHEN nx.claimable_at > coalesce($1::timestamptz, now()) THEN 0
+			WHEN (SELECT ` + all + ` AND $3::int8 = 1) THEN 1 -- not folded: see routeCount
+			ELSE (
+				SELECT count(*)
+				FROM (
+					SELECT 1
+					FROM {schema}.outbox o
+					WHERE o.namespace = nx.namespace
+						AND o.task_queue = nx.task_queue
+						AND o.state IN ('pending', 'claimed')
+						AND o.claimable_at <= coalesce($1::timestamptz, now())
+						AND (` + all + ` OR o.shard = ANY ($2::int4[]))
+					ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
+					LIMIT (SELECT $3::int8) -- not a constant to the planner: see routeCount
+				) capped
+			)
+		END AS n
+		OFFSET 0 -- evaluated once per route, not once per use of n
+	) c`
+}
+
+// countQuery is a pending count in three parts: its WITH clause, its
+// SELECT of (namespace, task_queue, n) without an ORDER BY, and the ORDER
+// BY the count's contract asks for.
+type countQuery struct{ with, sel, order string }
+
+// pendingCounts is countPending. $2: owned shards, $3: cap per route, $4:
+// all shards owned. routes walks every route with unsettled rows, one
+// routeStep (one index descent) each, also a route whose rows are all
+// delayed or leased, and routeCount counts each.
+var pendingCounts = countQuery{
+	with: `
+WITH RECURSIVE routes (namespace, task_queue, claimable_at) AS (` + routeStep("", "") + `
+	UNION ALL
+	SELECT nx.namespace, nx.task_queue, nx.claimable_at
+	FROM routes r
+	CROSS JOIN LATERAL ` + routeStep("", `
+			AND (o.namespace, o.task_queue) > (r.namespace, r.task_queue)`) + ` nx
+)`,
+	sel: `
+SELECT nx.namespace, nx.task_queue, c.n
+FROM routes nx` + routeCount("$4::bool") + `
+WHERE c.n > 0`,
+	order: `
+ORDER BY 1, 2`,
+}
+
+// windowCounts is countPendingWindow. $2: owned shards, $3: cap per route,
+// $4: After, $5: the most namespaces, $6: all shards owned. walk visits the
+// routes in the window's cyclic order — those of the namespaces above $4,
+// then, wrapped, those up to $4 — one routeStep (one index descent) per
+// route, and counts each with routeCount. It carries k, the namespaces with
+// a claimable route so far, and has, whether the current namespace has
+// one, and stops before the first route of a new namespace once k reaches
+// $5: it reads the routes of the window's namespaces and of the namespaces
+// between them with nothing claimable, never beyond. The final sort is
+// over the window's routes only.
+var windowCounts = countQuery{
+	with: `
+WITH RECURSIVE walk (namespace, task_queue, wrapped, n, k, has) AS (
+	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, (c.n > 0)::int, c.n > 0
+	FROM (` + routeStep("false", `
+			AND o.namespace > $4::text`) + `
+		UNION ALL` + routeStep("true", `
+			AND o.namespace <= $4::text`) + `
 		LIMIT 1
-	) next
-)`
+	) nx` + routeCount("$6::bool") + `
+	UNION ALL
+	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n,
+		w.k + (c.n > 0 AND NOT (w.has AND nx.namespace = w.namespace))::int,
+		c.n > 0 OR (w.has AND nx.namespace = w.namespace)
+	FROM walk w
+	CROSS JOIN LATERAL (` + routeStep("false", `
+			AND NOT w.wrapped
+			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)`) + `
+		UNION ALL` + routeStep("true", `
+			AND w.wrapped
+			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)
+			AND o.namespace <= $4::text`) + `
+		UNION ALL` + routeStep("true", `
+			AND NOT w.wrapped
+			AND o.namespace <= $4::text`) + `
+		LIMIT 1
+	) nx` + routeCount("$6::bool") + `
+	WHERE w.k < $5 OR nx.namespace = w.namespace
+)`,
+	sel: `
+SELECT walk.namespace, walk.task_queue, walk.n
+FROM walk
+WHERE walk.n > 0`,
+	order: `
+ORDER BY 1, 2`,
+}
+
+// claimedCounts is countClaimed, with all the parameter that says every
+// shard is owned; $2: owned shards. Served by outbox_live_lease_idx (a
+// range on lease_expires_at over claimed rows), so it reads live leases
+// only.
+func claimedCounts(all string) string {
+	return `
+SELECT o.namespace, count(*)
+FROM {schema}.outbox o
+WHERE o.state = 'claimed'
+	AND o.lease_expires_at > coalesce($1::timestamptz, now())
+	AND (` + all + ` OR o.shard = ANY ($2::int4[]))
+GROUP BY o.namespace`
+}
+
+// sweepCounts is CountSweep's statement: the pending count q and the
+// claimed counts, all the parameter of q that says every shard is owned,
+// in one result of (kind, namespace, task_queue, n) rows: kind 0 for a
+// namespace's claimed rows (task_queue ”), then kind 1 for the pending
+// counts, in q's order. One statement, so one snapshot.
+func sweepCounts(q countQuery, all string) string {
+	return q.with + `
+SELECT 0 AS kind, cl.namespace, ''::text COLLATE "C" AS task_queue, cl.count AS n
+FROM (` + claimedCounts(all) + `
+) cl
+UNION ALL
+SELECT 1, p.namespace, p.task_queue, p.n
+FROM (` + q.sel + `
+) p
+ORDER BY 1, 2, 3`
 }
 
 // The claim's update, shared by the scoped and the unscoped claim: the
@@ -149,76 +219,17 @@ FROM (
 ORDER BY m.dispatch_key
 ON CONFLICT (dispatch_key) DO NOTHING`),
 
-		// $2: owned shards, $3: all shards owned. Served by
-		// outbox_live_lease_idx (a range on lease_expires_at over claimed
-		// rows), so it reads live leases only.
-		countClaimed: x(`
-SELECT o.namespace, count(*)
-FROM {schema}.outbox o
-WHERE o.state = 'claimed'
-	AND o.lease_expires_at > coalesce($1::timestamptz, now())
-	AND ($3::bool OR o.shard = ANY ($2::int4[]))
-GROUP BY o.namespace`),
+		// $2: owned shards, $3: all shards owned.
+		countClaimed: x(claimedCounts("$3::bool")),
 
-		// $2: owned shards, $3: cap per route, $4: all shards owned. A
-		// loose index scan over outbox_route_oldest_idx finds each route
-		// with unsettled rows with one index descent; per route, count(*)
-		// over a subquery LIMITed to the cap walks outbox_route_claimable_idx (index-only where the
-		// visibility map allows) over the range claimable_at <= now, so
-		// rows in retry back-off and under a live lease are outside the
-		// range and never read, and stops at the cap-th owned row. The
-		// predicate state IN ('pending', 'claimed') is that index's; the
-		// ORDER BY costs nothing (it is the index's order) and rules out a
-		// bitmap scan, which would collect every entry of the range before
-		// the LIMIT could stop it.
-		countPending: x(`
-WITH RECURSIVE routes (namespace, task_queue) AS (
-	(SELECT o.namespace, o.task_queue
-	FROM {schema}.outbox o
-	WHERE o.state <> 'settled'
-	ORDER BY o.namespace, o.task_queue
-	LIMIT 1)
-	UNION ALL
-	SELECT next.namespace, next.task_queue
-	FROM routes r
-	CROSS JOIN LATERAL (
-		SELECT o.namespace, o.task_queue
-		FROM {schema}.outbox o
-		WHERE o.state <> 'settled'
-			AND (o.namespace, o.task_queue) > (r.namespace, r.task_queue)
-		ORDER BY o.namespace, o.task_queue
-		LIMIT 1
-	) next
-)
-SELECT r.namespace, r.task_queue, c.n
-FROM routes r` + strings.NewReplacer("{ns}", "r.namespace", "{tq}", "r.task_queue", "{all}", "$4::bool").Replace(cappedCount) + `
-ORDER BY r.namespace, r.task_queue`),
+		countPending: x(pendingCounts.with + pendingCounts.sel + pendingCounts.order),
 
-		// $2: owned shards, $3: cap per route, $4: After, $5: the most
-		// namespaces, $6: all shards owned. after walks the namespaces
-		// above $4, wrapped those from the smallest up to $4 (so $4 itself
-		// comes last); each is
-		// walked lazily, one index descent per namespace, only as far as
-		// its consumer pulls. first takes from after, in order, the first
-		// $5 namespaces whose windowCounts are not empty; second takes from
-		// wrapped as many more as first left room for, and is not run at
-		// all (LIMIT 0) when first filled the window. No namespace beyond
-		// the window has its routes read. The final sort is over the
-		// window's routes only.
-		countPendingWindow: x(`
-WITH RECURSIVE ` + namespaceWalk("after", `
-		AND o.namespace > $4::text`, "") + `, ` + namespaceWalk("wrapped", "", `
-		AND o.namespace <= $4::text`) + `,
-` + windowPart("first", "after", "$5") + `,
-` + windowPart("second", "wrapped", "greatest($5 - (SELECT count(*) FROM first), 0)") + `
-SELECT win.namespace, r.task_queue, r.n
-FROM (
-	SELECT * FROM first
-	UNION ALL
-	SELECT * FROM second
-) win
-CROSS JOIN LATERAL unnest(win.queues, win.counts) AS r (task_queue, n)
-ORDER BY win.namespace, r.task_queue`),
+		countPendingWindow: x(windowCounts.with + windowCounts.sel + windowCounts.order),
+
+		// countPending's and countPendingWindow's parameters and counts,
+		// and countClaimed's counts, in one statement (see sweepCounts).
+		sweepCount:       x(sweepCounts(pendingCounts, "$4::bool")),
+		sweepCountWindow: x(sweepCounts(windowCounts, "$6::bool")),
 
 		// $2: lease µs, $3: owned shards, $4..$6: the scopes as parallel
 		// arrays (namespace, task queue, limit), $7: all shards owned. One
@@ -257,7 +268,7 @@ WITH picked AS (
 		AND o.claimable_at <= coalesce($1::timestamptz, now())
 		AND ($5::bool OR o.shard = ANY ($3::int4[]))
 	ORDER BY o.enqueued_at, o.id
-	LIMIT (SELECT $4::int8) -- not a constant to the planner: see cappedCount
+	LIMIT (SELECT $4::int8) -- not a constant to the planner: see routeCount
 	FOR UPDATE SKIP LOCKED
 )` + claimUpdate),
 

@@ -3,7 +3,7 @@
 // the contract the planner relies on (dedup, shard placement, live-lease
 // counts, capped pending counts, atomic scoped claims, leases, claim tokens,
 // retries, concurrency and one round trip per call), and the optional
-// pending-count window when the store offers it.
+// extensions when the store offers them.
 //
 // Quick start, in your store's _test.go file:
 //
@@ -58,7 +58,13 @@
 // windows, a cancelled context and a mismatched shard count must fail. A
 // store that does not implement it skips the area, saying so.
 //
-// Likewise for [backpressure.TxSweeper], the SweepTx area: the view's
+// Likewise for [backpressure.SweepCounter], the SweepCounter area: its
+// claimed counts must equal CountClaimedOutboxRows, and its pending counts
+// CountPendingOutboxRows (or, for a window, CountPendingOutboxRowsWindow),
+// in one round trip; invalid arguments, a cancelled context and a
+// mismatched shard count must fail.
+//
+// And for [backpressure.TxSweeper], the SweepTx area: the view's
 // counts must equal the store's own; its claim must take exactly the rows
 // the store's claim takes on an identical store, with or without a count
 // before it; a fn that fails after claiming, a fault at any statement, a
@@ -207,6 +213,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Concurrency", testConcurrency[R]},
 		{"RoundTrips", testRoundTrips[R]},
 		{"Window", testWindow[R]},
+		{"SweepCounter", testSweepCounter[R]},
 		{"SweepTx", testSweepTx[R]},
 	}
 	for _, a := range areas {
