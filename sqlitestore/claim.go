@@ -448,15 +448,23 @@ func routeCountsSQL(cond, where string, mode countMode) string {
 	if where != "" {
 		where = "\nWHERE " + where
 	}
-	agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id)", countFirstID: "min(id)"}[mode]
-	return `
-SELECT r.namespace, r.task_queue, (
-	SELECT ` + agg + ` FROM (
+	rows := `
 		SELECT o.id FROM outbox o
 		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
 		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
 		ORDER BY o.id -- the index's order, so free; the IDs must be the oldest
-		LIMIT ?2))
+		LIMIT ?2`
+	if mode == countFirstID {
+		// The first row's ID, or NULL: with a cap of 1 the probe itself,
+		// with no aggregate over it.
+		rows = strings.Replace(rows, "LIMIT ?2", "LIMIT 1", 1)
+	} else {
+		agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id)"}[mode]
+		rows = `
+	SELECT ` + agg + ` FROM (` + rows + `)`
+	}
+	return `
+SELECT r.namespace, r.task_queue, (` + rows + `)
 FROM outbox_routes r` + where + `
 ORDER BY r.namespace, r.task_queue`
 }

@@ -107,7 +107,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		// parameter.
 		base = "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	}
-	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", busy.Milliseconds())
+	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)", busy.Milliseconds())
 	if !memory {
 		sync := "FULL"
 		if opts.SyncNormal {

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -37,6 +38,35 @@ func TestDefaults(t *testing.T) {
 	s := openT(t, ":memory:", Options{})
 	if s.ShardCount() != 64 || s.Lease() != 30*time.Second {
 		t.Errorf("defaults: ShardCount %d Lease %v, want 64 30s", s.ShardCount(), s.Lease())
+	}
+}
+
+// TestConnectionSettings: a file store's writer runs in WAL mode with
+// temporary storage in memory, so a claim's statement journal never spills
+// to a file; its readers in WAL mode too, read only.
+func TestConnectionSettings(t *testing.T) {
+	s := openT(t, filepath.Join(t.TempDir(), "outbox.db"), Options{})
+	for _, c := range []struct {
+		name string
+		db   interface {
+			QueryRowContext(context.Context, string, ...any) *sql.Row
+		}
+		pragma string
+		want   string
+	}{
+		{"writer", s.writer, "journal_mode", "wal"},
+		{"writer", s.writer, "temp_store", "2"},
+		{"reader", s.reader, "journal_mode", "wal"},
+		{"reader", s.reader, "temp_store", "2"},
+		{"reader", s.reader, "query_only", "1"},
+	} {
+		var got string
+		if err := c.db.QueryRowContext(t.Context(), "PRAGMA "+c.pragma).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s: PRAGMA %s = %s, want %s", c.name, c.pragma, got, c.want)
+		}
 	}
 }
 
