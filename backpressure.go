@@ -224,7 +224,8 @@ func (b *Backpressure) PendingCountCap() int {
 func (b *Backpressure) windowSize(claimed map[string]int, st shardState) (int, bool) {
 	k := st.zeroCeilings
 	for ns, c := range claimed {
-		if ceil := st.f.Ceiling(b.Quota(ns)); ceil != Unlimited && c >= ceil {
+		// A ceiling of 0 is counted in zeroCeilings already.
+		if ceil := st.f.Ceiling(b.Quota(ns)); ceil != Unlimited && ceil > 0 && c >= ceil {
 			k++
 		}
 	}
@@ -241,15 +242,16 @@ func (b *Backpressure) windowFor(k int) (int, bool) {
 
 // guessK returns, after a sweep planned p, the k a [SweepCounter]'s next
 // window is sized for, before the sweep knows its claimed counts: the
-// paused namespaces plus those whose claimed rows and grant together reach
-// their ceiling, Σ [Claimed + Granted ≥ Ceiling]. Claimed rows grow only by
-// this node's claims, so that bounds the next sweep's k unless some other
-// claimer took rows on the node's shards (or the shards changed); the next
-// sweep then counts its window again, one more round trip.
+// paused namespaces (zeroCeilings) plus those with a ceiling c > 0 whose
+// claimed rows and grant together reach it, Σ [0 < c ≤ Claimed + Granted].
+// Claimed rows grow only by this node's claims, so that bounds the next
+// sweep's k unless some other claimer took rows on the node's shards (or
+// the shards changed); the next sweep then counts its window again, one
+// more round trip.
 func guessK(p Plan, st shardState) int {
 	k := st.zeroCeilings
 	for _, r := range p.Namespaces {
-		if r.Ceiling != Unlimited && r.Claimed+r.Granted >= r.Ceiling {
+		if r.Ceiling != Unlimited && r.Ceiling > 0 && r.Claimed+r.Granted >= r.Ceiling {
 			k++
 		}
 	}

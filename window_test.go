@@ -328,3 +328,34 @@ func TestSweepCounterGuessFallsShort(t *testing.T) {
 		t.Fatalf("step 4: %d more windows counted, want 1: the guessed window was too small", comb.windows-windows)
 	}
 }
+
+// TestSweepCounterWindowsWithPausedNamespace: a paused namespace (quota 0)
+// is counted once in the k a SweepCounter's window is sized for, as in
+// the window store's: counted twice, the guessed window outgrew the
+// namespaces seen, and the combined sweeps never windowed while the window
+// store's did.
+func TestSweepCounterWindowsWithPausedNamespace(t *testing.T) {
+	win := &memWindowStore{memStore: newMemStore(1)}
+	comb := &memSweepCounter{memWindowStore: &memWindowStore{memStore: newMemStore(1)}}
+	for _, ns := range []string{"a", "b", "p"} {
+		win.enqueue(ns, "q", 50)
+		comb.enqueue(ns, "q", 50)
+	}
+	all, _ := backpressure.AllShards(1)
+	cfg := backpressure.Config{BatchSize: 1, DefaultQuota: backpressure.Unlimited, Quotas: map[string]int{"p": 0}}
+	bw, _ := backpressure.New(cfg, all)
+	bc, _ := backpressure.New(cfg, all)
+	for i := 0; i < 6; i++ {
+		_, p1, err1 := backpressure.Sweep(context.Background(), bw, win)
+		_, p2, err2 := backpressure.Sweep(context.Background(), bc, comb)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if !slices.Equal(p1.Claims, p2.Claims) || p1.Windowed != p2.Windowed {
+			t.Fatalf("sweep %d: window store %v (windowed %v), SweepCounter %v (windowed %v)", i, p1.Claims, p1.Windowed, p2.Claims, p2.Windowed)
+		}
+		if i > 0 && !p2.Windowed {
+			t.Fatalf("sweep %d: not windowed", i)
+		}
+	}
+}

@@ -59,9 +59,9 @@
 //	        lease_expires_at, settled_at,
 //	        claimable_at GENERATED: visible_at if pending, lease_expires_at if claimed)
 //	outbox_route_oldest_idx (namespace, task_queue, enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state <> 'settled'  -- scoped claims, routes for the counts
+//	                        WHERE state <> 'settled'  -- scoped claims
 //	outbox_route_claimable_idx (namespace, task_queue, claimable_at) INCLUDE (shard)
-//	                        WHERE state IN ('pending', 'claimed')  -- pending counts
+//	                        WHERE state IN ('pending', 'claimed')  -- pending counts, their routes
 //	outbox_oldest_idx       (enqueued_at, id) INCLUDE (shard, claimable_at)
 //	                        WHERE state <> 'settled'  -- the unscoped claim
 //	outbox_live_lease_idx   (lease_expires_at) INCLUDE (namespace, shard)
@@ -77,16 +77,22 @@
 // FOR UPDATE SKIP LOCKED. Being oldest
 // first, a claim reads (and skips) the route's older rows that are not
 // claimable now: rows in retry back-off, under a live lease, or on other
-// shards. Pending counts find the routes with a loose index scan (a
-// recursive CTE, one index descent per route with unsettled rows) and count
-// each over a subquery LIMITed to the cap that walks
-// outbox_route_claimable_idx over claimable_at <= now: rows in retry
-// back-off or under a live lease are outside that range and never read, and
-// the walk stops at the cap-th claimable row on the owned shards (reading
-// the claimable rows on other shards it passes). So no count reads a whole
-// backlog. explain_test.go checks with EXPLAIN that each statement uses its
-// index, and that the count's claimable_at is an index bound, with a route
-// whose backlog is mostly delayed; EXPLAIN.md shows the plans.
+// shards. Pending counts find the routes with a loose index scan of
+// outbox_route_claimable_idx (a recursive CTE, one index descent per route
+// with unsettled rows), which also gives each route's earliest claimable
+// time: a route with none due yet is not counted at all. The others are
+// counted over a subquery LIMITed to the cap that walks the same index over
+// claimable_at <= now: rows in retry back-off or under a live lease are
+// outside that range and never read, and the walk stops at the cap-th
+// claimable row on the owned shards (reading the claimable rows on other
+// shards it passes). At a cap of 1 on a node that owns every shard, as a
+// sweep's window asks, the descent alone decides. So no count reads a
+// whole backlog. The window walks the routes from its start, carrying how
+// many namespaces it has filled, and stops at the last one. [Store.CountSweep]
+// returns the claimed counts and either pending count in one statement.
+// explain_test.go checks with EXPLAIN that each statement uses its index,
+// and that the count's claimable_at is an index bound, with a route whose
+// backlog is mostly delayed; EXPLAIN.md shows the plans.
 //
 // # Testing
 //

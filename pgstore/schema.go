@@ -70,11 +70,12 @@ CREATE TABLE {schema}.outbox (
 );
 ALTER SEQUENCE {schema}.outbox_id_seq OWNED BY {schema}.outbox.id;
 
--- The scoped claims walk a route oldest first over this index; the
--- pending counts walk outbox_route_claimable_idx, which migration 2 adds.
--- This index's predicate, state <> 'settled', is the claims'; the
--- claimable index's is spelled otherwise so that the planner, for generic
--- plans, does not sort a whole route's backlog for a claim.
+-- One index per route serves both the scoped claims (oldest first within a
+-- route) and the pending counts: the counts read it index-only, checking
+-- claimable_at and shard in the index entry, and find the routes with a
+-- loose index scan of its (namespace, task_queue) prefix. A second index
+-- keyed by (namespace, task_queue, claimable_at) would tempt the planner,
+-- for generic plans, to sort a whole route's backlog for a claim.
 CREATE INDEX outbox_route_oldest_idx ON {schema}.outbox (namespace, task_queue, enqueued_at, id)
 	INCLUDE (shard, claimable_at) WHERE state <> 'settled';
 

@@ -57,7 +57,7 @@ func routeCount(all string) string {
 	return `
 	CROSS JOIN LATERAL (
 		SELECT CASE
-			WHEN nx.claimable_at > coalesce($1::timestamptz, now()) THEN 0
+			WHEN nx.claimable_at IS NULL OR nx.claimable_at > coalesce($1::timestamptz, now()) THEN 0
 			WHEN (SELECT ` + all + ` AND $3::int8 = 1) THEN 1 -- not folded: see routeCount
 			ELSE (
 				SELECT count(*)
@@ -110,14 +110,19 @@ ORDER BY 1, 2`,
 // then, wrapped, those up to $4 — one routeStep (one index descent) per
 // route, and counts each with routeCount. It carries k, the namespaces with
 // a claimable route so far, and has, whether the current namespace has
-// one, and stops before the first route of a new namespace once k reaches
-// $5: it reads the routes of the window's namespaces and of the namespaces
-// between them with nothing claimable, never beyond. The final sort is
-// over the window's routes only.
+// one, and stops at the first route of a new namespace once k reaches $5:
+// it reads the routes of the window's namespaces and of the namespaces
+// between them with nothing claimable, and one index descent beyond. The
+// final sort is over the window's routes only.
+//
+// Each step takes the first row of (A UNION ALL B UNION ALL C) LIMIT 1,
+// relying on Append to run its branches in order and stop at the first
+// row, as the loose index scan idiom does; a Parallel Append would not,
+// and explain_test.go fails if one appears.
 var windowCounts = countQuery{
 	with: `
 WITH RECURSIVE walk (namespace, task_queue, wrapped, n, k, has) AS (
-	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, (c.n > 0)::int, c.n > 0
+	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, (c.n > 0)::int::int8, c.n > 0
 	FROM (` + routeStep("false", `
 			AND o.namespace > $4::text`) + `
 		UNION ALL` + routeStep("true", `
@@ -126,7 +131,7 @@ WITH RECURSIVE walk (namespace, task_queue, wrapped, n, k, has) AS (
 	) nx` + routeCount("$6::bool") + `
 	UNION ALL
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n,
-		w.k + (c.n > 0 AND NOT (w.has AND nx.namespace = w.namespace))::int,
+		w.k + (c.n > 0 AND NOT (w.has AND nx.namespace = w.namespace))::int::int8,
 		c.n > 0 OR (w.has AND nx.namespace = w.namespace)
 	FROM walk w
 	CROSS JOIN LATERAL (` + routeStep("false", `
@@ -141,7 +146,7 @@ WITH RECURSIVE walk (namespace, task_queue, wrapped, n, k, has) AS (
 			AND o.namespace <= $4::text`) + `
 		LIMIT 1
 	) nx` + routeCount("$6::bool") + `
-	WHERE w.k < $5 OR nx.namespace = w.namespace
+	WHERE w.k < $5::int8 OR nx.namespace = w.namespace
 )`,
 	sel: `
 SELECT walk.namespace, walk.task_queue, walk.n

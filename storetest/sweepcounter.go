@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 
@@ -45,7 +46,7 @@ func testSweepCounter[R any](t *testing.T, newHarness func(*testing.T) *Harness[
 					continue
 				}
 				for _, after := range []string{"", seeded[len(seeded)/2], "\U0010FFFF"} {
-					for _, n := range []int{1, 3, 1000} {
+					for _, n := range []int{1, 3, 1000, math.MaxInt} {
 						w := backpressure.PendingWindow{CapPerRoute: capPerRoute, After: after, Namespaces: n}
 						claimed, pending := e.countSweep(sc, f, w)
 						if !maps.Equal(claimed, wantClaimed) {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"testing"
@@ -69,6 +70,20 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 						}
 					}
 				}
+			}
+		}
+	})
+
+	t.Run("HugeWindow", func(t *testing.T) {
+		// A window larger than any count of namespaces is every
+		// namespace: the full counts, sorted.
+		e, wc := windowSetup(t, newHarness)
+		e.seedWindow()
+		want := e.fullCounts(e.all, 3)
+		for _, n := range []int{1<<31 - 1, 1 << 31, math.MaxInt} {
+			w := backpressure.PendingWindow{CapPerRoute: 3, After: "delta", Namespaces: n}
+			if got := e.window(wc, e.all, w); !slices.Equal(got, want) {
+				t.Errorf("CountPendingOutboxRowsWindow(%+v) =\n\t%v\nwant every namespace\n\t%v", w, got, want)
 			}
 		}
 	})
