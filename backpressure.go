@@ -523,8 +523,25 @@ func (b *Backpressure) countCap(full int) int {
 }
 
 // markCapped sets Capped on the reports (sorted by namespace) of the
-// namespaces with a route counted up to c.
+// namespaces with a route counted up to c: in one merge when pending is
+// sorted by namespace, as stores return it, else by binary search.
 func markCapped(reports []NamespaceReport, pending []RouteCount, c int) {
+	byNamespace := func(a, b RouteCount) int { return strings.Compare(a.Route.Namespace, b.Route.Namespace) }
+	if slices.IsSortedFunc(pending, byNamespace) {
+		j := 0
+		for _, rc := range pending {
+			if rc.Count < c {
+				continue
+			}
+			for j < len(reports) && reports[j].Namespace < rc.Route.Namespace {
+				j++
+			}
+			if j < len(reports) && reports[j].Namespace == rc.Route.Namespace {
+				reports[j].Capped = true
+			}
+		}
+		return
+	}
 	for _, rc := range pending {
 		if rc.Count < c {
 			continue

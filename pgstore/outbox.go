@@ -306,17 +306,18 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 		order  = make(map[backpressure.Route]int, len(claims))
 	)
 	for i, c := range claims {
-		arg := fmt.Sprintf("claims[%d]", i)
+		arg := func(field string) string { return fmt.Sprintf("claims[%d].%s", i, field) } // only for an error
 		if c.Limit < 0 {
-			return nil, &ArgumentError{Op: op, Arg: arg + ".Limit", Reason: fmt.Sprintf("%d is negative", c.Limit)}
+			return nil, &ArgumentError{Op: op, Arg: arg("Limit"), Reason: fmt.Sprintf("%d is negative", c.Limit)}
 		}
 		if _, dup := order[c.Route]; dup {
-			return nil, &ArgumentError{Op: op, Arg: arg + ".Route", Reason: fmt.Sprintf("route %s is claimed twice", c.Route)}
+			return nil, &ArgumentError{Op: op, Arg: arg("Route"), Reason: fmt.Sprintf("route %s is claimed twice", c.Route)}
 		}
-		for _, f := range []struct{ name, value string }{{"Namespace", c.Route.Namespace}, {"TaskQueue", c.Route.TaskQueue}} {
-			if reason := badText(f.value, false); reason != "" {
-				return nil, &ArgumentError{Op: op, Arg: arg + ".Route." + f.name, Reason: reason}
-			}
+		if reason := badText(c.Route.Namespace, false); reason != "" {
+			return nil, &ArgumentError{Op: op, Arg: arg("Route.Namespace"), Reason: reason}
+		}
+		if reason := badText(c.Route.TaskQueue, false); reason != "" {
+			return nil, &ArgumentError{Op: op, Arg: arg("Route.TaskQueue"), Reason: reason}
 		}
 		order[c.Route] = i
 		if c.Limit == 0 {

@@ -243,8 +243,7 @@ const (
 // shards, the rows on shards it does not own, that lie before the route's
 // Limit-th claimable row (or all of them, when the route has fewer).
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
-	scopes, err := scopesOf(claims)
-	if err != nil {
+	if err := checkClaims(claims); err != nil {
 		return nil, err
 	}
 	cond, sarg, none, err := s.shardFilter(shards, 7)
@@ -258,7 +257,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 		return []Row{}, nil
 	}
 	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]Row, error) {
-		return s.claimScoped(ctx, tx, cond, sarg, scopes, now)
+		return s.claimScoped(ctx, tx, cond, sarg, claims, now)
 	})
 }
 
@@ -275,40 +274,65 @@ func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64
 	return out, nil
 }
 
-// scopesOf validates claims as ClaimOutboxRowsScoped documents and returns
-// them as [namespace, task queue, limit] triples.
-func scopesOf(claims []backpressure.ScopedClaim) ([][3]any, error) {
-	first := make(map[backpressure.Route]int, len(claims))
-	scopes := make([][3]any, 0, len(claims))
+// checkClaims validates claims as ClaimOutboxRowsScoped documents. It
+// allocates only to report an error: a plan's claims, sorted by route, need
+// no set to rule out a route named twice.
+func checkClaims(claims []backpressure.ScopedClaim) error {
+	name := func(i int) string { return "claims[" + strconv.Itoa(i) + "]" }
+	sorted := true
 	for i, c := range claims {
-		name := "claims[" + strconv.Itoa(i) + "]"
 		if c.Limit < 1 {
-			return nil, &ArgumentError{Name: name + ".Limit", Value: c.Limit, Reason: "must be ≥ 1"}
+			return &ArgumentError{Name: name(i) + ".Limit", Value: c.Limit, Reason: "must be ≥ 1"}
 		}
-		if err := checkText(name+".Route.Namespace", c.Route.Namespace, false); err != nil {
-			return nil, err
+		if checkText("", c.Route.Namespace, false) != nil {
+			return checkText(name(i)+".Route.Namespace", c.Route.Namespace, false)
 		}
-		if err := checkText(name+".Route.TaskQueue", c.Route.TaskQueue, false); err != nil {
-			return nil, err
+		if checkText("", c.Route.TaskQueue, false) != nil {
+			return checkText(name(i)+".Route.TaskQueue", c.Route.TaskQueue, false)
 		}
+		if i > 0 && sorted && compareRoutes(claims[i-1].Route, c.Route) >= 0 {
+			sorted = false
+		}
+	}
+	if sorted {
+		return nil // strictly ascending: no route twice
+	}
+	first := make(map[backpressure.Route]int, len(claims))
+	for i, c := range claims {
 		if j, dup := first[c.Route]; dup {
-			return nil, &ArgumentError{Name: name + ".Route", Value: strconv.Quote(c.Route.String()),
+			return &ArgumentError{Name: name(i) + ".Route", Value: strconv.Quote(c.Route.String()),
 				Reason: "already named by claims[" + strconv.Itoa(j) + "]; name each route at most once"}
 		}
 		first[c.Route] = i
-		scopes = append(scopes, [3]any{c.Route.Namespace, c.Route.TaskQueue, c.Limit})
 	}
-	return scopes, nil
+	return nil
 }
 
-// claimScoped runs the scoped claim statement for scopes at now in tx.
-func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg []byte, scopes [][3]any, now int64) ([]Row, error) {
+// compareRoutes orders routes by namespace, then task queue, byte by byte.
+func compareRoutes(a, b backpressure.Route) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.TaskQueue, b.TaskQueue)
+}
+
+// claimScoped runs the scoped claim statement for claims at now in tx: the
+// scopes go to SQLite as a JSON array of [namespace, task queue, limit].
+func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg []byte, claims []backpressure.ScopedClaim, now int64) ([]Row, error) {
+	scopes := make([][3]any, len(claims))
+	for i, c := range claims {
+		scopes[i] = [3]any{c.Route.Namespace, c.Route.TaskQueue, c.Limit}
+	}
 	scopeJSON, err := json.Marshal(scopes)
 	if err != nil {
 		return nil, err
 	}
 	// ?5 and ?6 are unused here; binding them keeps the numbering shared.
-	return s.claimIn(ctx, tx, scopedClaimSQL(cond), sarg, now, string(scopeJSON), nil, nil)
+	most := 0 // Σ Limit, saturating at maxPresize
+	for _, c := range claims {
+		most = min(maxPresize, most+min(c.Limit, maxPresize))
+	}
+	return s.claimIn(ctx, tx, scopedClaimSQL(cond), sarg, now, most, string(scopeJSON), nil, nil)
 }
 
 // ClaimOutboxRowsUnscoped claims, in one write transaction, the limit oldest
@@ -334,14 +358,19 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	}
 	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]Row, error) {
 		// ?4 and ?5 are unused here; binding them keeps the numbering shared.
-		return s.claimIn(ctx, tx, unscopedClaimSQL(cond), sarg, now, nil, nil, limit)
+		return s.claimIn(ctx, tx, unscopedClaimSQL(cond), sarg, now, limit, nil, nil, limit)
 	})
 }
 
+// maxPresize bounds the rows a claim allocates room for before it reads
+// them.
+const maxPresize = 4096
+
 // claimIn runs a claim statement q in tx at now: it takes a fresh token
 // and binds ?1 token, ?2 now, ?3 lease end, ?4..?6 from p4, p5 and p6, and
-// the shard filter's argument (when there is one) as ?7.
-func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, q string, sarg []byte, now int64, p4, p5, p6 any) ([]Row, error) {
+// the shard filter's argument (when there is one) as ?7. most is the most
+// rows the claim can return, to size the result.
+func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, q string, sarg []byte, now int64, most int, p4, p5, p6 any) ([]Row, error) {
 	token, err := s.nextToken(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -356,7 +385,7 @@ func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, q string, sarg []byte, 
 	if err != nil {
 		return nil, err
 	}
-	return collect(nil, rows, token, at, leaseEnd)
+	return collect(make([]Row, 0, max(0, min(most, maxPresize))), rows, token, at, leaseEnd)
 }
 
 // nextTokenSQL takes the next claim token.

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/outboxkit/backpressure"
 )
@@ -149,8 +149,7 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 	if err := v.check(ctx); err != nil {
 		return nil, err
 	}
-	scopes, err := scopesOf(claims)
-	if err != nil {
+	if err := checkClaims(claims); err != nil {
 		return nil, err
 	}
 	cond, sarg, none, err := v.s.shardFilter(shards, 7)
@@ -164,12 +163,9 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 	v.counted = nil // the rows are claimed now, or the claim failed; either way count again
 	var rows []Row
 	if known {
-		var idJSON []byte
-		if idJSON, err = json.Marshal(ids); err == nil {
-			rows, err = v.s.claimIn(ctx, v.tx, claimByIDSQL(cond), sarg, v.now, string(idJSON), nil, nil)
-		}
+		rows, err = v.s.claimIn(ctx, v.tx, claimByIDSQL(cond), sarg, v.now, len(ids), idList(ids), nil, nil)
 	} else {
-		rows, err = v.s.claimScoped(ctx, v.tx, cond, sarg, scopes, v.now)
+		rows, err = v.s.claimScoped(ctx, v.tx, cond, sarg, claims, v.now)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
@@ -194,6 +190,19 @@ func (v *sweepView) idsOf(claims []backpressure.ScopedClaim, sarg []byte) ([]int
 		out = append(out, got[:c.Limit]...)
 	}
 	return out, true
+}
+
+// idList renders ids as a JSON array, for json_each.
+func idList(ids []int64) string {
+	b := make([]byte, 0, 2+len(ids)*8)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	return string(append(b, ']'))
 }
 
 // claimByIDSQL claims the rows whose IDs ?4 lists (a JSON array), found by
