@@ -363,8 +363,8 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 }
 
 // maxPresize bounds the rows a claim allocates room for before it reads
-// them.
-const maxPresize = 4096
+// them, so that a large limit on a small outbox costs no large allocation.
+const maxPresize = 256
 
 // claimIn runs a claim statement q in tx at now: it takes a fresh token
 // and binds ?1 token, ?2 now, ?3 lease end, ?4..?6 from p4, p5 and p6, and

@@ -37,6 +37,9 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			{"CountPendingOutboxRowsWindow (up to)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowUpTo, countOnly), 4, []string{
 				"SEARCH r USING PRIMARY KEY (namespace<?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
+			{"CountPendingOutboxRowsWindow (rest of a namespace)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowRestOf, countOnly), 5, []string{
+				"SEARCH r USING PRIMARY KEY (namespace=? AND task_queue>?)",
+				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
 			{"InSweepTx's pending count", routeCountsSQL(strings.ReplaceAll(cond, "?7", "?3"), "", countIDs), 3,
 				[]string{"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
 			{"InSweepTx's pending count to 1", routeCountsSQL(strings.ReplaceAll(cond, "?7", "?3"), "", countFirstID), 3,

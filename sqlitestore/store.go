@@ -197,7 +197,7 @@ func (s *Store) hotStatements() []stmtKey {
 		for _, m := range []countMode{countIDs, countFirstID} {
 			out = append(out, stmtKey{s.writer, routeCountsSQL(cond, "", m)})
 		}
-		for _, part := range []string{windowAfter, windowUpTo} {
+		for _, part := range []string{windowAfter, windowUpTo, windowRestOf} {
 			out = append(out, stmtKey{s.reader, countPendingWindowSQL(cond, part, countOnly)})
 			for _, m := range []countMode{countIDs, countFirstID} {
 				out = append(out, stmtKey{s.writer, countPendingWindowSQL(cond, part, m)})

@@ -29,14 +29,14 @@ var _ backpressure.PendingWindowCounter = (*Store)(nil)
 // One read transaction (one round trip). It walks outbox_routes in
 // (namespace, task queue) order from the first namespace after w.After,
 // computing each route's capped count as CountPendingOutboxRows does, and
-// stops once w.Namespaces namespaces qualified and the last one's routes
-// are counted: at the first route of the next namespace, the one route
-// beyond the window it probes. If the walk reaches the end of the
-// namespaces before the window is full, it continues from the smallest
+// stops at the route that completes the window: once w.Namespaces
+// namespaces qualified, only the remaining routes of the last one are
+// counted (by a second statement bounded to that namespace), so no route of
+// a namespace beyond the window is probed. If the walk reaches the end of
+// the namespaces before the window is full, it continues from the smallest
 // namespace up to w.After. Its cost is that of CountPendingOutboxRows
 // restricted to the routes of the namespaces it walks: those of the window
-// and those of the namespaces without claimable rows it passes on the way,
-// plus that one route.
+// and those of the namespaces without claimable rows it passes on the way.
 func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
 	return s.countWindow(ctx, s.reader, nil, shards, w, nanos(s.now()), nil)
 }
@@ -115,8 +115,8 @@ type windowWalk struct {
 }
 
 // run walks the namespaces after after, then those up to and including it,
-// until the window is full, and leaves out sorted by namespace and task
-// queue.
+// completes the last namespace of a full window, and leaves out sorted by
+// namespace and task queue.
 func (w *windowWalk) run(after string) error {
 	wrapped := -1 // where in out the walk wrapped around, once it has
 	for _, part := range []string{windowAfter, windowUpTo} {
@@ -127,7 +127,13 @@ func (w *windowWalk) run(after string) error {
 		if err != nil {
 			return err
 		}
-		if full {
+		if full != nil {
+			// The window is full: count the rest of its last namespace
+			// only. Its routes after full.taskQueue come after every entry
+			// of this part, so they append in order and add no namespace.
+			if _, err := w.scan(windowRestOf, full.namespace, full.taskQueue); err != nil {
+				return err
+			}
 			break
 		}
 	}
@@ -139,31 +145,30 @@ func (w *windowWalk) run(after string) error {
 	return nil
 }
 
-// scan runs countPendingWindowSQL with the bound part and its argument
-// (?4), appending each route with a count to out. Once the window holds
-// w.want namespaces it reads on only through the routes of the last one,
-// and stops, reporting true, at the first route of the next namespace: its
-// count is the only one beyond the window. It reports false when it ran
-// out of routes first.
-func (w *windowWalk) scan(part string, bounds ...any) (full bool, err error) {
+// windowFull says where a scan stopped because the window filled up: the
+// route that completed it.
+type windowFull struct {
+	namespace, taskQueue string
+}
+
+// scan runs countPendingWindowSQL with the bound part and its arguments
+// (?4, ?5), appending each route with a count to out. It stops, returning
+// where, as soon as the window holds w.want namespaces; it returns nil when
+// it ran out of routes first.
+func (w *windowWalk) scan(part string, bounds ...any) (*windowFull, error) {
 	if err := w.s.step(w.ctx); err != nil {
-		return false, err
+		return nil, err
 	}
 	args := append(append([]any(nil), w.args...), bounds...)
 	rows, err := w.s.query(w.ctx, w.db, w.tx, countPendingWindowSQL(w.cond, part, w.mode), args...)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		c, err := scanRouteCount(rows, w.mode, w.ids)
 		if err != nil {
-			return false, err
-		}
-		if w.got == w.want && c.Route.Namespace != w.last {
-			// Closing rows here stops SQLite before it counts another
-			// route.
-			return true, rows.Close()
+			return nil, err
 		}
 		// As in CountPendingOutboxRows: filtered here so the count
 		// subquery runs once, and unclaimable names are left out.
@@ -171,19 +176,26 @@ func (w *windowWalk) scan(part string, bounds ...any) (full bool, err error) {
 			continue
 		}
 		w.out = append(w.out, c)
-		if w.got == 0 || w.last != c.Route.Namespace {
-			w.got++
-			w.last = c.Route.Namespace
+		if w.got > 0 && w.last == c.Route.Namespace {
+			continue
+		}
+		w.got++
+		w.last = c.Route.Namespace
+		if w.got == w.want && part != windowRestOf {
+			// Closing rows here stops SQLite before it counts another
+			// route.
+			return &windowFull{namespace: c.Route.Namespace, taskQueue: c.Route.TaskQueue}, rows.Close()
 		}
 	}
-	return w.got == w.want, rows.Err()
+	return nil, rows.Err()
 }
 
 // The parts of outbox_routes a window walk reads, as conditions on r: ?4 a
-// namespace.
+// namespace, ?5 a task queue.
 const (
-	windowAfter = `r.namespace > ?4`
-	windowUpTo  = `r.namespace <= ?4`
+	windowAfter  = `r.namespace > ?4`
+	windowUpTo   = `r.namespace <= ?4`
+	windowRestOf = `r.namespace = ?4 AND r.task_queue > ?5`
 )
 
 // countPendingWindowSQL is countPendingSQL restricted to the routes where
