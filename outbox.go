@@ -79,7 +79,8 @@ type PendingWindow struct {
 
 	// Namespaces is the most namespaces the window holds (≥ 1): the walk
 	// stops once it has this many namespaces with at least one claimable
-	// row on the owned shards.
+	// row on the owned shards. [SweepCounter.CountSweep] also takes 0, for
+	// no window: every namespace.
 	Namespaces int
 }
 
