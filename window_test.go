@@ -89,10 +89,10 @@ func referenceSweep(b *backpressure.Backpressure, s *memStore) ([]memRow, backpr
 // swept by referenceSweep, one by Sweep with full counts only, one by Sweep
 // on a store that counts windows, and one on a store that also reads both
 // counts in one call (SweepCounter). Over random enqueues, settles, lease
-// expiries, claims by another claimer and quotas that hold some namespaces
-// at their ceiling, every sweep must claim exactly the same rows in all
-// four, whatever shallow counts, windows and guessed window sizes Sweep
-// used to get there.
+// expiries, claims by another claimer, shards moving to and from the node
+// and quotas that hold some namespaces at their ceiling, every sweep must
+// claim exactly the same rows in all four, whatever shallow counts, windows
+// and guessed window sizes Sweep used to get there.
 func TestSweepSameClaimsAsReference(t *testing.T) {
 	windowCalls, windowedPlans, shallowPlans := 0, 0, 0
 	combinedWindows, recounts, combinedWindowed := 0, 0, 0
@@ -125,8 +125,8 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 			t.Fatal(err1, err2, err3, err4)
 		}
 		nNS := rapid.IntRange(1, 14).Draw(t, "namespaces")
-		for step := 0; step < 25; step++ {
-			switch rapid.IntRange(0, 5).Draw(t, "action") {
+		for step := 0; step < 30; step++ {
+			switch rapid.IntRange(0, 6).Draw(t, "action") {
 			case 0, 1:
 				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "ns"))
 				tq := fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "tq"))
@@ -153,6 +153,23 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 				}}
 				for _, s := range stores {
 					if _, err := s.ClaimOutboxRowsScoped(context.Background(), f, claim); err != nil {
+						t.Fatal(err)
+					}
+				}
+			case 6:
+				// The membership system moves shards: every Backpressure
+				// gets the same new fraction.
+				var moved []int
+				for s := 0; s < nShards; s++ {
+					if rapid.IntRange(0, 3).Draw(t, "ownNow") > 0 {
+						moved = append(moved, s)
+					}
+				}
+				if f, err = backpressure.NewOwnedShardFraction(moved, nShards); err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range []*backpressure.Backpressure{bp, bw, br, bc} {
+					if err := b.SetOwnedShards(f); err != nil {
 						t.Fatal(err)
 					}
 				}
