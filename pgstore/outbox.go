@@ -173,20 +173,11 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	if w.CapPerRoute < 1 {
-		return nil, &ArgumentError{Op: op, Arg: "w.CapPerRoute", Reason: fmt.Sprintf("%d is below 1", w.CapPerRoute)}
-	}
-	if w.Namespaces < 1 {
-		return nil, &ArgumentError{Op: op, Arg: "w.Namespaces", Reason: fmt.Sprintf("%d is below 1", w.Namespaces)}
-	}
-	if reason := badText(w.After, false); reason != "" {
-		return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
-	}
-	owned, all, _, err := s.ownedShards(op, shards)
+	args, err := s.countArgs(op, shards, w, 1)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql.countPendingWindow, s.clock(), owned, int64(w.CapPerRoute), w.After, int64(w.Namespaces), all)
+	rows, err := s.pool.Query(ctx, s.sql.countPendingWindow, args...)
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -213,22 +204,13 @@ func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFr
 	if err := s.begin(ctx, op); err != nil {
 		return nil, nil, err
 	}
-	if w.CapPerRoute < 1 {
-		return nil, nil, &ArgumentError{Op: op, Arg: "w.CapPerRoute", Reason: fmt.Sprintf("%d is below 1", w.CapPerRoute)}
+	sql := s.sql.sweepCount
+	if w.Namespaces > 0 {
+		sql = s.sql.sweepCountWindow
 	}
-	if w.Namespaces < 0 {
-		return nil, nil, &ArgumentError{Op: op, Arg: "w.Namespaces", Reason: fmt.Sprintf("%d is negative", w.Namespaces)}
-	}
-	owned, all, _, err := s.ownedShards(op, shards)
+	args, err := s.countArgs(op, shards, w, 0)
 	if err != nil {
 		return nil, nil, err
-	}
-	sql, args := s.sql.sweepCount, []any{s.clock(), owned, int64(w.CapPerRoute), all}
-	if w.Namespaces > 0 {
-		if reason := badText(w.After, false); reason != "" {
-			return nil, nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
-		}
-		sql, args = s.sql.sweepCountWindow, []any{s.clock(), owned, int64(w.CapPerRoute), w.After, int64(w.Namespaces), all}
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -252,6 +234,36 @@ func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFr
 		return nil, nil, opError(op, err)
 	}
 	return claimed, pending, nil
+}
+
+// countArgs validates w for op, which takes w.Namespaces ≥ least, and
+// returns the parameters of the pending-count statements that take a
+// PendingWindow: $1 the clock, $2 the owned shards, $3 the cap, then, for a
+// window (w.Namespaces > 0), $4 After and $5 Namespaces, and last the flag
+// that every shard is owned.
+func (s *Store) countArgs(op string, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, least int) ([]any, error) {
+	if w.CapPerRoute < 1 {
+		return nil, &ArgumentError{Op: op, Arg: "w.CapPerRoute", Reason: fmt.Sprintf("%d is below 1", w.CapPerRoute)}
+	}
+	if w.Namespaces < least {
+		reason := fmt.Sprintf("%d is below %d", w.Namespaces, least)
+		if least == 0 {
+			reason = fmt.Sprintf("%d is negative", w.Namespaces)
+		}
+		return nil, &ArgumentError{Op: op, Arg: "w.Namespaces", Reason: reason}
+	}
+	if reason := badText(w.After, false); w.Namespaces > 0 && reason != "" {
+		return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
+	}
+	owned, all, _, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, err
+	}
+	args := []any{s.clock(), owned, int64(w.CapPerRoute)}
+	if w.Namespaces > 0 {
+		args = append(args, w.After, int64(w.Namespaces))
+	}
+	return append(args, all), nil
 }
 
 // scanRouteCount scans a (namespace, task queue, count) row.

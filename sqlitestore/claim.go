@@ -127,6 +127,16 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	return s.countPending(ctx, s.reader, nil, shards, capPerRoute, nanos(s.now()), nil)
 }
 
+// countFilter is the pending counts' shard filter (reading ?3), recorded
+// in rec, returned once ctx is checked.
+func (s *Store) countFilter(ctx context.Context, shards backpressure.OwnedShardFraction, rec *countedRows) (cond string, sarg []byte, none bool, err error) {
+	if cond, sarg, none, err = s.shardFilter(shards, 3); err != nil {
+		return "", nil, false, err
+	}
+	rec.filter(sarg, none)
+	return cond, sarg, none, ctx.Err()
+}
+
 // countPending is CountPendingOutboxRows at now, on db or in tx on db,
 // recording the rows counted in rec (when not nil). It counts a
 // round trip when tx is nil.
@@ -134,12 +144,8 @@ func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 	if capPerRoute < 1 {
 		return nil, &ArgumentError{Name: "capPerRoute", Value: capPerRoute, Reason: "must be ≥ 1"}
 	}
-	cond, sarg, none, err := s.shardFilter(shards, 3)
+	cond, sarg, none, err := s.countFilter(ctx, shards, rec)
 	if err != nil {
-		return nil, err
-	}
-	rec.filter(sarg, none)
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if none {

@@ -51,12 +51,8 @@ func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards 
 	if w.Namespaces < 1 {
 		return nil, &ArgumentError{Name: "w.Namespaces", Value: w.Namespaces, Reason: "must be ≥ 1"}
 	}
-	cond, sarg, none, err := s.shardFilter(shards, 3)
+	cond, sarg, none, err := s.countFilter(ctx, shards, rec)
 	if err != nil {
-		return nil, err
-	}
-	rec.filter(sarg, none)
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	counts := []backpressure.RouteCount{}

@@ -23,6 +23,29 @@ type env[R any] struct {
 
 // setup builds a fresh store with newHarness and checks the harness is
 // complete, so a missing field fails with a clear message, not a nil call.
+// setupWith builds a fresh store and returns it as the optional
+// extension I, skipping the test when the store does not implement it.
+func setupWith[I any, R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) (*env[R], I) {
+	t.Helper()
+	e := setup(t, newHarness)
+	ext, ok := any(e.h.Store).(I)
+	if !ok {
+		t.Skipf("the store (%T) does not implement the optional %v", e.h.Store, reflect.TypeFor[I]())
+	}
+	return e, ext
+}
+
+// oneRoundTrip fails the test unless call makes exactly one round trip;
+// name says which call it is.
+func (e *env[R]) oneRoundTrip(name string, call func()) {
+	e.t.Helper()
+	before := e.h.RoundTrips()
+	call()
+	if n := e.h.RoundTrips() - before; n != 1 {
+		e.t.Errorf("%s made %d round trips, want 1", name, n)
+	}
+}
+
 func setup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) *env[R] {
 	t.Helper()
 	h := newHarness(t)

@@ -38,11 +38,7 @@ func testRoundTrips[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]
 			{"CountClaimedOutboxRows with claims", func() { e.countClaimed(e.all) }},
 		}
 		for _, c := range calls {
-			before := e.h.RoundTrips()
-			c.call()
-			if n := e.h.RoundTrips() - before; n != 1 {
-				t.Errorf("%s made %d round trips, want 1", c.name, n)
-			}
+			e.oneRoundTrip(c.name, c.call)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -17,7 +18,7 @@ import (
 // mismatched shard count fail; and a call is one round trip.
 func testSweepCounter[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("MatchesSeparateCounts", func(t *testing.T) {
-		e, sc := sweepCounterSetup(t, newHarness)
+		e, sc := setupWith[backpressure.SweepCounter](t, newHarness)
 		seeded, partial := e.seedWindow()
 		fractions := []backpressure.OwnedShardFraction{e.all}
 		if partial != nil {
@@ -62,7 +63,7 @@ func testSweepCounter[R any](t *testing.T, newHarness func(*testing.T) *Harness[
 	})
 
 	t.Run("InvalidArguments", func(t *testing.T) {
-		e, sc := sweepCounterSetup(t, newHarness)
+		e, sc := setupWith[backpressure.SweepCounter](t, newHarness)
 		e.enqueue(msgs("acme", "emails", "k", 5)...)
 		for _, w := range []backpressure.PendingWindow{
 			{CapPerRoute: 0},
@@ -77,7 +78,7 @@ func testSweepCounter[R any](t *testing.T, newHarness func(*testing.T) *Harness[
 	})
 
 	t.Run("CancelledContext", func(t *testing.T) {
-		e, sc := sweepCounterSetup(t, newHarness)
+		e, sc := setupWith[backpressure.SweepCounter](t, newHarness)
 		e.enqueue(msgs("acme", "emails", "k", 5)...)
 		ctx, cancel := context.WithCancel(e.ctx)
 		cancel()
@@ -87,7 +88,7 @@ func testSweepCounter[R any](t *testing.T, newHarness func(*testing.T) *Harness[
 	})
 
 	t.Run("ShardCountMismatch", func(t *testing.T) {
-		e, sc := sweepCounterSetup(t, newHarness)
+		e, sc := setupWith[backpressure.SweepCounter](t, newHarness)
 		e.enqueue(msgs("acme", "emails", "k", 5)...)
 		other, err := backpressure.AllShards(e.h.ShardCount + 1)
 		if err != nil {
@@ -99,7 +100,7 @@ func testSweepCounter[R any](t *testing.T, newHarness func(*testing.T) *Harness[
 	})
 
 	t.Run("OneRoundTrip", func(t *testing.T) {
-		e, sc := sweepCounterSetup(t, newHarness)
+		e, sc := setupWith[backpressure.SweepCounter](t, newHarness)
 		if e.h.RoundTrips == nil {
 			t.Skip("Harness.RoundTrips is nil")
 		}
@@ -109,26 +110,9 @@ func testSweepCounter[R any](t *testing.T, newHarness func(*testing.T) *Harness[
 			ws = append(ws, backpressure.PendingWindow{CapPerRoute: 1, After: "b", Namespaces: 2})
 		}
 		for _, w := range ws {
-			before := e.h.RoundTrips()
-			e.countSweep(sc, e.all, w)
-			if n := e.h.RoundTrips() - before; n != 1 {
-				t.Errorf("CountSweep(%+v) made %d round trips, want 1", w, n)
-			}
+			e.oneRoundTrip(fmt.Sprintf("CountSweep(%+v)", w), func() { e.countSweep(sc, e.all, w) })
 		}
 	})
-}
-
-// sweepCounterSetup builds a fresh store and returns it as a SweepCounter,
-// skipping the test when the store does not implement the optional
-// interface.
-func sweepCounterSetup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) (*env[R], backpressure.SweepCounter) {
-	t.Helper()
-	e := setup(t, newHarness)
-	sc, ok := any(e.h.Store).(backpressure.SweepCounter)
-	if !ok {
-		t.Skipf("the store (%T) does not implement the optional backpressure.SweepCounter", e.h.Store)
-	}
-	return e, sc
 }
 
 // countSweep calls CountSweep, failing the test on an error, and returns

@@ -22,7 +22,7 @@ import (
 // refuses use after fn returns.
 func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("CountsMatchStore", func(t *testing.T) {
-		e, ts := sweepTxSetup(t, newHarness)
+		e, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		_, partial := e.seedWindow()
 		fractions := []backpressure.OwnedShardFraction{e.all}
 		if partial != nil {
@@ -92,7 +92,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}{{0, within}, {1, within}, {3, within}, {1000, within}, {3, beyond}, {1000, beyond}} {
 			countCap, claims := tc.countCap, tc.claims
 			t.Run("count cap "+strconv.Itoa(countCap)+", claims "+strconv.Itoa(len(claims)), func(t *testing.T) {
-				via, _ := sweepTxSetup(t, newHarness)
+				via, _ := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 				direct := setup(t, newHarness)
 				var keys []string
 				for _, e := range []*env[R]{via, direct} {
@@ -131,7 +131,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		// Counting on some shards, then claiming on others, must claim
 		// what the store's claim takes on those others, and only there.
 		for _, countEven := range []bool{false, true} {
-			via, ts := sweepTxSetup(t, newHarness)
+			via, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 			if via.h.ShardCount < 2 {
 				t.Skip("needs at least two shards")
 			}
@@ -173,7 +173,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("SecondClaimWithoutRecount", func(t *testing.T) {
 		// Two claims after one count: the second must take the next
 		// oldest rows, as two claims on the store do.
-		via, ts := sweepTxSetup(t, newHarness)
+		via, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		direct := setup(t, newHarness)
 		for _, e := range []*env[R]{via, direct} {
 			e.enqueue(msgs("n", "q", "k", 10)...)
@@ -200,7 +200,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("RollbackOnError", func(t *testing.T) {
-		e, ts := sweepTxSetup(t, newHarness)
+		e, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		keys, claims := seedMixed(e)
 		before := e.snapshot(keys)
 		boom := errors.New("storetest: fn failed after claiming")
@@ -229,7 +229,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		// Claims within what the count found (a store may claim them by
 		// what it counted) and beyond it.
 		for _, within := range []bool{true, false} {
-			e, ts := sweepTxSetup(t, newHarness)
+			e, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 			if e.h.FailNth == nil {
 				t.Skip("Harness.FailNth is nil")
 			}
@@ -268,7 +268,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("SweepsMatchPlainStore", func(t *testing.T) {
-		via, _ := sweepTxSetup(t, newHarness)
+		via, _ := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		plain := setup(t, newHarness)
 		for _, e := range []*env[R]{via, plain} {
 			for i := 0; i < 12; i++ {
@@ -308,7 +308,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("OneRoundTrip", func(t *testing.T) {
-		e, _ := sweepTxSetup(t, newHarness)
+		e, _ := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		if e.h.RoundTrips == nil {
 			t.Skip("Harness.RoundTrips is nil")
 		}
@@ -328,7 +328,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("UseAfterReturn", func(t *testing.T) {
-		e, ts := sweepTxSetup(t, newHarness)
+		e, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		keys, claims := seedMixed(e)
 		var kept backpressure.OutboxStore[R]
 		e.inTx(ts, func(tx backpressure.OutboxStore[R]) error { kept = tx; return nil })
@@ -343,7 +343,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("CancelledContext", func(t *testing.T) {
-		e, ts := sweepTxSetup(t, newHarness)
+		e, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		keys, claims := seedMixed(e)
 		before := e.snapshot(keys)
 		ctx, cancel := context.WithCancel(e.ctx)
@@ -357,18 +357,6 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 		e.unchanged("a sweep transaction with a cancelled context", before, nil)
 	})
-}
-
-// sweepTxSetup builds a fresh store and returns it as a TxSweeper, skipping
-// the test when the store does not implement the optional interface.
-func sweepTxSetup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) (*env[R], backpressure.TxSweeper[R]) {
-	t.Helper()
-	e := setup(t, newHarness)
-	ts, ok := any(e.h.Store).(backpressure.TxSweeper[R])
-	if !ok {
-		t.Skipf("the store (%T) does not implement the optional backpressure.TxSweeper", e.h.Store)
-	}
-	return e, ts
 }
 
 // inTx runs fn in a sweep transaction, failing the test if it fails.

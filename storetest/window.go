@@ -3,6 +3,7 @@ package storetest
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 // mismatched shard count fail; and a window is one round trip.
 func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("EmptyStore", func(t *testing.T) {
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		for _, n := range []int{1, 3} {
 			w := backpressure.PendingWindow{CapPerRoute: 10, After: "m", Namespaces: n}
 			if got := e.window(wc, e.all, w); len(got) != 0 {
@@ -30,7 +31,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("MatchesFullCounts", func(t *testing.T) {
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		seeded, partial := e.seedWindow()
 		fractions := []struct {
 			name   string
@@ -77,7 +78,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("HugeWindow", func(t *testing.T) {
 		// A window larger than any count of namespaces is every
 		// namespace: the full counts, sorted.
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		e.seedWindow()
 		want := e.fullCounts(e.all, 3)
 		for _, n := range []int{1<<31 - 1, 1 << 31, math.MaxInt} {
@@ -89,7 +90,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("NoShardsOwned", func(t *testing.T) {
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		e.enqueue(msgs("acme", "emails", "k", 20)...)
 		none := e.fraction(func(int) bool { return false })
 		w := backpressure.PendingWindow{CapPerRoute: 10, Namespaces: 2}
@@ -99,7 +100,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("InvalidWindow", func(t *testing.T) {
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		e.enqueue(msgs("acme", "emails", "k", 5)...)
 		for _, w := range []backpressure.PendingWindow{
 			{CapPerRoute: 0, Namespaces: 1},
@@ -115,7 +116,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("CancelledContext", func(t *testing.T) {
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		e.enqueue(msgs("acme", "emails", "k", 5)...)
 		ctx, cancel := context.WithCancel(e.ctx)
 		cancel()
@@ -126,7 +127,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("ShardCountMismatch", func(t *testing.T) {
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		e.enqueue(msgs("acme", "emails", "k", 5)...)
 		other, err := backpressure.AllShards(e.h.ShardCount + 1)
 		if err != nil {
@@ -139,7 +140,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 
 	t.Run("OneRoundTrip", func(t *testing.T) {
-		e, wc := windowSetup(t, newHarness)
+		e, wc := setupWith[backpressure.PendingWindowCounter](t, newHarness)
 		if e.h.RoundTrips == nil {
 			t.Skip("Harness.RoundTrips is nil")
 		}
@@ -151,26 +152,9 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			}
 		}
 		for _, w := range windows {
-			before := e.h.RoundTrips()
-			e.window(wc, e.all, w)
-			if n := e.h.RoundTrips() - before; n != 1 {
-				t.Errorf("CountPendingOutboxRowsWindow(%+v) made %d round trips, want 1", w, n)
-			}
+			e.oneRoundTrip(fmt.Sprintf("CountPendingOutboxRowsWindow(%+v)", w), func() { e.window(wc, e.all, w) })
 		}
 	})
-}
-
-// windowSetup builds a fresh store and returns it as a
-// PendingWindowCounter, skipping the test when the store does not
-// implement the optional interface.
-func windowSetup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) (*env[R], backpressure.PendingWindowCounter) {
-	t.Helper()
-	e := setup(t, newHarness)
-	wc, ok := any(e.h.Store).(backpressure.PendingWindowCounter)
-	if !ok {
-		t.Skipf("the store (%T) does not implement the optional backpressure.PendingWindowCounter", e.h.Store)
-	}
-	return e, wc
 }
 
 // seedWindow enqueues rows in namespaces of every kind a window walk meets
