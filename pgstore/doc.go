@@ -79,19 +79,18 @@
 // claimable now: rows in retry back-off, under a live lease, or on other
 // shards. Pending counts find the routes with a loose index scan of
 // outbox_route_claimable_idx (a recursive CTE, one index descent per route
-// with unsettled rows), whose entries are in claimable_at order within a
-// route: due rows first. On a node that owns every shard each descent reads
-// on for at most the cap, and those entries decide the route's count. Else
-// it reads one entry, which decides a route with nothing due (and, at a cap
-// of 1, as a sweep's window asks, one whose first entry is due and owned);
-// the others are counted over a subquery LIMITed to the cap that walks the
-// same index over claimable_at <= now: rows in retry back-off or under a
-// live lease are outside that range and never read, and the walk stops at
-// the cap-th claimable row on the owned shards (reading the claimable rows
-// on other shards it passes). So no count reads a whole backlog. The
-// window walks the routes from its start, carrying how many namespaces it
-// has filled, and stops at the last one. [Store.CountSweep] returns the
-// claimed counts and either pending count in one statement.
+// with unsettled rows), which also gives each route's earliest claimable
+// time: a route with none due yet is not counted at all. The others are
+// counted over a subquery LIMITed to the cap that walks the same index over
+// claimable_at <= now: rows in retry back-off or under a live lease are
+// outside that range and never read, and the walk stops at the cap-th
+// claimable row on the owned shards (reading the claimable rows on other
+// shards it passes). At a cap of 1, as a sweep's window asks, the descent
+// alone decides when that earliest row is on an owned shard (always, on a
+// node that owns every shard). So no count reads a
+// whole backlog. The window walks the routes from its start, carrying how
+// many namespaces it has filled, and stops at the last one. [Store.CountSweep]
+// returns the claimed counts and either pending count in one statement.
 // explain_test.go checks with EXPLAIN that each statement uses its index,
 // and that the count's claimable_at is an index bound, with a route whose
 // backlog is mostly delayed; EXPLAIN.md shows the plans.

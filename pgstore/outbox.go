@@ -113,17 +113,14 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 // CountPendingOutboxRows returns the claimable rows (visible pending rows and
 // rows whose lease expired) per route on the owned shards, each count capped
 // at capPerRoute, in (namespace, task queue) order. Routes with none are
-// left out. Cost: one index descent per route with unsettled rows. On a
-// node that owns every shard that descent reads on for at most capPerRoute
-// entries, in claimable_at order, and they decide the route's count: its
-// claimable rows come first, so a route whose rows are all delayed or
-// leased costs no more. On a node that owns some shards the descent reads
-// one entry, which decides a route with nothing due; for the others, an
-// index range over the route's claimable rows only — claimable_at ≤ now is
-// a bound of the range, so rows in retry back-off and rows under a live
-// lease are never read — that stops at the capPerRoute-th claimable row on
-// the owned shards; the claimable rows on other shards met before then are
-// read and skipped. Never the whole backlog. See [backpressure.OutboxStore].
+// left out. Cost: one index descent per route with unsettled rows, which
+// finds the route and its earliest claimable time; a route whose rows are
+// all delayed or leased costs no more. Per route with a claimable row, an
+// index range over its claimable rows only — claimable_at ≤ now is a bound
+// of the range, so rows in retry back-off and rows under a live lease are
+// never read — that stops at the capPerRoute-th claimable row on the owned
+// shards; the claimable rows on other shards met before then are read and
+// skipped. Never the whole backlog. See [backpressure.OutboxStore].
 func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
 	const op = "CountPendingOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
@@ -163,11 +160,12 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 // A w.CapPerRoute or w.Namespaces below 1 is an [*ArgumentError]; w.After
 // must be valid UTF-8 without NUL bytes (it may be empty).
 //
-// Cost: one index descent per route of the namespaces walked, which reads
-// the route's first entry, plus, per route with a claimable row, the capped
-// range of [Store.CountPendingOutboxRows] — skipped when w.CapPerRoute is 1
-// (as a sweep's window asks) and that first entry is claimable and on an
-// owned shard, since it decides the count. The walk stops at the w.Namespaces-th
+// Cost: one index descent per route of the namespaces walked, plus, per
+// route with a claimable row, the capped range of
+// [Store.CountPendingOutboxRows] — skipped when w.CapPerRoute is 1, as a
+// sweep's window asks, and the route's earliest claimable row, which the
+// descent found, is on an owned shard (always, on a node that owns every
+// shard). The walk stops at the w.Namespaces-th
 // namespace with claimable rows, so it reads the window's namespaces and
 // those between them with none claimable, never the routes of the
 // namespaces beyond the window.

@@ -9,105 +9,59 @@ type statements struct {
 	claimScoped, claimUnscoped, settle, retry, get, purgeSettled string
 }
 
-// routeStep is one step of the window's walk over the routes, a loose
-// index scan of outbox_route_claimable_idx, keyed (namespace, task_queue,
-// claimable_at) over unsettled rows: one index descent to the first entry
-// after the routes cond excludes. It returns that entry's route, with the
-// columns routeCount reads for a chunk of that one entry: seen (1), due
-// (whether its claimable_at <= now) and owned (whether it is also on an
-// owned shard). The route's earliest claimable_at says whether it has a
-// claimable row at all. The walk marks the rows it returns with wrapped.
-// all is the boolean parameter that says every shard is owned.
-func routeStep(wrapped, cond, all string) string {
+// routeStep is one step of the pending counts' walk over the routes, a
+// loose index scan of outbox_route_claimable_idx, keyed (namespace,
+// task_queue, claimable_at) INCLUDE (shard): the first entry, in the
+// index's order, after the routes cond excludes. One index descent finds
+// the next route with unsettled rows, its earliest claimable_at, which says
+// whether it has a claimable row at all, and that row's shard. The walks
+// mark the rows they return with wrapped when it is not "".
+func routeStep(wrapped, cond string) string {
+	if wrapped != "" {
+		wrapped = ", " + wrapped + " AS wrapped"
+	}
 	return `
-		(SELECT o.namespace, o.task_queue, 1::int8 AS seen,
-			(o.claimable_at <= coalesce($1::timestamptz, now()) IS TRUE)::int::int8 AS due,
-			(o.claimable_at <= coalesce($1::timestamptz, now()) IS TRUE
-				AND (` + all + ` OR o.shard = ANY ($2::int4[])))::int::int8 AS owned,
-			` + wrapped + ` AS wrapped
+		(SELECT o.namespace, o.task_queue, o.claimable_at, o.shard` + wrapped + `
 		FROM {schema}.outbox o
 		WHERE o.state IN ('pending', 'claimed')` + cond + `
 		ORDER BY o.namespace, o.task_queue, o.claimable_at
 		LIMIT 1)`
 }
 
-// routeChunk is one step of the full pending count's walk over the routes:
-// routeStep's index descent, reading on for a chunk of at most chunk(all)
-// entries (the cap, when every shard is owned, else 1). It returns the
-// first route of the chunk and, over that route's entries in the chunk,
-// seen (how many), due (how many have claimable_at <= now) and owned (how
-// many of those are on the owned shards). In the index's order a route's
-// due entries come first, then those in retry back-off or under a live
-// lease, then any NULL claimable_at, so the chunk often holds the route's
-// whole count: routeCount says when. With every shard owned a route then
-// costs one index descent, where a step and a count cost two. The window
-// keeps routeStep: its cap is 1, so its chunk would be one entry, which
-// routeStep reads without an aggregate.
-func routeChunk(cond, all string) string {
-	return `
-		(SELECT ch.namespace, ch.task_queue, count(*) AS seen,
-			count(*) FILTER (WHERE ch.claimable_at <= coalesce($1::timestamptz, now())) AS due,
-			count(*) FILTER (WHERE ch.claimable_at <= coalesce($1::timestamptz, now())
-				AND (` + all + ` OR ch.shard = ANY ($2::int4[]))) AS owned
-		FROM (
-			SELECT o.namespace, o.task_queue, o.claimable_at, o.shard
-			FROM {schema}.outbox o
-			WHERE o.state IN ('pending', 'claimed')` + cond + `
-			ORDER BY o.namespace, o.task_queue, o.claimable_at
-			LIMIT ` + chunk(all) + `
-		) ch
-		GROUP BY ch.namespace, ch.task_queue
-		ORDER BY ch.namespace, ch.task_queue
-		LIMIT 1)`
-}
-
-// chunk is how many entries a routeChunk reads: the cap ($3) when every
-// shard is owned, since then the first cap entries of a route decide its
-// capped count; else 1, since a route's owned entries may lie anywhere in
-// it, and a longer chunk would often be read in vain.
-func chunk(all string) string {
-	return `(SELECT CASE WHEN ` + all + ` THEN $3::int8 ELSE 1 END) -- not a constant to the planner: see routeCount`
-}
-
 // routeCount is the per-route count both pending counts share, as c.n, for
-// the route nx that a routeStep, or a routeChunk of size chunk, found: its
-// claimable rows on the owned shards ($2, or every shard when the boolean
-// parameter all is true), stopped at the cap ($3). The step's chunk decides it, with no further read, when
+// the route nx a routeStep found: its claimable rows on the owned shards
+// ($2, or every shard when the boolean parameter all is true), stopped at
+// the cap ($3). It is 0, with no further read, when the route's earliest
+// claimable_at is after now (or NULL); 1, with no further read, when the cap
+// is 1 and that earliest row is on an owned shard (the route has a claimable
+// row the node may claim, and the cap stops the count there), as it always
+// is on a node that owns every shard, where a sweep's window then costs one
+// index descent per route; else count(*) over a subquery LIMITed to the cap,
+// evaluated only in this branch of the CASE, which walks
+// outbox_route_claimable_idx (index-only where the visibility map allows)
+// over the range claimable_at <= now: rows in retry back-off and under a
+// live lease are outside the range and never read, and the scan stops at the
+// cap-th owned row. The predicate state IN ('pending', 'claimed') is that
+// index's; the ORDER BY costs nothing (it is the index's order) and rules
+// out a bitmap scan, which would collect every entry of the range before the
+// LIMIT could stop it.
 //
-//	seen < chunk   (the chunk reached past the route: it read all of it),
-//	due < seen     (it read an entry that is not due, so every due one), or
-//	owned ≥ cap    (the count is capped);
-//
-// then n = owned (owned ≤ seen ≤ chunk ≤ cap). A routeChunk over every
-// shard always decides, so a route costs one index descent; a routeStep
-// decides a route whose first entry is not due, or, at a cap of 1, is due
-// and owned. Otherwise (the chunk's entries are all due, the route may go
-// on past it, and fewer of them are owned than the cap) count(*) over a
-// subquery LIMITed to the cap, evaluated only in this branch of the CASE,
-// walks outbox_route_claimable_idx (index-only where the visibility map
-// allows) over the range claimable_at <= now: rows in retry back-off and
-// under a live lease are outside the range and never read, and the scan
-// stops at the cap-th owned row. The predicate state IN ('pending',
-// 'claimed') is that index's; the ORDER BY costs nothing (it is the index's
-// order) and rules out a bitmap scan, which would collect every entry of
-// the range before the LIMIT could stop it.
-//
-// The cap is LIMIT (SELECT $3), not LIMIT $3, and the chunk and the
-// comparisons with the cap subqueries too, so that the planner cannot see
-// their values in a custom plan either. With a bare $3 every custom plan
-// (estimated with the real cap) looked cheaper than the generic plan, so
-// pgx's prepared statement was planned again on every call: about 0.4 ms,
+// The cap is LIMIT (SELECT $3), not LIMIT $3, and the shortcut's test of the
+// cap a subquery too, so that the planner cannot see their values in a
+// custom plan either. With a bare $3 every custom plan (estimated with the
+// real cap, or with the CASE folded) looked cheaper than the generic plan,
+// so pgx's prepared statement was planned again on every call: about 0.4 ms,
 // half the statement's cost at 20 routes. Now both plans carry the same
-// estimate and PostgreSQL settles on the generic plan after its five
-// custom ones. The unscoped claim's LIMIT is written the same way, for the
-// same reason.
-func routeCount(all, chunk string) string {
+// estimate and PostgreSQL settles on the generic plan after its five custom
+// ones. The unscoped claim's LIMIT is written the same way, for the same
+// reason.
+func routeCount(all string) string {
 	return `
 	CROSS JOIN LATERAL (
 		SELECT CASE
-			WHEN nx.seen < ` + chunk + `
-				OR nx.due < nx.seen
-				OR nx.owned >= (SELECT $3::int8) THEN nx.owned
+			WHEN nx.claimable_at IS NULL OR nx.claimable_at > coalesce($1::timestamptz, now()) THEN 0
+			WHEN (SELECT $3::int8 = 1) -- not folded: see routeCount
+				AND (` + all + ` OR nx.shard = ANY ($2::int4[])) THEN 1
 			ELSE (
 				SELECT count(*)
 				FROM (
@@ -138,16 +92,16 @@ type countQuery struct{ with, sel, order string }
 // delayed or leased, and routeCount counts each.
 var pendingCounts = countQuery{
 	with: `
-WITH RECURSIVE routes (namespace, task_queue, seen, due, owned) AS (` + routeChunk("", "$4::bool") + `
+WITH RECURSIVE routes (namespace, task_queue, claimable_at, shard) AS (` + routeStep("", "") + `
 	UNION ALL
-	SELECT nx.namespace, nx.task_queue, nx.seen, nx.due, nx.owned
+	SELECT nx.namespace, nx.task_queue, nx.claimable_at, nx.shard
 	FROM routes r
-	CROSS JOIN LATERAL ` + routeChunk(`
-			AND (o.namespace, o.task_queue) > (r.namespace, r.task_queue)`, "$4::bool") + ` nx
+	CROSS JOIN LATERAL ` + routeStep("", `
+			AND (o.namespace, o.task_queue) > (r.namespace, r.task_queue)`) + ` nx
 )`,
 	sel: `
 SELECT nx.namespace, nx.task_queue, c.n
-FROM routes nx` + routeCount("$4::bool", chunk("$4::bool")) + `
+FROM routes nx` + routeCount("$4::bool") + `
 WHERE c.n > 0`,
 	order: `
 ORDER BY 1, 2`,
@@ -173,11 +127,11 @@ var windowCounts = countQuery{
 WITH RECURSIVE walk (namespace, task_queue, wrapped, n, k, has) AS (
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, (c.n > 0)::int::int8, c.n > 0
 	FROM (` + routeStep("false", `
-			AND o.namespace > $4::text`, "$6::bool") + `
+			AND o.namespace > $4::text`) + `
 		UNION ALL` + routeStep("true", `
-			AND o.namespace <= $4::text`, "$6::bool") + `
+			AND o.namespace <= $4::text`) + `
 		LIMIT 1
-	) nx` + routeCount("$6::bool", "1") + `
+	) nx` + routeCount("$6::bool") + `
 	UNION ALL
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n,
 		w.k + (c.n > 0 AND NOT (w.has AND nx.namespace = w.namespace))::int::int8,
@@ -185,16 +139,16 @@ WITH RECURSIVE walk (namespace, task_queue, wrapped, n, k, has) AS (
 	FROM walk w
 	CROSS JOIN LATERAL (` + routeStep("false", `
 			AND NOT w.wrapped
-			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)`, "$6::bool") + `
+			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)`) + `
 		UNION ALL` + routeStep("true", `
 			AND w.wrapped
 			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)
-			AND o.namespace <= $4::text`, "$6::bool") + `
+			AND o.namespace <= $4::text`) + `
 		UNION ALL` + routeStep("true", `
 			AND NOT w.wrapped
-			AND o.namespace <= $4::text`, "$6::bool") + `
+			AND o.namespace <= $4::text`) + `
 		LIMIT 1
-	) nx` + routeCount("$6::bool", "1") + `
+	) nx` + routeCount("$6::bool") + `
 	WHERE w.k < $5::int8 OR nx.namespace = w.namespace
 )`,
 	sel: `
