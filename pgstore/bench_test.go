@@ -16,9 +16,12 @@ import (
 // counts, the plan, one scoped claim) against the plain unscoped
 // oldest-first claim of the same batch size, each on its own copy of the
 // same outbox: 10 or 1,000 namespaces of 2 task queues each, one node
-// owning all 64 shards, batch size 100. Each iteration runs one of each and
-// times them separately; the claimed rows are then settled in bulk and the
-// backlog topped up, outside the timings. It reports fair-rows/s,
+// owning all 64 shards (or, in the owned=16 cases, a quarter of them, as one
+// of four nodes would), batch size 100. Each iteration runs one of each and
+// times them separately; the claimed rows are then settled in bulk (with,
+// when the node owns a quarter of the shards, three times as many of the
+// others', as the three other nodes would) and the backlog topped up,
+// outside the timings. It reports fair-rows/s,
 // unscoped-rows/s and their ratio fair/unscoped (target ≥ 0.8), and splits
 // the sweep: claim-only/unscoped is the rate of the sweep's scoped claim
 // alone against the unscoped claim (the ratio a sweep would reach if
@@ -34,17 +37,21 @@ func BenchmarkSweepVsUnscoped(b *testing.B) {
 				q = fmt.Sprint(quota)
 			}
 			b.Run(fmt.Sprintf("namespaces=%d/quota=%s", namespaces, q), func(b *testing.B) {
-				benchmarkSweepVsUnscoped(b, namespaces, quota)
+				benchmarkSweepVsUnscoped(b, namespaces, quota, pgstore.DefaultShardCount)
 			})
 		}
+		b.Run(fmt.Sprintf("namespaces=%d/quota=unlimited/owned=16", namespaces), func(b *testing.B) {
+			benchmarkSweepVsUnscoped(b, namespaces, backpressure.Unlimited, pgstore.DefaultShardCount/4)
+		})
 	}
 }
 
-// benchmarkSweepVsUnscoped runs one case. With no quota every route's
-// pending count is capped at the batch size (Backpressure.PendingCountCap);
-// a quota of 20 running rows per tenant caps it at 20. Either way each
-// sweep claims a full batch: the claimed rows are settled between sweeps.
-func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota int) {
+// benchmarkSweepVsUnscoped runs one case, on a node owning the first owned
+// shards. With no quota every route's pending count is capped at the batch
+// size (Backpressure.PendingCountCap); a quota of 20 running rows per tenant
+// caps it at 20. Either way each sweep claims a full batch: the claimed rows
+// are settled between sweeps.
+func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota, owned int) {
 	const (
 		batch    = 100
 		queues   = 2
@@ -52,10 +59,17 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota int) {
 		refillAt = backlog / 2
 	)
 	ctx := context.Background()
-	all, _ := backpressure.AllShards(pgstore.DefaultShardCount)
+	ids := make([]int, owned)
+	for i := range ids {
+		ids[i] = i
+	}
+	shards, err := backpressure.NewOwnedShardFraction(ids, pgstore.DefaultShardCount)
+	if err != nil {
+		b.Fatal(err)
+	}
 	fair := newBenchStore(b, ctx)
 	plain := newBenchStore(b, ctx)
-	bp, err := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: quota}, all)
+	bp, err := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: quota}, shards)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,6 +102,20 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota int) {
 			b.Fatal(err)
 		}
 	}
+	// The other nodes, when this one owns only some shards: each sweep they
+	// claim and settle as many rows of their own shards, oldest first, as
+	// this node does of its, so the rows of shards it does not own do not
+	// pile up in the indexes it reads.
+	others := func(s *pgstore.Store) {
+		if owned == pgstore.DefaultShardCount {
+			return
+		}
+		if _, err := adminPool.Exec(ctx, "UPDATE "+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox SET state = 'settled', settled_at = now()
+WHERE id IN (SELECT id FROM `+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox WHERE state = 'pending' AND NOT shard = ANY ($1)
+	ORDER BY enqueued_at, id LIMIT $2)`, ids, batch*(pgstore.DefaultShardCount/owned-1)); err != nil {
+			b.Fatal(err)
+		}
+	}
 	fill(backlog)
 	pending := backlog
 
@@ -106,7 +134,7 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota int) {
 		fairRows += len(rows)
 
 		start = time.Now()
-		plainClaimed, err := plain.ClaimOutboxRowsUnscoped(ctx, all, batch)
+		plainClaimed, err := plain.ClaimOutboxRowsUnscoped(ctx, shards, batch)
 		plainTime += time.Since(start)
 		if err != nil {
 			b.Fatal(err)
@@ -119,7 +147,9 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota int) {
 		b.StopTimer()
 		settleAll(fair)
 		settleAll(plain)
-		if pending -= batch; pending < refillAt {
+		others(fair)
+		others(plain)
+		if pending -= batch * pgstore.DefaultShardCount / owned; pending < refillAt {
 			fill(backlog - pending)
 			pending = backlog
 		}
