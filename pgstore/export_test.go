@@ -1,6 +1,9 @@
 package pgstore
 
-import "github.com/jackc/pgx/v5"
+import (
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // Statements returns the store's SQL by name, for the EXPLAIN tests.
 func Statements(s *Store) map[string]string {
@@ -28,3 +31,6 @@ func MigrationCount() int { return len(migrations) }
 func Migration(v int, schema string) string {
 	return expand(pgx.Identifier{schema}.Sanitize(), migrations[v-1])
 }
+
+// PoolOf returns the pool a store runs on.
+func PoolOf(s *Store) *pgxpool.Pool { return s.pool }

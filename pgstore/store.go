@@ -134,11 +134,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 
 // Open connects a pool to databaseURL (a postgres:// URL or key=value
 // string, as pgxpool.ParseConfig takes) and returns a store over it as New
-// does. The store owns that pool: Close closes it.
+// does. The store owns that pool: Close closes it. Its sessions run with
+// jit = off (see "Large backlogs and JIT" in the package doc), unless
+// databaseURL sets jit itself.
 func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, &OptionsError{Field: "databaseURL", Reason: err.Error()}
+	}
+	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
+		cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -504,3 +504,29 @@ func TestOpenOwnsItsPool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOpenTurnsJITOff checks that the pool Open makes runs its sessions
+// with jit = off, unless the URL sets jit itself.
+func TestOpenTurnsJITOff(t *testing.T) {
+	sep := "?"
+	if strings.Contains(databaseURL(), "?") {
+		sep = "&"
+	}
+	for _, c := range []struct{ url, want string }{
+		{databaseURL(), "off"},
+		{databaseURL() + sep + "jit=on", "on"},
+	} {
+		s, err := pgstore.Open(t.Context(), c.url, pgstore.Options{Schema: testSchema(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jit string
+		if err := pgstore.PoolOf(s).QueryRow(t.Context(), "SHOW jit").Scan(&jit); err != nil {
+			t.Fatal(err)
+		}
+		if jit != c.want {
+			t.Errorf("Open(%s): jit = %s, want %s", redact(c.url), jit, c.want)
+		}
+		_ = s.Close()
+	}
+}
