@@ -3,10 +3,7 @@
 //
 // Quick start:
 //
-//	cfg, err := pgxpool.ParseConfig("postgres://app@db:5432/app")
-//	if err != nil { ... }
-//	cfg.ConnConfig.RuntimeParams["jit"] = "off" // see "Large backlogs and JIT"
-//	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+//	pool, err := pgxpool.New(ctx, "postgres://app@db:5432/app")
 //	if err != nil { ... }
 //	defer pool.Close()
 //	store, err := pgstore.New(ctx, pool, pgstore.Options{}) // schema "backpressure", its recorded shard count (64 when new), 30s lease
@@ -102,15 +99,19 @@
 //
 // PostgreSQL compiles a statement with JIT when its estimated cost passes
 // jit_above_cost (100,000 by default), and the store's statements gain
-// nothing from it. The scoped claim's per-route limits are parameters,
-// which the planner estimates at a tenth of each route, so its estimate
-// grows with the backlog: with 2,000,000 unsettled rows in 20 routes a
-// claim of 20 scopes is estimated at about 245,000, and each claim then
-// spends about 15 ms compiling for 4–5 ms of work. The counts cross the
-// line later (about 10 million rows). Run the dispatchers' sessions with
-// jit = off: [Open] does so for the pool it makes (unless its URL sets
-// jit); for a pool passed to [New], set it in the pool's configuration as
-// the quick start does, or for the role (ALTER ROLE app SET jit = off).
+// nothing from it. The claims' and the pending counts' row limits are
+// parameters, which the planner estimates at a tenth of a route or of an
+// index, so their estimates grow with the backlog: with 2,000,000
+// unsettled rows in 20 routes a claim of 20 scopes is estimated at about
+// 245,000, and each claim would spend about 15 ms compiling for 4–5 ms of
+// work. So the claims and the pending counts turn JIT off for themselves:
+// each is sent in one batch (one round trip, one implicit transaction)
+// after SELECT set_config('jit', 'off', true), which lasts until that
+// transaction ends and leaves the session's own setting alone. Of the
+// other statements only PurgeSettled's estimate grows, with the settled
+// rows kept; [Open] runs its pool's sessions with jit = off (unless its URL
+// sets jit), and a pool passed to [New] may do the same
+// (cfg.ConnConfig.RuntimeParams["jit"] = "off").
 //
 // # Testing
 //

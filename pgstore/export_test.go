@@ -1,6 +1,8 @@
 package pgstore
 
 import (
+	"context"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -34,3 +36,9 @@ func Migration(v int, schema string) string {
 
 // PoolOf returns the pool a store runs on.
 func PoolOf(s *Store) *pgxpool.Pool { return s.pool }
+
+// QueryNoJIT runs sql as the claims and the pending counts run, and returns
+// its first column as text.
+func QueryNoJIT(ctx context.Context, s *Store, sql string) ([]string, error) {
+	return collectNoJIT(ctx, s, sql, nil, pgx.RowTo[string])
+}

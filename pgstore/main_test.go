@@ -99,10 +99,12 @@ func testSchema(t testing.TB) string {
 	return schema
 }
 
-// tracer counts the statements a pool sends (pgx.QueryTracer sees every
-// Query, QueryRow, Exec and batch statement) and can fail the n-th.
+// tracer counts the round trips a pool makes (pgx.QueryTracer sees every
+// Query, QueryRow and Exec, pgx.BatchTracer every batch) and can fail the
+// n-th.
 type tracer struct {
-	queries atomic.Int64
+	queries atomic.Int64 // round trips
+	batches atomic.Int64 // of which batches
 
 	mu      sync.Mutex
 	failNth int // the statement, counted from arming, that fails; 0: none
@@ -112,6 +114,21 @@ type tracer struct {
 var errInjected = fmt.Errorf("pgstore test: injected fault")
 
 func (tr *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return tr.start(ctx)
+}
+
+// TraceBatchStart counts a batch as one round trip, as it is: pgx sends
+// its statements together.
+func (tr *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	tr.batches.Add(1)
+	return tr.start(ctx)
+}
+
+func (tr *tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (tr *tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// start counts one round trip and, if armed, fails it.
+func (tr *tracer) start(ctx context.Context) context.Context {
 	tr.queries.Add(1)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()

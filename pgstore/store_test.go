@@ -530,3 +530,58 @@ func TestOpenTurnsJITOff(t *testing.T) {
 		_ = s.Close()
 	}
 }
+
+// TestNoJITIsLocal checks the batch the claims and the pending counts run
+// in: JIT is off inside it, and the session keeps its own setting after.
+func TestNoJITIsLocal(t *testing.T) {
+	pool := newPool(t, nil, 1, "jit", "on") // one session, JIT on
+	s, err := pgstore.New(t.Context(), pool, pgstore.Options{Schema: testSchema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, err := pgstore.QueryNoJIT(t.Context(), s, "SELECT current_setting('jit')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after string
+	if err := pool.QueryRow(t.Context(), "SHOW jit").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if len(inside) != 1 || inside[0] != "off" || after != "on" {
+		t.Errorf("jit inside the batch %v, after it %q; want [off] and on", inside, after)
+	}
+}
+
+// TestClaimsAndCountsRunWithoutJIT checks that each claim and each pending
+// count is one such batch (and one round trip).
+func TestClaimsAndCountsRunWithoutJIT(t *testing.T) {
+	f := newFixture(t)
+	f.enqueue(message("a", "q", "k1"), message("a", "q", "k2"), message("b", "q", "k3"))
+	all := f.all
+	w := backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1}
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"CountPendingOutboxRows", func() error { _, err := f.s.CountPendingOutboxRows(f.ctx, all, 5); return err }},
+		{"CountPendingOutboxRowsWindow", func() error { _, err := f.s.CountPendingOutboxRowsWindow(f.ctx, all, w); return err }},
+		{"CountSweep", func() error { _, _, err := f.s.CountSweep(f.ctx, all, w); return err }},
+		{"CountSweep (full)", func() error {
+			_, _, err := f.s.CountSweep(f.ctx, all, backpressure.PendingWindow{CapPerRoute: 5})
+			return err
+		}},
+		{"ClaimOutboxRowsScoped", func() error {
+			_, err := f.s.ClaimOutboxRowsScoped(f.ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+			return err
+		}},
+		{"ClaimOutboxRowsUnscoped", func() error { _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, all, 1); return err }},
+	} {
+		trips, batches := f.tr.queries.Load(), f.tr.batches.Load()
+		if err := c.call(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if trips, batches = f.tr.queries.Load()-trips, f.tr.batches.Load()-batches; trips != 1 || batches != 1 {
+			t.Errorf("%s: %d round trips, %d batches; want one batch, with JIT off", c.name, trips, batches)
+		}
+	}
+}
