@@ -403,23 +403,26 @@ const noJIT = `SELECT set_config('jit', 'off', true)`
 // routes, about 15 ms for a claim whose work takes 4–5 ms. JIT is decided
 // when a plan is made but compiled when the executor starts, so turning it
 // off also stops a cached generic plan that was made with it on.
-func (s *Store) queryNoJIT(ctx context.Context, sql string, args []any, read func(pgx.Rows) error) error {
+func (s *Store) queryNoJIT(ctx context.Context, sql string, args []any, read func(pgx.Rows) error) (err error) {
 	b := &pgx.Batch{}
 	b.Queue(noJIT)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			err = read(rows)
-			rows.Close()
+	defer func() {
+		// Always, even if read panics: closing releases the connection.
+		if cerr := br.Close(); err == nil {
+			err = cerr
 		}
+	}()
+	if _, err = br.Exec(); err != nil {
+		return err
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	rows, err := br.Query()
+	if err != nil {
+		return err
 	}
-	return err
+	defer rows.Close()
+	return read(rows)
 }
 
 // collectNoJIT is queryNoJIT collecting each row with fn.

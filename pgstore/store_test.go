@@ -585,3 +585,22 @@ func TestClaimsAndCountsRunWithoutJIT(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedBatchClaimsNothing fails the claim's batch before it is sent:
+// the claim returns the error, nothing is claimed, and the store works on.
+func TestFailedBatchClaimsNothing(t *testing.T) {
+	f := newFixture(t)
+	f.enqueue(message("a", "q", "k1"))
+	f.tr.arm(1)
+	_, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("claim with its batch failed: %v, want an error matching context.Canceled", err)
+	}
+	if got := f.state("k1"); got != pgstore.StatePending {
+		t.Fatalf("k1 is %s after the failed claim, want pending", got)
+	}
+	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("claim after the failure: %d rows, %v; want 1 row", len(rows), err)
+	}
+}
