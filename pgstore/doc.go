@@ -104,14 +104,13 @@
 // index, so their estimates grow with the backlog: with 2,000,000
 // unsettled rows in 20 routes a claim of 20 scopes is estimated at about
 // 245,000, and each claim would spend about 15 ms compiling for 4–5 ms of
-// work. So the claims and the pending counts turn JIT off for themselves:
-// each is sent in one batch (one round trip, one implicit transaction)
-// after SELECT set_config('jit', 'off', true), which lasts until that
-// transaction ends and leaves the session's own setting alone. Of the
-// other statements only PurgeSettled's estimate grows, with the settled
-// rows kept; [Open] runs its pool's sessions with jit = off (unless its URL
-// sets jit), and a pool passed to [New] may do the same
-// (cfg.ConnConfig.RuntimeParams["jit"] = "off").
+// work; [Store.PurgeSettled]'s grows likewise with the settled rows kept.
+// So the claims, the pending counts and PurgeSettled turn JIT off for
+// themselves: each is sent in one batch (one round trip, one implicit
+// transaction) after SELECT set_config('jit', 'off', true), which lasts
+// until that transaction ends and leaves the session's own setting alone.
+// The other statements' estimates do not grow with the backlog. [Open]
+// also runs its pool's sessions with jit = off, unless its URL sets jit.
 //
 // # Testing
 //

@@ -121,9 +121,13 @@ func (s *Store) PurgeSettled(ctx context.Context, before time.Time, limit int) (
 	if limit == 0 {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.purgeSettled, before, int64(limit))
-	if err != nil {
+	var deleted int64
+	if err := s.batchNoJIT(ctx, s.sql.purgeSettled, []any{before, int64(limit)}, func(br pgx.BatchResults) error {
+		tag, err := br.Exec()
+		deleted = tag.RowsAffected()
+		return err
+	}); err != nil {
 		return 0, opError(op, err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(deleted), nil
 }

@@ -393,23 +393,24 @@ func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args .
 // transaction block logs a warning on every call.
 const noJIT = `SELECT set_config('jit', 'off', true)`
 
-// queryNoJIT runs sql with args, and read on its rows, with JIT off: noJIT
-// and sql go as one batch, one round trip, and run in one implicit
+// batchNoJIT runs sql with args with JIT off, and run on its results:
+// noJIT and sql go as one batch, one round trip, and run in one implicit
 // transaction, so the setting ends with it and the pool's session keeps its
-// own. The claims and the pending counts run this way. Their row limits are
-// parameters the planner estimates at a tenth of a route or of the index,
-// so with a large backlog their estimated cost passes jit_above_cost, and
-// PostgreSQL would compile each call: at 2,000,000 unsettled rows in 20
-// routes, about 15 ms for a claim whose work takes 4–5 ms. JIT is decided
-// when a plan is made but compiled when the executor starts, so turning it
-// off also stops a cached generic plan that was made with it on.
-func (s *Store) queryNoJIT(ctx context.Context, sql string, args []any, read func(pgx.Rows) error) (err error) {
+// own. The claims, the pending counts and PurgeSettled run this way. Their
+// row limits are parameters the planner estimates at a tenth of a route or
+// of an index, so with a large backlog their estimated cost passes
+// jit_above_cost, and PostgreSQL would compile each call: at 2,000,000
+// unsettled rows in 20 routes, about 15 ms for a claim whose work takes 4–5
+// ms. JIT is decided when a plan is made but compiled when the executor
+// starts, so turning it off also stops a cached generic plan that was made
+// with it on.
+func (s *Store) batchNoJIT(ctx context.Context, sql string, args []any, run func(pgx.BatchResults) error) (err error) {
 	b := &pgx.Batch{}
 	b.Queue(noJIT)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	defer func() {
-		// Always, even if read panics: closing releases the connection.
+		// Always, even if run panics: closing releases the connection.
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
@@ -417,12 +418,19 @@ func (s *Store) queryNoJIT(ctx context.Context, sql string, args []any, read fun
 	if _, err = br.Exec(); err != nil {
 		return err
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	return read(rows)
+	return run(br)
+}
+
+// queryNoJIT is batchNoJIT for a statement that returns rows, read by read.
+func (s *Store) queryNoJIT(ctx context.Context, sql string, args []any, read func(pgx.Rows) error) error {
+	return s.batchNoJIT(ctx, sql, args, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		return read(rows)
+	})
 }
 
 // collectNoJIT is queryNoJIT collecting each row with fn.

@@ -552,8 +552,8 @@ func TestNoJITIsLocal(t *testing.T) {
 	}
 }
 
-// TestClaimsAndCountsRunWithoutJIT checks that each claim and each pending
-// count is one such batch (and one round trip).
+// TestClaimsAndCountsRunWithoutJIT checks that each claim, each pending
+// count and PurgeSettled is one such batch (and one round trip).
 func TestClaimsAndCountsRunWithoutJIT(t *testing.T) {
 	f := newFixture(t)
 	f.enqueue(message("a", "q", "k1"), message("a", "q", "k2"), message("b", "q", "k3"))
@@ -575,6 +575,7 @@ func TestClaimsAndCountsRunWithoutJIT(t *testing.T) {
 			return err
 		}},
 		{"ClaimOutboxRowsUnscoped", func() error { _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, all, 1); return err }},
+		{"PurgeSettled", func() error { _, err := f.s.PurgeSettled(f.ctx, f.now, 10); return err }},
 	} {
 		trips, batches := f.tr.queries.Load(), f.tr.batches.Load()
 		if err := c.call(); err != nil {
