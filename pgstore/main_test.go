@@ -107,7 +107,7 @@ type tracer struct {
 	batches atomic.Int64 // of which batches
 
 	mu      sync.Mutex
-	failNth int // the statement, counted from arming, that fails; 0: none
+	failNth int // the round trip, counted from arming, that fails; 0: none
 	seen    int
 }
 
@@ -149,7 +149,8 @@ func (tr *tracer) start(ctx context.Context) context.Context {
 
 func (tr *tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// arm makes the n-th statement from now on fail; n ≤ 0 disarms.
+// arm makes the n-th round trip (statement or batch) from now on fail; n ≤ 0
+// disarms.
 func (tr *tracer) arm(n int) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
