@@ -244,8 +244,10 @@ func (s *Store) countArgs(op string, shards backpressure.OwnedShardFraction, w b
 		}
 		return nil, &ArgumentError{Op: op, Arg: "w.Namespaces", Reason: reason}
 	}
-	if reason := badText(w.After, false); w.Namespaces > 0 && reason != "" {
-		return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
+	if w.Namespaces > 0 {
+		if reason := badText(w.After, false); reason != "" {
+			return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
+		}
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {

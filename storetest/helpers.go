@@ -21,8 +21,6 @@ type env[R any] struct {
 	all backpressure.OwnedShardFraction
 }
 
-// setup builds a fresh store with newHarness and checks the harness is
-// complete, so a missing field fails with a clear message, not a nil call.
 // setupWith builds a fresh store and returns it as the optional
 // extension I, skipping the test when the store does not implement it.
 func setupWith[I any, R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) (*env[R], I) {
@@ -46,6 +44,8 @@ func (e *env[R]) oneRoundTrip(name string, call func()) {
 	}
 }
 
+// setup builds a fresh store with newHarness and checks the harness is
+// complete, so a missing field fails with a clear message, not a nil call.
 func setup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) *env[R] {
 	t.Helper()
 	h := newHarness(t)
