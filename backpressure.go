@@ -224,13 +224,17 @@ func (b *Backpressure) PendingCountCap() int {
 func (b *Backpressure) windowSize(claimed map[string]int, st shardState) (int, bool) {
 	k := st.zeroCeilings
 	for ns, c := range claimed {
-		// A ceiling of 0 is counted in zeroCeilings already.
-		if ceil := st.f.Ceiling(b.Quota(ns)); ceil != Unlimited && ceil > 0 && c >= ceil {
+		if atCeiling(st.f.Ceiling(b.Quota(ns)), c) {
 			k++
 		}
 	}
 	return b.windowFor(k)
 }
+
+// atCeiling reports whether n claimed rows reach a ceiling c > 0: never
+// for [Unlimited] (negative), and a ceiling of 0 is a paused namespace,
+// which zeroCeilings counts already.
+func atCeiling(c, n int) bool { return c > 0 && n >= c }
 
 // windowFor returns B + k + 1, and false when it would overflow.
 func (b *Backpressure) windowFor(k int) (int, bool) {
@@ -251,7 +255,7 @@ func (b *Backpressure) windowFor(k int) (int, bool) {
 func guessK(p Plan, st shardState) int {
 	k := st.zeroCeilings
 	for _, r := range p.Namespaces {
-		if r.Ceiling != Unlimited && r.Ceiling > 0 && r.Claimed+r.Granted >= r.Ceiling {
+		if atCeiling(r.Ceiling, r.Claimed+r.Granted) {
 			k++
 		}
 	}

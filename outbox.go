@@ -1,6 +1,9 @@
 package backpressure
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // Route is one namespace's task queue: the unit a scoped claim addresses.
 type Route struct {
@@ -10,6 +13,16 @@ type Route struct {
 
 // String returns the route as "namespace/task-queue".
 func (r Route) String() string { return r.Namespace + "/" + r.TaskQueue }
+
+// Compare orders routes by namespace, then task queue, byte by byte: the
+// order of a plan's claims and of a store's pending counts. It returns -1,
+// 0 or +1 as r sorts before, equal to or after o.
+func (r Route) Compare(o Route) int {
+	if c := strings.Compare(r.Namespace, o.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(r.TaskQueue, o.TaskQueue)
+}
 
 // RouteCount is a count of rows on one route.
 type RouteCount struct {

@@ -219,12 +219,8 @@ type scratch struct {
 	routeMoves   []routeCursorUpdate
 }
 
-func cmpRoute(a, b RouteCount) int {
-	if a.Route.Namespace != b.Route.Namespace {
-		return strings.Compare(a.Route.Namespace, b.Route.Namespace)
-	}
-	return strings.Compare(a.Route.TaskQueue, b.Route.TaskQueue)
-}
+// cmpRoute orders route counts by route (see [Route.Compare]).
+func cmpRoute(a, b RouteCount) int { return a.Route.Compare(b.Route) }
 
 // plan computes the plan for s without changing b's cursors; commit
 // installs the cursor moves it recorded. The caller holds b.sem.

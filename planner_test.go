@@ -143,7 +143,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if c.Limit > pr {
 			t.Fatalf("route %v: limit %d > pending %d", c.Route, c.Limit, pr)
 		}
-		if i > 0 && cmpRoute(RouteCount{Route: p.Claims[i-1].Route}, RouteCount{Route: c.Route}) >= 0 {
+		if i > 0 && p.Claims[i-1].Route.Compare(c.Route) >= 0 {
 			t.Fatalf("claims not sorted and unique at %d: %v", i, p.Claims)
 		}
 		grant[c.Route.Namespace] += c.Limit
@@ -625,6 +625,30 @@ func TestFirstNamespacesIsTheSmallerWindow(t *testing.T) {
 		}
 		if got := firstNamespaces(slices.Clone(window), after, n); !slices.Equal(got, want) {
 			t.Fatalf("firstNamespaces(%v, %q, %d) = %v, want %v", window, after, n, got, want)
+		}
+	})
+}
+
+// TestRouteCompare checks Route.Compare against a naive reference: the
+// lexicographic order of the (namespace, task queue) pair, byte by byte;
+// Compare is 0 exactly for equal routes and antisymmetric.
+func TestRouteCompare(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		text := rapid.StringOfN(rapid.RuneFrom([]rune{'a', 'b', 'é', 0}), 0, 3, -1)
+		a := Route{Namespace: text.Draw(t, "a.ns"), TaskQueue: text.Draw(t, "a.tq")}
+		b := Route{Namespace: text.Draw(t, "b.ns"), TaskQueue: text.Draw(t, "b.tq")}
+		want := 0
+		switch {
+		case a.Namespace < b.Namespace, a.Namespace == b.Namespace && a.TaskQueue < b.TaskQueue:
+			want = -1
+		case a != b:
+			want = 1
+		}
+		if got := a.Compare(b); got != want {
+			t.Fatalf("%q.Compare(%q) = %d, want %d", a, b, got, want)
+		}
+		if got := b.Compare(a); got != -want {
+			t.Fatalf("%q.Compare(%q) = %d, want %d", b, a, got, -want)
 		}
 	})
 }

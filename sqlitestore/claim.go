@@ -296,7 +296,7 @@ func checkClaims(claims []backpressure.ScopedClaim) error {
 		if checkText("", c.Route.TaskQueue, false) != nil {
 			return checkText(name(i)+".Route.TaskQueue", c.Route.TaskQueue, false)
 		}
-		if i > 0 && sorted && compareRoutes(claims[i-1].Route, c.Route) >= 0 {
+		if i > 0 && sorted && claims[i-1].Route.Compare(c.Route) >= 0 {
 			sorted = false
 		}
 	}
@@ -312,14 +312,6 @@ func checkClaims(claims []backpressure.ScopedClaim) error {
 		first[c.Route] = i
 	}
 	return nil
-}
-
-// compareRoutes orders routes by namespace, then task queue, byte by byte.
-func compareRoutes(a, b backpressure.Route) int {
-	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-		return c
-	}
-	return strings.Compare(a.TaskQueue, b.TaskQueue)
 }
 
 // claimScoped runs the scoped claim statement for claims at now in tx: the

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -242,11 +241,9 @@ func (e *env[R]) fullCounts(shards backpressure.OwnedShardFraction, capPerRoute 
 	return out
 }
 
-// compareRouteCounts orders route counts by namespace, then task queue,
-// byte by byte.
-func compareRouteCounts(a, b backpressure.RouteCount) int {
-	return cmp.Or(cmp.Compare(a.Route.Namespace, b.Route.Namespace), cmp.Compare(a.Route.TaskQueue, b.Route.TaskQueue))
-}
+// compareRouteCounts orders route counts by route (see
+// [backpressure.Route.Compare]).
+func compareRouteCounts(a, b backpressure.RouteCount) int { return a.Route.Compare(b.Route) }
 
 // namespacesOf returns the distinct namespaces of sorted counts, in order.
 func namespacesOf(counts []backpressure.RouteCount) []string {

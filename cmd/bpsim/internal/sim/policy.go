@@ -1,9 +1,7 @@
 package sim
 
 import (
-	"cmp"
 	"slices"
-	"strings"
 
 	"github.com/outboxkit/backpressure"
 )
@@ -60,11 +58,11 @@ func (rr *routeRobin) plan(pending []backpressure.RouteCount, budget int) []back
 	if len(routes) == 0 || budget <= 0 {
 		return nil
 	}
-	slices.SortFunc(routes, func(a, b backpressure.RouteCount) int { return cmpRoute(a.Route, b.Route) })
+	slices.SortFunc(routes, func(a, b backpressure.RouteCount) int { return a.Route.Compare(b.Route) })
 	start := 0
 	if rr.set {
 		start, _ = slices.BinarySearchFunc(routes, rr.cursor, func(r backpressure.RouteCount, c backpressure.Route) int {
-			return cmpRoute(r.Route, c)
+			return r.Route.Compare(c)
 		})
 		if start < len(routes) && routes[start].Route == rr.cursor {
 			start++
@@ -97,8 +95,4 @@ func (rr *routeRobin) plan(pending []backpressure.RouteCount, budget int) []back
 		}
 	}
 	return claims
-}
-
-func cmpRoute(a, b backpressure.Route) int {
-	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.TaskQueue, b.TaskQueue))
 }
