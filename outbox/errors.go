@@ -1,0 +1,120 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors every store returns. Match them with [errors.Is]; the
+// typed errors below carry the details and match the sentinel of their kind.
+var (
+	// ErrLeaseLost reports a completion or extension whose lease is not the
+	// row's current live claim: the row was completed already, or its
+	// lease expired (and it may have been claimed again), or it was purged.
+	// The row is unchanged.
+	ErrLeaseLost = errors.New("outbox: lease lost")
+
+	// ErrNotFound reports a dispatch key with no row.
+	ErrNotFound = errors.New("outbox: row not found")
+
+	// ErrClosed reports a call on a store that was closed, or a zero store
+	// never opened. Every method of every store returns it in that case.
+	ErrClosed = errors.New("outbox: store closed")
+
+	// ErrInvalidMessage reports a message that breaks a limit of
+	// [Message.Validate]. It also matches [ErrInvalidArgument]. Nothing
+	// of the batch was written.
+	ErrInvalidMessage = errors.New("outbox: invalid message")
+
+	// ErrInvalidArgument reports any other argument or option a store
+	// rejects. The call changed nothing.
+	ErrInvalidArgument = errors.New("outbox: invalid argument")
+
+	// ErrShardCountMismatch reports a shard fraction or a store option
+	// whose shard count differs from the one the store's rows are placed
+	// with.
+	ErrShardCountMismatch = errors.New("outbox: shard count mismatch")
+
+	// ErrSchemaTooNew reports a database migrated by a newer version of a
+	// store than the running one.
+	ErrSchemaTooNew = errors.New("outbox: schema too new")
+)
+
+// LeaseLostError is the detail of [ErrLeaseLost].
+type LeaseLostError struct {
+	Op          string // the store method, e.g. "Complete"
+	DispatchKey string
+	Token       int64 // the token offered
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("outbox: %s: lease lost: row %q, token %d", e.Op, e.DispatchKey, e.Token)
+}
+
+// Is reports whether target is [ErrLeaseLost].
+func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
+
+// MessageError is the detail of [ErrInvalidMessage].
+type MessageError struct {
+	Index       int    // the message's index in the batch; -1 for a lone message
+	DispatchKey string // the message's key, possibly invalid itself
+	Field       string // "DispatchKey", "Namespace", "TaskQueue", "Payload", "MaxAttempts"
+	Reason      string
+	Err         error // the route rule's *backpressure.RouteError, when it decided
+}
+
+func (e *MessageError) Error() string {
+	at := ""
+	if e.Index >= 0 {
+		at = fmt.Sprintf("msgs[%d].", e.Index)
+	}
+	return fmt.Sprintf("outbox: invalid message: %s%s %s", at, e.Field, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidMessage] or [ErrInvalidArgument].
+func (e *MessageError) Is(target error) bool {
+	return target == ErrInvalidMessage || target == ErrInvalidArgument
+}
+
+// Unwrap returns Err.
+func (e *MessageError) Unwrap() error { return e.Err }
+
+// ArgumentError is the detail of [ErrInvalidArgument].
+type ArgumentError struct {
+	Op     string // the store method or constructor, e.g. "Open", "Complete"
+	Arg    string // the argument, e.g. "Options.Lease", "completions[3].Outcome"
+	Reason string
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("outbox: %s: invalid argument %s: %s", e.Op, e.Arg, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidArgument].
+func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// ShardCountError is the detail of [ErrShardCountMismatch].
+type ShardCountError struct {
+	Store int // the shard count the store's rows are placed with
+	Given int // the shard count offered
+}
+
+func (e *ShardCountError) Error() string {
+	return fmt.Sprintf("outbox: shard count mismatch: store places rows over %d shards, given %d", e.Store, e.Given)
+}
+
+// Is reports whether target is [ErrShardCountMismatch].
+func (e *ShardCountError) Is(target error) bool { return target == ErrShardCountMismatch }
+
+// SchemaVersionError is the detail of [ErrSchemaTooNew].
+type SchemaVersionError struct {
+	Database int // the version found in the database
+	Package  int // the newest version the running store knows
+}
+
+func (e *SchemaVersionError) Error() string {
+	return fmt.Sprintf("outbox: schema too new: database is at version %d, this store knows up to %d", e.Database, e.Package)
+}
+
+// Is reports whether target is [ErrSchemaTooNew].
+func (e *SchemaVersionError) Is(target error) bool { return target == ErrSchemaTooNew }

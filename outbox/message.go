@@ -1,0 +1,123 @@
+package outbox
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxkit/backpressure"
+)
+
+// Limits every store enforces in Enqueue, before it touches its database,
+// with a [*MessageError]. They are the same in every store, so a message one
+// store accepts every store accepts. Namespaces and task queues are bounded
+// by [backpressure.ValidateRoute] ([backpressure.MaxNamespaceBytes],
+// [backpressure.MaxTaskQueueBytes]).
+const (
+	// MaxDispatchKeyBytes bounds a dispatch key: it is a unique index entry.
+	MaxDispatchKeyBytes = 1024
+	// MaxPayloadBytes bounds a payload (64 MiB): an outbox row carries a
+	// reference to large data, not the data.
+	MaxPayloadBytes = 64 << 20
+	// MaxErrorBytes bounds the error text a completion records; a longer
+	// text is truncated (at a UTF-8 boundary), not rejected.
+	MaxErrorBytes = 4096
+)
+
+// Message is one row to enqueue.
+type Message struct {
+	// DispatchKey identifies the message: unique across the outbox, 1 to
+	// MaxDispatchKeyBytes bytes of UTF-8 without NUL. Enqueueing a key the
+	// outbox already holds (in any state) is a no-op: dedup.
+	DispatchKey string
+
+	// Namespace is the tenant, and with TaskQueue the route: see
+	// [backpressure.ValidateRoute]. TaskQueue "" is the namespace's default
+	// task queue.
+	Namespace string
+	TaskQueue string
+
+	// Payload is opaque to the store, at most MaxPayloadBytes; nil is
+	// stored as empty.
+	Payload []byte
+
+	// RunAt is the earliest time the row may be claimed (a scheduled row);
+	// the zero time means at once. Counts and claims ignore the row until
+	// then, as they ignore a row waiting out a retry delay.
+	RunAt time.Time
+
+	// MaxAttempts overrides the store's most attempts for this row (≥ 0; 0
+	// keeps the store's): a Retry of a row that has had MaxAttempts claims
+	// dead-letters it instead.
+	MaxAttempts int
+}
+
+// Route returns the message's route.
+func (m Message) Route() backpressure.Route {
+	return backpressure.Route{Namespace: m.Namespace, TaskQueue: m.TaskQueue}
+}
+
+// Validate returns nil if every store accepts m, or a [*MessageError]
+// (matching [ErrInvalidMessage]) naming the first field that breaks a limit.
+// Cost: O(len of m's text).
+func (m Message) Validate() error { return m.validate(-1) }
+
+// ValidateMessages validates each message as [Message.Validate] does and
+// returns the first error, with the message's index in it. Stores call it
+// before they touch their database, so a batch with one bad message writes
+// nothing.
+func ValidateMessages(msgs []Message) error {
+	for i := range msgs {
+		if err := msgs[i].validate(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Message) validate(index int) error {
+	fail := func(field, reason string, err error) error {
+		return &MessageError{Index: index, DispatchKey: m.DispatchKey, Field: field, Reason: reason, Err: err}
+	}
+	switch k := m.DispatchKey; {
+	case k == "":
+		return fail("DispatchKey", "is empty", nil)
+	case len(k) > MaxDispatchKeyBytes:
+		return fail("DispatchKey", fmt.Sprintf("is %d bytes, over the limit of %d", len(k), MaxDispatchKeyBytes), nil)
+	case !utf8.ValidString(k):
+		return fail("DispatchKey", "is not valid UTF-8", nil)
+	case strings.IndexByte(k, 0) >= 0:
+		return fail("DispatchKey", "holds a NUL byte", nil)
+	}
+	if err := backpressure.ValidateRoute(m.Route()); err != nil {
+		field := "Namespace"
+		if re, ok := err.(*backpressure.RouteError); ok && re.Field == "task queue" {
+			field = "TaskQueue"
+		}
+		return fail(field, "is not a valid route", err)
+	}
+	if len(m.Payload) > MaxPayloadBytes {
+		return fail("Payload", fmt.Sprintf("is %d bytes, over the limit of %d", len(m.Payload), MaxPayloadBytes), nil)
+	}
+	if m.MaxAttempts < 0 {
+		return fail("MaxAttempts", fmt.Sprintf("%d is negative", m.MaxAttempts), nil)
+	}
+	return nil
+}
+
+// TruncateError returns s cut to at most MaxErrorBytes at a UTF-8
+// boundary, with invalid UTF-8 and NUL bytes replaced: the text a store
+// records as a row's last error.
+func TruncateError(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	cut := MaxErrorBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
