@@ -3,7 +3,7 @@ module github.com/outboxkit/backpressure/sqlitestore
 go 1.26.0
 
 require (
-	github.com/outboxkit/backpressure v0.0.0
+	github.com/outboxkit/backpressure v0.1.0
 	modernc.org/sqlite v1.62.0
 )
 
@@ -18,5 +18,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace github.com/outboxkit/backpressure => ../

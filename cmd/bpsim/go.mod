@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/outboxkit/backpressure v0.0.0
-	github.com/outboxkit/backpressure/pgstore v0.0.0
-	github.com/outboxkit/backpressure/sqlitestore v0.0.0
+	github.com/outboxkit/backpressure v0.1.0
+	github.com/outboxkit/backpressure/pgstore v0.1.0
+	github.com/outboxkit/backpressure/sqlitestore v0.1.0
 	golang.org/x/term v0.45.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -34,10 +34,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
-)
-
-replace (
-	github.com/outboxkit/backpressure => ../../
-	github.com/outboxkit/backpressure/pgstore => ../../pgstore
-	github.com/outboxkit/backpressure/sqlitestore => ../../sqlitestore
 )
