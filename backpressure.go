@@ -300,6 +300,18 @@ func firstNamespaces(pending []RouteCount, after string, n int) []RouteCount {
 	return out
 }
 
+// withDemand reports whether at least n of reports have demand.
+func withDemand(reports []NamespaceReport, n int) bool {
+	for _, r := range reports {
+		if r.Demand > 0 {
+			if n--; n <= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // distinctNamespaces counts the namespaces of routes ordered by namespace
 // (as a window must be; for a full count, which may be unordered, it is only
 // an estimate, used to choose between the two counts).
@@ -482,10 +494,16 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget 
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
 				return nil, sweepResult{}, err
 			}
-			plan.Windowed, plan.CountCap = true, 1
+			// k does not count a namespace whose every route is invalid
+			// (it has no demand either): the window is exact only if
+			// budget + 1 of its namespaces have demand.
+			if windowed = withDemand(plan.Namespaces, budget+1); windowed {
+				plan.Windowed, plan.CountCap = true, 1
+			}
 		}
-		// Otherwise the window held every namespace, counted too shallow
-		// for a plan that may grant more than 1: count them again.
+		// Otherwise the window held every namespace, or too few with
+		// demand, counted too shallow for a plan that may grant more than
+		// 1: count them all.
 	}
 	if !windowed {
 		c := b.countCap(full)

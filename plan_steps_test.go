@@ -3,6 +3,7 @@ package backpressure
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -239,11 +240,8 @@ func TestPlanSnapshotErrors(t *testing.T) {
 	good := Snapshot{Pending: []RouteCount{{Route{"a", "q1"}, 9}, {Route{"a", "q2"}, 9}, {Route{"b", "q"}, 9}}}
 	for i, s := range []Snapshot{
 		{Pending: []RouteCount{{Route{"a", "q"}, -1}}},
-		{Pending: []RouteCount{{Route{"", "q"}, 1}}},
-		{Pending: []RouteCount{{Route{"a", ""}, 1}}},
 		{Pending: []RouteCount{{Route{"a", "q"}, 1}, {Route{"b", "q"}, 1}, {Route{"a", "q"}, 2}}},
 		{Claimed: map[string]int{"a": -2}},
-		{Claimed: map[string]int{"": 1}},
 		{Pending: good.Pending, Budget: -1},
 	} {
 		b := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))
@@ -316,5 +314,54 @@ func TestZeroBackpressure(t *testing.T) {
 	var nilB *Backpressure
 	if _, err := nilB.Plan(Snapshot{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("nil Backpressure: Plan() error = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// 100 rows of 10 tenants plus rows on routes ValidateRoute rejects (written
+// by other means): the plan grants the 100, holds each invalid route's rows
+// with reason invalid-route in its namespace's report, and plans the rest
+// as if they were absent. "" is a valid task queue, planned like any other.
+func TestPlanInvalidRouteHeld(t *testing.T) {
+	for i, bad := range []Route{
+		{"", "q"},
+		{"t03", "bad\x00queue"},
+		{"bad\x00ns", "q"},
+		{"t05", "\xff"},
+		{strings.Repeat("n", MaxNamespaceBytes+1), "q"},
+		{"t07", strings.Repeat("q", MaxTaskQueueBytes+1)},
+	} {
+		if ValidateRoute(bad) == nil {
+			t.Fatalf("step %d: ValidateRoute(%q) = nil, the test needs an invalid route", i, bad)
+		}
+		b := mustNew(t, Config{BatchSize: 200, DefaultQuota: Unlimited}, allShards(t, 4))
+		clean := mustNew(t, Config{BatchSize: 200, DefaultQuota: Unlimited}, allShards(t, 4))
+		var good Snapshot
+		for n := 0; n < 10; n++ {
+			good.Pending = append(good.Pending, RouteCount{Route{fmt.Sprintf("t%02d", n), ""}, 6}, RouteCount{Route{fmt.Sprintf("t%02d", n), "emails"}, 4})
+		}
+		withBad := Snapshot{Pending: append([]RouteCount{{bad, 7}}, good.Pending...)}
+		for sweep := 0; sweep < 3; sweep++ {
+			p, err := b.Plan(withBad)
+			if err != nil {
+				t.Fatalf("step %d, sweep %d: Plan with invalid route %q: %v", i, sweep, bad, err)
+			}
+			want, err := clean.Plan(good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Granted() != 100 || fmt.Sprint(p.Claims) != fmt.Sprint(want.Claims) {
+				t.Fatalf("step %d, sweep %d: claims %v (granted %d), want %v", i, sweep, p.Claims, p.Granted(), want.Claims)
+			}
+			r, ok := p.Namespace(bad.Namespace)
+			if !ok || r.Reason != HeldInvalidRoute || r.Invalid != 7 || r.Held != 7 || r.Granted != r.Pending-7 {
+				t.Fatalf("step %d, sweep %d: report of %q = %+v (found %v), want 7 held invalid-route", i, sweep, bad.Namespace, r, ok)
+			}
+			if p.Held() != 7 {
+				t.Fatalf("step %d, sweep %d: Plan.Held() = %d, want 7", i, sweep, p.Held())
+			}
+		}
+	}
+	if got := HeldInvalidRoute.String(); got != "invalid-route" {
+		t.Errorf("HeldInvalidRoute.String() = %q", got)
 	}
 }

@@ -42,9 +42,15 @@ const (
 	HeldBudget
 	// HeldPaused: the namespace's quota is 0.
 	HeldPaused
+	// HeldInvalidRoute: some of the namespace's rows are on a route that
+	// [ValidateRoute] rejects (written by other means than a store's
+	// Enqueue); the report's Invalid counts them. They are never claimed,
+	// and the rest of the sweep is planned as if they were absent. This
+	// reason takes precedence over the others: it needs an operator.
+	HeldInvalidRoute
 )
 
-// String returns "", "at-ceiling", "budget" or "paused".
+// String returns "", "at-ceiling", "budget", "paused" or "invalid-route".
 func (r HoldReason) String() string {
 	switch r {
 	case HeldNone:
@@ -55,6 +61,8 @@ func (r HoldReason) String() string {
 		return "budget"
 	case HeldPaused:
 		return "paused"
+	case HeldInvalidRoute:
+		return "invalid-route"
 	}
 	return "HoldReason(" + strconv.Itoa(int(r)) + ")"
 }
@@ -66,8 +74,8 @@ func (r HoldReason) String() string {
 // Pending and Held are lower bounds for a namespace with a larger backlog,
 // and Capped says so:
 //
-//	Headroom = max(0, Ceiling − Claimed)   (Unlimited when Ceiling is)
-//	Demand   = min(Headroom, Pending)
+//	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
+//	Demand   = min(Headroom, Pending − Invalid)
 //	Granted  ≤ Demand
 //	Held     = Pending − Granted ≥ 0
 type NamespaceReport struct {
@@ -81,6 +89,7 @@ type NamespaceReport struct {
 	Granted   int        // rows planned for it this sweep
 	Held      int        // rows left Pending for a later sweep
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
+	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
 	// Capped is set by Sweep when a route of the namespace was counted up
 	// to the plan's CountCap, so it may hold more rows: Pending, Demand and
 	// Held are then lower bounds. When it is false they are exact, except
@@ -103,6 +112,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 	}
 	if r.Capped {
 		attrs = append(attrs, slog.Bool("capped", true))
+	}
+	if r.Invalid > 0 {
+		attrs = append(attrs, slog.Int("invalid", r.Invalid))
 	}
 	if r.Reason != HeldNone {
 		attrs = append(attrs, slog.String("reason", r.Reason.String()))
@@ -174,7 +186,7 @@ func (p Plan) Namespace(ns string) (NamespaceReport, bool) {
 // LogValue summarises the plan for a log line: the totals and the number of
 // namespaces held for each reason. Log Namespaces[i] for the details.
 func (p Plan) LogValue() slog.Value {
-	var active, atCeiling, budget, paused int
+	var active, atCeiling, budget, paused, invalid int
 	for _, r := range p.Namespaces {
 		if r.Granted > 0 {
 			active++
@@ -186,6 +198,8 @@ func (p Plan) LogValue() slog.Value {
 			budget++
 		case HeldPaused:
 			paused++
+		case HeldInvalidRoute:
+			invalid++
 		}
 	}
 	return slog.GroupValue(
@@ -198,15 +212,19 @@ func (p Plan) LogValue() slog.Value {
 		slog.Int("held_at_ceiling", atCeiling),
 		slog.Int("held_budget", budget),
 		slog.Int("held_paused", paused),
+		slog.Int("held_invalid_route", invalid),
 	)
 }
 
 // nsWork is a namespace's report while planning, with its routes'
 // range [lo, hi) in scratch.routes, and whether its Pending saturated.
+// Until the reports are finished, Pending counts the valid routes' rows
+// only, and Invalid the others'.
 type nsWork struct {
 	NamespaceReport
 	lo, hi      int
 	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
+	validName   bool // the namespace passes ValidateRoute
 }
 
 // routeCursorUpdate is a route cursor to install when the plan commits.
@@ -275,11 +293,8 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	}
 	extra := false
 	for name, c := range s.Claimed {
-		switch {
-		case c < 0:
+		if c < 0 {
 			return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
-		case name == "":
-			return Plan{}, &SnapshotError{Count: c, Reason: "empty namespace in claimed counts"}
 		}
 		if found == len(s.Claimed) || c == 0 {
 			continue
@@ -354,10 +369,13 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 		if w.Granted > 0 {
 			nClaims += b.splitRoutes(w, routes, limits)
 		}
+		w.Pending, _ = addOver(w.Pending, w.Invalid, w.pendingOver)
 		w.Held = w.Pending - w.Granted
 		switch {
 		case w.Held == 0:
 			w.Reason = HeldNone
+		case w.Invalid > 0:
+			w.Reason = HeldInvalidRoute
 		case w.Quota == 0:
 			w.Reason = HeldPaused
 		case w.Granted < w.Demand:
@@ -394,17 +412,15 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 // pending rows to ns, in order. With checkOrder it stops early, reporting
 // sorted = false, at the first route out of (namespace, task queue) order;
 // without it the routes must be ordered. Routes with a count of 0 stay in
-// their namespace's range but add nothing.
+// their namespace's range but add nothing; so do routes ValidateRoute
+// rejects, whose rows go to Invalid. A malformed count or order is a store
+// bug and fails the plan; an invalid route is a row written by other
+// means, and fails nothing.
 func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork, sorted bool, _ error) {
 	for i := range routes {
 		rc := &routes[i]
-		switch {
-		case rc.Count < 0:
+		if rc.Count < 0 {
 			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
-		case rc.Route.Namespace == "":
-			return ns, false, &SnapshotError{TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "empty namespace"}
-		case rc.Route.TaskQueue == "":
-			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, Count: rc.Count, Reason: "empty task queue"}
 		}
 		if len(ns) > 0 && ns[len(ns)-1].hi == i && ns[len(ns)-1].Namespace == rc.Route.Namespace {
 			c := strings.Compare(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue)
@@ -416,19 +432,30 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 			}
 			w := &ns[len(ns)-1]
 			w.hi = i + 1
-			w.Pending, w.pendingOver = addOver(w.Pending, rc.Count, w.pendingOver)
+			if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
+				w.Pending, w.pendingOver = addOver(w.Pending, rc.Count, w.pendingOver)
+			} else {
+				w.Invalid, _ = addOver(w.Invalid, rc.Count, false)
+			}
 			continue
 		}
 		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= rc.Route.Namespace {
 			return ns, false, nil
 		}
 		// A namespace whose routes all counted 0 has nothing pending.
-		if len(ns) > 0 && ns[len(ns)-1].Pending == 0 {
+		if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
 			ns = ns[:len(ns)-1]
 		}
-		ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: rc.Route.Namespace, Pending: rc.Count}, lo: i, hi: i + 1})
+		w := nsWork{NamespaceReport: NamespaceReport{Namespace: rc.Route.Namespace}, lo: i, hi: i + 1}
+		w.validName = rc.Route.Namespace != "" && validName(rc.Route.Namespace, MaxNamespaceBytes)
+		if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
+			w.Pending = rc.Count
+		} else {
+			w.Invalid = rc.Count
+		}
+		ns = append(ns, w)
 	}
-	if len(ns) > 0 && ns[len(ns)-1].Pending == 0 {
+	if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
 		ns = ns[:len(ns)-1]
 	}
 	return ns, true, nil
@@ -439,7 +466,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int) int {
 	rs := routes[w.lo:w.hi]
 	ls := limits[w.lo:w.hi]
-	if w.Granted == w.Pending && !w.pendingOver {
+	if w.Granted == w.Pending && !w.pendingOver && w.Invalid == 0 {
 		n := 0
 		for j := range rs {
 			ls[j] = rs[j].Count
@@ -452,7 +479,11 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	sc := &b.scratch
 	caps := sc.caps[:0]
 	for _, r := range rs {
-		caps = append(caps, r.Count)
+		if w.Invalid > 0 && ValidateRoute(r.Route) != nil {
+			caps = append(caps, 0) // never granted, as if absent
+		} else {
+			caps = append(caps, r.Count)
+		}
 	}
 	sc.caps = caps
 	start := 0

@@ -66,10 +66,22 @@ func genWorld(t *rapid.T) world {
 		}
 		nR := rapid.IntRange(0, 6).Draw(t, "routes")
 		for j := 0; j < nR; j++ {
+			tq := fmt.Sprintf("q%d", j)
+			if j == 0 && rapid.Bool().Draw(t, "defaultQueue") {
+				tq = "" // the namespace's default queue: a route like any other
+			}
 			w.snap.Pending = append(w.snap.Pending, RouteCount{
-				Route: Route{ns, fmt.Sprintf("q%d", j)},
+				Route: Route{ns, tq},
 				Count: rapid.IntRange(0, 25).Draw(t, "pending"),
 			})
+		}
+	}
+	// Now and then routes ValidateRoute rejects, written by other means:
+	// held, never planned.
+	for i := rapid.IntRange(0, 2).Draw(t, "invalidRoutes"); i > 0; i-- {
+		r := rapid.SampledFrom([]Route{{"", "q"}, {"", ""}, {"ns00", "q\x00"}, {"ns01", "\xff"}, {"bad\x00", "q"}, {"ns02", strings.Repeat("x", MaxTaskQueueBytes+1)}}).Draw(t, "invalidRoute")
+		if !slices.ContainsFunc(w.snap.Pending, func(rc RouteCount) bool { return rc.Route == r }) {
+			w.snap.Pending = append(w.snap.Pending, RouteCount{Route: r, Count: rapid.IntRange(0, 9).Draw(t, "invalidPending")})
 		}
 	}
 	w.snap.Pending = rapid.Permutation(w.snap.Pending).Draw(t, "order")
@@ -95,9 +107,10 @@ func budgetOf(cfg Config, s Snapshot) int {
 	return cfg.BatchSize
 }
 
-// expected computes each namespace's headroom, pending and demand straight
-// from the SPEC's definitions.
-type nsFacts struct{ ceiling, headroom, pending, demand int }
+// facts computes each namespace's headroom, pending and demand straight
+// from their definitions; invalid counts the rows of routes ValidateRoute
+// rejects, which pending includes and demand does not.
+type nsFacts struct{ ceiling, headroom, pending, invalid, demand int }
 
 func facts(w world) map[string]nsFacts {
 	m := map[string]nsFacts{}
@@ -107,6 +120,9 @@ func facts(w world) map[string]nsFacts {
 		}
 		f := m[rc.Route.Namespace]
 		f.pending += rc.Count
+		if ValidateRoute(rc.Route) != nil {
+			f.invalid += rc.Count
+		}
 		m[rc.Route.Namespace] = f
 	}
 	for ns, f := range m {
@@ -120,7 +136,7 @@ func facts(w world) map[string]nsFacts {
 		} else {
 			f.headroom = max(0, f.ceiling-w.snap.Claimed[ns])
 		}
-		f.demand = min(f.headroom, f.pending)
+		f.demand = min(f.headroom, f.pending-f.invalid)
 		m[ns] = f
 	}
 	return m
@@ -160,6 +176,9 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if !ok || pr == 0 {
 			t.Fatalf("claim %d for route %v that has no pending rows", i, c.Route)
 		}
+		if err := ValidateRoute(c.Route); err != nil {
+			t.Fatalf("claim %d for an invalid route: %v", i, err)
+		}
 		if c.Limit > pr {
 			t.Fatalf("route %v: limit %d > pending %d", c.Route, c.Limit, pr)
 		}
@@ -197,7 +216,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	// 5. Max-min across the routes of a namespace.
 	for ns, cs := range routeLimits {
 		for _, rc := range w.snap.Pending {
-			if rc.Route.Namespace != ns || rc.Count == 0 {
+			if rc.Route.Namespace != ns || rc.Count == 0 || ValidateRoute(rc.Route) != nil {
 				continue
 			}
 			li := 0
@@ -224,13 +243,15 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if r.Granted != grant[ns] || r.Pending != f.pending || r.Held != f.pending-grant[ns] || r.Held < 0 {
 			t.Fatalf("report %+v: want granted %d, pending %d, held %d", r, grant[ns], f.pending, f.pending-grant[ns])
 		}
-		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] {
-			t.Fatalf("report %+v: want ceiling %d, claimed %d", r, f.ceiling, w.snap.Claimed[ns])
+		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] || r.Invalid != f.invalid || r.Demand != f.demand {
+			t.Fatalf("report %+v: want ceiling %d, claimed %d, invalid %d, demand %d", r, f.ceiling, w.snap.Claimed[ns], f.invalid, f.demand)
 		}
 		var want HoldReason
 		switch {
 		case r.Held == 0:
 			want = HeldNone
+		case f.invalid > 0:
+			want = HeldInvalidRoute
 		case r.Quota == 0:
 			want = HeldPaused
 		case grant[ns] < f.demand:

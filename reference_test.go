@@ -34,7 +34,7 @@ func newRefPlanner(cfg Config, f OwnedShardFraction) *refPlanner {
 
 func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 	routes := slices.Clone(s.Pending)
-	routes = slices.DeleteFunc(routes, func(rc RouteCount) bool { return rc.Count == 0 })
+	routes = slices.DeleteFunc(routes, func(rc RouteCount) bool { return rc.Count == 0 || ValidateRoute(rc.Route) != nil })
 	slices.SortFunc(routes, cmpRoute)
 	byNS := map[string][]RouteCount{}
 	var names []string

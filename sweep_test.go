@@ -237,3 +237,40 @@ func TestSweepStateful(t *testing.T) {
 		}
 	})
 }
+
+// Issue 13 §1: 100 rows of 10 tenants (half on the default task queue "")
+// and rows on routes ValidateRoute rejects, written by other means. Every
+// sweep succeeds, the 100 rows are claimed, the invalid ones never are, and
+// each sweep's plan reports them held as invalid-route.
+func TestSweepInvalidRouteDoesNotStopTheNode(t *testing.T) {
+	store := newMemStore(4)
+	for n := 0; n < 10; n++ {
+		store.enqueue(fmt.Sprintf("tenant-%d", n), "", 5)
+		store.enqueue(fmt.Sprintf("tenant-%d", n), "emails", 5)
+	}
+	store.enqueue("", "q", 1)
+	store.enqueue("tenant-3", "bad\x00queue", 2)
+	b := newTestBP(t, backpressure.Config{BatchSize: 25, DefaultQuota: backpressure.Unlimited}, 4)
+	claimed := 0
+	for sweep := 0; sweep < 5; sweep++ {
+		rows, plan, err := backpressure.Sweep(context.Background(), b, store)
+		if err != nil {
+			t.Fatalf("sweep %d: %v", sweep, err)
+		}
+		for _, r := range rows {
+			if err := backpressure.ValidateRoute(backpressure.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}); err != nil {
+				t.Fatalf("sweep %d claimed a row on an invalid route: %v", sweep, err)
+			}
+		}
+		claimed += len(rows)
+		for _, ns := range []string{"", "tenant-3"} {
+			r, ok := plan.Namespace(ns)
+			if !ok || r.Reason != backpressure.HeldInvalidRoute || r.Invalid == 0 {
+				t.Fatalf("sweep %d: report of %q = %+v (found %v), want rows held invalid-route", sweep, ns, r, ok)
+			}
+		}
+	}
+	if claimed != 100 {
+		t.Fatalf("claimed %d rows in 5 sweeps, want 100", claimed)
+	}
+}

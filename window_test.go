@@ -132,6 +132,14 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 			case 0, 1:
 				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "ns"))
 				tq := fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "tq"))
+				switch rapid.IntRange(0, 19).Draw(t, "oddRoute") {
+				case 0:
+					tq = "" // the default task queue: valid
+				case 1:
+					ns = "" // invalid: held, never claimed
+				case 2:
+					tq = "\xff" // invalid
+				}
 				n := rapid.IntRange(1, 4).Draw(t, "n")
 				for _, s := range stores {
 					s.enqueue(ns, tq, n)
