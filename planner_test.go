@@ -464,12 +464,24 @@ func TestOwnedShardFractionErrors(t *testing.T) {
 		n     int
 	}{
 		{nil, 0}, {[]int{0}, -3}, {[]int{4}, 4}, {[]int{-1}, 4}, {[]int{1, 2, 1}, 4},
+		{nil, MaxShardCount + 1}, {[]int{0}, math.MaxInt}, {nil, math.MinInt},
 	} {
 		_, err := NewOwnedShardFraction(tc.owned, tc.n)
 		var se *ShardError
 		if !errors.Is(err, ErrInvalidShards) || !errors.As(err, &se) {
 			t.Errorf("NewOwnedShardFraction(%v, %d) = %v, want a *ShardError", tc.owned, tc.n, err)
 		}
+	}
+	// Issue 13 §2: these panicked (makeslice) or ran out of memory.
+	for _, n := range []int{math.MaxInt, 1 << 40, MaxShardCount + 1, 0, -1, math.MinInt} {
+		f, err := AllShards(n)
+		var se *ShardError
+		if !errors.Is(err, ErrInvalidShards) || !errors.As(err, &se) || se.ShardCount != n || f.ShardCount() != 0 {
+			t.Errorf("AllShards(%d) = %v, %v; want a *ShardError for shard count %d", n, f, err, n)
+		}
+	}
+	if f, err := AllShards(MaxShardCount); err != nil || f.OwnedCount() != MaxShardCount || f.Ceiling(7) != 7 {
+		t.Errorf("AllShards(MaxShardCount) = %v, %v", f, err)
 	}
 	f, err := NewOwnedShardFraction([]int{7, 3, 12}, 64)
 	require.NoError(t, err)
