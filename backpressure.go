@@ -95,8 +95,10 @@ var errNotNew = fmt.Errorf("%w: Backpressure not built with New", ErrInvalidConf
 //
 // It returns an error matching [ErrInvalidConfig] (a *[ConfigError] naming
 // the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
-// [Unlimited], or if a Quotas value is negative other than Unlimited; and one
-// matching [ErrInvalidShards] if f is the zero OwnedShardFraction.
+// [Unlimited], if a Quotas value is negative other than Unlimited, or if a
+// Quotas key is a namespace no row can have (one [ValidateRoute] rejects:
+// "", a NUL byte, invalid UTF-8, over [MaxNamespaceBytes]); and one matching
+// [ErrInvalidShards] if f is the zero OwnedShardFraction.
 func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	if f.ShardCount() < 1 {
 		return nil, &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
@@ -111,8 +113,14 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 		return nil, &ConfigError{Field: "DefaultQuota", Value: cfg.DefaultQuota, Reason: "must be at least 1, or Unlimited"}
 	}
 	for ns, q := range cfg.Quotas {
+		field := "Quotas[" + strconv.Quote(ns) + "]"
+		if err := ValidateRoute(Route{Namespace: ns}); err != nil {
+			var re *RouteError
+			errors.As(err, &re)
+			return nil, &ConfigError{Field: field, Value: q, Reason: "no row can have this namespace: it " + re.Reason}
+		}
 		if q < 0 && q != Unlimited {
-			return nil, &ConfigError{Field: "Quotas[" + strconv.Quote(ns) + "]", Value: q, Reason: "must be at least 0 (paused), or Unlimited"}
+			return nil, &ConfigError{Field: field, Value: q, Reason: "must be at least 0 (paused), or Unlimited"}
 		}
 	}
 	b := &Backpressure{

@@ -275,12 +275,21 @@ func TestNewConfigErrors(t *testing.T) {
 		{Config{BatchSize: 1, DefaultQuota: 0}, "DefaultQuota"},
 		{Config{BatchSize: 1, DefaultQuota: -2}, "DefaultQuota"},
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"x": -7}}, `Quotas["x"]`},
+		// Issue 13 §3: keys no row can have.
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"": 5}}, `Quotas[""]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"a\x00b": 5}}, `Quotas["a\x00b"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"\xff": 0}}, `Quotas["\xff"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes+1): 1}}, `Quotas["` + strings.Repeat("n", MaxNamespaceBytes+1) + `"]`},
 	} {
 		_, err := New(tc.cfg, f)
 		var ce *ConfigError
 		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
 			t.Errorf("step %d: New(%+v) = %v, want a *ConfigError for %s", i, tc.cfg, err, tc.field)
 		}
+	}
+	// The longest valid key, and text that is odd but valid, are accepted.
+	if _, err := New(Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes): 1, "é/ü q": 2}}, f); err != nil {
+		t.Errorf("New with valid odd keys: %v", err)
 	}
 	quotas := map[string]int{"x": 3}
 	b, err := New(Config{BatchSize: 1, DefaultQuota: Unlimited, Quotas: quotas}, f)
