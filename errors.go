@@ -77,7 +77,7 @@ func (e *SnapshotError) Is(target error) bool { return target == ErrInvalidSnaps
 // the call that failed. It matches [ErrStore] and unwraps to the store's
 // error, so errors.Is(err, context.Canceled) works through it.
 type StoreError struct {
-	Op  string // "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountPendingOutboxRowsWindow" or "ClaimOutboxRowsScoped"
+	Op  string // the failed call: "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountPendingOutboxRowsWindow", "CountSweep", "ClaimOutboxRowsScoped" or "InSweepTx"
 	Err error
 }
 

@@ -231,7 +231,7 @@ type nsWork struct {
 type routeCursorUpdate struct{ namespace, taskQueue string }
 
 // scratch holds the buffers Plan reuses from sweep to sweep, and the cursor
-// moves of the last plan, applied by commit.
+// moves of the last plan, applied by advanceCursors.
 type scratch struct {
 	routes []RouteCount
 	ns     []nsWork
@@ -248,8 +248,9 @@ type scratch struct {
 // cmpRoute orders route counts by route (see [Route.Compare]).
 func cmpRoute(a, b RouteCount) int { return a.Route.Compare(b.Route) }
 
-// plan computes the plan for s without changing b's cursors; commit
-// installs the cursor moves it recorded. The caller holds b.sem.
+// plan computes the plan for s without changing b's cursors;
+// advanceCursors installs the cursor moves it recorded. The caller holds
+// b.sem.
 func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc := &b.scratch
 	sc.nsCursorMove = false
@@ -507,10 +508,10 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	return n
 }
 
-// commit installs the cursor moves of the last plan; windowed says the
-// plan's snapshot covered only a window of the namespaces. The caller holds
-// b.sem.
-func (b *Backpressure) commit(windowed bool) {
+// advanceCursors installs the cursor moves of the last plan; windowed says
+// the plan's snapshot covered only a window of the namespaces. The caller
+// holds b.sem.
+func (b *Backpressure) advanceCursors(windowed bool) {
 	sc := &b.scratch
 	if sc.nsCursorMove {
 		b.nsCursor, b.nsCursorSet = sc.nsCursor, true

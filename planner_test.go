@@ -532,14 +532,14 @@ func fnv1a(s string) uint32 {
 }
 
 // TestPendingCountCapExact checks that capping every route's pending count
-// at PendingCountCap changes no claim and no rotation, sweep after sweep.
+// at pendingCountCap changes no claim and no rotation, sweep after sweep.
 func TestPendingCountCapExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := genWorld(t)
 		full, capped := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
-		c := capped.PendingCountCap()
+		c := capped.pendingCountCap()
 		if c < 1 || c > w.cfg.BatchSize {
-			t.Fatalf("PendingCountCap() = %d, want 1..%d", c, w.cfg.BatchSize)
+			t.Fatalf("pendingCountCap() = %d, want 1..%d", c, w.cfg.BatchSize)
 		}
 		// A smaller budget caps the counts further, as SweepN does.
 		c = min(c, budgetOf(w.cfg, w.snap))
@@ -651,7 +651,7 @@ func TestShallowCountExact(t *testing.T) {
 			} else if deeper {
 				shallowExact++
 			}
-			shallow.commit(false)
+			shallow.advanceCursors(false)
 			if !slices.Equal(p1.Claims, p2.Claims) {
 				t.Fatalf("sweep %d, cap %d: claims differ:\nuncapped %v\nshallow  %v", s, c, p1.Claims, p2.Claims)
 			}
