@@ -1,16 +1,22 @@
 // Package backpressure plans fair, per-tenant, headroom-capped claims from a
 // transactional outbox.
 //
-// A dispatcher node calls [Sweep] once per sweep. Sweep reads how many rows
-// each namespace (tenant) has claimed and how many are pending per route on
-// the node's shards, plans the sweep with [Backpressure.Plan], and makes one
-// atomic scoped claim. The plan gives every active namespace an equal slice
-// of the batch before any namespace can take more, splits a namespace's grant
-// equally over its routes, and never lets a namespace exceed its per-node
-// ceiling ⌈quota × owned/shardCount⌉ of concurrently claimed rows. Rows it
-// does not claim stay Pending, untouched, for a later sweep: backpressure
-// chooses only the limit and scope of the store's claim, so the store's
-// exactly-once guarantee is never weakened.
+// Most callers need three calls: build a [Backpressure] once per node with
+// [New], from a [Config] (the batch size B and the quotas) and the node's
+// [OwnedShardFraction]; then call [Sweep] (or [SweepN], with a smaller
+// budget, when fewer workers are free) against a store that implements
+// [OutboxStore], and run the rows it returns. Each sweep claims at most B
+// rows in one atomic claim; rows it does not claim stay Pending, untouched,
+// for a later sweep, so the store's exactly-once guarantee is never
+// weakened.
+//
+// A sweep gives every namespace (tenant) with demand an equal share of the
+// batch before any namespace can take more, splits a namespace's grant
+// equally over its routes (task queues), rotates the remainder from sweep
+// to sweep, and never lets a namespace exceed its per-node ceiling
+// ⌈quota × owned/shardCount⌉ of concurrently claimed rows. [Backpressure.Plan]
+// is the same planner without I/O, and the returned [Plan] reports, per
+// namespace, what was granted and what was held and why.
 //
 // [BackpressureGate] checks, separately, whether a channel's advisory
 // backpressure actually protects its consumer.

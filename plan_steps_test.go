@@ -7,11 +7,15 @@ import (
 	"testing"
 )
 
-func allShards(t *testing.T, n int) OwnedShardFraction {
+// allShards is AllShards(n) for a test, which fails if it errs.
+func allShards(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, n int) OwnedShardFraction {
 	t.Helper()
 	f, err := AllShards(n)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("AllShards(%d): %v", n, err)
 	}
 	return f
 }

@@ -154,8 +154,10 @@ func mustNew(t interface {
 	return b
 }
 
-// verifyPlan checks invariants 1–5 and 8 of one plan against the SPEC's
-// definitions.
+// verifyPlan checks one plan against the definitions (facts): budget
+// (Σ limits = min(B, Σ d_n)), headroom (Σ limits of n ≤ H_n), pending
+// (1 ≤ limit ≤ P_r, valid routes only), max-min fairness across namespaces
+// and across one namespace's routes, and held accounting with its reason.
 func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	fs := facts(w)
 	pend := map[Route]int{}
@@ -273,7 +275,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	}
 }
 
-// TestPlanInvariants checks invariants 1–5 and 8 over random worlds and
+// TestPlanInvariants checks every plan with verifyPlan over random worlds and
 // several sweeps, each with its own budget, and that Plan agrees exactly
 // with the naive unit-by-unit reference, sweep after sweep (so rotation
 // agrees too, across changing budgets).
@@ -300,7 +302,7 @@ func TestPlanInvariants(t *testing.T) {
 	})
 }
 
-// TestPlanDeterministic checks invariant 7: two planners fed the same
+// TestPlanDeterministic checks determinism: two planners fed the same
 // snapshots in different row orders make the same plans.
 func TestPlanDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -320,7 +322,7 @@ func TestPlanDeterministic(t *testing.T) {
 	})
 }
 
-// TestPlanNoStarvation checks invariant 6 under steady demand (the same
+// TestPlanNoStarvation checks the rotation under steady demand (the same
 // snapshot every sweep: the rows planned are never claimed), each sweep
 // with its own budget: the namespaces no sweep has satisfied yet have
 // cumulative grants within one of each other after every sweep, and with
@@ -331,7 +333,7 @@ func TestPlanNoStarvation(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		nNS := rapid.IntRange(1, 40).Draw(t, "namespaces")
 		batch := rapid.IntRange(1, 30).Draw(t, "batch")
-		all, _ := AllShards(1)
+		all := allShards(t, 1)
 		b := mustNew(t, Config{BatchSize: batch, DefaultQuota: Unlimited}, all)
 		var snap Snapshot
 		for i := 0; i < nNS; i++ {
@@ -398,7 +400,8 @@ func TestPlanNoStarvation(t *testing.T) {
 	}
 }
 
-// TestCeilingExact checks invariant 9 against big-integer arithmetic.
+// TestCeilingExact checks Ceiling(q) = ⌈q × owned / shardCount⌉ against
+// big-integer arithmetic: 0 when nothing is owned, q when all is.
 func TestCeilingExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 1<<20).Draw(t, "shardCount")
@@ -568,7 +571,7 @@ func TestPlanExtremeValues(t *testing.T) {
 		return rapid.OneOf(rapid.Just(math.MaxInt), rapid.IntRange(math.MaxInt/2-5, math.MaxInt/2+20), rapid.IntRange(0, 5)).Draw(t, label)
 	}
 	rapid.Check(t, func(t *rapid.T) {
-		all, _ := AllShards(rapid.IntRange(1, 4).Draw(t, "shards"))
+		all := allShards(t, rapid.IntRange(1, 4).Draw(t, "shards"))
 		cfg := Config{BatchSize: max(1, big(t, "batch")), DefaultQuota: rapid.SampledFrom([]int{Unlimited, math.MaxInt, 3}).Draw(t, "quota")}
 		b := mustNew(t, cfg, all)
 		var s Snapshot
