@@ -70,9 +70,9 @@ func (r HoldReason) String() string {
 // NamespaceReport is a plan's account of one namespace: every namespace
 // with pending or claimed rows in the snapshot has one. With P the
 // namespace's pending rows (Σ P_r over its routes) as the snapshot counted
-// them — Sweep caps each route's count (see Plan.CountCap), so under Sweep
-// Pending and Held are lower bounds for a namespace with a larger backlog,
-// and Capped says so:
+// them — Sweep counts each route only as deep as a plan can use, so under
+// Sweep Pending and Held are lower bounds for a namespace with a larger
+// backlog, and Capped says so:
 //
 //	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
 //	Demand   = min(Headroom, Pending − Invalid)
@@ -90,9 +90,9 @@ type NamespaceReport struct {
 	Held      int        // rows left Pending for a later sweep
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
-	// Capped is set by Sweep when a route of the namespace was counted up
-	// to the plan's CountCap, so it may hold more rows: Pending, Demand and
-	// Held are then lower bounds. When it is false they are exact, except
+	// Capped is set by Sweep when a route of the namespace was counted only
+	// up to the depth Sweep counted at, so it may hold more rows: Pending,
+	// Demand and Held are then lower bounds. When it is false they are exact, except
 	// in a windowed plan (Plan.Windowed) for a namespace outside the
 	// window, which was not counted at all and shows Pending 0.
 	Capped bool
@@ -146,12 +146,11 @@ type Plan struct {
 	// Namespaces then covers the window, and a namespace outside it
 	// appears only if it has claimed rows, with Pending 0.
 	Windowed bool
-	// CountCap is, for a plan Sweep made, the cap its store counts were
-	// taken at (1 for a windowed plan): a route may hold more rows than a
-	// count equal to CountCap, so the reports' Pending, Demand and Held are
-	// lower bounds wherever a route reached it. 0 for a plan made by
-	// Backpressure.Plan from the caller's counts.
-	CountCap int
+
+	// countCap is, for a plan Sweep made, the cap its store counts were
+	// taken at (1 for a windowed plan): a route whose count reached it may
+	// hold more rows (see markCapped). 0 for a plan Backpressure.Plan made.
+	countCap int
 }
 
 // Granted returns the rows the plan claims: Σ Claims[i].Limit.

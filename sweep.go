@@ -184,7 +184,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget 
 			// (it has no demand either): the window is exact only if
 			// budget + 1 of its namespaces have demand.
 			if windowed = withDemand(plan.Namespaces, budget+1); windowed {
-				plan.Windowed, plan.CountCap = true, 1
+				plan.Windowed, plan.countCap = true, 1
 			}
 		}
 		// Otherwise the window held every namespace, or too few with
@@ -202,7 +202,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget 
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
 				return nil, sweepResult{}, err
 			}
-			plan.CountCap = c
+			plan.countCap = c
 			// Exact unless a route got all c rows it was counted at: it
 			// may have more, and a deeper count could grant it more.
 			if c == full || maxLimit(plan.Claims) < c {
@@ -211,7 +211,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget 
 			c = full
 		}
 	}
-	markCapped(plan.Namespaces, pending, plan.CountCap)
+	markCapped(plan.Namespaces, pending, plan.countCap)
 	out := sweepResult{plan: plan, seen: math.MaxInt} // a full window: at least the window, more beyond it
 	if !windowed {
 		out.seen = distinctNamespaces(pending)
@@ -271,7 +271,7 @@ func (h *sweepHints) record(out sweepResult) {
 // which is at most its ceiling, nor more than B; so a route counted as
 // min(P_r, cap) rather than P_r yields exactly the same claims and rotation,
 // while the store reads fewer index entries per route. The reports describe
-// the counts as the store returned them (see Plan.CountCap): Pending,
+// the counts as the store returned them (see NamespaceReport.Capped): Pending,
 // Demand and Held are lower bounds for a namespace whose backlog passes the
 // cap, so one whose demand the batch met shows Held 0 even if more rows wait
 // behind the cap.

@@ -199,7 +199,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 				}
 				if !slices.Equal(p0.Claims, p1.Claims) || !slices.Equal(p0.Claims, p2.Claims) || !slices.Equal(p0.Claims, p3.Claims) {
 					t.Fatalf("step %d: claims differ:\nreference %v\nfull      %v (count cap %d)\nwindowed  %v (windowed=%v, count cap %d)\ncombined  %v (windowed=%v, count cap %d)",
-						step, p0.Claims, p1.Claims, p1.CountCap, p2.Claims, p2.Windowed, p2.CountCap, p3.Claims, p3.Windowed, p3.CountCap)
+						step, p0.Claims, p1.Claims, p1.CountCap(), p2.Claims, p2.Windowed, p2.CountCap(), p3.Claims, p3.Windowed, p3.CountCap())
 				}
 				if p3.Windowed {
 					combinedWindowed++
@@ -241,7 +241,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 						t.Fatalf("step %d: SweepN(%d) planned budget %d, granted %d", step, n, p.Budget, p.Granted())
 					}
 				}
-				if p1.CountCap < bp.PendingCountCap() && len(p1.Claims) > 0 {
+				if p1.CountCap() < bp.PendingCountCap() && len(p1.Claims) > 0 {
 					shallowPlans++
 				}
 				if p1.Windowed {
