@@ -91,6 +91,9 @@ type shardState struct {
 // errNotNew is what Sweep and Plan return for a Backpressure not built by New.
 var errNotNew = fmt.Errorf("%w: Backpressure not built with New", ErrInvalidConfig)
 
+// errNilStore is what Sweep returns for a nil OutboxStore.
+var errNilStore = fmt.Errorf("%w: nil OutboxStore", ErrInvalidConfig)
+
 // New returns a Backpressure for a node owning the shards of f.
 //
 // It returns an error matching [ErrInvalidConfig] (a *[ConfigError] naming

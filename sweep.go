@@ -29,7 +29,7 @@ import (
 // and wraps the store's error (a TxSweeper may wrap it again), if the store
 // failed; a *[SnapshotError] if the store's counts break its contract (a
 // negative count, a route listed twice); or one matching [ErrInvalidConfig]
-// if b was not built by [New].
+// if b was not built by [New] or store is nil.
 func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([]R, Plan, error) {
 	if b == nil || b.sem == nil {
 		return nil, Plan{}, errNotNew
@@ -47,6 +47,9 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
 	if b == nil || b.sem == nil {
 		return nil, Plan{}, errNotNew
+	}
+	if store == nil {
+		return nil, Plan{}, errNilStore
 	}
 	if n <= 0 {
 		return nil, Plan{}, nil

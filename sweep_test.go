@@ -98,6 +98,16 @@ func TestSweepStoreErrors(t *testing.T) {
 	}
 }
 
+// A nil store is a typed error, not a panic, whatever the budget.
+func TestSweepNilStore(t *testing.T) {
+	b := newTestBP(t, backpressure.Config{BatchSize: 5, DefaultQuota: backpressure.Unlimited}, 4)
+	for _, n := range []int{5, 0} {
+		if _, _, err := backpressure.SweepN[memRow](context.Background(), b, nil, n); !errors.Is(err, backpressure.ErrInvalidConfig) {
+			t.Errorf("SweepN(nil store, %d) = %v, want ErrInvalidConfig", n, err)
+		}
+	}
+}
+
 func TestSweepContext(t *testing.T) {
 	store := newMemStore(4)
 	store.enqueue("a", "q", 3)
