@@ -55,7 +55,7 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 // [ErrInvalidSnapshot].
 type SnapshotError struct {
 	Namespace string
-	TaskQueue string // empty when the problem is a namespace's claimed count
+	TaskQueue string // the route's task queue; "" also for a namespace's claimed count or the budget
 	Count     int
 	Reason    string
 }
