@@ -55,12 +55,15 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 // [ErrInvalidSnapshot].
 type SnapshotError struct {
 	Namespace string
-	TaskQueue string // empty when the problem is a namespace's claimed count
+	TaskQueue string // the route's task queue; "" also for a namespace's claimed count or the budget
 	Count     int
 	Reason    string
 }
 
 func (e *SnapshotError) Error() string {
+	if e.Namespace == "" && e.TaskQueue == "" {
+		return fmt.Sprintf("backpressure: invalid snapshot: %s (%d)", e.Reason, e.Count)
+	}
 	if e.TaskQueue == "" {
 		return fmt.Sprintf("backpressure: invalid snapshot: namespace %q (count %d): %s", e.Namespace, e.Count, e.Reason)
 	}
@@ -74,7 +77,7 @@ func (e *SnapshotError) Is(target error) bool { return target == ErrInvalidSnaps
 // the call that failed. It matches [ErrStore] and unwraps to the store's
 // error, so errors.Is(err, context.Canceled) works through it.
 type StoreError struct {
-	Op  string // "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountPendingOutboxRowsWindow" or "ClaimOutboxRowsScoped"
+	Op  string // the failed call: "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountPendingOutboxRowsWindow", "CountSweep", "ClaimOutboxRowsScoped" or "InSweepTx"
 	Err error
 }
 

@@ -86,8 +86,8 @@ func FuzzPlan(f *testing.F) {
 	})
 }
 
-// FuzzGateVerify checks Verify against the seed's arithmetic done in
-// 128 bits, for any ints: never a panic, invalid configs are ErrInvalidGate
+// FuzzGateVerify checks Verify against capacity ≥ watermark + in-flight
+// computed in 128 bits, for any ints: never a panic, invalid configs are ErrInvalidGate
 // and nothing else, and an overflow verdict exactly when the headroom is
 // short. make fuzz runs it.
 func FuzzGateVerify(f *testing.F) {

@@ -3,7 +3,6 @@ package backpressure
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 )
 
@@ -67,8 +66,9 @@ type AdvisoryOverflowError struct {
 	ProducerMaxInflight int
 }
 
-// Error names all four numbers, as the reference implementation's message
-// does, so that a log line alone shows what to change.
+// Error names all four numbers, so that a log line alone shows what to
+// change: "queue capacity C < required W+I (watermark W + inflight I):
+// advisory signal cannot prevent overflow".
 func (e *AdvisoryOverflowError) Error() string {
 	var required string
 	if e.HighWatermark >= 0 && e.ProducerMaxInflight >= 0 {
@@ -173,10 +173,8 @@ func (g BackpressureGate) Class() (GateClass, error) {
 //
 // with the sum in exact arithmetic. Otherwise it returns a
 // *[AdvisoryOverflowError], or, for a gate that cannot exist, a *[GateError]
-// matching [ErrInvalidGate] (never an *AdvisoryOverflowError). For every
-// valid gate it agrees with the reference implementation's verify; unlike
-// the reference, it rejects an invalid gate even when it is enforced or
-// verified. Cost: O(1).
+// matching [ErrInvalidGate] (never an *AdvisoryOverflowError); an invalid
+// gate is rejected even when it is enforced or verified. Cost: O(1).
 func (g BackpressureGate) Verify() error {
 	class, err := g.Class()
 	if err != nil {
@@ -185,21 +183,13 @@ func (g BackpressureGate) Verify() error {
 	if class.Protective() {
 		return nil
 	}
+	required, _ := addOver(g.HighWatermark, g.ProducerMaxInflight, false)
 	return &AdvisoryOverflowError{
 		QueueCapacity:       g.QueueCapacity,
-		Required:            saturatingAdd(g.HighWatermark, g.ProducerMaxInflight),
+		Required:            required,
 		HighWatermark:       g.HighWatermark,
 		ProducerMaxInflight: g.ProducerMaxInflight,
 	}
-}
-
-// saturatingAdd returns a + b for non-negative a and b, or math.MaxInt when
-// the sum does not fit.
-func saturatingAdd(a, b int) int {
-	if b > math.MaxInt-a {
-		return math.MaxInt
-	}
-	return a + b
 }
 
 // GateClass is a gate's place on the decision boundary: which of the four
@@ -284,8 +274,8 @@ const (
 	ModeAddEnforcedCredit
 )
 
-// String returns "backpressure-protective" or "add-enforced-credit", the
-// reference implementation's strings, and "Mode(n)" for any other value.
+// String returns "backpressure-protective" or "add-enforced-credit", and
+// "Mode(n)" for any other value.
 func (m Mode) String() string {
 	switch m {
 	case ModeBackpressureProtective:

@@ -8,7 +8,7 @@ import (
 	"github.com/outboxkit/backpressure"
 )
 
-// The seed's channel: a 10,000-message queue that signals at 7,000, fed by a
+// A 10,000-message queue that signals at 7,000, fed by a
 // producer with 5,000 messages in flight. The advisory signal cannot save
 // it; an enforced bound can, and so can headroom.
 func ExampleBackpressureGate_Verify() {
@@ -98,10 +98,9 @@ func ExampleComplianceMonitor() {
 	// compliant: observed 100/s, requested 100/s, tolerance 10% over 1s
 }
 
-// The seed's trace: a 10,000-message queue signalling at 7,000, filled at
-// 5,000/s and drained at 3,000/s. The seed says the queue "exceeds 10,000 in
-// about 3 seconds"; exactly, it signals 3.5s after starting empty, is full
-// 5s after, and has 1.5s from the signal to the first dropped message.
+// A 10,000-message queue signalling at 7,000, filled at 5,000/s and drained
+// at 3,000/s: it signals 3.5s after starting empty, is full 5s after, and
+// has 1.5s from the signal to the first dropped message.
 func ExampleQueueModel() {
 	q := backpressure.QueueModel{Capacity: 10_000, HighWatermark: 7_000, ProduceRate: 5_000, DrainRate: 3_000}
 	toWatermark, _ := q.UntilHighWatermark(0)

@@ -180,54 +180,43 @@ func validRate(r float64) bool { return r >= 0 && !math.IsInf(r, 1) } // NaN fai
 // ComplianceMonitor measures a producer's send rate against the rate its
 // consumer requested and raises an alert when the producer ignores the
 // request: the check that makes an advisory signal's protection more than an
-// assumption.
+// assumption. The observed rate is the sends of the last Window, divided by
+// Window; until one Window has passed since the first observation it is an
+// underestimate, which errs toward no alert.
 //
-// It counts sends in a fixed ring of time buckets spanning the window, so
-// its memory is O(Buckets) whatever the send rate, and RecordAt and CheckAt
-// cost O(Buckets). The window slides a bucket at a time: the observed rate
-// at t counts the sends in the Buckets buckets ending with t's, divided by
-// Window. Until one Window has passed since the first observation, that
-// underestimates the rate, which errs toward no alert.
-//
-// After the grace period the monitor is in one of two states, with
-// hysteresis between them (τ = Tolerance, ρ = RecoveryTolerance ≤ τ):
+// After the grace period, with τ = Tolerance and ρ = RecoveryTolerance ≤ τ:
 //
 //	compliant → breach   when Observed > Requested × (1 + τ): OnAlert, Episode+1
 //	breach → compliant   when Observed ≤ Requested × (1 + ρ): OnRecover
 //
-// so each episode alerts once, and a producer must recover before it can
-// alert again.
+// so each episode alerts once. Times are arguments; the monitor's clock is
+// the latest time seen, and an earlier time counts its sends if they are
+// still in the window. A clock that jumped ahead is detected after one
+// Window and the monitor restarts itself; [ComplianceMonitor.Reset]
+// restarts it at once. Memory is O(Buckets), and each call costs
+// O(Buckets), whatever the rates and times.
 //
-// Times are arguments, and the monitor's clock is the latest time seen:
-//
-//   - A time earlier than the latest counts its sends if they fall in the
-//     window, and judges at the latest time, so concurrent recorders with
-//     slightly skewed clocks are harmless. Sends older than the window are
-//     dropped: one late report from a stalled recorder cannot disturb it.
-//   - A time later than the latest moves the clock forward, however far: a
-//     producer idle for an hour is judged on the hour's empty window. A jump
-//     beyond what a [time.Duration] holds (about 292 years, as from a zero
-//     time.Time) starts the window afresh at the new time.
-//   - A clock that ran ahead, one skewed timestamp from the future, would
-//     otherwise drop every later send as too old and report a compliant
-//     0/s until real time caught up. So when observations (records, checks
-//     or requests) that all fall before the window, with none within it in
-//     between, span one Window of their own, the monitor concludes that its
-//     clock is wrong: it restarts its clock and window at the newest of them
-//     (cutting a grace period to end at most Grace after it) and measures
-//     from there, underestimating for a Window as at start-up. A
-//     skewed timestamp silences the monitor for about one Window of real
-//     time. Call [ComplianceMonitor.Reset] to restart it at once.
-//
-// Memory stays O(Buckets) whatever the times.
-//
-// A ComplianceMonitor is safe for concurrent use. Callbacks are called one
-// at a time, in the order of the transitions, never with the monitor's lock
-// held, so a callback may call the monitor; a transition raised while
-// another goroutine is delivering callbacks is delivered by that goroutine.
-// A callback's panic reaches the caller that delivered it, and later
-// transitions are still delivered. Build one with [NewComplianceMonitor]; the zero value is not usable.
+// A ComplianceMonitor is safe for concurrent use. Callbacks run one at a
+// time, in the order of the transitions, never with the monitor's lock
+// held, so a callback may call the monitor; a callback's panic reaches the
+// caller that delivered it. The zero value is not usable: build one with
+// [NewComplianceMonitor].
 type ComplianceMonitor struct {
+	// Sends are counted in a fixed ring of Buckets time buckets spanning
+	// the window, which slides a bucket at a time. A time later than the
+	// latest moves the clock forward however far (a producer idle for an
+	// hour is judged on the hour's empty window); a jump beyond what a
+	// time.Duration holds starts the window afresh. Sends older than the
+	// window are dropped, so one late report from a stalled recorder cannot
+	// disturb it. A timestamp from the future would otherwise drop every
+	// later send as too old and report a compliant 0/s until real time
+	// caught up: so when observations that all fall before the window,
+	// with none within it in between, span one Window of their own, the
+	// monitor restarts its clock and window at the newest of them (cutting
+	// a grace period to end at most Grace after it). A transition raised
+	// while another goroutine delivers callbacks is delivered by that
+	// goroutine, and transitions after a callback's panic are still
+	// delivered.
 	mu  sync.Mutex
 	cfg ComplianceMonitorConfig
 

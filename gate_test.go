@@ -17,9 +17,10 @@ type gateFatalfer interface {
 	Fatalf(format string, args ...any)
 }
 
-// seedGateVerify is the seed's Python reference, transcribed with Python's
-// unbounded integers: it returns "" when verify returns True, and the
-// AdvisoryOverflowError's message when it raises.
+// seedGateVerify is the naive rule, in unbounded integers: an enforced or
+// verified-compliant channel is protective (""); an advisory, unverified
+// one is protective only if capacity ≥ watermark + in-flight, and
+// otherwise it returns the AdvisoryOverflowError's message.
 func seedGateVerify(g BackpressureGate) string {
 	if g.Enforced || g.ProducerComplianceVerified {
 		return ""
@@ -32,7 +33,8 @@ func seedGateVerify(g BackpressureGate) string {
 	return ""
 }
 
-// seedGateDispatch is the seed's dispatch_backpressure_mode.
+// seedGateDispatch is the naive mode rule: add enforced credit exactly when
+// seedGateVerify reports an overflow.
 func seedGateDispatch(g BackpressureGate) string {
 	if seedGateVerify(g) != "" {
 		return "add-enforced-credit"
@@ -41,7 +43,7 @@ func seedGateDispatch(g BackpressureGate) string {
 }
 
 // checkGateVerdict checks that Verify, Class and DispatchBackpressureMode agree
-// on a valid gate and with the seed, and returns the class.
+// on a valid gate and with the naive rule, and returns the class.
 func checkGateVerdict(t gateFatalfer, g BackpressureGate) GateClass {
 	t.Helper()
 	err := g.Verify()
@@ -53,12 +55,12 @@ func checkGateVerdict(t gateFatalfer, g BackpressureGate) GateClass {
 	want := seedGateVerify(g)
 	if want == "" {
 		if err != nil {
-			t.Fatalf("%+v: Verify() = %v, want nil as the seed", g, err)
+			t.Fatalf("%+v: Verify() = %v, want nil as the naive rule", g, err)
 		}
 	} else {
 		var oe *AdvisoryOverflowError
 		if !errors.As(err, &oe) {
-			t.Fatalf("%+v: Verify() = %v, want *AdvisoryOverflowError as the seed", g, err)
+			t.Fatalf("%+v: Verify() = %v, want *AdvisoryOverflowError as the naive rule", g, err)
 		}
 		if got := oe.Error(); got != "backpressure: "+want {
 			t.Fatalf("%+v: message %q, want %q", g, got, "backpressure: "+want)
@@ -67,7 +69,7 @@ func checkGateVerdict(t gateFatalfer, g BackpressureGate) GateClass {
 			t.Fatalf("%+v: %v matches ErrAdvisoryOverflow %v, ErrInvalidGate %v; want true, false", g, err,
 				errors.Is(err, ErrAdvisoryOverflow), errors.Is(err, ErrInvalidGate))
 		}
-		wantRequired := saturatingAdd(g.HighWatermark, g.ProducerMaxInflight)
+		wantRequired, _ := addOver(g.HighWatermark, g.ProducerMaxInflight, false)
 		if oe.QueueCapacity != g.QueueCapacity || oe.Required != wantRequired ||
 			oe.HighWatermark != g.HighWatermark || oe.ProducerMaxInflight != g.ProducerMaxInflight {
 			t.Fatalf("%+v: error fields %+v, want capacity, required %d, watermark and in-flight of the gate", g, *oe, wantRequired)
@@ -270,7 +272,11 @@ func validGateDraw(t *rapid.T) BackpressureGate {
 	var inflight int
 	if rapid.Bool().Draw(t, "near boundary") {
 		offset := rapid.IntRange(-2, 2).Draw(t, "offset")
-		inflight = max(0, saturatingAdd(headroom, offset))
+		if offset > 0 && headroom > math.MaxInt-offset {
+			inflight = math.MaxInt
+		} else {
+			inflight = max(0, headroom+offset)
+		}
 	} else {
 		inflight = rapid.OneOf(rapid.IntRange(0, 30), rapid.IntRange(0, math.MaxInt), rapid.IntRange(math.MaxInt-30, math.MaxInt)).Draw(t, "inflight")
 	}

@@ -8,16 +8,7 @@ import (
 
 func TestGateWorkerQueue(t *testing.T) {
 	newBP := func(batch int) *Backpressure {
-		t.Helper()
-		f, err := AllShards(4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := New(Config{BatchSize: batch, DefaultQuota: Unlimited}, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return mustNew(t, Config{BatchSize: batch, DefaultQuota: Unlimited}, allShards(t, 4))
 	}
 	b500 := newBP(500)
 	huge := newBP(math.MaxInt/2 + 1)

@@ -3,14 +3,19 @@ package backpressure
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
-func allShards(t *testing.T, n int) OwnedShardFraction {
+// allShards is AllShards(n) for a test, which fails if it errs.
+func allShards(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, n int) OwnedShardFraction {
 	t.Helper()
 	f, err := AllShards(n)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("AllShards(%d): %v", n, err)
 	}
 	return f
 }
@@ -29,6 +34,38 @@ func oneRoutePerNS(n, pending int) Snapshot {
 		s.Pending = append(s.Pending, RouteCount{Route{fmt.Sprintf("ns%02d", i), "default"}, pending})
 	}
 	return s
+}
+
+// B = 10 over 3 namespaces with budgets 2, 2, 2, 0 (B), 11 (capped at B):
+// the rotation carries over between budgets, and cumulative grants are
+// equal after every round of the rotation.
+func TestPlanStepsBudgets(t *testing.T) {
+	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 1))
+	snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 100}, {Route{"b", "q"}, 100}, {Route{"c", "q"}, 100}}}
+	steps := []struct {
+		budget int
+		want   map[string]int
+	}{
+		{2, map[string]int{"a": 1, "b": 1}},
+		{2, map[string]int{"a": 1, "c": 1}},
+		{2, map[string]int{"b": 1, "c": 1}},
+		{0, map[string]int{"a": 4, "b": 3, "c": 3}},
+		{11, map[string]int{"a": 3, "b": 4, "c": 3}},
+		{1, map[string]int{"c": 1}},
+	}
+	for i, st := range steps {
+		snap.Budget = st.budget
+		p, err := b.Plan(snap)
+		if err != nil {
+			t.Fatalf("step %d: Plan(budget %d): %v", i, st.budget, err)
+		}
+		if got := grants(p); fmt.Sprint(got) != fmt.Sprint(st.want) {
+			t.Fatalf("step %d: Plan(budget %d) grants = %v, want %v", i, st.budget, got, st.want)
+		}
+		if want := min(10, st.budget); st.budget == 0 && p.Budget != 10 || st.budget > 0 && p.Budget != want {
+			t.Fatalf("step %d: Plan(budget %d).Budget = %d", i, st.budget, p.Budget)
+		}
+	}
 }
 
 // B = 10 over 3 namespaces: 4,3,3 then 3,4,3 then 3,3,4 — 10 each after 3.
@@ -207,11 +244,9 @@ func TestPlanSnapshotErrors(t *testing.T) {
 	good := Snapshot{Pending: []RouteCount{{Route{"a", "q1"}, 9}, {Route{"a", "q2"}, 9}, {Route{"b", "q"}, 9}}}
 	for i, s := range []Snapshot{
 		{Pending: []RouteCount{{Route{"a", "q"}, -1}}},
-		{Pending: []RouteCount{{Route{"", "q"}, 1}}},
-		{Pending: []RouteCount{{Route{"a", ""}, 1}}},
 		{Pending: []RouteCount{{Route{"a", "q"}, 1}, {Route{"b", "q"}, 1}, {Route{"a", "q"}, 2}}},
 		{Claimed: map[string]int{"a": -2}},
-		{Claimed: map[string]int{"": 1}},
+		{Pending: good.Pending, Budget: -1},
 	} {
 		b := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))
 		twin := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))
@@ -244,12 +279,21 @@ func TestNewConfigErrors(t *testing.T) {
 		{Config{BatchSize: 1, DefaultQuota: 0}, "DefaultQuota"},
 		{Config{BatchSize: 1, DefaultQuota: -2}, "DefaultQuota"},
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"x": -7}}, `Quotas["x"]`},
+		// Issue 13 §3: keys no row can have.
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"": 5}}, `Quotas[""]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"a\x00b": 5}}, `Quotas["a\x00b"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"\xff": 0}}, `Quotas["\xff"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes+1): 1}}, `Quotas["` + strings.Repeat("n", MaxNamespaceBytes+1) + `"]`},
 	} {
 		_, err := New(tc.cfg, f)
 		var ce *ConfigError
 		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
 			t.Errorf("step %d: New(%+v) = %v, want a *ConfigError for %s", i, tc.cfg, err, tc.field)
 		}
+	}
+	// The longest valid key, and text that is odd but valid, are accepted.
+	if _, err := New(Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes): 1, "é/ü q": 2}}, f); err != nil {
+		t.Errorf("New with valid odd keys: %v", err)
 	}
 	quotas := map[string]int{"x": 3}
 	b, err := New(Config{BatchSize: 1, DefaultQuota: Unlimited, Quotas: quotas}, f)
@@ -283,5 +327,54 @@ func TestZeroBackpressure(t *testing.T) {
 	var nilB *Backpressure
 	if _, err := nilB.Plan(Snapshot{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("nil Backpressure: Plan() error = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// 100 rows of 10 tenants plus rows on routes ValidateRoute rejects (written
+// by other means): the plan grants the 100, holds each invalid route's rows
+// with reason invalid-route in its namespace's report, and plans the rest
+// as if they were absent. "" is a valid task queue, planned like any other.
+func TestPlanInvalidRouteHeld(t *testing.T) {
+	for i, bad := range []Route{
+		{"", "q"},
+		{"t03", "bad\x00queue"},
+		{"bad\x00ns", "q"},
+		{"t05", "\xff"},
+		{strings.Repeat("n", MaxNamespaceBytes+1), "q"},
+		{"t07", strings.Repeat("q", MaxTaskQueueBytes+1)},
+	} {
+		if ValidateRoute(bad) == nil {
+			t.Fatalf("step %d: ValidateRoute(%q) = nil, the test needs an invalid route", i, bad)
+		}
+		b := mustNew(t, Config{BatchSize: 200, DefaultQuota: Unlimited}, allShards(t, 4))
+		clean := mustNew(t, Config{BatchSize: 200, DefaultQuota: Unlimited}, allShards(t, 4))
+		var good Snapshot
+		for n := 0; n < 10; n++ {
+			good.Pending = append(good.Pending, RouteCount{Route{fmt.Sprintf("t%02d", n), ""}, 6}, RouteCount{Route{fmt.Sprintf("t%02d", n), "emails"}, 4})
+		}
+		withBad := Snapshot{Pending: append([]RouteCount{{bad, 7}}, good.Pending...)}
+		for sweep := 0; sweep < 3; sweep++ {
+			p, err := b.Plan(withBad)
+			if err != nil {
+				t.Fatalf("step %d, sweep %d: Plan with invalid route %q: %v", i, sweep, bad, err)
+			}
+			want, err := clean.Plan(good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Granted() != 100 || fmt.Sprint(p.Claims) != fmt.Sprint(want.Claims) {
+				t.Fatalf("step %d, sweep %d: claims %v (granted %d), want %v", i, sweep, p.Claims, p.Granted(), want.Claims)
+			}
+			r, ok := p.Namespace(bad.Namespace)
+			if !ok || r.Reason != HeldInvalidRoute || r.Invalid != 7 || r.Held != 7 || r.Granted != r.Pending-7 {
+				t.Fatalf("step %d, sweep %d: report of %q = %+v (found %v), want 7 held invalid-route", i, sweep, bad.Namespace, r, ok)
+			}
+			if p.Held() != 7 {
+				t.Fatalf("step %d, sweep %d: Plan.Held() = %d, want 7", i, sweep, p.Held())
+			}
+		}
+	}
+	if got := HeldInvalidRoute.String(); got != "invalid-route" {
+		t.Errorf("HeldInvalidRoute.String() = %q", got)
 	}
 }

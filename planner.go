@@ -18,6 +18,13 @@ type Snapshot struct {
 	// (OutboxStore.CountPendingOutboxRows), in any order. A route may appear
 	// only once; a count of 0 is ignored.
 	Pending []RouteCount
+
+	// Budget is the most rows this sweep may claim: 0 means the batch size
+	// B, a budget above B counts as B, and a negative one is invalid. A
+	// dispatcher asks for fewer rows than B when fewer workers are idle
+	// (see [SweepN]); the plan's guarantees then hold with min(Budget, B)
+	// in place of B, and the rotation carries over between budgets.
+	Budget int
 }
 
 // HoldReason says why a namespace's pending rows were held (left Pending
@@ -35,9 +42,15 @@ const (
 	HeldBudget
 	// HeldPaused: the namespace's quota is 0.
 	HeldPaused
+	// HeldInvalidRoute: some of the namespace's rows are on a route that
+	// [ValidateRoute] rejects (written by other means than a store's
+	// Enqueue); the report's Invalid counts them. They are never claimed,
+	// and the rest of the sweep is planned as if they were absent. This
+	// reason takes precedence over the others: it needs an operator.
+	HeldInvalidRoute
 )
 
-// String returns "", "at-ceiling", "budget" or "paused".
+// String returns "", "at-ceiling", "budget", "paused" or "invalid-route".
 func (r HoldReason) String() string {
 	switch r {
 	case HeldNone:
@@ -48,6 +61,8 @@ func (r HoldReason) String() string {
 		return "budget"
 	case HeldPaused:
 		return "paused"
+	case HeldInvalidRoute:
+		return "invalid-route"
 	}
 	return "HoldReason(" + strconv.Itoa(int(r)) + ")"
 }
@@ -55,12 +70,12 @@ func (r HoldReason) String() string {
 // NamespaceReport is a plan's account of one namespace: every namespace
 // with pending or claimed rows in the snapshot has one. With P the
 // namespace's pending rows (Σ P_r over its routes) as the snapshot counted
-// them — Sweep caps each route's count (see Plan.CountCap), so under Sweep
-// Pending and Held are lower bounds for a namespace with a larger backlog,
-// and Capped says so:
+// them — Sweep counts each route only as deep as a plan can use, so under
+// Sweep Pending and Held are lower bounds for a namespace with a larger
+// backlog, and Capped says so:
 //
-//	Headroom = max(0, Ceiling − Claimed)   (Unlimited when Ceiling is)
-//	Demand   = min(Headroom, Pending)
+//	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
+//	Demand   = min(Headroom, Pending − Invalid)
 //	Granted  ≤ Demand
 //	Held     = Pending − Granted ≥ 0
 type NamespaceReport struct {
@@ -74,9 +89,10 @@ type NamespaceReport struct {
 	Granted   int        // rows planned for it this sweep
 	Held      int        // rows left Pending for a later sweep
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
-	// Capped is set by Sweep when a route of the namespace was counted up
-	// to the plan's CountCap, so it may hold more rows: Pending, Demand and
-	// Held are then lower bounds. When it is false they are exact, except
+	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
+	// Capped is set by Sweep when a route of the namespace was counted only
+	// up to the depth Sweep counted at, so it may hold more rows: Pending,
+	// Demand and Held are then lower bounds. When it is false they are exact, except
 	// in a windowed plan (Plan.Windowed) for a namespace outside the
 	// window, which was not counted at all and shows Pending 0.
 	Capped bool
@@ -97,6 +113,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 	if r.Capped {
 		attrs = append(attrs, slog.Bool("capped", true))
 	}
+	if r.Invalid > 0 {
+		attrs = append(attrs, slog.Int("invalid", r.Invalid))
+	}
 	if r.Reason != HeldNone {
 		attrs = append(attrs, slog.String("reason", r.Reason.String()))
 	}
@@ -104,7 +123,7 @@ func (r NamespaceReport) LogValue() slog.Value {
 }
 
 // Plan is one sweep's claim plan. Its slices are its own: a caller may keep
-// it. With B the batch size and d_n, g_n a namespace's demand and grant:
+// it. With B the plan's Budget and d_n, g_n a namespace's demand and grant:
 //
 //	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
 //	Σ limits of n's routes = g_n ≤ Headroom_n           (ceiling)
@@ -113,8 +132,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 //
 // and the same max-min fairness over the routes of one namespace.
 type Plan struct {
-	// BatchSize is the budget B the plan was made for.
-	BatchSize int
+	// Budget is the most rows the plan could grant: the batch size, or the
+	// smaller budget the sweep asked for (Snapshot.Budget, SweepN).
+	Budget int
 	// Claims lists the scoped claims, sorted by namespace then task queue;
 	// every Limit is ≥ 1.
 	Claims []ScopedClaim
@@ -126,12 +146,11 @@ type Plan struct {
 	// Namespaces then covers the window, and a namespace outside it
 	// appears only if it has claimed rows, with Pending 0.
 	Windowed bool
-	// CountCap is, for a plan Sweep made, the cap its store counts were
-	// taken at (1 for a windowed plan): a route may hold more rows than a
-	// count equal to CountCap, so the reports' Pending, Demand and Held are
-	// lower bounds wherever a route reached it. 0 for a plan made by
-	// Backpressure.Plan from the caller's counts.
-	CountCap int
+
+	// countCap is, for a plan Sweep made, the cap its store counts were
+	// taken at (1 for a windowed plan): a route whose count reached it may
+	// hold more rows (see markCapped). 0 for a plan Backpressure.Plan made.
+	countCap int
 }
 
 // Granted returns the rows the plan claims: Σ Claims[i].Limit.
@@ -166,7 +185,7 @@ func (p Plan) Namespace(ns string) (NamespaceReport, bool) {
 // LogValue summarises the plan for a log line: the totals and the number of
 // namespaces held for each reason. Log Namespaces[i] for the details.
 func (p Plan) LogValue() slog.Value {
-	var active, atCeiling, budget, paused int
+	var active, atCeiling, budget, paused, invalid int
 	for _, r := range p.Namespaces {
 		if r.Granted > 0 {
 			active++
@@ -178,10 +197,12 @@ func (p Plan) LogValue() slog.Value {
 			budget++
 		case HeldPaused:
 			paused++
+		case HeldInvalidRoute:
+			invalid++
 		}
 	}
 	return slog.GroupValue(
-		slog.Int("batch", p.BatchSize),
+		slog.Int("budget", p.Budget),
 		slog.Int("granted", p.Granted()),
 		slog.Int("held", p.Held()),
 		slog.Int("claims", len(p.Claims)),
@@ -190,22 +211,26 @@ func (p Plan) LogValue() slog.Value {
 		slog.Int("held_at_ceiling", atCeiling),
 		slog.Int("held_budget", budget),
 		slog.Int("held_paused", paused),
+		slog.Int("held_invalid_route", invalid),
 	)
 }
 
 // nsWork is a namespace's report while planning, with its routes'
 // range [lo, hi) in scratch.routes, and whether its Pending saturated.
+// Until the reports are finished, Pending counts the valid routes' rows
+// only, and Invalid the others'.
 type nsWork struct {
 	NamespaceReport
 	lo, hi      int
 	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
+	validName   bool // the namespace passes ValidateRoute
 }
 
 // routeCursorUpdate is a route cursor to install when the plan commits.
 type routeCursorUpdate struct{ namespace, taskQueue string }
 
 // scratch holds the buffers Plan reuses from sweep to sweep, and the cursor
-// moves of the last plan, applied by commit.
+// moves of the last plan, applied by advanceCursors.
 type scratch struct {
 	routes []RouteCount
 	ns     []nsWork
@@ -222,12 +247,20 @@ type scratch struct {
 // cmpRoute orders route counts by route (see [Route.Compare]).
 func cmpRoute(a, b RouteCount) int { return a.Route.Compare(b.Route) }
 
-// plan computes the plan for s without changing b's cursors; commit
-// installs the cursor moves it recorded. The caller holds b.sem.
+// plan computes the plan for s without changing b's cursors;
+// advanceCursors installs the cursor moves it recorded. The caller holds
+// b.sem.
 func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc := &b.scratch
 	sc.nsCursorMove = false
 	sc.routeMoves = sc.routeMoves[:0]
+
+	budget := b.batchSize
+	if s.Budget < 0 {
+		return Plan{}, &SnapshotError{Count: s.Budget, Reason: "negative budget"}
+	} else if s.Budget > 0 {
+		budget = min(budget, s.Budget)
+	}
 
 	// Validate and group the routes in one pass over the caller's slice,
 	// which is used in place (never written) when it is already ordered,
@@ -260,11 +293,8 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	}
 	extra := false
 	for name, c := range s.Claimed {
-		switch {
-		case c < 0:
+		if c < 0 {
 			return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
-		case name == "":
-			return Plan{}, &SnapshotError{Count: c, Reason: "empty namespace in claimed counts"}
 		}
 		if found == len(s.Claimed) || c == 0 {
 			continue
@@ -303,7 +333,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc.active = active
 
 	// Grants across namespaces.
-	if !demandOver && totalDemand <= b.batchSize {
+	if !demandOver && totalDemand <= budget {
 		for _, i := range active {
 			ns[i].Granted = ns[i].Demand
 		}
@@ -322,7 +352,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 			}
 		}
 		grants := growInts(sc.grants, len(caps))
-		if last := fill(caps, grants, b.batchSize, start); last >= 0 {
+		if last := fill(caps, grants, budget, start); last >= 0 {
 			sc.nsCursor, sc.nsCursorMove = ns[active[last]].Namespace, true
 		}
 		for k, i := range active {
@@ -339,10 +369,13 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 		if w.Granted > 0 {
 			nClaims += b.splitRoutes(w, routes, limits)
 		}
+		w.Pending, _ = addOver(w.Pending, w.Invalid, w.pendingOver)
 		w.Held = w.Pending - w.Granted
 		switch {
 		case w.Held == 0:
 			w.Reason = HeldNone
+		case w.Invalid > 0:
+			w.Reason = HeldInvalidRoute
 		case w.Quota == 0:
 			w.Reason = HeldPaused
 		case w.Granted < w.Demand:
@@ -354,7 +387,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc.limits = limits
 
 	p := Plan{
-		BatchSize:  b.batchSize,
+		Budget:     budget,
 		Namespaces: make([]NamespaceReport, len(ns)),
 	}
 	for i := range ns {
@@ -379,17 +412,15 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 // pending rows to ns, in order. With checkOrder it stops early, reporting
 // sorted = false, at the first route out of (namespace, task queue) order;
 // without it the routes must be ordered. Routes with a count of 0 stay in
-// their namespace's range but add nothing.
+// their namespace's range but add nothing; so do routes ValidateRoute
+// rejects, whose rows go to Invalid. A malformed count or order is a store
+// bug and fails the plan; an invalid route is a row written by other
+// means, and fails nothing.
 func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork, sorted bool, _ error) {
 	for i := range routes {
 		rc := &routes[i]
-		switch {
-		case rc.Count < 0:
+		if rc.Count < 0 {
 			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
-		case rc.Route.Namespace == "":
-			return ns, false, &SnapshotError{TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "empty namespace"}
-		case rc.Route.TaskQueue == "":
-			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, Count: rc.Count, Reason: "empty task queue"}
 		}
 		if len(ns) > 0 && ns[len(ns)-1].hi == i && ns[len(ns)-1].Namespace == rc.Route.Namespace {
 			c := strings.Compare(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue)
@@ -401,19 +432,30 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 			}
 			w := &ns[len(ns)-1]
 			w.hi = i + 1
-			w.Pending, w.pendingOver = addOver(w.Pending, rc.Count, w.pendingOver)
+			if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
+				w.Pending, w.pendingOver = addOver(w.Pending, rc.Count, w.pendingOver)
+			} else {
+				w.Invalid, _ = addOver(w.Invalid, rc.Count, false)
+			}
 			continue
 		}
 		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= rc.Route.Namespace {
 			return ns, false, nil
 		}
 		// A namespace whose routes all counted 0 has nothing pending.
-		if len(ns) > 0 && ns[len(ns)-1].Pending == 0 {
+		if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
 			ns = ns[:len(ns)-1]
 		}
-		ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: rc.Route.Namespace, Pending: rc.Count}, lo: i, hi: i + 1})
+		w := nsWork{NamespaceReport: NamespaceReport{Namespace: rc.Route.Namespace}, lo: i, hi: i + 1}
+		w.validName = rc.Route.Namespace != "" && validName(rc.Route.Namespace, MaxNamespaceBytes)
+		if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
+			w.Pending = rc.Count
+		} else {
+			w.Invalid = rc.Count
+		}
+		ns = append(ns, w)
 	}
-	if len(ns) > 0 && ns[len(ns)-1].Pending == 0 {
+	if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
 		ns = ns[:len(ns)-1]
 	}
 	return ns, true, nil
@@ -424,7 +466,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int) int {
 	rs := routes[w.lo:w.hi]
 	ls := limits[w.lo:w.hi]
-	if w.Granted == w.Pending && !w.pendingOver {
+	if w.Granted == w.Pending && !w.pendingOver && w.Invalid == 0 {
 		n := 0
 		for j := range rs {
 			ls[j] = rs[j].Count
@@ -437,7 +479,11 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	sc := &b.scratch
 	caps := sc.caps[:0]
 	for _, r := range rs {
-		caps = append(caps, r.Count)
+		if w.Invalid > 0 && ValidateRoute(r.Route) != nil {
+			caps = append(caps, 0) // never granted, as if absent
+		} else {
+			caps = append(caps, r.Count)
+		}
 	}
 	sc.caps = caps
 	start := 0
@@ -461,10 +507,10 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	return n
 }
 
-// commit installs the cursor moves of the last plan; windowed says the
-// plan's snapshot covered only a window of the namespaces. The caller holds
-// b.sem.
-func (b *Backpressure) commit(windowed bool) {
+// advanceCursors installs the cursor moves of the last plan; windowed says
+// the plan's snapshot covered only a window of the namespaces. The caller
+// holds b.sem.
+func (b *Backpressure) advanceCursors(windowed bool) {
 	sc := &b.scratch
 	if sc.nsCursorMove {
 		b.nsCursor, b.nsCursorSet = sc.nsCursor, true

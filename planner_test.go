@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,19 +66,51 @@ func genWorld(t *rapid.T) world {
 		}
 		nR := rapid.IntRange(0, 6).Draw(t, "routes")
 		for j := 0; j < nR; j++ {
+			tq := fmt.Sprintf("q%d", j)
+			if j == 0 && rapid.Bool().Draw(t, "defaultQueue") {
+				tq = "" // the namespace's default queue: a route like any other
+			}
 			w.snap.Pending = append(w.snap.Pending, RouteCount{
-				Route: Route{ns, fmt.Sprintf("q%d", j)},
+				Route: Route{ns, tq},
 				Count: rapid.IntRange(0, 25).Draw(t, "pending"),
 			})
 		}
 	}
+	// Now and then routes ValidateRoute rejects, written by other means:
+	// held, never planned.
+	for i := rapid.IntRange(0, 2).Draw(t, "invalidRoutes"); i > 0; i-- {
+		r := rapid.SampledFrom([]Route{{"", "q"}, {"", ""}, {"ns00", "q\x00"}, {"ns01", "\xff"}, {"bad\x00", "q"}, {"ns02", strings.Repeat("x", MaxTaskQueueBytes+1)}}).Draw(t, "invalidRoute")
+		if !slices.ContainsFunc(w.snap.Pending, func(rc RouteCount) bool { return rc.Route == r }) {
+			w.snap.Pending = append(w.snap.Pending, RouteCount{Route: r, Count: rapid.IntRange(0, 9).Draw(t, "invalidPending")})
+		}
+	}
 	w.snap.Pending = rapid.Permutation(w.snap.Pending).Draw(t, "order")
+	w.snap.Budget = genBudget(t, w.cfg.BatchSize)
 	return w
 }
 
-// expected computes each namespace's headroom, pending and demand straight
-// from the SPEC's definitions.
-type nsFacts struct{ ceiling, headroom, pending, demand int }
+// genBudget draws a sweep's budget: often 0 (the batch size), else
+// anything from 1 to past the batch size.
+func genBudget(t *rapid.T, batch int) int {
+	if rapid.Bool().Draw(t, "fullBudget") {
+		return 0
+	}
+	return rapid.IntRange(1, batch+3).Draw(t, "budget")
+}
+
+// budgetOf returns the budget a plan of s must keep to: B, or s.Budget
+// when it is smaller.
+func budgetOf(cfg Config, s Snapshot) int {
+	if s.Budget > 0 {
+		return min(cfg.BatchSize, s.Budget)
+	}
+	return cfg.BatchSize
+}
+
+// facts computes each namespace's headroom, pending and demand straight
+// from their definitions; invalid counts the rows of routes ValidateRoute
+// rejects, which pending includes and demand does not.
+type nsFacts struct{ ceiling, headroom, pending, invalid, demand int }
 
 func facts(w world) map[string]nsFacts {
 	m := map[string]nsFacts{}
@@ -87,6 +120,9 @@ func facts(w world) map[string]nsFacts {
 		}
 		f := m[rc.Route.Namespace]
 		f.pending += rc.Count
+		if ValidateRoute(rc.Route) != nil {
+			f.invalid += rc.Count
+		}
 		m[rc.Route.Namespace] = f
 	}
 	for ns, f := range m {
@@ -100,7 +136,7 @@ func facts(w world) map[string]nsFacts {
 		} else {
 			f.headroom = max(0, f.ceiling-w.snap.Claimed[ns])
 		}
-		f.demand = min(f.headroom, f.pending)
+		f.demand = min(f.headroom, f.pending-f.invalid)
 		m[ns] = f
 	}
 	return m
@@ -118,8 +154,10 @@ func mustNew(t interface {
 	return b
 }
 
-// verifyPlan checks invariants 1–5 and 8 of one plan against the SPEC's
-// definitions.
+// verifyPlan checks one plan against the definitions (facts): budget
+// (Σ limits = min(B, Σ d_n)), headroom (Σ limits of n ≤ H_n), pending
+// (1 ≤ limit ≤ P_r, valid routes only), max-min fairness across namespaces
+// and across one namespace's routes, and held accounting with its reason.
 func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	fs := facts(w)
 	pend := map[Route]int{}
@@ -140,6 +178,9 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if !ok || pr == 0 {
 			t.Fatalf("claim %d for route %v that has no pending rows", i, c.Route)
 		}
+		if err := ValidateRoute(c.Route); err != nil {
+			t.Fatalf("claim %d for an invalid route: %v", i, err)
+		}
 		if c.Limit > pr {
 			t.Fatalf("route %v: limit %d > pending %d", c.Route, c.Limit, pr)
 		}
@@ -150,9 +191,13 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		routeLimits[c.Route.Namespace] = append(routeLimits[c.Route.Namespace], c)
 		total += c.Limit
 	}
-	// 1. Budget.
-	if want := min(w.cfg.BatchSize, totalDemand); total != want {
-		t.Fatalf("Σ limits = %d, want min(B=%d, Σd=%d) = %d", total, w.cfg.BatchSize, totalDemand, want)
+	// 1. Budget, with a sweep's smaller budget in place of B.
+	budget := budgetOf(w.cfg, w.snap)
+	if p.Budget != budget {
+		t.Fatalf("plan's Budget = %d, want %d (B = %d, Snapshot.Budget = %d)", p.Budget, budget, w.cfg.BatchSize, w.snap.Budget)
+	}
+	if want := min(budget, totalDemand); total != want {
+		t.Fatalf("Σ limits = %d, want min(budget=%d, Σd=%d) = %d", total, budget, totalDemand, want)
 	}
 	// 2. Headroom.
 	for ns, g := range grant {
@@ -173,7 +218,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	// 5. Max-min across the routes of a namespace.
 	for ns, cs := range routeLimits {
 		for _, rc := range w.snap.Pending {
-			if rc.Route.Namespace != ns || rc.Count == 0 {
+			if rc.Route.Namespace != ns || rc.Count == 0 || ValidateRoute(rc.Route) != nil {
 				continue
 			}
 			li := 0
@@ -200,13 +245,15 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if r.Granted != grant[ns] || r.Pending != f.pending || r.Held != f.pending-grant[ns] || r.Held < 0 {
 			t.Fatalf("report %+v: want granted %d, pending %d, held %d", r, grant[ns], f.pending, f.pending-grant[ns])
 		}
-		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] {
-			t.Fatalf("report %+v: want ceiling %d, claimed %d", r, f.ceiling, w.snap.Claimed[ns])
+		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] || r.Invalid != f.invalid || r.Demand != f.demand {
+			t.Fatalf("report %+v: want ceiling %d, claimed %d, invalid %d, demand %d", r, f.ceiling, w.snap.Claimed[ns], f.invalid, f.demand)
 		}
 		var want HoldReason
 		switch {
 		case r.Held == 0:
 			want = HeldNone
+		case f.invalid > 0:
+			want = HeldInvalidRoute
 		case r.Quota == 0:
 			want = HeldPaused
 		case grant[ns] < f.demand:
@@ -223,24 +270,15 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 			t.Fatalf("report for namespace %s with nothing pending or claimed", r.Namespace)
 		}
 	}
-	if !slices.IsSortedFunc(p.Namespaces, func(a, b NamespaceReport) int { return cmpStr(a.Namespace, b.Namespace) }) {
+	if !slices.IsSortedFunc(p.Namespaces, func(a, b NamespaceReport) int { return strings.Compare(a.Namespace, b.Namespace) }) {
 		t.Fatalf("reports not sorted: %v", p.Namespaces)
 	}
 }
 
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// TestPlanInvariants checks SPEC invariants 1–5 and 8 over random worlds
-// and several sweeps, and that Plan agrees exactly with the naive
-// unit-by-unit reference, sweep after sweep (so rotation agrees too).
+// TestPlanInvariants checks every plan with verifyPlan over random worlds and
+// several sweeps, each with its own budget, and that Plan agrees exactly
+// with the naive unit-by-unit reference, sweep after sweep (so rotation
+// agrees too, across changing budgets).
 func TestPlanInvariants(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := genWorld(t)
@@ -248,6 +286,9 @@ func TestPlanInvariants(t *testing.T) {
 		ref := newRefPlanner(w.cfg, w.frac)
 		sweeps := rapid.IntRange(1, 4).Draw(t, "sweeps")
 		for s := 0; s < sweeps; s++ {
+			if s > 0 {
+				w.snap.Budget = genBudget(t, w.cfg.BatchSize)
+			}
 			p, err := b.Plan(w.snap)
 			if err != nil {
 				t.Fatalf("sweep %d: Plan: %v", s, err)
@@ -261,14 +302,14 @@ func TestPlanInvariants(t *testing.T) {
 	})
 }
 
-// TestPlanDeterministic checks invariant 7: two planners fed the same
+// TestPlanDeterministic checks determinism: two planners fed the same
 // snapshots in different row orders make the same plans.
 func TestPlanDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := genWorld(t)
 		b1, b2 := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
 		for s := 0; s < 3; s++ {
-			shuffled := Snapshot{Claimed: w.snap.Claimed, Pending: rapid.Permutation(w.snap.Pending).Draw(t, "shuffled")}
+			shuffled := Snapshot{Claimed: w.snap.Claimed, Pending: rapid.Permutation(w.snap.Pending).Draw(t, "shuffled"), Budget: w.snap.Budget}
 			p1, err1 := b1.Plan(w.snap)
 			p2, err2 := b2.Plan(shuffled)
 			if err1 != nil || err2 != nil {
@@ -281,13 +322,18 @@ func TestPlanDeterministic(t *testing.T) {
 	})
 }
 
-// TestPlanNoStarvation checks invariant 6 under steady demand: the same
-// snapshot every sweep (the rows planned are never claimed).
+// TestPlanNoStarvation checks the rotation under steady demand (the same
+// snapshot every sweep: the rows planned are never claimed), each sweep
+// with its own budget: the namespaces no sweep has satisfied yet have
+// cumulative grants within one of each other after every sweep, and with
+// b the smallest budget every namespace is served at least once every
+// ⌈namespaces / b⌉ sweeps.
 func TestPlanNoStarvation(t *testing.T) {
+	varied := 0 // runs whose budgets left a namespace unsatisfied in one sweep and not another
 	rapid.Check(t, func(t *rapid.T) {
 		nNS := rapid.IntRange(1, 40).Draw(t, "namespaces")
 		batch := rapid.IntRange(1, 30).Draw(t, "batch")
-		all, _ := AllShards(1)
+		all := allShards(t, 1)
 		b := mustNew(t, Config{BatchSize: batch, DefaultQuota: Unlimited}, all)
 		var snap Snapshot
 		for i := 0; i < nNS; i++ {
@@ -297,10 +343,19 @@ func TestPlanNoStarvation(t *testing.T) {
 			}
 		}
 		fs := facts(world{cfg: Config{BatchSize: batch, DefaultQuota: Unlimited}, frac: all, snap: snap})
+		budgets := make([]int, rapid.IntRange(1, 12).Draw(t, "sweeps"))
+		minBudget := batch
+		for i := range budgets {
+			budgets[i] = genBudget(t, batch)
+			minBudget = min(minBudget, budgetOf(Config{BatchSize: batch}, Snapshot{Budget: budgets[i]}))
+		}
+		period := (nNS + minBudget - 1) / minBudget
 		cum := map[string]int{}
 		lastServed := map[string]int{}
-		period := (nNS + batch - 1) / batch
-		for s := 1; s <= 3*period+3; s++ {
+		satisfied := map[string]bool{} // satisfied in some sweep so far
+		unsatisfiedOnce := map[string]bool{}
+		for s := 1; s <= len(budgets); s++ {
+			snap.Budget = budgets[s-1]
 			p, err := b.Plan(snap)
 			if err != nil {
 				t.Fatalf("Plan: %v", err)
@@ -310,32 +365,43 @@ func TestPlanNoStarvation(t *testing.T) {
 				if r.Granted > 0 {
 					lastServed[r.Namespace] = s
 				}
-			}
-			// Namespaces never satisfied in a sweep: those whose demand
-			// exceeds the level. Their cumulative grants differ by ≤ 1.
-			lo, hi := math.MaxInt, 0
-			for _, r := range p.Namespaces {
-				if r.Granted < fs[r.Namespace].demand {
-					lo, hi = min(lo, cum[r.Namespace]), max(hi, cum[r.Namespace])
+				if r.Granted >= fs[r.Namespace].demand {
+					satisfied[r.Namespace] = true
+				} else {
+					unsatisfiedOnce[r.Namespace] = true
 				}
 			}
-			// Only meaningful while the set of unsatisfied namespaces is
-			// steady, which it is with a constant snapshot.
+			lo, hi := math.MaxInt, 0
+			for ns := range fs {
+				if !satisfied[ns] {
+					lo, hi = min(lo, cum[ns]), max(hi, cum[ns])
+				}
+			}
 			if hi > 0 && hi-lo > 1 {
-				t.Fatalf("sweep %d: cumulative grants of unsatisfied namespaces range %d..%d: %v", s, lo, hi, cum)
+				t.Fatalf("sweep %d (budgets %v): cumulative grants of never-satisfied namespaces range %d..%d: %v", s, budgets[:s], lo, hi, cum)
 			}
 			if s >= period {
 				for ns := range fs {
 					if s-lastServed[ns] >= period {
-						t.Fatalf("sweep %d: %s not served since sweep %d (period %d)", s, ns, lastServed[ns], period)
+						t.Fatalf("sweep %d (budgets %v): %s not served since sweep %d (period %d)", s, budgets[:s], ns, lastServed[ns], period)
 					}
 				}
 			}
 		}
+		for ns := range unsatisfiedOnce {
+			if satisfied[ns] {
+				varied++
+				break
+			}
+		}
 	})
+	if varied == 0 {
+		t.Fatal("no run had a namespace satisfied under one budget and not under another: the generator misses the case")
+	}
 }
 
-// TestCeilingExact checks invariant 9 against big-integer arithmetic.
+// TestCeilingExact checks Ceiling(q) = ⌈q × owned / shardCount⌉ against
+// big-integer arithmetic: 0 when nothing is owned, q when all is.
 func TestCeilingExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 1<<20).Draw(t, "shardCount")
@@ -401,12 +467,24 @@ func TestOwnedShardFractionErrors(t *testing.T) {
 		n     int
 	}{
 		{nil, 0}, {[]int{0}, -3}, {[]int{4}, 4}, {[]int{-1}, 4}, {[]int{1, 2, 1}, 4},
+		{nil, MaxShardCount + 1}, {[]int{0}, math.MaxInt}, {nil, math.MinInt},
 	} {
 		_, err := NewOwnedShardFraction(tc.owned, tc.n)
 		var se *ShardError
 		if !errors.Is(err, ErrInvalidShards) || !errors.As(err, &se) {
 			t.Errorf("NewOwnedShardFraction(%v, %d) = %v, want a *ShardError", tc.owned, tc.n, err)
 		}
+	}
+	// Issue 13 §2: these panicked (makeslice) or ran out of memory.
+	for _, n := range []int{math.MaxInt, 1 << 40, MaxShardCount + 1, 0, -1, math.MinInt} {
+		f, err := AllShards(n)
+		var se *ShardError
+		if !errors.Is(err, ErrInvalidShards) || !errors.As(err, &se) || se.ShardCount != n || f.ShardCount() != 0 {
+			t.Errorf("AllShards(%d) = %v, %v; want a *ShardError for shard count %d", n, f, err, n)
+		}
+	}
+	if f, err := AllShards(MaxShardCount); err != nil || f.OwnedCount() != MaxShardCount || f.Ceiling(7) != 7 {
+		t.Errorf("AllShards(MaxShardCount) = %v, %v", f, err)
 	}
 	f, err := NewOwnedShardFraction([]int{7, 3, 12}, 64)
 	require.NoError(t, err)
@@ -457,16 +535,18 @@ func fnv1a(s string) uint32 {
 }
 
 // TestPendingCountCapExact checks that capping every route's pending count
-// at PendingCountCap changes no claim and no rotation, sweep after sweep.
+// at pendingCountCap changes no claim and no rotation, sweep after sweep.
 func TestPendingCountCapExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := genWorld(t)
 		full, capped := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
-		c := capped.PendingCountCap()
+		c := capped.pendingCountCap()
 		if c < 1 || c > w.cfg.BatchSize {
-			t.Fatalf("PendingCountCap() = %d, want 1..%d", c, w.cfg.BatchSize)
+			t.Fatalf("pendingCountCap() = %d, want 1..%d", c, w.cfg.BatchSize)
 		}
-		cs := Snapshot{Claimed: w.snap.Claimed}
+		// A smaller budget caps the counts further, as SweepN does.
+		c = min(c, budgetOf(w.cfg, w.snap))
+		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
 		for _, rc := range w.snap.Pending {
 			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
 		}
@@ -491,7 +571,7 @@ func TestPlanExtremeValues(t *testing.T) {
 		return rapid.OneOf(rapid.Just(math.MaxInt), rapid.IntRange(math.MaxInt/2-5, math.MaxInt/2+20), rapid.IntRange(0, 5)).Draw(t, label)
 	}
 	rapid.Check(t, func(t *rapid.T) {
-		all, _ := AllShards(rapid.IntRange(1, 4).Draw(t, "shards"))
+		all := allShards(t, rapid.IntRange(1, 4).Draw(t, "shards"))
 		cfg := Config{BatchSize: max(1, big(t, "batch")), DefaultQuota: rapid.SampledFrom([]int{Unlimited, math.MaxInt, 3}).Draw(t, "quota")}
 		b := mustNew(t, cfg, all)
 		var s Snapshot
@@ -552,7 +632,7 @@ func TestShallowCountExact(t *testing.T) {
 		w := genWorld(t)
 		full, shallow := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
 		c := rapid.IntRange(1, 8).Draw(t, "cap")
-		cs := Snapshot{Claimed: w.snap.Claimed}
+		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
 		deeper := false
 		for _, rc := range w.snap.Pending {
 			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
@@ -574,7 +654,7 @@ func TestShallowCountExact(t *testing.T) {
 			} else if deeper {
 				shallowExact++
 			}
-			shallow.commit(false)
+			shallow.advanceCursors(false)
 			if !slices.Equal(p1.Claims, p2.Claims) {
 				t.Fatalf("sweep %d, cap %d: claims differ:\nuncapped %v\nshallow  %v", s, c, p1.Claims, p2.Claims)
 			}

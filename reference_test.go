@@ -34,7 +34,7 @@ func newRefPlanner(cfg Config, f OwnedShardFraction) *refPlanner {
 
 func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 	routes := slices.Clone(s.Pending)
-	routes = slices.DeleteFunc(routes, func(rc RouteCount) bool { return rc.Count == 0 })
+	routes = slices.DeleteFunc(routes, func(rc RouteCount) bool { return rc.Count == 0 || ValidateRoute(rc.Route) != nil })
 	slices.SortFunc(routes, cmpRoute)
 	byNS := map[string][]RouteCount{}
 	var names []string
@@ -65,7 +65,11 @@ func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 	if r.nsCursor != nil {
 		start = sortedAfter(active, *r.nsCursor)
 	}
-	grants, last := refFill(demand, r.batch, start)
+	budget := r.batch
+	if s.Budget > 0 {
+		budget = min(budget, s.Budget)
+	}
+	grants, last := refFill(demand, budget, start)
 	if last >= 0 {
 		c := active[last]
 		r.nsCursor = &c

@@ -11,6 +11,11 @@ import (
 // quota is never held at a ceiling, only by the sweep's budget.
 const Unlimited = -1
 
+// MaxShardCount is the largest virtual shard space a fraction may have:
+// 2^20 shards, enough for a million nodes owning one shard each, and small
+// enough that [AllShards] holds every id in 8 MiB.
+const MaxShardCount = 1 << 20
+
 // OwnedShardFraction is this node's share of the cluster's virtual shard
 // space: the ids of the shards it owns out of ShardCount. It is kept as a
 // ratio of integers, never a float, so that ceilings are exact.
@@ -27,12 +32,13 @@ type OwnedShardFraction struct {
 // shard ids out of shardCount virtual shards. The ids may come in any order;
 // they are copied.
 //
-// It returns an error matching [ErrInvalidShards] if shardCount < 1, if an id
-// lies outside [0, shardCount) or if an id appears twice; the error is a
-// *[ShardError] naming the offending id where there is one.
+// It returns an error matching [ErrInvalidShards] if shardCount is outside
+// [1, MaxShardCount], if an id lies outside [0, shardCount) or if an id
+// appears twice; the error is a *[ShardError] naming the offending id where
+// there is one.
 func NewOwnedShardFraction(owned []int, shardCount int) (OwnedShardFraction, error) {
-	if shardCount < 1 {
-		return OwnedShardFraction{}, &ShardError{Shard: -1, ShardCount: shardCount, Reason: "shard count must be at least 1"}
+	if err := checkShardCount(shardCount); err != nil {
+		return OwnedShardFraction{}, err
 	}
 	ids := slices.Clone(owned)
 	slices.Sort(ids)
@@ -51,16 +57,29 @@ func NewOwnedShardFraction(owned []int, shardCount int) (OwnedShardFraction, err
 }
 
 // AllShards returns the fraction that owns every one of shardCount shards:
-// a single-node cluster. It returns an error as [NewOwnedShardFraction] does.
+// a single-node cluster. It returns an error matching [ErrInvalidShards] if
+// shardCount is outside [1, MaxShardCount], as [NewOwnedShardFraction] does.
 func AllShards(shardCount int) (OwnedShardFraction, error) {
-	if shardCount < 1 {
-		return NewOwnedShardFraction(nil, shardCount)
+	if err := checkShardCount(shardCount); err != nil {
+		return OwnedShardFraction{}, err
 	}
 	ids := make([]int, shardCount)
 	for i := range ids {
 		ids[i] = i
 	}
 	return OwnedShardFraction{owned: ids, shardCount: shardCount}, nil
+}
+
+// checkShardCount returns the error for a shard count outside
+// [1, MaxShardCount], or nil.
+func checkShardCount(n int) error {
+	switch {
+	case n < 1:
+		return &ShardError{Shard: -1, ShardCount: n, Reason: "shard count must be at least 1"}
+	case n > MaxShardCount:
+		return &ShardError{Shard: -1, ShardCount: n, Reason: "shard count must be at most MaxShardCount (" + strconv.Itoa(MaxShardCount) + ")"}
+	}
+	return nil
 }
 
 // Owned returns a copy of the owned shard ids in ascending order.

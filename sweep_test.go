@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,6 +98,16 @@ func TestSweepStoreErrors(t *testing.T) {
 	}
 }
 
+// A nil store is a typed error, not a panic, whatever the budget.
+func TestSweepNilStore(t *testing.T) {
+	b := newTestBP(t, backpressure.Config{BatchSize: 5, DefaultQuota: backpressure.Unlimited}, 4)
+	for _, n := range []int{5, 0} {
+		if _, _, err := backpressure.SweepN[memRow](context.Background(), b, nil, n); !errors.Is(err, backpressure.ErrInvalidConfig) {
+			t.Errorf("SweepN(nil store, %d) = %v, want ErrInvalidConfig", n, err)
+		}
+	}
+}
+
 func TestSweepContext(t *testing.T) {
 	store := newMemStore(4)
 	store.enqueue("a", "q", 3)
@@ -148,8 +159,9 @@ func TestSweepConcurrent(t *testing.T) {
 }
 
 // A stateful property: random enqueues, settles, lease expiries and sweeps
-// over an in-memory outbox. After every sweep each namespace's live claimed
-// rows are within its ceiling, no sweep claims more than B, every claimed
+// with random budgets over an in-memory outbox. After every sweep each
+// namespace's live claimed rows are within its ceiling, no sweep claims
+// more than min(n, B), a budget n ≤ 0 makes no store call, every claimed
 // row was claimable, and every row the sweep did not claim is unchanged.
 func TestSweepStateful(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -183,12 +195,17 @@ func TestSweepStateful(t *testing.T) {
 				for i, r := range store.rows {
 					before[i] = *r
 				}
-				rows, plan, err := backpressure.Sweep(context.Background(), b, store)
+				n := rapid.IntRange(-1, b.BatchSize()+2).Draw(t, "budget")
+				calls := store.calls
+				rows, plan, err := backpressure.SweepN(context.Background(), b, store, n)
 				if err != nil {
-					t.Fatalf("step %d: Sweep: %v", step, err)
+					t.Fatalf("step %d: SweepN(%d): %v", step, n, err)
 				}
-				if len(rows) > b.BatchSize() || len(rows) != plan.Granted() {
-					t.Fatalf("step %d: claimed %d rows, plan granted %d, batch %d", step, len(rows), plan.Granted(), b.BatchSize())
+				if n <= 0 && (rows != nil || plan.Claims != nil || plan.Namespaces != nil || store.calls != calls) {
+					t.Fatalf("step %d: SweepN(%d) = %v, %+v after %d store calls, want nothing and no call", step, n, rows, plan, store.calls-calls)
+				}
+				if len(rows) > max(0, min(n, b.BatchSize())) || len(rows) != plan.Granted() {
+					t.Fatalf("step %d: SweepN(%d) claimed %d rows, plan granted %d, batch %d", step, n, len(rows), plan.Granted(), b.BatchSize())
 				}
 				claimedKeys := map[string]bool{}
 				perRoute := map[backpressure.Route]int{}
@@ -222,7 +239,7 @@ func TestSweepStateful(t *testing.T) {
 					}
 				}
 				if !slices.IsSortedFunc(plan.Namespaces, func(a, b backpressure.NamespaceReport) int {
-					return compareStrings(a.Namespace, b.Namespace)
+					return strings.Compare(a.Namespace, b.Namespace)
 				}) {
 					t.Fatalf("step %d: reports unsorted", step)
 				}
@@ -231,12 +248,39 @@ func TestSweepStateful(t *testing.T) {
 	})
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// Issue 13 §1: 100 rows of 10 tenants (half on the default task queue "")
+// and rows on routes ValidateRoute rejects, written by other means. Every
+// sweep succeeds, the 100 rows are claimed, the invalid ones never are, and
+// each sweep's plan reports them held as invalid-route.
+func TestSweepInvalidRouteDoesNotStopTheNode(t *testing.T) {
+	store := newMemStore(4)
+	for n := 0; n < 10; n++ {
+		store.enqueue(fmt.Sprintf("tenant-%d", n), "", 5)
+		store.enqueue(fmt.Sprintf("tenant-%d", n), "emails", 5)
 	}
-	return 0
+	store.enqueue("", "q", 1)
+	store.enqueue("tenant-3", "bad\x00queue", 2)
+	b := newTestBP(t, backpressure.Config{BatchSize: 25, DefaultQuota: backpressure.Unlimited}, 4)
+	claimed := 0
+	for sweep := 0; sweep < 5; sweep++ {
+		rows, plan, err := backpressure.Sweep(context.Background(), b, store)
+		if err != nil {
+			t.Fatalf("sweep %d: %v", sweep, err)
+		}
+		for _, r := range rows {
+			if err := backpressure.ValidateRoute(backpressure.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}); err != nil {
+				t.Fatalf("sweep %d claimed a row on an invalid route: %v", sweep, err)
+			}
+		}
+		claimed += len(rows)
+		for _, ns := range []string{"", "tenant-3"} {
+			r, ok := plan.Namespace(ns)
+			if !ok || r.Reason != backpressure.HeldInvalidRoute || r.Invalid == 0 {
+				t.Fatalf("sweep %d: report of %q = %+v (found %v), want rows held invalid-route", sweep, ns, r, ok)
+			}
+		}
+	}
+	if claimed != 100 {
+		t.Fatalf("claimed %d rows in 5 sweeps, want 100", claimed)
+	}
 }

@@ -1,0 +1,448 @@
+package backpressure
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Sweep runs one sweep of a dispatcher node against store: it reads how many
+// rows each namespace has claimed and how many are pending per route on the
+// node's shards, plans them as [Backpressure.Plan] does, and claims the
+// plan's rows in one atomic ClaimOutboxRowsScoped. It returns the rows
+// claimed and the plan.
+//
+// The claims are exactly those that Plan would make from uncapped counts.
+// To read less, Sweep may count each route only as deep as a plan can use,
+// or only the namespaces the rotation reaches next, so a report's Pending,
+// Demand and Held may be lower bounds: see [NamespaceReport.Capped] and
+// [Plan.Windowed]. It uses the optional [PendingWindowCounter],
+// [SweepCounter] and [TxSweeper] when the store offers them; a sweep costs
+// two or three round trips in steady state, five at most.
+//
+// On error, b's rotation is unchanged and no row is claimed. The error is
+// ctx's if ctx is done before the sweep starts (Sweep waits for a sweep in
+// progress on b, as sweeps on one Backpressure run one at a time); one
+// matching [ErrStore], wrapping a *[StoreError] that names the failed call
+// and wraps the store's error (a TxSweeper may wrap it again), if the store
+// failed; a *[SnapshotError] if the store's counts break its contract (a
+// negative count, a route listed twice); or one matching [ErrInvalidConfig]
+// if b was not built by [New] or store is nil.
+func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([]R, Plan, error) {
+	if b == nil || b.sem == nil {
+		return nil, Plan{}, errNotNew
+	}
+	return SweepN(ctx, b, store, b.batchSize)
+}
+
+// SweepN is [Sweep] with a smaller budget for this sweep: it claims at most
+// min(n, b.BatchSize()) rows, as a dispatcher with n idle workers asks for
+// no more rows than it can start (enforced credit). The plan's guarantees
+// hold with that budget in place of the batch size, and the rotation
+// carries over from sweep to sweep whatever the budgets, so cumulative
+// grants still even out. With n ≤ 0 it returns (nil, Plan{}, nil) without
+// calling the store. Errors are as for Sweep.
+func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
+	if b == nil || b.sem == nil {
+		return nil, Plan{}, errNotNew
+	}
+	if store == nil {
+		return nil, Plan{}, errNilStore
+	}
+	if n <= 0 {
+		return nil, Plan{}, nil
+	}
+	budget := min(n, b.batchSize)
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, Plan{}, ctx.Err()
+	}
+	defer func() { <-b.sem }()
+	if err := ctx.Err(); err != nil {
+		return nil, Plan{}, err
+	}
+
+	st := b.currentShards()
+	var (
+		rows []R
+		out  sweepResult
+		err  error
+	)
+	if txs, ok := store.(TxSweeper[R]); ok {
+		err = txs.InSweepTx(ctx, func(tx OutboxStore[R]) error {
+			var err error
+			rows, out, err = sweepOn(ctx, b, st, budget, tx)
+			return err
+		})
+		// fn's errors are already typed; anything else is the store's own.
+		if err != nil && !errors.As(err, new(*StoreError)) && !errors.As(err, new(*SnapshotError)) {
+			err = &StoreError{Op: "InSweepTx", Err: err}
+		}
+	} else {
+		rows, out, err = sweepOn(ctx, b, st, budget, store)
+	}
+	if err != nil {
+		return nil, Plan{}, err
+	}
+	b.advanceCursors(out.plan.Windowed)
+	b.hints.record(out)
+	return rows, out.plan, nil
+}
+
+// sweepResult is what a sweep commits to b once its claim has succeeded:
+// the plan, how many namespaces its counts saw, and, for a SweepCounter,
+// the k the next window is sized for.
+type sweepResult struct {
+	plan  Plan
+	seen  int
+	nextK int
+}
+
+// sweepOn runs Sweep's steps against store (the store itself, or its
+// transaction view) without changing b's state. Usually three round trips:
+//
+//  1. CountClaimedOutboxRows: live claimed rows per namespace;
+//  2. the pending counts, each route's count capped so the store reads no
+//     more of a route than the plan can use:
+//     - when the store implements PendingWindowCounter and the last sweep
+//     saw more namespaces than a window holds, CountPendingOutboxRowsWindow
+//     over the namespaces this sweep can serve (see windowSize), capped at
+//     1: each of them gets at most one row;
+//     - otherwise CountPendingOutboxRows capped at c = min(full, 2·m + 1),
+//     where full is min(pendingCountCap, budget) and m the largest route
+//     limit of the last sweep (see firstCountCap);
+//  3. plan; if a route was granted all c rows it was counted at, it may
+//     have more rows a deeper count would grant it, so count again capped
+//     at full and plan again (likewise after a window that turns out to
+//     hold every namespace, or too few with demand). Either way the claims
+//     are exactly those that uncapped counts would give;
+//  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
+//     plan claims nothing).
+//
+// With a SweepCounter, steps 1 and 2 are one CountSweep: two round trips in
+// steady state. Its window is then sized before the claimed counts are
+// known, for the namespaces the last sweep left without headroom (guessK),
+// and trimmed to the window step 2 describes (firstNamespaces); if more
+// namespaces than that have none, the window is counted again.
+func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget int, store OutboxStore[R]) ([]R, sweepResult, error) {
+	shards := st.f
+	// No route is granted more than the budget, so counting deeper than it
+	// cannot change the plan (see pendingCountCap).
+	full := max(1, min(st.deepCap, budget))
+	wc, canWindow := any(store).(PendingWindowCounter)
+	sc, canCombine := any(store).(SweepCounter)
+	var (
+		claimed map[string]int
+		pending []RouteCount
+		read    *PendingWindow // the pending count read with claimed, if any
+		err     error
+	)
+	if canCombine {
+		// The window is sized before the claimed counts are known, for
+		// the k guessK expects; see below if it falls short.
+		w := PendingWindow{CapPerRoute: b.hints.firstCountCap(full)}
+		if n, ok := windowFor(budget, b.hints.nextK); canWindow && ok && b.hints.seenNamespaces >= n {
+			w = PendingWindow{CapPerRoute: 1, After: b.after(), Namespaces: n}
+		}
+		if claimed, pending, err = sc.CountSweep(ctx, shards, w); err != nil {
+			return nil, sweepResult{}, &StoreError{Op: "CountSweep", Err: err}
+		}
+		read = &w
+	} else if claimed, err = store.CountClaimedOutboxRows(ctx, shards); err != nil {
+		return nil, sweepResult{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
+	}
+	// A window helps only when there are more namespaces than it holds;
+	// the last sweep's count says whether there were. Full counts already
+	// read serve as well.
+	n, useWindow := 0, false
+	if canWindow && (read == nil || read.Namespaces > 0) {
+		n, useWindow = b.windowSize(claimed, st, budget)
+		useWindow = useWindow && b.hints.seenNamespaces >= n
+	}
+	var (
+		plan     Plan
+		windowed bool
+	)
+	if useWindow {
+		if read != nil && read.Namespaces >= n {
+			// A window of more namespaces than needed starts with the
+			// window needed.
+			pending = firstNamespaces(pending, read.After, n)
+		} else {
+			// In a full window every grant is 0 or 1 (see windowSize), so
+			// whether a route has a claimable row is all the plan needs.
+			pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: 1, After: b.after(), Namespaces: n})
+			if err != nil {
+				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
+			}
+		}
+		if windowed = distinctNamespaces(pending) >= n; windowed {
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
+				return nil, sweepResult{}, err
+			}
+			// k does not count a namespace whose every route is invalid
+			// (it has no demand either): the window is exact only if
+			// budget + 1 of its namespaces have demand.
+			if windowed = withDemand(plan.Namespaces, budget+1); windowed {
+				plan.Windowed, plan.countCap = true, 1
+			}
+		}
+		// Otherwise the window held every namespace, or too few with
+		// demand, counted too shallow for a plan that may grant more than
+		// 1: count them all.
+	}
+	if !windowed {
+		c := b.hints.firstCountCap(full)
+		for {
+			if read != nil && read.Namespaces == 0 && read.CapPerRoute == c {
+				read = nil // counted with claimed: use it once
+			} else if pending, err = store.CountPendingOutboxRows(ctx, shards, c); err != nil {
+				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
+			}
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
+				return nil, sweepResult{}, err
+			}
+			plan.countCap = c
+			// Exact unless a route got all c rows it was counted at: it
+			// may have more, and a deeper count could grant it more.
+			if c == full || maxLimit(plan.Claims) < c {
+				break
+			}
+			c = full
+		}
+	}
+	markCapped(plan.Namespaces, pending, plan.countCap)
+	out := sweepResult{plan: plan, seen: math.MaxInt} // a full window: at least the window, more beyond it
+	if !windowed {
+		out.seen = distinctNamespaces(pending)
+	}
+	if canCombine && canWindow {
+		out.nextK = guessK(plan, st)
+	}
+	if len(plan.Claims) == 0 {
+		return nil, out, nil
+	}
+	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
+	if err != nil {
+		return nil, sweepResult{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
+	}
+	return rows, out, nil
+}
+
+// sweepHints is what one sweep learns for the next: how deep and how wide
+// to count. It never changes a plan, only the reads that lead to it (see
+// sweepOn); the rotation cursors, which do change plans, are Backpressure's.
+type sweepHints struct {
+	seenNamespaces int  // namespaces with pending rows at the last sweep (MaxInt: more than its window)
+	lastMaxLimit   int  // the largest route limit of the last sweep
+	nextK          int  // for a SweepCounter: the k the next sweep's window is sized for (see guessK)
+	sweptOnce      bool // whether a sweep has succeeded
+}
+
+// firstCountCap returns the cap of a sweep's first full pending count,
+// c = min(full, 2·m + 1) for m the largest route limit of the last sweep (0
+// if it claimed nothing), and full for the first sweep. A plan from counts
+// capped at c is the plan full counts give unless some route is granted c
+// (see sweepOn), so c only has to pass the grants a sweep is likely to
+// make: the last sweep's, with room to double.
+func (h *sweepHints) firstCountCap(full int) int {
+	if !h.sweptOnce || h.lastMaxLimit >= full/2 {
+		return full
+	}
+	return 2*h.lastMaxLimit + 1
+}
+
+// record keeps what a sweep whose claim succeeded tells the next one: how
+// many namespaces its counts saw, the k of its window, its largest grant.
+func (h *sweepHints) record(out sweepResult) {
+	h.seenNamespaces = out.seen
+	h.nextK = out.nextK
+	h.lastMaxLimit = maxLimit(out.plan.Claims)
+	h.sweptOnce = true
+}
+
+// pendingCountCap returns the deepest bound Sweep passes to
+// CountPendingOutboxRows (a sweep often counts shallower first: see sweepOn):
+//
+//	cap = max(1, min(B, max_q Ceiling(q)))
+//
+// over the default quota and every override (a ceiling of Unlimited counts
+// as B). A plan never grants a route more than its namespace's headroom,
+// which is at most its ceiling, nor more than B; so a route counted as
+// min(P_r, cap) rather than P_r yields exactly the same claims and rotation,
+// while the store reads fewer index entries per route. The reports describe
+// the counts as the store returned them (see NamespaceReport.Capped): Pending,
+// Demand and Held are lower bounds for a namespace whose backlog passes the
+// cap, so one whose demand the batch met shows Held 0 even if more rows wait
+// behind the cap.
+func (b *Backpressure) pendingCountCap() int {
+	return b.currentShards().deepCap
+}
+
+// windowSize returns the namespaces a windowed pending count must cover for
+// the plan to be exact: n = B + k + 1 for B the sweep's budget, where k
+// counts the namespaces known to have no headroom (claimed ≥ ceiling, or a
+// ceiling of 0). A ceiling of 0 comes from a quota of 0 in Quotas
+// (DefaultQuota is ≥ 1 or Unlimited), or from owning no shards, when no row
+// is claimable and k does not matter. Among any n namespaces with claimable
+// rows at least B + 1 are then active (unless some have only invalid
+// routes: sweepOn checks), so the plan is max-min fair at level 0: one row
+// each to the first B active namespaces after the rotation cursor, all
+// inside the window. It reports false when n would overflow.
+func (b *Backpressure) windowSize(claimed map[string]int, st shardState, budget int) (int, bool) {
+	k := st.zeroCeilings
+	for ns, c := range claimed {
+		if atCeiling(st.f.Ceiling(b.Quota(ns)), c) {
+			k++
+		}
+	}
+	return windowFor(budget, k)
+}
+
+// atCeiling reports whether n claimed rows reach a ceiling c > 0: never
+// for [Unlimited] (negative), and a ceiling of 0 is a paused namespace,
+// which zeroCeilings counts already.
+func atCeiling(c, n int) bool { return c > 0 && n >= c }
+
+// windowFor returns budget + k + 1, and false when it would overflow.
+func windowFor(budget, k int) (int, bool) {
+	if budget > math.MaxInt-k-1 {
+		return 0, false
+	}
+	return budget + k + 1, true
+}
+
+// guessK returns, after a sweep planned p, the k a [SweepCounter]'s next
+// window is sized for, before the sweep knows its claimed counts: the
+// paused namespaces (zeroCeilings) plus those with a ceiling c > 0 whose
+// claimed rows and grant together reach it, Σ [0 < c ≤ Claimed + Granted].
+// Claimed rows grow only by this node's claims, so that bounds the next
+// sweep's k unless some other claimer took rows on the node's shards (or
+// the shards changed); the next sweep then counts its window again, one
+// more round trip.
+func guessK(p Plan, st shardState) int {
+	k := st.zeroCeilings
+	for _, r := range p.Namespaces {
+		if atCeiling(r.Ceiling, r.Claimed+r.Granted) {
+			k++
+		}
+	}
+	return k
+}
+
+// after returns where the next window starts: the rotation cursor, or ""
+// before the first remainder unit.
+func (b *Backpressure) after() string {
+	if b.nsCursorSet {
+		return b.nsCursor
+	}
+	return ""
+}
+
+// firstNamespaces trims a window's counts, sorted by namespace, to those of
+// its first n namespaces in the cyclic order after after: the window
+// [PendingWindowCounter] would have returned for n. It filters in place.
+func firstNamespaces(pending []RouteCount, after string, n int) []RouteCount {
+	above, total := 0, 0
+	for i, rc := range pending {
+		if i == 0 || rc.Route.Namespace != pending[i-1].Route.Namespace {
+			total++
+			if rc.Route.Namespace > after {
+				above++
+			}
+		}
+	}
+	if total <= n {
+		return pending
+	}
+	keepAbove := min(n, above)
+	keepBelow := n - keepAbove
+	out := pending[:0]
+	prev, seenAbove, seenBelow, keep := "", 0, 0, false
+	for i, rc := range pending {
+		if ns := rc.Route.Namespace; i == 0 || ns != prev {
+			prev = ns
+			if ns > after {
+				seenAbove++
+				keep = seenAbove <= keepAbove
+			} else {
+				seenBelow++
+				keep = seenBelow <= keepBelow
+			}
+		}
+		if keep {
+			out = append(out, rc)
+		}
+	}
+	return out
+}
+
+// withDemand reports whether at least n of reports have demand.
+func withDemand(reports []NamespaceReport, n int) bool {
+	for _, r := range reports {
+		if r.Demand > 0 {
+			if n--; n <= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// distinctNamespaces counts the namespaces of routes ordered by namespace
+// (as a window must be; for a full count, which may be unordered, it is only
+// an estimate, used to choose between the two counts).
+func distinctNamespaces(routes []RouteCount) int {
+	n := 0
+	for i := range routes {
+		if i == 0 || routes[i].Route.Namespace != routes[i-1].Route.Namespace {
+			n++
+		}
+	}
+	return n
+}
+
+// markCapped sets Capped on the reports (sorted by namespace) of the
+// namespaces with a route counted up to c: in one merge when pending is
+// sorted by namespace, as stores return it, else by binary search.
+func markCapped(reports []NamespaceReport, pending []RouteCount, c int) {
+	byNamespace := func(a, b RouteCount) int { return strings.Compare(a.Route.Namespace, b.Route.Namespace) }
+	if slices.IsSortedFunc(pending, byNamespace) {
+		j := 0
+		for _, rc := range pending {
+			if rc.Count < c {
+				continue
+			}
+			for j < len(reports) && reports[j].Namespace < rc.Route.Namespace {
+				j++
+			}
+			if j < len(reports) && reports[j].Namespace == rc.Route.Namespace {
+				reports[j].Capped = true
+			}
+		}
+		return
+	}
+	for _, rc := range pending {
+		if rc.Count < c {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(reports, rc.Route.Namespace, func(r NamespaceReport, ns string) int {
+			return strings.Compare(r.Namespace, ns)
+		})
+		if ok {
+			reports[i].Capped = true
+		}
+	}
+}
+
+// maxLimit returns the largest Limit of claims, 0 if there are none.
+func maxLimit(claims []ScopedClaim) int {
+	m := 0
+	for _, c := range claims {
+		m = max(m, c.Limit)
+	}
+	return m
+}
