@@ -55,9 +55,11 @@ const (
 	// and z ≥ k − q; a node owning a run of L consecutive shards (cyclically)
 	// gets ⌊q × L / S⌋ or ⌈q × L / S⌉, never more than ApportionCeil would
 	// give it, so ranges of at least S/q shards each make the cluster exact.
-	// Under hashed memberships the overshoot z is the number of owning nodes
-	// that drew none of the q unit shares: none while q is well above k,
-	// near k − q below it.
+	// Under a hashing membership each owning node draws none of the q unit
+	// shares with probability about e^(−q/k), so z ≈ k × e^(−q/k): far
+	// below ApportionCeil's overshoot of about k/2 once q passes k, and
+	// slightly above it for q under about k, where both rules sit near the
+	// floor k (go run ./internal/apportionstat prints the distributions).
 	//
 	// Exactness for every partition is impossible with any rule computed
 	// from a node's own shards, even with q ≥ k, once q < S. With S = 4 and
