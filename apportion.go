@@ -118,25 +118,55 @@ func (f OwnedShardFraction) shareCeiling(namespace string, quota int) int {
 	// overflow anywhere.
 	sum := o * base
 	if r > 0 {
-		h := ShardFor(namespace, n)
-		un, ur := uint64(n), uint64(r)
+		sum += f.extraUnits(ShardFor(namespace, n), r)
+	}
+	return max(1, sum)
+}
+
+// extraUnits counts the owned shards that hold one of the r extra units
+// placed from shard h, 0 < r < shardCount.
+//
+// Shard s is the rotated position t = (s − h) mod n; the units in positions
+// [0, T) number E(T) = ⌈T × r / n⌉, so t holds one iff E(t+1) > E(t). With
+// t × r = a × n + b (0 ≤ b < n) that is b = 0 or b > n − r: one multiply
+// and one remainder per shard. For n ≤ 2¹⁶, t × r < 2³², and the remainder
+// is Lemire's fastmod (two multiplies, no division: "Faster Remainder by
+// Direct Computation", 2019); otherwise t × r may pass 64 bits and the
+// remainder is a 128-bit division.
+func (f OwnedShardFraction) extraUnits(h, r int) int {
+	n := f.shardCount
+	un, ur := uint64(n), uint64(r)
+	count := 0
+	if n <= 1<<16 {
+		m := ^uint64(0)/un + 1 // wraps to 0 for n = 1, which fastmod handles
 		for _, s := range f.owned {
 			t := s - h
 			if t < 0 {
 				t += n
 			}
-			// Shard s is the rotated position t; the units in positions
-			// [0, T) number E(T) = ⌈T × r / n⌉, so t holds one iff
-			// E(t+1) > E(t). With t × r = a × n + b (0 ≤ b < n) that is
-			// b = 0 or b > n − r: one multiply and one remainder, in 128
-			// bits because t × r may pass 64.
-			hi, lo := bits.Mul64(uint64(t), ur)
-			if b := bits.Rem64(hi, lo, un); b == 0 || b > un-ur {
-				sum++
+			b, _ := bits.Mul64(m*(uint64(t)*ur), un)
+			if b == 0 || b > un-ur {
+				count++
 			}
 		}
+		return count
 	}
-	return max(1, sum)
+	for _, s := range f.owned {
+		t := s - h
+		if t < 0 {
+			t += n
+		}
+		hi, lo := bits.Mul64(uint64(t), ur)
+		if hi == 0 {
+			lo %= un
+		} else {
+			lo = bits.Rem64(hi, lo, un)
+		}
+		if lo == 0 || lo > un-ur {
+			count++
+		}
+	}
+	return count
 }
 
 // ceilingBound returns an upper bound on CeilingFor(n, quota, a) over every

@@ -123,11 +123,17 @@ func TestShareCeilingReference(t *testing.T) {
 }
 
 // TestShareCeilingHugeSpace checks ApportionShares against big-integer
-// arithmetic where t × r passes 64 bits: shard spaces up to math.MaxInt,
-// a few owned shards, any quota.
+// arithmetic in every remainder path: shard spaces around 2¹⁶ and 2³² and up
+// to math.MaxInt (where t × r passes 64 bits), a few owned shards, any
+// quota.
 func TestShareCeilingHugeSpace(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.OneOf(rapid.IntRange(1, math.MaxInt), rapid.IntRange(math.MaxInt-100, math.MaxInt)).Draw(t, "shardCount")
+		n := rapid.OneOf(
+			rapid.IntRange(1, math.MaxInt),
+			rapid.IntRange(math.MaxInt-100, math.MaxInt),
+			rapid.IntRange(1<<16-100, 1<<16+100), // the fast remainder's edge
+			rapid.IntRange(1<<32-100, 1<<32+100), // t × r passing 64 bits
+		).Draw(t, "shardCount")
 		owned := rapid.SliceOfNDistinct(rapid.IntRange(0, n-1), 0, 8, rapid.ID[int]).Draw(t, "owned")
 		f, err := NewOwnedShardFraction(owned, n)
 		if err != nil {
