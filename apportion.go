@@ -192,3 +192,8 @@ func (f OwnedShardFraction) ceilingBound(quota int, a Apportionment) int {
 	// not overflow: o × base ≤ quota − r and min(o, r) ≤ r.
 	return max(1, min(quota, o*base+min(o, r)))
 }
+
+// validApportionment reports whether a is one of the defined rules.
+func validApportionment(a Apportionment) bool {
+	return a == ApportionCeil || a == ApportionShares
+}
