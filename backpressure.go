@@ -46,6 +46,13 @@ type Config struct {
 	// namespace: all of its rows are held, reason [HeldPaused]. Values must
 	// be ≥ 0 or Unlimited. A nil map means no overrides. New copies the map.
 	Quotas map[string]int
+
+	// Apportionment is the rule that turns a namespace's quota into this
+	// node's ceiling from its owned shards alone; every node of a cluster
+	// must use the same one. The zero value, [ApportionCeil], is
+	// ⌈q × owned/shardCount⌉; [ApportionShares] is tighter cluster-wide
+	// (exactly q when q ≥ shardCount). Other values are rejected.
+	Apportionment Apportionment
 }
 
 // Backpressure plans the claims of one dispatcher node. It holds the node's
@@ -63,6 +70,7 @@ type Backpressure struct {
 	batchSize    int
 	defaultQuota int
 	quotas       map[string]int
+	apportion    Apportionment
 
 	mu     sync.Mutex // guards shards
 	shards shardState
@@ -115,6 +123,9 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	case cfg.DefaultQuota < 0 && cfg.DefaultQuota != Unlimited:
 		return nil, &ConfigError{Field: "DefaultQuota", Value: cfg.DefaultQuota, Reason: "must be at least 1, or Unlimited"}
 	}
+	if !validApportionment(cfg.Apportionment) {
+		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
+	}
 	for ns, q := range cfg.Quotas {
 		field := "Quotas[" + strconv.Quote(ns) + "]"
 		if err := ValidateRoute(Route{Namespace: ns}); err != nil {
@@ -130,6 +141,7 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 		batchSize:    cfg.BatchSize,
 		defaultQuota: cfg.DefaultQuota,
 		quotas:       maps.Clone(cfg.Quotas),
+		apportion:    cfg.Apportionment,
 		sem:          make(chan struct{}, 1),
 		routeCursor:  make(map[string]string),
 	}
@@ -151,10 +163,10 @@ func (b *Backpressure) Quota(namespace string) int {
 }
 
 // Ceiling returns this node's ceiling on concurrently claimed rows of
-// namespace: OwnedShards().Ceiling(Quota(namespace)) = ⌈q × owned/shardCount⌉,
-// or [Unlimited].
+// namespace: OwnedShards().CeilingFor(namespace, Quota(namespace),
+// Config.Apportionment), by default ⌈q × owned/shardCount⌉, or [Unlimited].
 func (b *Backpressure) Ceiling(namespace string) int {
-	return b.OwnedShards().Ceiling(b.Quota(namespace))
+	return b.OwnedShards().CeilingFor(namespace, b.Quota(namespace), b.apportion)
 }
 
 // OwnedShards returns the node's current owned-shard fraction.
@@ -167,7 +179,7 @@ func (b *Backpressure) OwnedShards() OwnedShardFraction {
 func (b *Backpressure) shardStateFor(f OwnedShardFraction) shardState {
 	st := shardState{f: f}
 	ceil := func(q int) int {
-		if c := f.Ceiling(q); c != Unlimited {
+		if c := f.ceilingBound(q, b.apportion); c != Unlimited {
 			return c
 		}
 		return b.batchSize

@@ -81,7 +81,7 @@ func (r HoldReason) String() string {
 type NamespaceReport struct {
 	Namespace string
 	Quota     int        // cluster-wide quota, or Unlimited (-1: export it as +Inf, not -1); 0 means paused
-	Ceiling   int        // per-node ceiling ⌈Quota × owned/shardCount⌉, or Unlimited (-1)
+	Ceiling   int        // per-node ceiling (Backpressure.Ceiling; by default ⌈Quota × owned/shardCount⌉), or Unlimited (-1)
 	Claimed   int        // rows holding a live lease, from the snapshot
 	Headroom  int        // rows the namespace may still claim, or Unlimited (-1)
 	Pending   int        // claimable rows over all its routes
@@ -317,7 +317,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	for i := range ns {
 		w := &ns[i]
 		w.Quota = b.Quota(w.Namespace)
-		w.Ceiling = f.Ceiling(w.Quota)
+		w.Ceiling = f.CeilingFor(w.Namespace, w.Quota, b.apportion)
 		if w.Ceiling == Unlimited {
 			w.Headroom = Unlimited
 			w.Demand = w.Pending

@@ -270,7 +270,8 @@ func (h *sweepHints) record(out sweepResult) {
 //	cap = max(1, min(B, max_q Ceiling(q)))
 //
 // over the default quota and every override (a ceiling of Unlimited counts
-// as B). A plan never grants a route more than its namespace's headroom,
+// as B; under [ApportionShares], Ceiling(q) stands for a bound on the
+// ceilings of every namespace of quota q). A plan never grants a route more than its namespace's headroom,
 // which is at most its ceiling, nor more than B; so a route counted as
 // min(P_r, cap) rather than P_r yields exactly the same claims and rotation,
 // while the store reads fewer index entries per route. The reports describe
@@ -295,7 +296,7 @@ func (b *Backpressure) pendingCountCap() int {
 func (b *Backpressure) windowSize(claimed map[string]int, st shardState, budget int) (int, bool) {
 	k := st.zeroCeilings
 	for ns, c := range claimed {
-		if atCeiling(st.f.Ceiling(b.Quota(ns)), c) {
+		if atCeiling(st.f.CeilingFor(ns, b.Quota(ns), b.apportion), c) {
 			k++
 		}
 	}

@@ -119,6 +119,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 			DefaultQuota: rapid.SampledFrom([]int{backpressure.Unlimited, 1, 2, 4}).Draw(t, "defaultQuota"),
 			Quotas:       map[string]int{"n03": rapid.IntRange(0, 3).Draw(t, "q3"), "n07": 0},
 		}
+		cfg.Apportionment = rapid.SampledFrom([]backpressure.Apportionment{backpressure.ApportionCeil, backpressure.ApportionShares}).Draw(t, "apportionment")
 		bp, err1 := backpressure.New(cfg, f)
 		bw, err2 := backpressure.New(cfg, f)
 		br, err3 := backpressure.New(cfg, f)
