@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // benchBatch is the claim budget of both the fair sweep and the unscoped
@@ -86,15 +87,15 @@ type claimTimer struct {
 	d time.Duration
 }
 
-func (c *claimTimer) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[Row]) error) error {
-	return c.Store.InSweepTx(ctx, func(tx backpressure.OutboxStore[Row]) error {
+func (c *claimTimer) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[outbox.Row]) error) error {
+	return c.Store.InSweepTx(ctx, func(tx backpressure.OutboxStore[outbox.Row]) error {
 		return fn(&timedView{tx.(sweepStore), c})
 	})
 }
 
 // sweepStore is what the sweep transaction's view implements.
 type sweepStore interface {
-	backpressure.OutboxStore[Row]
+	backpressure.OutboxStore[outbox.Row]
 	backpressure.PendingWindowCounter
 }
 
@@ -104,7 +105,7 @@ type timedView struct {
 	c *claimTimer
 }
 
-func (v *timedView) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+func (v *timedView) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	start := time.Now()
 	defer func() { v.c.d += time.Since(start) }()
 	return v.sweepStore.ClaimOutboxRowsScoped(ctx, f, claims)
@@ -119,10 +120,10 @@ func benchStore(b *testing.B, namespaces int) *Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = s.Close() })
-	msgs := make([]Message, benchBacklog)
+	msgs := make([]outbox.Message, benchBacklog)
 	for i := range msgs {
 		ns := "ns" + strconv.Itoa(i%namespaces)
-		msgs[i] = Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: ns, TaskQueue: "q", Payload: []byte("payload")}
+		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: ns, TaskQueue: "q", Payload: []byte("payload")}
 	}
 	if _, err := s.Enqueue(b.Context(), msgs); err != nil {
 		b.Fatal(err)
@@ -132,14 +133,14 @@ func benchStore(b *testing.B, namespaces int) *Store {
 
 // benchRefill settles every claimed row and enqueues one new row on the
 // route of each claimed one, so the backlog per route stays the same.
-func benchRefill(b *testing.B, s *Store, claimed []Row, next int) int {
+func benchRefill(b *testing.B, s *Store, claimed []outbox.Row, next int) int {
 	b.Helper()
 	if _, err := s.writer.ExecContext(b.Context(), `UPDATE outbox SET state = 2 WHERE state = 1`); err != nil {
 		b.Fatal(err)
 	}
-	msgs := make([]Message, len(claimed))
+	msgs := make([]outbox.Message, len(claimed))
 	for i, r := range claimed {
-		msgs[i] = Message{DispatchKey: "k" + strconv.Itoa(next), Namespace: r.Namespace, TaskQueue: r.TaskQueue, Payload: r.Payload}
+		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(next), Namespace: r.Namespace, TaskQueue: r.TaskQueue, Payload: r.Payload}
 		next++
 	}
 	if _, err := s.Enqueue(b.Context(), msgs); err != nil {
