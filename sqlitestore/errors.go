@@ -33,7 +33,7 @@ func (s *Store) fail(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if s.closed.Load() && !errors.Is(err, outbox.ErrClosed) {
+	if s != nil && s.closed.Load() && !errors.Is(err, outbox.ErrClosed) {
 		return fmt.Errorf("sqlitestore: %s: %w (%v)", op, outbox.ErrClosed, err)
 	}
 	var (

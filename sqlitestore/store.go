@@ -108,8 +108,8 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store                     = (*Store)(nil)
-	_ outbox.Notifier                  = (*Store)(nil)
+	_ outbox.Store                         = (*Store)(nil)
+	_ outbox.Notifier                      = (*Store)(nil)
 	_ backpressure.OutboxStore[outbox.Row] = (*Store)(nil)
 )
 
