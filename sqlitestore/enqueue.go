@@ -44,6 +44,8 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 	}
 	if inserted > 0 {
 		s.subs.committed(seq)
+	} else {
+		s.subs.passed(seq) // nothing new: the poller need not signal it
 	}
 	return inserted, nil
 }

@@ -121,6 +121,14 @@ func (b *subscribers) committed(seq int64) {
 	b.signal()
 }
 
+// passed records that the enqueue numbered seq committed without rows to
+// signal.
+func (b *subscribers) passed(seq int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seen = max(b.seen, seq)
+}
+
 // signal sends to every channel that is empty. b.mu is held.
 func (b *subscribers) signal() {
 	for ch := range b.chans {
