@@ -122,11 +122,14 @@ func (b *subscribers) committed(seq int64) {
 }
 
 // passed records that the enqueue numbered seq committed without rows to
-// signal.
+// signal, when every enqueue before it was signalled already (otherwise the
+// poller still signals those).
 func (b *subscribers) passed(seq int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.seen = max(b.seen, seq)
+	if b.seen == seq-1 {
+		b.seen = seq
+	}
 }
 
 // signal sends to every channel that is empty. b.mu is held.
