@@ -100,6 +100,7 @@ type Store struct {
 	now         func() time.Time
 	dbID        int64 // the database's random identity, outbox_meta.db_id
 	trips       atomic.Int64
+	commits     atomic.Int64 // write transactions committed; the drain benchmark reports them per row
 	stmts       map[stmtKey]*sql.Stmt // the hot statements, prepared at Open; read-only after
 	closed      atomic.Bool
 	subs        subscribers
@@ -585,6 +586,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 		return err
 	}
 	committed = true
+	s.commits.Add(1)
 	return nil
 }
 
