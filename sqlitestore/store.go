@@ -100,7 +100,7 @@ type Store struct {
 	now         func() time.Time
 	dbID        int64 // the database's random identity, outbox_meta.db_id
 	trips       atomic.Int64
-	commits     atomic.Int64 // write transactions committed; the drain benchmark reports them per row
+	commits     atomic.Int64          // write transactions committed; the drain benchmark reports them per row
 	stmts       map[stmtKey]*sql.Stmt // the hot statements, prepared at Open; read-only after
 	closed      atomic.Bool
 	subs        subscribers
