@@ -120,10 +120,11 @@ func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 // their rows.
 //
 // One read statement. It walks outbox_routes (the routes with at least one
-// unsettled row; Settle drops a route with its last one) and, per route,
+// pending or claimed row; a completion that settles or dead-letters a
+// route's last one drops it) and, per route,
 // that route's range of the route index in ID order, stopping at the
 // capPerRoute-th claimable row. The entries it steps over on the way are
-// counted in the cost, not the result: the delayed rows (retried, not yet
+// counted in the cost, not the result: the scheduled rows (RunAt or a retry delay ahead, not yet
 // visible), the rows under a live lease and, on a node owning part of the
 // shards, the rows on shards it does not own. Its cost is therefore
 // O(routes · log rows + Σ per route min(claimable, capPerRoute) + the
@@ -347,9 +348,9 @@ func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg [
 // claimable rows on the owned shards whatever their route: the plain
 // oldest-first claim with no fairness, the baseline the benchmarks compare
 // a fair sweep against. A limit < 1 fails with an *outbox.ArgumentError. It walks
-// the claimable index in ID order from the oldest unsettled row, stepping
-// over the delayed, leased and unowned rows before the limit-th claimable
-// one.
+// the claimable index in ID order from the oldest pending or claimed row,
+// stepping over the scheduled, leased and unowned rows before the
+// limit-th claimable one.
 func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
 	if err := s.writable(); err != nil {
 		return nil, s.fail("ClaimOutboxRowsUnscoped", err)

@@ -48,6 +48,13 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	_ = db.Close()
 
+	// Read-only cannot migrate: refused, the file left at version 1.
+	if ro, err := Open(ctx, path, Options{ReadOnly: true}); !errors.Is(err, outbox.ErrInvalidArgument) {
+		if err == nil {
+			_ = ro.Close()
+		}
+		t.Errorf("read-only Open of a version 1 database = %v, want outbox.ErrInvalidArgument", err)
+	}
 	s := openT(t, path, Options{Now: clock.Now, MaxAttempts: 4})
 	if s.ShardCount() != 8 {
 		t.Errorf("ShardCount = %d, want the recorded 8", s.ShardCount())
