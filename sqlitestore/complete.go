@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -88,8 +89,9 @@ WHERE (namespace, task_queue) IN (SELECT value->>0, value->>1 FROM json_each(?1)
 // An entry whose lease is not the row's current live claim (completed
 // already, expired, claimed again, purged, never claimed, or no such key)
 // gets a *outbox.LeaseLostError in its Result and leaves its row unchanged;
-// the others still apply. A call with an invalid Outcome, a negative Delay
-// or a dispatch key named twice fails with an *outbox.ArgumentError and
+// the others still apply. A call with an invalid Outcome, a Retry with a
+// negative Delay, or a dispatch key that is empty, not valid UTF-8, holds a
+// NUL byte or is named twice fails with an *outbox.ArgumentError and
 // applies nothing; so does any other error. Cost: O(len(completions)) index
 // seeks, plus one route check per route whose rows were finished.
 func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) ([]outbox.Result, error) {
@@ -123,22 +125,37 @@ func (s *Store) Retry(ctx context.Context, lease outbox.Lease, delay time.Durati
 	return res[0].Err
 }
 
-// checkLeases validates the keys of a batch: each at most once. It returns
-// which entries can name a row at all (a key that is not valid UTF-8 never
-// can, and would not survive JSON intact).
-func checkLeases(op, name string, n int, key func(int) string) ([]bool, error) {
+// checkLeases rejects, with an *outbox.ArgumentError, a dispatch key no
+// row can have (empty, not valid UTF-8, holding a NUL byte) and a key
+// named twice in one call.
+func checkLeases(op, name string, n int, key func(int) string) error {
 	seen := make(map[string]int, n)
-	valid := make([]bool, n)
 	for i := range n {
 		k := key(i)
+		if reason := badText(k); reason != "" {
+			return argError(op, indexed(name, i)+".DispatchKey", reason)
+		}
 		if j, dup := seen[k]; dup {
-			return nil, argError(op, indexed(name, i)+".DispatchKey",
+			return argError(op, indexed(name, i)+".DispatchKey",
 				fmt.Sprintf("%q is already named by %s[%d]; name each row at most once per call", k, name, j))
 		}
 		seen[k] = i
-		valid[i] = utf8.ValidString(k)
 	}
-	return valid, nil
+	return nil
+}
+
+// badText says why v cannot be a dispatch key (or a namespace or key to
+// page after, which may be empty when allowEmpty), or "".
+func badText(v string, allowEmpty ...bool) string {
+	switch {
+	case v == "" && len(allowEmpty) == 0:
+		return "is empty"
+	case !utf8.ValidString(v):
+		return "is not valid UTF-8"
+	case strings.IndexByte(v, 0) >= 0:
+		return "holds a NUL byte"
+	}
+	return ""
 }
 
 func (s *Store) complete(ctx context.Context, op string, completions []outbox.Completion) ([]outbox.Result, error) {
@@ -149,12 +166,11 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 		switch {
 		case c.Outcome != outbox.Settle && c.Outcome != outbox.Retry && c.Outcome != outbox.DeadLetter:
 			return nil, argError(op, indexed("completions", i)+".Outcome", fmt.Sprintf("%v is not Settle, Retry or DeadLetter", c.Outcome))
-		case c.Delay < 0:
+		case c.Outcome == outbox.Retry && c.Delay < 0:
 			return nil, argError(op, indexed("completions", i)+".Delay", fmt.Sprintf("%v is negative", c.Delay))
 		}
 	}
-	valid, err := checkLeases(op, "completions", len(completions), func(i int) string { return completions[i].DispatchKey })
-	if err != nil {
+	if err := checkLeases(op, "completions", len(completions), func(i int) string { return completions[i].DispatchKey }); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -165,14 +181,12 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 		return results, nil
 	}
 	applied := make(map[string]outbox.State, len(completions))
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
 		clear(applied)
 		now := nanos(s.now())
 		batch := make([][5]any, 0, len(completions))
-		for i, c := range completions {
-			if valid[i] {
-				batch = append(batch, [5]any{c.DispatchKey, c.Token, int(c.Outcome), addNanos(now, c.Delay), outbox.TruncateError(c.Error)})
-			}
+		for _, c := range completions {
+			batch = append(batch, [5]any{c.DispatchKey, c.Token, int(c.Outcome), addNanos(now, max(c.Delay, 0)), outbox.TruncateError(c.Error)})
 		}
 		arg, err := json.Marshal(batch)
 		if err != nil {
@@ -250,15 +264,14 @@ RETURNING dispatch_key`
 // one statement and one write transaction, and returns one Result per
 // lease at the same index: State claimed and the new LeaseExpiresAt, or a
 // *outbox.LeaseLostError for a lease that is not the row's current live
-// claim (it is never revived). A dispatch key named twice fails the call
-// with an *outbox.ArgumentError, extending nothing.
+// claim (it is never revived). A dispatch key no row can have, or named
+// twice, fails the call with an *outbox.ArgumentError, extending nothing.
 func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
 	const op = "ExtendLeases"
 	if err := s.writable(); err != nil {
 		return nil, s.fail(op, err)
 	}
-	valid, err := checkLeases(op, "leases", len(leases), func(i int) string { return leases[i].DispatchKey })
-	if err != nil {
+	if err := checkLeases(op, "leases", len(leases), func(i int) string { return leases[i].DispatchKey }); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -270,15 +283,13 @@ func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outb
 	}
 	extended := make(map[string]bool, len(leases))
 	var end int64
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
 		clear(extended)
 		now := nanos(s.now())
 		end = addNanos(now, s.lease)
 		batch := make([][2]any, 0, len(leases))
-		for i, l := range leases {
-			if valid[i] {
-				batch = append(batch, [2]any{l.DispatchKey, l.Token})
-			}
+		for _, l := range leases {
+			batch = append(batch, [2]any{l.DispatchKey, l.Token})
 		}
 		arg, err := json.Marshal(batch)
 		if err != nil {

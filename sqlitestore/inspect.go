@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure/outbox"
 )
@@ -75,7 +74,8 @@ const maxListDead = 10_000
 
 // ListDead returns dead rows in dispatch-key order: those after p.After,
 // of p.Namespace when it is not "", at most p.Limit (0 means 100; 1 to
-// 10,000, else an *outbox.ArgumentError). Page by passing the last key
+// 10,000, else an *outbox.ArgumentError, as is text no row can have in
+// p.Namespace or p.After). Page by passing the last key
 // returned as the next p.After. One read statement over an index of the
 // dead rows alone: O(log rows + rows returned).
 func (s *Store) ListDead(ctx context.Context, p outbox.ListDeadParams) ([]outbox.Row, error) {
@@ -89,6 +89,12 @@ func (s *Store) ListDead(ctx context.Context, p outbox.ListDeadParams) ([]outbox
 	}
 	if limit < 1 || limit > maxListDead {
 		return nil, argError(op, "p.Limit", fmt.Sprintf("%d is outside 0 to %d", p.Limit, maxListDead))
+	}
+	if reason := badText(p.Namespace, true); reason != "" {
+		return nil, argError(op, "p.Namespace", reason)
+	}
+	if reason := badText(p.After, true); reason != "" {
+		return nil, argError(op, "p.After", reason)
 	}
 	if err := s.read(ctx); err != nil {
 		return nil, s.fail(op, err)
@@ -121,7 +127,8 @@ WHERE state = 3 AND namespace = ?1 AND dispatch_key > ?2 ORDER BY dispatch_key L
 // Requeue moves the dead rows among dispatchKeys back to pending, claimable
 // at once, with Attempts reset to 0 (their LastError is kept), and returns
 // how many it moved; keys that are not dead, or name no row, are left
-// alone. Subscribers are signalled when it moved any. One write
+// alone, and a key no row can have (empty, not valid UTF-8, holding a NUL
+// byte) fails the call with an *outbox.ArgumentError. Subscribers are signalled when it moved any. One write
 // transaction.
 func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error) {
 	const op = "Requeue"
@@ -131,16 +138,15 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	keys := make([]string, 0, len(dispatchKeys))
-	for _, k := range dispatchKeys {
-		if utf8.ValidString(k) { // no row has another key; JSON would mangle it
-			keys = append(keys, k)
+	for i, k := range dispatchKeys {
+		if reason := badText(k); reason != "" {
+			return 0, argError(op, indexed("dispatchKeys", i), reason)
 		}
 	}
-	if len(keys) == 0 {
+	if len(dispatchKeys) == 0 {
 		return 0, nil
 	}
-	arg, err := json.Marshal(keys)
+	arg, err := json.Marshal(dispatchKeys)
 	if err != nil {
 		return 0, s.fail(op, err)
 	}
@@ -207,8 +213,8 @@ ON CONFLICT DO NOTHING`, string(routeArg)); err != nil {
 
 // PurgeSettled deletes up to limit rows settled before before, oldest
 // first, in one short write transaction, and returns how many it deleted:
-// call it until it returns less than limit. limit < 1 fails with an
-// *outbox.ArgumentError. Dead rows are never touched. A purged key may be
+// call it until it returns less than limit. A negative limit fails with an
+// *outbox.ArgumentError; 0 returns 0 without a round trip. Dead rows are never touched. A purged key may be
 // enqueued again, and a completion naming it reports its lease lost. Cost:
 // O(log rows + limit) over an index of the settled and dead rows.
 func (s *Store) PurgeSettled(ctx context.Context, before time.Time, limit int) (int, error) {
@@ -225,11 +231,14 @@ func (s *Store) purge(ctx context.Context, op string, state int, before time.Tim
 	if err := s.writable(); err != nil {
 		return 0, s.fail(op, err)
 	}
-	if limit < 1 {
-		return 0, argError(op, "limit", fmt.Sprintf("%d is below 1", limit))
+	if limit < 0 {
+		return 0, argError(op, "limit", fmt.Sprintf("%d is negative", limit))
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if limit == 0 {
+		return 0, nil
 	}
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {

@@ -237,6 +237,8 @@ func TestCompleteRefusesBadBatches(t *testing.T) {
 		"zero outcome":     {outbox.SettleRow(rows[0]), {Lease: rows[1].Lease()}},
 		"unknown outcome":  {{Lease: rows[1].Lease(), Outcome: 9}},
 		"negative delay":   {outbox.SettleRow(rows[0]), outbox.RetryRow(rows[1], -time.Second, nil)},
+		"empty key":        {outbox.SettleRow(rows[0]), {Outcome: outbox.Settle}},
+		"invalid key":      {outbox.SettleRow(rows[0]), {Lease: outbox.Lease{DispatchKey: "\xff", Token: rows[1].Token}, Outcome: outbox.Settle}},
 		"duplicate extend": nil,
 	} {
 		var err error
@@ -374,8 +376,14 @@ func TestDeadLettersRequeueAndPurge(t *testing.T) {
 		t.Errorf("claim after Requeue = %+v", got)
 	}
 	// Purge: settled rows only, oldest first, in batches.
-	if _, err := s.PurgeSettled(ctx, clock.Now(), 0); !errors.Is(err, outbox.ErrInvalidArgument) {
-		t.Errorf("PurgeSettled(limit 0) = %v, want outbox.ErrInvalidArgument", err)
+	if _, err := s.PurgeSettled(ctx, clock.Now(), -1); !errors.Is(err, outbox.ErrInvalidArgument) {
+		t.Errorf("PurgeSettled(limit -1) = %v, want outbox.ErrInvalidArgument", err)
+	}
+	if n, err := s.PurgeSettled(ctx, clock.Now(), 0); err != nil || n != 0 {
+		t.Errorf("PurgeSettled(limit 0) = %d, %v; want 0, nil", n, err)
+	}
+	if _, err := s.Requeue(ctx, []string{"b2", ""}); !errors.Is(err, outbox.ErrInvalidArgument) {
+		t.Errorf("Requeue(an empty key) = %v, want outbox.ErrInvalidArgument", err)
 	}
 	if n, err := s.PurgeSettled(ctx, clock.Now(), 1); err != nil || n != 1 {
 		t.Errorf("PurgeSettled(limit 1) = %d, %v", n, err)

@@ -473,13 +473,16 @@ func (s *Store) query(ctx context.Context, db *sql.DB, tx *sql.Tx, q string, arg
 }
 
 // Close releases the store: its subscriptions' channels are closed and
-// every later call returns an error matching outbox.ErrClosed (Close
-// itself included). A store from Open closes its database (an in-memory
-// one is gone afterwards); a store from New leaves the caller's *sql.DB
-// open.
+// every later call returns an error matching outbox.ErrClosed. A store
+// from Open closes its database (an in-memory one is gone afterwards); a
+// store from New leaves the caller's *sql.DB open. Closing a closed store
+// returns nil; a nil or zero store returns outbox.ErrClosed.
 func (s *Store) Close() error {
-	if s == nil || s.writer == nil || !s.closed.CompareAndSwap(false, true) {
+	if s == nil || s.writer == nil {
 		return fmt.Errorf("sqlitestore: Close: %w", outbox.ErrClosed)
+	}
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
 	}
 	s.subs.closeAll()
 	s.closeStmts()
