@@ -3,12 +3,14 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // benchBatch is the claim budget of both the fair sweep and the unscoped
@@ -86,15 +88,15 @@ type claimTimer struct {
 	d time.Duration
 }
 
-func (c *claimTimer) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[Row]) error) error {
-	return c.Store.InSweepTx(ctx, func(tx backpressure.OutboxStore[Row]) error {
+func (c *claimTimer) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[outbox.Row]) error) error {
+	return c.Store.InSweepTx(ctx, func(tx backpressure.OutboxStore[outbox.Row]) error {
 		return fn(&timedView{tx.(sweepStore), c})
 	})
 }
 
 // sweepStore is what the sweep transaction's view implements.
 type sweepStore interface {
-	backpressure.OutboxStore[Row]
+	backpressure.OutboxStore[outbox.Row]
 	backpressure.PendingWindowCounter
 }
 
@@ -104,7 +106,7 @@ type timedView struct {
 	c *claimTimer
 }
 
-func (v *timedView) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+func (v *timedView) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	start := time.Now()
 	defer func() { v.c.d += time.Since(start) }()
 	return v.sweepStore.ClaimOutboxRowsScoped(ctx, f, claims)
@@ -119,10 +121,10 @@ func benchStore(b *testing.B, namespaces int) *Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = s.Close() })
-	msgs := make([]Message, benchBacklog)
+	msgs := make([]outbox.Message, benchBacklog)
 	for i := range msgs {
 		ns := "ns" + strconv.Itoa(i%namespaces)
-		msgs[i] = Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: ns, TaskQueue: "q", Payload: []byte("payload")}
+		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: ns, TaskQueue: "q", Payload: []byte("payload")}
 	}
 	if _, err := s.Enqueue(b.Context(), msgs); err != nil {
 		b.Fatal(err)
@@ -132,18 +134,169 @@ func benchStore(b *testing.B, namespaces int) *Store {
 
 // benchRefill settles every claimed row and enqueues one new row on the
 // route of each claimed one, so the backlog per route stays the same.
-func benchRefill(b *testing.B, s *Store, claimed []Row, next int) int {
+func benchRefill(b *testing.B, s *Store, claimed []outbox.Row, next int) int {
 	b.Helper()
 	if _, err := s.writer.ExecContext(b.Context(), `UPDATE outbox SET state = 2 WHERE state = 1`); err != nil {
 		b.Fatal(err)
 	}
-	msgs := make([]Message, len(claimed))
+	msgs := make([]outbox.Message, len(claimed))
 	for i, r := range claimed {
-		msgs[i] = Message{DispatchKey: "k" + strconv.Itoa(next), Namespace: r.Namespace, TaskQueue: r.TaskQueue, Payload: r.Payload}
+		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(next), Namespace: r.Namespace, TaskQueue: r.TaskQueue, Payload: r.Payload}
 		next++
 	}
 	if _, err := s.Enqueue(b.Context(), msgs); err != nil {
 		b.Fatal(err)
 	}
 	return next
+}
+
+// drainRows is the backlog each drain empties.
+const drainRows = 20_000
+
+// BenchmarkDrain measures what a dispatcher's user feels: the end-to-end
+// drain of a backlog of drainRows rows (claim, no-op work, complete) on a
+// file store, three ways side by side in each iteration, each on its own
+// fresh store with the same backlog spread round-robin over the
+// namespaces:
+//
+//   - fair: backpressure.Sweep (batch benchBatch, its sweep transaction)
+//     and one batched Complete of the sweep's rows;
+//   - unscoped: ClaimOutboxRowsUnscoped of benchBatch rows and one batched
+//     Complete;
+//   - per-row: Sweep as in fair, then one Settle per row (the drain before
+//     batched completion).
+//
+// It reports each drain's rows/s and commits/row (write transactions
+// committed per row drained), and the ratios fair/unscoped and
+// fair/per-row. Only the drains are timed, not the enqueueing.
+func BenchmarkDrain(b *testing.B) {
+	for _, namespaces := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("namespaces=%d", namespaces), func(b *testing.B) {
+			b.ReportAllocs()
+			type result struct {
+				rows    int
+				commits int64
+				d       time.Duration
+			}
+			modes := []string{"fair", "unscoped", "per-row"}
+			total := map[string]*result{}
+			for _, m := range modes {
+				total[m] = &result{}
+			}
+			template := drainTemplate(b, namespaces)
+			for b.Loop() {
+				for _, mode := range modes {
+					s := drainStore(b, template)
+					r := total[mode]
+					start, commits := time.Now(), s.commits.Load()
+					r.rows += drain(b, s, mode)
+					r.d += time.Since(start)
+					r.commits += s.commits.Load() - commits
+					_ = s.Close()
+				}
+			}
+			rate := func(m string) float64 { return float64(total[m].rows) / total[m].d.Seconds() }
+			for _, m := range modes {
+				b.ReportMetric(rate(m), m+"-rows/s")
+				b.ReportMetric(float64(total[m].commits)/float64(total[m].rows), m+"-commits/row")
+			}
+			b.ReportMetric(rate("fair")/rate("unscoped"), "fair/unscoped")
+			b.ReportMetric(rate("fair")/rate("per-row"), "fair/per-row")
+		})
+	}
+}
+
+// drainTemplate writes a closed file store holding drainRows rows, one
+// task queue per namespace, enqueued round-robin, and returns its path.
+func drainTemplate(b *testing.B, namespaces int) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "template.db")
+	s, err := Open(b.Context(), path, Options{SyncNormal: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]outbox.Message, drainRows)
+	for i := range msgs {
+		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "ns" + strconv.Itoa(i%namespaces), TaskQueue: "q", Payload: []byte("payload")}
+	}
+	if _, err := s.Enqueue(b.Context(), msgs); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Close(); err != nil { // checkpoints the WAL into the file
+		b.Fatal(err)
+	}
+	return path
+}
+
+// drainStore opens a copy of the template store.
+func drainStore(b *testing.B, template string) *Store {
+	b.Helper()
+	data, err := os.ReadFile(template)
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(b.TempDir(), "drain.db")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	s, err := Open(b.Context(), path, Options{SyncNormal: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// drain empties s the way mode says and returns how many rows it drained.
+func drain(b *testing.B, s *Store, mode string) int {
+	ctx := b.Context()
+	shards, err := backpressure.AllShards(s.ShardCount())
+	if err != nil {
+		b.Fatal(err)
+	}
+	bp, err := backpressure.New(backpressure.Config{BatchSize: benchBatch, DefaultQuota: backpressure.Unlimited}, shards)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := 0
+	completions := make([]outbox.Completion, 0, benchBatch)
+	for {
+		var rows []outbox.Row
+		if mode == "unscoped" {
+			rows, err = s.ClaimOutboxRowsUnscoped(ctx, shards, benchBatch)
+		} else {
+			rows, _, err = backpressure.Sweep(ctx, bp, s)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		if mode == "per-row" {
+			for _, r := range rows {
+				if err := s.Settle(ctx, r.Lease()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		} else {
+			completions = completions[:0]
+			for _, r := range rows {
+				completions = append(completions, outbox.SettleRow(r))
+			}
+			res, err := s.Complete(ctx, completions)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					b.Fatal(r.Err)
+				}
+			}
+		}
+		done += len(rows)
+	}
+	if done != drainRows {
+		b.Fatalf("%s drained %d rows, want %d", mode, done, drainRows)
+	}
+	return done
 }

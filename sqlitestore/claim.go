@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // shardFilter returns the SQL condition restricting rows to the owned
@@ -24,7 +25,7 @@ import (
 // that no shard is owned, so the caller can answer without a query.
 func (s *Store) shardFilter(shards backpressure.OwnedShardFraction, param int) (cond string, arg []byte, none bool, err error) {
 	if shards.ShardCount() != s.shardCount {
-		return "", nil, false, &ShardCountError{Store: s.shardCount, Given: shards.ShardCount()}
+		return "", nil, false, &outbox.ShardCountError{Store: s.shardCount, Given: shards.ShardCount()}
 	}
 	owned := shards.Owned()
 	switch len(owned) {
@@ -64,6 +65,9 @@ func withShards(args []any, arg []byte) []any {
 // not counted; namespaces with none are left out). One read statement over
 // the live-lease index: O(live leases).
 func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	if err := s.ready(); err != nil {
+		return nil, s.fail("CountClaimedOutboxRows", err)
+	}
 	return s.countClaimed(ctx, s.reader, nil, shards, nanos(s.now()))
 }
 
@@ -88,42 +92,48 @@ func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 	}
 	rows, err := s.query(ctx, db, tx, countClaimedSQL(cond), withShards([]any{now}, sarg)...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: count claimed: %w", err)
+		return nil, s.fail("CountClaimedOutboxRows", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var ns string
 		var n int
 		if err := rows.Scan(&ns, &n); err != nil {
-			return nil, fmt.Errorf("sqlitestore: count claimed: %w", err)
+			return nil, s.fail("CountClaimedOutboxRows", err)
 		}
 		counts[ns] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: count claimed: %w", err)
+		return nil, s.fail("CountClaimedOutboxRows", err)
 	}
 	return counts, nil
 }
 
 // CountPendingOutboxRows returns, per route with claimable rows on the owned
 // shards (visible pending rows and rows whose lease expired), the number of
-// such rows capped at capPerRoute (≥ 1, else ErrInvalidArgument), sorted by
-// namespace and task queue (the order the planner is fastest with). Routes
-// whose names ClaimOutboxRowsScoped would refuse (not valid UTF-8, or a NUL
-// byte: only a database written before Enqueue refused them can hold such
-// rows) are left out; Stats still counts their rows.
+// such rows capped at capPerRoute (≥ 1, else an *outbox.ArgumentError),
+// sorted by namespace and task queue (the order the planner is fastest
+// with). Scheduled rows (RunAt ahead), rows waiting out a retry delay, live
+// leases, settled and dead rows are not claimable. Routes that
+// backpressure.ValidateRoute refuses (only a database written by an older
+// version, or by hand, can hold such rows) are left out; Stats still counts
+// their rows.
 //
 // One read statement. It walks outbox_routes (the routes with at least one
-// unsettled row; Settle drops a route with its last one) and, per route,
+// pending or claimed row; a completion that settles or dead-letters a
+// route's last one drops it) and, per route,
 // that route's range of the route index in ID order, stopping at the
 // capPerRoute-th claimable row. The entries it steps over on the way are
-// counted in the cost, not the result: the delayed rows (retried, not yet
+// counted in the cost, not the result: the scheduled rows (RunAt or a retry delay ahead, not yet
 // visible), the rows under a live lease and, on a node owning part of the
 // shards, the rows on shards it does not own. Its cost is therefore
 // O(routes · log rows + Σ per route min(claimable, capPerRoute) + the
 // delayed, leased and unowned rows before the cap is reached), bounded by
 // the capped counts only when few rows are delayed, leased or elsewhere.
 func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	if err := s.ready(); err != nil {
+		return nil, s.fail("CountPendingOutboxRows", err)
+	}
 	return s.countPending(ctx, s.reader, nil, shards, capPerRoute, nanos(s.now()), nil)
 }
 
@@ -142,7 +152,7 @@ func (s *Store) countFilter(ctx context.Context, shards backpressure.OwnedShardF
 // round trip when tx is nil.
 func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
 	if capPerRoute < 1 {
-		return nil, &ArgumentError{Name: "capPerRoute", Value: capPerRoute, Reason: "must be ≥ 1"}
+		return nil, argError("CountPendingOutboxRows", "capPerRoute", fmt.Sprintf("%d is below 1", capPerRoute))
 	}
 	cond, sarg, none, err := s.countFilter(ctx, shards, rec)
 	if err != nil {
@@ -159,25 +169,26 @@ func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 	mode, ids := modeFor(rec, capPerRoute), rec.byRoute()
 	rows, err := s.query(ctx, db, tx, routeCountsSQL(cond, "", mode), withShards([]any{now, capPerRoute}, sarg)...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
+		return nil, s.fail("CountPendingOutboxRows", err)
 	}
 	defer rows.Close()
 	counts := []backpressure.RouteCount{}
 	for rows.Next() {
 		c, err := scanRouteCount(rows, mode, ids)
 		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
+			return nil, s.fail("CountPendingOutboxRows", err)
 		}
 		// Filtering here rather than in SQL keeps SQLite from evaluating
-		// the count subquery twice. A route no claim can name (text that
-		// Enqueue now refuses, written by an older version) is left out,
-		// so the planner never puts it in a claim that would be refused.
-		if c.Count > 0 && checkText("", c.Route.Namespace, false) == nil && checkText("", c.Route.TaskQueue, false) == nil {
+		// the count subquery twice. A route no claim can name (one that
+		// backpressure.ValidateRoute refuses, written by an older version
+		// or by hand) is left out, so the planner never puts it in a claim
+		// that would be refused.
+		if c.Count > 0 && backpressure.ValidateRoute(c.Route) == nil {
 			counts = append(counts, c)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: count pending: %w", err)
+		return nil, s.fail("CountPendingOutboxRows", err)
 	}
 	return counts, nil
 }
@@ -225,7 +236,8 @@ func scanRouteCount(rows *sql.Rows, mode countMode, ids map[backpressure.Route][
 const (
 	claimSet = `UPDATE outbox SET state = 1, attempts = attempts + 1, token = ?1,
 	claimed_at = ?2, lease_expires_at = ?3, ready_at = ?3`
-	claimReturning = ` RETURNING id, dispatch_key, namespace, task_queue, shard, payload, attempts, enqueued_at`
+	claimReturning = ` RETURNING id, dispatch_key, namespace, task_queue, shard, payload, attempts, enqueued_at,
+	max_attempts, run_at, last_error`
 )
 
 // ClaimOutboxRowsScoped claims, in one write transaction (all or nothing),
@@ -234,11 +246,11 @@ const (
 // Options.Lease and one fresh token for the whole claim. Rows it does not
 // return are not touched.
 //
-// It fails with an *ArgumentError (ErrInvalidArgument), before anything is
-// claimed, when a Limit is < 1, when a route is named by two claims (the
-// planner never does; summing or picking a limit would be a guess), or when
-// a route's Namespace or TaskQueue is not valid UTF-8 or holds a NUL byte
-// (Enqueue refuses such rows, so no row could match).
+// It fails with an *outbox.ArgumentError, before anything is claimed, when
+// a Limit is < 1, when a route is named by two claims (the planner never
+// does; summing or picking a limit would be a guess), or when
+// backpressure.ValidateRoute refuses a route (Enqueue refuses such rows, so
+// no row could match).
 //
 // The claim is one statement for all scopes: a recursive query walks each
 // route's claimable rows in ID order through the route index, one seek per
@@ -248,8 +260,11 @@ const (
 // visible), the rows under a live lease and, on a node owning part of the
 // shards, the rows on shards it does not own, that lie before the route's
 // Limit-th claimable row (or all of them, when the route has fewer).
-func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
-	if err := checkClaims(claims); err != nil {
+func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+	if err := s.writable(); err != nil {
+		return nil, s.fail("ClaimOutboxRowsScoped", err)
+	}
+	if err := checkClaims("ClaimOutboxRowsScoped", claims); err != nil {
 		return nil, err
 	}
 	cond, sarg, none, err := s.shardFilter(shards, 7)
@@ -260,22 +275,22 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 		return nil, err
 	}
 	if none || len(claims) == 0 {
-		return []Row{}, nil
+		return []outbox.Row{}, nil
 	}
-	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]Row, error) {
+	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]outbox.Row, error) {
 		return s.claimScoped(ctx, tx, cond, sarg, claims, now)
 	})
 }
 
 // writeClaim runs claim in one write transaction at the store's now.
-func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64) ([]Row, error)) ([]Row, error) {
-	var out []Row
+func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64) ([]outbox.Row, error)) ([]outbox.Row, error) {
+	var out []outbox.Row
 	err := s.write(ctx, func(tx *sql.Tx) (err error) {
 		out, err = claim(tx, nanos(s.now()))
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+		return nil, s.fail("claim", err)
 	}
 	return out, nil
 }
@@ -283,18 +298,14 @@ func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64
 // checkClaims validates claims as ClaimOutboxRowsScoped documents. It
 // allocates only to report an error: a plan's claims, sorted by route, need
 // no set to rule out a route named twice.
-func checkClaims(claims []backpressure.ScopedClaim) error {
-	name := func(i int) string { return "claims[" + strconv.Itoa(i) + "]" }
+func checkClaims(op string, claims []backpressure.ScopedClaim) error {
 	sorted := true
 	for i, c := range claims {
 		if c.Limit < 1 {
-			return &ArgumentError{Name: name(i) + ".Limit", Value: c.Limit, Reason: "must be ≥ 1"}
+			return argError(op, indexed("claims", i)+".Limit", fmt.Sprintf("%d is below 1", c.Limit))
 		}
-		if checkText("", c.Route.Namespace, false) != nil {
-			return checkText(name(i)+".Route.Namespace", c.Route.Namespace, false)
-		}
-		if checkText("", c.Route.TaskQueue, false) != nil {
-			return checkText(name(i)+".Route.TaskQueue", c.Route.TaskQueue, false)
+		if err := backpressure.ValidateRoute(c.Route); err != nil {
+			return argError(op, indexed("claims", i)+".Route", err.Error())
 		}
 		if i > 0 && sorted && claims[i-1].Route.Compare(c.Route) >= 0 {
 			sorted = false
@@ -306,8 +317,8 @@ func checkClaims(claims []backpressure.ScopedClaim) error {
 	first := make(map[backpressure.Route]int, len(claims))
 	for i, c := range claims {
 		if j, dup := first[c.Route]; dup {
-			return &ArgumentError{Name: name(i) + ".Route", Value: strconv.Quote(c.Route.String()),
-				Reason: "already named by claims[" + strconv.Itoa(j) + "]; name each route at most once"}
+			return argError(op, indexed("claims", i)+".Route",
+				fmt.Sprintf("%s is already named by claims[%d]; name each route at most once", strconv.Quote(c.Route.String()), j))
 		}
 		first[c.Route] = i
 	}
@@ -316,7 +327,7 @@ func checkClaims(claims []backpressure.ScopedClaim) error {
 
 // claimScoped runs the scoped claim statement for claims at now in tx: the
 // scopes go to SQLite as a JSON array of [namespace, task queue, limit].
-func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg []byte, claims []backpressure.ScopedClaim, now int64) ([]Row, error) {
+func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg []byte, claims []backpressure.ScopedClaim, now int64) ([]outbox.Row, error) {
 	scopes := make([][3]any, len(claims))
 	for i, c := range claims {
 		scopes[i] = [3]any{c.Route.Namespace, c.Route.TaskQueue, c.Limit}
@@ -336,13 +347,16 @@ func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg [
 // ClaimOutboxRowsUnscoped claims, in one write transaction, the limit oldest
 // claimable rows on the owned shards whatever their route: the plain
 // oldest-first claim with no fairness, the baseline the benchmarks compare
-// a fair sweep against. A limit < 1 fails with ErrInvalidArgument. It walks
-// the claimable index in ID order from the oldest unsettled row, stepping
-// over the delayed, leased and unowned rows before the limit-th claimable
-// one.
-func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]Row, error) {
+// a fair sweep against. A limit < 1 fails with an *outbox.ArgumentError. It walks
+// the claimable index in ID order from the oldest pending or claimed row,
+// stepping over the scheduled, leased and unowned rows before the
+// limit-th claimable one.
+func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+	if err := s.writable(); err != nil {
+		return nil, s.fail("ClaimOutboxRowsUnscoped", err)
+	}
 	if limit < 1 {
-		return nil, &ArgumentError{Name: "limit", Value: limit, Reason: "must be ≥ 1"}
+		return nil, argError("ClaimOutboxRowsUnscoped", "limit", fmt.Sprintf("%d is below 1", limit))
 	}
 	cond, sarg, none, err := s.shardFilter(shards, 7)
 	if err != nil {
@@ -352,9 +366,9 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 		return nil, err
 	}
 	if none {
-		return []Row{}, nil
+		return []outbox.Row{}, nil
 	}
-	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]Row, error) {
+	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]outbox.Row, error) {
 		// ?4 and ?5 are unused here; binding them keeps the numbering shared.
 		return s.claimIn(ctx, tx, unscopedClaimSQL(cond), sarg, now, limit, nil, nil, limit)
 	})
@@ -368,7 +382,7 @@ const maxPresize = 256
 // and binds ?1 token, ?2 now, ?3 lease end, ?4..?6 from p4, p5 and p6, and
 // the shard filter's argument (when there is one) as ?7. most is the most
 // rows the claim can return, to size the result.
-func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, q string, sarg []byte, now int64, most int, p4, p5, p6 any) ([]Row, error) {
+func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, q string, sarg []byte, now int64, most int, p4, p5, p6 any) ([]outbox.Row, error) {
 	token, err := s.nextToken(ctx, tx)
 	if err != nil {
 		return nil, err
@@ -383,7 +397,7 @@ func (s *Store) claimIn(ctx context.Context, tx *sql.Tx, q string, sarg []byte, 
 	if err != nil {
 		return nil, err
 	}
-	return collect(make([]Row, 0, max(0, min(most, maxPresize))), rows, token, at, leaseEnd)
+	return collect(make([]outbox.Row, 0, max(0, min(most, maxPresize))), rows, token, at, leaseEnd)
 }
 
 // nextTokenSQL takes the next claim token.
@@ -410,22 +424,23 @@ func (s *Store) nextToken(ctx context.Context, tx *sql.Tx) (int64, error) {
 }
 
 // collect appends the rows a claim statement returned, in ID order.
-func collect(out []Row, rows *sql.Rows, token int64, now, leaseEnd time.Time) ([]Row, error) {
+func collect(out []outbox.Row, rows *sql.Rows, token int64, now, leaseEnd time.Time) ([]outbox.Row, error) {
 	defer rows.Close()
 	start := len(out)
 	for rows.Next() {
-		r := Row{Token: token, ClaimedAt: now, LeaseExpiresAt: leaseEnd}
-		var enqueued int64
-		if err := rows.Scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &r.Attempts, &enqueued); err != nil {
+		r := outbox.Row{State: outbox.StateClaimed, Token: token, ClaimedAt: now, LeaseExpiresAt: leaseEnd}
+		var enqueued, runAt int64
+		if err := rows.Scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &r.Attempts, &enqueued,
+			&r.MaxAttempts, &runAt, &r.LastError); err != nil {
 			return out, err
 		}
-		r.EnqueuedAt = fromNanos(enqueued)
+		r.EnqueuedAt, r.RunAt = fromNanos(enqueued), fromNanos(runAt)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return out, err
 	}
-	slices.SortFunc(out[start:], func(a, b Row) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out[start:], func(a, b outbox.Row) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

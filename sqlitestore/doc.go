@@ -1,69 +1,73 @@
-// Package sqlitestore is the embedded outbox: a backpressure.OutboxStore on
-// SQLite (modernc.org/sqlite, pure Go, no cgo), on a file or in memory.
+// Package sqlitestore is the embedded outbox: an outbox.Store on SQLite
+// (modernc.org/sqlite, pure Go, no cgo), on a file or in memory.
 //
-// Quick start:
+// Most applications open their own database and build the store on it with
+// [New], so a business write and its outbox row commit in one transaction
+// ([Store.EnqueueTx]); a dispatcher sweeps with backpressure.Sweep and
+// completes what it ran in one batch ([Store.Complete]):
 //
-//	ctx := context.Background()
-//	store, err := sqlitestore.Open(ctx, "outbox.db", sqlitestore.Options{}) // 64 shards, 30s lease
-//	if err != nil { ... }
-//	defer store.Close()
+//	db, _ := sql.Open("sqlite", "file:app.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_txlock=immediate")
+//	store, err := sqlitestore.New(ctx, db, sqlitestore.Options{}) // 64 shards, 30s lease, 25 attempts
 //
-//	// Producers enqueue; a dispatch key already present is ignored.
-//	n, err := store.Enqueue(ctx, []sqlitestore.Message{
-//		{DispatchKey: "order-42/email", Namespace: "acme", TaskQueue: "emails", Payload: body},
-//	})
+//	// Producer: the order and its outbox row exist together or not at all.
+//	tx, _ := db.BeginTx(ctx, nil)
+//	tx.ExecContext(ctx, `INSERT INTO orders VALUES (?, ?)`, id, total)
+//	store.EnqueueTx(ctx, tx, []outbox.Message{{DispatchKey: id + "/email", Namespace: "acme", TaskQueue: "emails", Payload: body}})
+//	err = tx.Commit()
 //
-//	// A dispatcher sweeps fairly over the shards this node owns …
-//	shards, _ := backpressure.AllShards(store.ShardCount())
-//	bp, _ := backpressure.New(backpressure.Config{BatchSize: 100, DefaultQuota: backpressure.Unlimited}, shards)
+//	// Dispatcher: a fair sweep over the shards this node owns, then one batch.
 //	rows, _, err := backpressure.Sweep(ctx, bp, store)
+//	for _, r := range rows { done = append(done, run(r)) } // outbox.SettleRow(r), RetryRow, DeadLetterRow
+//	results, err := store.Complete(ctx, done)             // one statement, one commit
 //
-//	// … and settles each row it delivered, or retries it later.
-//	for _, r := range rows {
-//		if deliver(r) == nil {
-//			err = store.Settle(ctx, r.DispatchKey, r.Token)
-//		} else {
-//			err = store.Retry(ctx, r.DispatchKey, r.Token, time.Minute)
-//		}
-//		// errors.Is(err, sqlitestore.ErrLeaseLost): the lease expired first;
-//		// the row is (or will be) claimed again, so do not count it delivered.
-//	}
+// [Open] opens a file the store owns alone (or ":memory:"), with
+// [Store.Enqueue] for producers that need no transaction of their own; a
+// runnable version of the above is the package example.
 //
 // # Semantics
 //
-// Rows are placed on backpressure.ShardFor(DispatchKey, ShardCount). A row is
-// pending until a claim takes it; a claim holds it for Options.Lease under a
-// fresh token; Settle (with that token, while the lease is live) settles it
-// for good and keeps it for audit; Retry puts it back to pending after a
-// delay. A claim whose lease expires without a Settle or Retry gives its rows
-// back, so a crashed dispatcher loses nothing; its late Settle then fails
-// with ErrLeaseLost and changes nothing. Attempts counts the claims of a row.
-// Dispatch keys, namespaces and task queues are valid UTF-8 without NUL
-// bytes (Enqueue and ClaimOutboxRowsScoped refuse others with
-// ErrInvalidArgument), and a claim names each route at most once.
-// The store also implements the optional backpressure.PendingWindowCounter
+// Rows are placed on backpressure.ShardFor(DispatchKey, ShardCount). A row
+// is pending until a claim takes it (once its RunAt has come); a claim
+// holds it for Options.Lease under a fresh token; a completion fenced by
+// that token while the lease is live settles it (kept for dedup and audit
+// until purged), retries it after a delay (recording the error), or
+// dead-letters it. A retry of a row that has had its MaxAttempts claims
+// dead-letters it instead. A dead row is never claimed again until
+// [Store.Requeue]. A claim whose lease expires without a completion or an
+// extension ([Store.ExtendLeases]) gives its rows back, so a crashed
+// dispatcher loses nothing; its late completion then reports
+// outbox.ErrLeaseLost for that row and changes nothing. Errors are the
+// outbox package's (errors.Is and errors.As), plus [ErrReadOnly].
+//
+// The store implements the optional backpressure.PendingWindowCounter
 // ([Store.CountPendingOutboxRowsWindow]), so a sweep over many namespaces
-// counts only the routes of the namespaces it can serve, and the optional
+// counts only the routes of the namespaces it can serve;
 // backpressure.TxSweeper ([Store.InSweepTx]), so a whole Sweep is one
-// BEGIN IMMEDIATE transaction: its counts and its claim see one state of the
-// outbox, and the claim takes the rows the counts found by primary key
-// instead of searching each route again. The package passes the storetest
-// conformance suite, its window and sweep-transaction checks included.
+// write transaction whose counts and claim see one state of the outbox;
+// and outbox.Notifier ([Store.Subscribe]). It passes the storetest
+// conformance suite.
 //
 // # Storage
 //
-// The schema is versioned (outbox_meta.schema_version) and migrated in one
-// transaction by Open, so opening is idempotent and an old database is
-// upgraded in place; a database from a newer version fails with
-// ErrSchemaTooNew. The shard count is recorded at creation and checked on
-// every Open and every call. A file database runs in WAL mode with a busy
-// timeout; every write is one BEGIN IMMEDIATE transaction on the store's one
-// writer connection, and reads use a small pool of read connections.
-// Temporary storage is in memory (temp_store=MEMORY): a multi-row claim's
-// statement journal, which SQLite keeps inside a write transaction, would
-// otherwise spill to a temporary file, costing about a tenth of a claim in
-// write system calls. Several processes may share one file. ":memory:" is a
-// private database on a single connection, gone at Close.
+// The schema is versioned (outbox_meta.schema_version). Open and New read
+// the version first and migrate, in one write transaction, only when the
+// database is new or older, so opening a current database never waits for
+// the write lock; an old database is upgraded in place, and one from a
+// newer version fails with an *outbox.SchemaVersionError. The shard count
+// is recorded at creation and checked on every Open and every call. A file
+// database runs in WAL mode with a busy timeout: reads (the counts, Get,
+// Stats, ListDead) never wait for a writer, and every write is one
+// transaction holding SQLite's write lock from its first statement. A store
+// from Open writes on one connection and reads on a small pool (temporary
+// storage in memory: a multi-row claim's statement journal would otherwise
+// spill to a file); Options.ReadOnly opens a file for inspection. Several
+// processes may share one file. ":memory:" is a private database on a
+// single connection, gone at Close.
+//
+// SQLite has one writer at a time: while any transaction holds the write
+// lock (an application transaction that called EnqueueTx, say), every
+// claim and completion waits for it, up to the busy timeout; see
+// [Store.EnqueueTx].
 //
 // Each method that reaches the database is one round trip (one statement or
 // one transaction); [Store.RoundTrips] counts them.

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/outboxkit/backpressure v0.1.0
 	modernc.org/sqlite v1.62.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -49,9 +49,14 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
 			{"InSweepTx's claim by ID", claimByIDSQL(cond), 7, []string{
 				"SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"}},
-			{"Settle's route pruning", pruneRouteSQL, 1, []string{
+			{"Complete's route pruning", pruneRoutesSQL, 1, []string{
 				"SEARCH outbox_routes USING PRIMARY KEY (namespace=? AND task_queue=?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
+			{"Complete", completeSQL, 2, []string{
+				"SEARCH o USING INDEX sqlite_autoindex_outbox_1 (dispatch_key=?)",
+				"SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"}},
+			{"ExtendLeases", extendSQL, 3, []string{
+				"SEARCH outbox USING INDEX sqlite_autoindex_outbox_1 (dispatch_key=?)"}},
 		} {
 			if cond == "" {
 				c.args = min(c.args, 6)

@@ -9,28 +9,29 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/storetest"
 )
 
 // TestEnqueueRejectsTextAClaimCannotName: a dispatch key, namespace or task
 // queue that is not valid UTF-8 or holds a NUL byte is refused with an
-// *ArgumentError and nothing is written. (A claim names routes as JSON,
-// which replaces invalid bytes, so such a row would be counted pending but
-// never claimed.)
+// *outbox.MessageError naming the message, and nothing is written. (A claim
+// names routes as JSON, which replaces invalid bytes, so such a row would
+// be counted pending but never claimed.)
 func TestEnqueueRejectsTextAClaimCannotName(t *testing.T) {
 	ctx := t.Context()
 	s := openT(t, ":memory:", Options{})
 	for _, bad := range []string{"\xff", "a\xc3", "a\x00b"} {
-		for _, m := range []Message{
+		for _, m := range []outbox.Message{
 			{DispatchKey: bad, Namespace: "n", TaskQueue: "q"},
 			{DispatchKey: "k", Namespace: bad, TaskQueue: "q"},
 			{DispatchKey: "k", Namespace: "n", TaskQueue: bad},
 		} {
-			ok := Message{DispatchKey: "ok", Namespace: "n", TaskQueue: "q"}
-			n, err := s.Enqueue(ctx, []Message{ok, m})
-			var arg *ArgumentError
-			if !errors.As(err, &arg) || !errors.Is(err, ErrInvalidArgument) || !strings.HasPrefix(arg.Name, "msgs[1].") || n != 0 {
-				t.Errorf("Enqueue(ok, %+v) = %d, %v; want 0 and an *ArgumentError on msgs[1]", m, n, err)
+			ok := outbox.Message{DispatchKey: "ok", Namespace: "n", TaskQueue: "q"}
+			n, err := s.Enqueue(ctx, []outbox.Message{ok, m})
+			var me *outbox.MessageError
+			if !errors.As(err, &me) || !errors.Is(err, outbox.ErrInvalidMessage) || me.Index != 1 || n != 0 {
+				t.Errorf("Enqueue(ok, %+v) = %d, %v; want 0 and an *outbox.MessageError on msgs[1]", m, n, err)
 			}
 		}
 	}
@@ -38,7 +39,7 @@ func TestEnqueueRejectsTextAClaimCannotName(t *testing.T) {
 		t.Errorf("Stats after rejected batches = %+v, %v; want an empty store", st, err)
 	}
 	// Valid text of any kind is counted and claimable, byte for byte.
-	odd := []Message{
+	odd := []outbox.Message{
 		{DispatchKey: "ключ", Namespace: "名前", TaskQueue: "очередь"},
 		{DispatchKey: `k"\`, Namespace: `n"\`, TaskQueue: `q'"\[]`},
 		{DispatchKey: "e", Namespace: "n", TaskQueue: ""},
@@ -60,15 +61,15 @@ func TestEnqueueRejectsTextAClaimCannotName(t *testing.T) {
 }
 
 // TestClaimRejectsBadRoutes: a claim whose route cannot name a row, or
-// names a route twice, fails with an *ArgumentError and claims nothing,
+// names a route twice, fails with an *outbox.ArgumentError and claims nothing,
 // even for its valid scopes.
 func TestClaimRejectsBadRoutes(t *testing.T) {
 	ctx := t.Context()
 	s := openT(t, ":memory:", Options{})
-	var ms []Message
+	var ms []outbox.Message
 	for i := 0; i < 4; i++ {
-		ms = append(ms, Message{DispatchKey: "a" + strconv.Itoa(i), Namespace: "a", TaskQueue: "q"},
-			Message{DispatchKey: "b" + strconv.Itoa(i), Namespace: "b", TaskQueue: "q"})
+		ms = append(ms, outbox.Message{DispatchKey: "a" + strconv.Itoa(i), Namespace: "a", TaskQueue: "q"},
+			outbox.Message{DispatchKey: "b" + strconv.Itoa(i), Namespace: "b", TaskQueue: "q"})
 	}
 	if _, err := s.Enqueue(ctx, ms); err != nil {
 		t.Fatal(err)
@@ -79,17 +80,22 @@ func TestClaimRejectsBadRoutes(t *testing.T) {
 		arg    string
 	}{
 		"repeated route":          {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: b, Limit: 1}, {Route: a, Limit: 2}}, "claims[2].Route"},
-		"invalid UTF-8 namespace": {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "\xff", TaskQueue: "q"}, Limit: 1}}, "claims[1].Route.Namespace"},
-		"NUL in task queue":       {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "b", TaskQueue: "q\x00"}, Limit: 1}}, "claims[1].Route.TaskQueue"},
+		"invalid UTF-8 namespace": {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "\xff", TaskQueue: "q"}, Limit: 1}}, "claims[1].Route"},
+		"NUL in task queue":       {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "b", TaskQueue: "q\x00"}, Limit: 1}}, "claims[1].Route"},
 	} {
 		rows, err := s.ClaimOutboxRowsScoped(ctx, allShards(t, s), c.claims)
-		var arg *ArgumentError
-		if !errors.As(err, &arg) || !errors.Is(err, ErrInvalidArgument) || arg.Name != c.arg || len(rows) != 0 {
-			t.Errorf("%s: claim = %d rows, %v; want an *ArgumentError on %s and no rows", name, len(rows), err, c.arg)
+		var arg *outbox.ArgumentError
+		if !errors.As(err, &arg) || !errors.Is(err, outbox.ErrInvalidArgument) || arg.Arg != c.arg || len(rows) != 0 {
+			t.Errorf("%s: claim = %d rows, %v; want an *outbox.ArgumentError on %s and no rows", name, len(rows), err, c.arg)
 		}
 	}
-	if st, err := s.Stats(ctx); err != nil || st.Pending != len(ms) || st.Attempts != 0 {
-		t.Errorf("Stats after rejected claims = %+v, %v; want all %d rows pending, never claimed", st, err, len(ms))
+	if st, err := s.Stats(ctx); err != nil || st.Pending != len(ms) || st.Total != len(ms) {
+		t.Errorf("Stats after rejected claims = %+v, %v; want all %d rows pending", st, err, len(ms))
+	}
+	for _, m := range ms {
+		if r, err := s.Get(ctx, m.DispatchKey); err != nil || r.Attempts != 0 || r.Token != 0 {
+			t.Errorf("Get(%q) after rejected claims = %+v, %v; want never claimed", m.DispatchKey, r, err)
+		}
 	}
 }
 
@@ -103,7 +109,7 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 		clock := storetest.NewClock()
 		s := openT(t, ":memory:", Options{Now: clock.Now, Lease: lease})
 		f := allShards(t, s)
-		if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
+		if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
 			t.Fatal(err)
 		}
 		rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n"}, Limit: 1}})
@@ -120,7 +126,7 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 		if c, err := s.CountClaimedOutboxRows(ctx, f); err != nil || c["n"] != 1 {
 			t.Errorf("lease %v: CountClaimedOutboxRows = %v, %v; want n: 1", lease, c, err)
 		}
-		if err := s.Settle(ctx, "k", rows[0].Token); err != nil {
+		if err := s.Settle(ctx, outbox.Lease{DispatchKey: "k", Token: rows[0].Token}); err != nil {
 			t.Errorf("lease %v: Settle two centuries later: %v", lease, err)
 		}
 	}
@@ -128,7 +134,7 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 	clock := storetest.NewClock()
 	s := openT(t, ":memory:", Options{Now: clock.Now})
 	f := allShards(t, s)
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "a", Namespace: "n"}, {DispatchKey: "b", Namespace: "n"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "a", Namespace: "n"}, {DispatchKey: "b", Namespace: "n"}}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.ClaimOutboxRowsUnscoped(ctx, f, 2)
@@ -136,7 +142,7 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
 	for i, delay := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Millisecond} {
-		if err := s.Retry(ctx, rows[i].DispatchKey, rows[i].Token, delay); err != nil {
+		if err := s.Retry(ctx, rows[i].Lease(), delay, nil); err != nil {
 			t.Fatalf("Retry(%v): %v", delay, err)
 		}
 	}
@@ -144,8 +150,8 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 		t.Errorf("claim right after retries with huge delays = %d rows, %v; want none", len(again), err)
 	}
 	clock.Advance(2 * century)
-	if st, err := s.Stats(ctx); err != nil || st.Delayed != 2 {
-		t.Errorf("Stats two centuries after retries with huge delays = %+v, %v; want 2 delayed", st, err)
+	if st, err := s.Stats(ctx); err != nil || st.Scheduled != 2 {
+		t.Errorf("Stats two centuries after retries with huge delays = %+v, %v; want 2 scheduled", st, err)
 	}
 }
 
@@ -172,11 +178,11 @@ func TestManyShardsPartlyOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ms []Message
+	var ms []outbox.Message
 	wantEven := map[backpressure.Route]int{}
 	onEven := 0
 	for i := 0; i < 300; i++ {
-		m := Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "n" + strconv.Itoa(i%3), TaskQueue: "q"}
+		m := outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "n" + strconv.Itoa(i%3), TaskQueue: "q"}
 		ms = append(ms, m)
 		if backpressure.ShardFor(m.DispatchKey, shardCount)%2 == 0 {
 			wantEven[backpressure.Route{Namespace: m.Namespace, TaskQueue: m.TaskQueue}]++
@@ -251,7 +257,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 		}
 		return out
 	}
-	claim := func(ns string, n int) []Row {
+	claim := func(ns string, n int) []outbox.Row {
 		t.Helper()
 		rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: ns, TaskQueue: "q"}, Limit: n}})
 		if err != nil || len(rows) != n {
@@ -259,13 +265,13 @@ func TestSettlePrunesRoutes(t *testing.T) {
 		}
 		return rows
 	}
-	settle := func(r Row) {
+	settle := func(r outbox.Row) {
 		t.Helper()
-		if err := s.Settle(ctx, r.DispatchKey, r.Token); err != nil {
+		if err := s.Settle(ctx, r.Lease()); err != nil {
 			t.Fatalf("Settle(%q): %v", r.DispatchKey, err)
 		}
 	}
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "a1", Namespace: "a", TaskQueue: "q"}, {DispatchKey: "a2", Namespace: "a", TaskQueue: "q"}, {DispatchKey: "b1", Namespace: "b", TaskQueue: "q"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "a1", Namespace: "a", TaskQueue: "q"}, {DispatchKey: "a2", Namespace: "a", TaskQueue: "q"}, {DispatchKey: "b1", Namespace: "b", TaskQueue: "q"}}); err != nil {
 		t.Fatal(err)
 	}
 	a := claim("a", 2)
@@ -274,7 +280,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 	if got := strings.Join(routes(), " "); got != "a/q b/q" {
 		t.Errorf("after settling 1 of 2 rows of a/q: routes %q, want \"a/q b/q\"", got)
 	}
-	if err := s.Retry(ctx, a[1].DispatchKey, a[1].Token, time.Hour); err != nil {
+	if err := s.Retry(ctx, a[1].Lease(), time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Second) // b1's lease expires
@@ -282,8 +288,8 @@ func TestSettlePrunesRoutes(t *testing.T) {
 		t.Errorf("with a delayed row on a/q and an expired lease on b/q: routes %q, want \"a/q b/q\"", got)
 	}
 	settle(claim("b", 1)[0])
-	if err := s.Settle(ctx, b[0].DispatchKey, b[0].Token); !errors.Is(err, ErrLeaseLost) {
-		t.Errorf("Settle with b1's first token = %v, want ErrLeaseLost", err)
+	if err := s.Settle(ctx, b[0].Lease()); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Errorf("Settle with b1's first token = %v, want outbox.ErrLeaseLost", err)
 	}
 	if got := strings.Join(routes(), " "); got != "a/q" {
 		t.Errorf("after settling b/q's only row: routes %q, want \"a/q\"", got)
@@ -297,13 +303,13 @@ func TestSettlePrunesRoutes(t *testing.T) {
 		t.Errorf("CountPendingOutboxRows with every row settled = %v, %v; want none", c, err)
 	}
 	// A settled key enqueued again is ignored and adds no route; a new key does.
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "b1", Namespace: "b", TaskQueue: "q"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "b1", Namespace: "b", TaskQueue: "q"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := routes(); len(got) != 0 {
 		t.Errorf("after re-enqueueing a settled key: routes %q, want none", got)
 	}
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "b2", Namespace: "b", TaskQueue: "q"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "b2", Namespace: "b", TaskQueue: "q"}}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := s.CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
@@ -318,12 +324,12 @@ func TestSettlePrunesRoutes(t *testing.T) {
 func TestLegacyUnnameableRoutesNotCounted(t *testing.T) {
 	ctx := t.Context()
 	s := openT(t, ":memory:", Options{})
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "ok", Namespace: "n", TaskQueue: "q"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "ok", Namespace: "n", TaskQueue: "q"}}); err != nil {
 		t.Fatal(err)
 	}
 	// What Enqueue did before it refused such text.
 	for _, stmt := range []string{
-		`INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, visible_at, ready_at) VALUES ('bad', CAST(x'ff' AS TEXT), 'q', 0, x'', 1, 1, 1)`,
+		`INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, run_at, ready_at) VALUES ('bad', CAST(x'ff' AS TEXT), 'q', 0, x'', 1, 1, 1)`,
 		`INSERT INTO outbox_routes (namespace, task_queue) VALUES (CAST(x'ff' AS TEXT), 'q')`,
 	} {
 		if _, err := s.writer.ExecContext(ctx, stmt); err != nil {

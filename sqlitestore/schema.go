@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // migrations are the schema versions in order: migrations[i] takes the
@@ -12,20 +14,24 @@ import (
 // append a new one.
 //
 // Times are INTEGER Unix nanoseconds (0 = none). state is 0 pending,
-// 1 claimed, 2 settled. ready_at is when the row is claimable: a pending
-// row's visible_at, a claimed row's lease_expires_at; a row is claimable
-// iff state < 2 AND ready_at <= now, which is what the partial indexes
-// serve. The indexes carry every column their queries read, so the counts
-// and the claim's row search never touch the table. The two state < 2
-// indexes carry state too: SQLite does not infer a column's value from a
-// range condition like state < 2. outbox_leased does not need it: its
-// condition is the equality state = 1, from which SQLite knows the column
-// (EXPLAIN QUERY PLAN shows CountClaimedOutboxRows using it as a covering
-// index; TestQueryPlansUseIndexes checks it).
+// 1 claimed, 2 settled, 3 dead. ready_at is when the row is claimable: a
+// pending row's run_at, a claimed row's lease_expires_at; a row is
+// claimable iff state < 2 AND ready_at <= now, which is what the partial
+// indexes serve (settled and dead rows are outside them). The indexes carry
+// every column their queries read, so the counts and the claim's row search
+// never touch the table. The two state < 2 indexes carry state too: SQLite
+// does not infer a column's value from a range condition like state < 2.
+// outbox_leased does not need it: its condition is the equality state = 1,
+// from which SQLite knows the column (TestQueryPlansUseIndexes checks it).
 //
-// outbox_routes lists the routes with at least one unsettled row: Enqueue
-// adds a route with its first new row, and Settle deletes it with its last
-// unsettled row.
+// outbox_routes lists the routes with at least one pending or claimed row:
+// Enqueue and Requeue add a route with its first such row, and a
+// completion that settles or dead-letters a route's last one deletes it.
+//
+// outbox_meta holds schema_version, shard_count, last_token (the claim
+// token counter), enqueue_seq (bumped by every enqueue, which Subscribe
+// polls for) and db_id (a random identity, which EnqueueTx checks the
+// caller's transaction against).
 var migrations = []string{
 	// 1: the outbox, its routes and the claim and count indexes.
 	`
@@ -56,76 +62,169 @@ CREATE TABLE outbox_routes (
 ) STRICT, WITHOUT ROWID;
 INSERT INTO outbox_meta (key, value) VALUES ('last_token', 0);
 `,
+	// 2: dead letters, attempt limits, the last error, scheduled rows
+	// (visible_at becomes run_at: a schedule or a retry delay alike),
+	// finished_at for settled and dead rows, and what purging, ListDead,
+	// Subscribe and EnqueueTx need. migrate sets the limit of the rows
+	// that are still pending or claimed to the opening store's.
+	`
+ALTER TABLE outbox RENAME COLUMN visible_at TO run_at;
+ALTER TABLE outbox RENAME COLUMN settled_at TO finished_at;
+ALTER TABLE outbox ADD COLUMN max_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outbox ADD COLUMN last_error TEXT NOT NULL DEFAULT '';
+CREATE INDEX outbox_finished ON outbox (state, finished_at) WHERE state >= 2;
+CREATE INDEX outbox_dead ON outbox (namespace, dispatch_key) WHERE state = 3;
+CREATE INDEX outbox_dead_key ON outbox (dispatch_key) WHERE state = 3;
+INSERT INTO outbox_meta (key, value) VALUES ('enqueue_seq', 0), ('db_id', random());
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.
 var schemaVersion = len(migrations)
 
-// migrate brings the database to schemaVersion in one write transaction and
-// settles the shard count: it returns the count the rows are placed with,
-// recording want (or defaultShardCount when want is 0) in a new database.
-func migrate(ctx context.Context, db *sql.DB, want int) (shardCount int, err error) {
-	tx, err := db.BeginTx(ctx, nil)
+// meta is what outbox_meta says about a database; all zero for a database
+// without the outbox.
+type meta struct {
+	version, shardCount int
+	dbID                int64
+}
+
+// readMeta reads the schema version, shard count and identity without
+// taking the write lock: plain reads, each in its own snapshot.
+func readMeta(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (meta, error) {
+	var n int
+	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_meta'`).Scan(&n); err != nil {
+		return meta{}, err
+	}
+	if n == 0 {
+		return meta{}, nil
+	}
+	var m meta
+	err := q.QueryRowContext(ctx, `
+SELECT coalesce((SELECT value FROM outbox_meta WHERE key = 'schema_version'), 0),
+       coalesce((SELECT value FROM outbox_meta WHERE key = 'shard_count'), 0),
+       coalesce((SELECT value FROM outbox_meta WHERE key = 'db_id'), 0)`).Scan(&m.version, &m.shardCount, &m.dbID)
+	return m, err
+}
+
+// adopt checks m against this package and the shard count asked for, and
+// takes its shard count and identity.
+func (s *Store) adopt(m meta, want int) error {
+	switch {
+	case m.version > schemaVersion:
+		return &outbox.SchemaVersionError{Database: m.version, Package: schemaVersion}
+	case m.version == 0 || m.shardCount == 0:
+		return argError("Open", "path", "holds no outbox")
+	case want != 0 && want != m.shardCount:
+		return &outbox.ShardCountError{Store: m.shardCount, Given: want}
+	}
+	s.shardCount, s.dbID = m.shardCount, m.dbID
+	return nil
+}
+
+// settleSchema reads the schema version and, only when the database is not
+// current, migrates it in one write transaction; either way it settles the
+// shard count and the database's identity.
+func (s *Store) settleSchema(ctx context.Context, want int) error {
+	m, err := readMeta(ctx, s.writer)
 	if err != nil {
-		return 0, fmt.Errorf("sqlitestore: migrate: %w", err)
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if m.version == schemaVersion && m.shardCount != 0 {
+		return s.adopt(m, want)
+	}
+	if m.version > schemaVersion {
+		return &outbox.SchemaVersionError{Database: m.version, Package: schemaVersion}
+	}
+	if m, err = migrate(ctx, s.writer, want, s.maxAttempts); err != nil {
+		return err
+	}
+	return s.adopt(m, want)
+}
+
+// migrate brings the database to schemaVersion in one BEGIN IMMEDIATE
+// transaction, recording want (or defaultShardCount when want is 0) as the
+// shard count of a new database, and returns what outbox_meta then says.
+// It begins the transaction itself on one connection, whatever the DSN's
+// _txlock: a deferred transaction would read the schema before it writes,
+// and could then fail to upgrade a stale snapshot.
+func migrate(ctx context.Context, db *sql.DB, want, maxAttempts int) (m meta, err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return meta{}, fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return meta{}, fmt.Errorf("migrate: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback()
+			// A fresh context: the rollback must run even when ctx is done.
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
 		}
 	}()
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS outbox_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT, WITHOUT ROWID`); err != nil {
-		return 0, fmt.Errorf("sqlitestore: migrate: %w", err)
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS outbox_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT, WITHOUT ROWID`); err != nil {
+		return meta{}, fmt.Errorf("migrate: %w", err)
 	}
-	version, err := metaValue(ctx, tx, "schema_version")
+	version, err := metaValue(ctx, conn, "schema_version")
 	if err != nil {
-		return 0, err
+		return meta{}, err
 	}
 	if version > int64(schemaVersion) {
-		return 0, &SchemaVersionError{Database: int(version), Known: schemaVersion}
+		return meta{}, &outbox.SchemaVersionError{Database: int(version), Package: schemaVersion}
 	}
 	for v := int(version); v < schemaVersion; v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return 0, fmt.Errorf("sqlitestore: migrate to version %d: %w", v+1, err)
+		if _, err := conn.ExecContext(ctx, migrations[v]); err != nil {
+			return meta{}, fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+		if v+1 == 2 {
+			if _, err := conn.ExecContext(ctx, `UPDATE outbox SET max_attempts = ? WHERE state < 2`, maxAttempts); err != nil {
+				return meta{}, fmt.Errorf("migrate to version 2: %w", err)
+			}
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
-		return 0, fmt.Errorf("sqlitestore: migrate: %w", err)
+	if _, err := conn.ExecContext(ctx, `INSERT INTO outbox_meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
+		return meta{}, fmt.Errorf("migrate: %w", err)
 	}
-	stored, err := metaValue(ctx, tx, "shard_count")
+	stored, err := metaValue(ctx, conn, "shard_count")
 	if err != nil {
-		return 0, err
+		return meta{}, err
 	}
+	shardCount := int(stored)
 	switch {
 	case stored == 0 && want == 0:
 		shardCount = defaultShardCount
 	case stored == 0:
 		shardCount = want
-	case want == 0 || int64(want) == stored:
-		shardCount = int(stored)
-	default:
-		return 0, &ShardCountError{Store: int(stored), Given: want}
+	case want != 0 && int64(want) != stored:
+		return meta{}, &outbox.ShardCountError{Store: int(stored), Given: want}
 	}
 	if stored == 0 {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_meta (key, value) VALUES ('shard_count', ?)`, shardCount); err != nil {
-			return 0, fmt.Errorf("sqlitestore: migrate: %w", err)
+		if _, err := conn.ExecContext(ctx, `INSERT INTO outbox_meta (key, value) VALUES ('shard_count', ?)`, shardCount); err != nil {
+			return meta{}, fmt.Errorf("migrate: %w", err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sqlitestore: migrate: %w", err)
+	id, err := metaValue(ctx, conn, "db_id")
+	if err != nil {
+		return meta{}, err
 	}
-	return shardCount, nil
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		return meta{}, fmt.Errorf("migrate: %w", err)
+	}
+	return meta{version: schemaVersion, shardCount: shardCount, dbID: id}, nil
 }
 
 // metaValue returns outbox_meta's value for key, or 0 when it has none.
-func metaValue(ctx context.Context, tx *sql.Tx, key string) (int64, error) {
+func metaValue(ctx context.Context, tx *sql.Conn, key string) (int64, error) {
 	var v int64
 	err := tx.QueryRowContext(ctx, `SELECT value FROM outbox_meta WHERE key = ?`, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("sqlitestore: read %s: %w", key, err)
+		return 0, fmt.Errorf("read %s: %w", key, err)
 	}
 	return v, nil
 }

@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"github.com/outboxkit/backpressure/outbox"
+	"modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 const (
-	defaultShardCount  = 64
-	defaultLease       = 30 * time.Second
-	defaultBusyTimeout = 5 * time.Second
-	defaultReaders     = 4
+	defaultShardCount   = 64
+	defaultBusyTimeout  = 5 * time.Second
+	defaultReaders      = 4
+	defaultPollInterval = 100 * time.Millisecond
 )
 
 // Options configures a Store. The zero value is a valid configuration: every
@@ -28,60 +29,103 @@ type Options struct {
 	// backpressure.ShardFor. It is recorded in the database when the
 	// database is created and can never change afterwards: 0 adopts the
 	// recorded count (64 for a new database); any other value must equal
-	// it, or Open fails with ErrShardCountMismatch.
+	// it, or Open fails with an *outbox.ShardCountError.
 	ShardCount int
 
 	// Lease is how long a claim holds its rows (the visibility timeout):
-	// a claimed row that is neither settled nor retried within Lease is
-	// claimable again, so a crashed claimer's rows come back. 0 means 30s.
+	// a claimed row that is neither completed nor extended within Lease is
+	// claimable again, so a crashed claimer's rows come back. 0 means
+	// outbox.DefaultLease (30s); otherwise at least outbox.MinLease
+	// (100ms), else Open fails with an *outbox.ArgumentError.
 	Lease time.Duration
+
+	// MaxAttempts is the most claims a row gets unless its message sets
+	// its own: a Retry of a row that has had MaxAttempts claims
+	// dead-letters it instead. 0 means outbox.DefaultMaxAttempts (25);
+	// negative is refused. Each row records its limit when it is enqueued.
+	MaxAttempts int
 
 	// Now is the store's clock. nil means time.Now. Tests inject a manual
 	// clock; the store never reads time any other way.
 	Now func() time.Time
 
-	// BusyTimeout is how long a connection waits for a lock held by another
-	// process sharing the file before failing with SQLITE_BUSY. 0 means 5s.
+	// BusyTimeout is how long a connection waits for a lock held by
+	// another connection or process sharing the file before failing with
+	// SQLITE_BUSY. 0 means 5s; otherwise at least 1ms (SQLite counts it in
+	// whole milliseconds, so a shorter one would silently mean "never
+	// wait"), else Open fails with an *outbox.ArgumentError. Open only.
 	BusyTimeout time.Duration
 
 	// Readers is the number of read connections for a file database (the
-	// counts, Get and Stats). 0 means 4. An in-memory database always uses
-	// its one connection for everything.
+	// counts, Get, Stats, ListDead). 0 means 4. An in-memory database
+	// always uses its one connection for everything. Open only.
 	Readers int
 
 	// SyncNormal selects PRAGMA synchronous=NORMAL instead of FULL for a
 	// file database: commits no longer wait for fsync, so a power loss
 	// (not a process crash) may lose the last transactions. false (FULL)
-	// is the durable default.
+	// is the durable default. Open only.
 	SyncNormal bool
+
+	// ReadOnly opens the file for inspection (Open only): the counts, Get,
+	// Stats, ListDead and Subscribe work; every write returns ErrReadOnly.
+	// Open then never writes, not even to migrate: a database at an older
+	// schema version fails with an *outbox.ArgumentError (open it
+	// read-write once), and the file must exist.
+	ReadOnly bool
+
+	// PollInterval is how often a subscribed store looks for rows that
+	// other connections committed (see [Store.Subscribe]). 0 means 100ms;
+	// otherwise at least 1ms.
+	PollInterval time.Duration
 }
 
-// Store is an OutboxStore on an embedded SQLite database (modernc.org/sqlite,
-// no cgo). Every write runs in a BEGIN IMMEDIATE transaction on the store's
-// single writer connection; a file database runs in WAL mode so reads use
-// their own connections without blocking the writer. Several processes may
-// share a file: the write lock and busy timeout serialise them.
+// Store is an outbox.Store on an embedded SQLite database
+// (modernc.org/sqlite, no cgo). Build one with [Open] (the store opens the
+// file itself) or [New] (on the application's own *sql.DB, so business
+// writes and outbox rows share transactions).
 //
-// A Store is safe for concurrent use. Build one with [Open]; the zero value
-// is not usable.
+// A Store is safe for concurrent use. A nil *Store, the zero Store and a
+// closed Store return an error matching outbox.ErrClosed from every method.
 type Store struct {
-	writer     *sql.DB // one connection; every write transaction
-	reader     *sql.DB // read connections; == writer in memory
-	shardCount int
-	lease      time.Duration
-	now        func() time.Time
-	trips      atomic.Int64
-	stmts      map[stmtKey]*sql.Stmt // the hot statements, prepared at Open; read-only after
+	writer      *sql.DB // every write transaction; one connection when Open opened it
+	reader      *sql.DB // read connections; == writer in memory and for New
+	owned       bool    // Open opened writer and reader: Close closes them
+	immediate   bool    // the writer's transactions begin IMMEDIATE (Open's DSN)
+	readOnly    bool
+	shardCount  int
+	lease       time.Duration
+	maxAttempts int
+	poll        time.Duration
+	now         func() time.Time
+	dbID        int64 // the database's random identity, outbox_meta.db_id
+	trips       atomic.Int64
+	commits     atomic.Int64          // write transactions committed; the drain benchmark reports them per row
+	stmts       map[stmtKey]*sql.Stmt // the hot statements, prepared at Open; read-only after
+	closed      atomic.Bool
+	subs        subscribers
 
 	failNth atomic.Int64 // test hook: statements until an injected failure; ≤ 0 off
 }
 
-var _ backpressure.OutboxStore[Row] = (*Store)(nil)
+var (
+	_ outbox.Store                         = (*Store)(nil)
+	_ outbox.Notifier                      = (*Store)(nil)
+	_ backpressure.OutboxStore[outbox.Row] = (*Store)(nil)
+)
 
 // Open opens (creating it if need be) the outbox database at path and
-// migrates its schema to the current version; migrating is idempotent and
-// versioned, so Open is safe on every start. path is a file name, or
-// ":memory:" for a private in-memory database that lives until Close.
+// brings its schema to the current version. It reads the schema version
+// first and takes the write lock only when the database needs creating or
+// migrating, so opening a current database succeeds while another
+// connection holds the write lock. Migrating is versioned and idempotent,
+// so Open is safe on every start. path is a file name, or ":memory:" for a
+// private in-memory database that lives until Close.
+//
+// It fails with an *outbox.ArgumentError for an invalid option, an
+// *outbox.ShardCountError when Options.ShardCount differs from the
+// database's, and an *outbox.SchemaVersionError for a database migrated by
+// a newer version of this package.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -89,13 +133,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := validate(path, opts); err != nil {
 		return nil, err
 	}
-	s := &Store{lease: opts.Lease, now: opts.Now}
-	if s.lease == 0 {
-		s.lease = defaultLease
-	}
-	if s.now == nil {
-		s.now = time.Now
-	}
+	s := newStore(opts)
+	s.owned, s.immediate, s.readOnly = true, true, opts.ReadOnly
 	busy := opts.BusyTimeout
 	if busy == 0 {
 		busy = defaultBusyTimeout
@@ -108,6 +147,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		base = "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	}
 	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)", busy.Milliseconds())
+	if opts.ReadOnly {
+		return s.openReadOnly(ctx, path, base+"?mode=ro&"+pragmas+"&_pragma=query_only(1)", opts)
+	}
 	if !memory {
 		sync := "FULL"
 		if opts.SyncNormal {
@@ -115,7 +157,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		}
 		pragmas += "&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")"
 	}
-
 	var err error
 	s.writer, err = sql.Open("sqlite", base+"?"+pragmas+"&_txlock=immediate")
 	if err != nil {
@@ -127,12 +168,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s.writer.SetMaxIdleConns(1)
 	s.writer.SetConnMaxLifetime(0)
 	s.writer.SetConnMaxIdleTime(0)
-	if s.shardCount, err = migrate(ctx, s.writer, opts.ShardCount); err != nil {
+	if err := s.settleSchema(ctx, opts.ShardCount); err != nil {
 		_ = s.writer.Close()
-		if errors.Is(err, ErrSchemaTooNew) || errors.Is(err, ErrShardCountMismatch) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+		return nil, openError(path, err)
 	}
 	if memory {
 		s.reader = s.writer
@@ -152,6 +190,159 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s.opened(ctx, path)
 }
 
+// openReadOnly is Open for Options.ReadOnly: the reader pool alone, opened
+// mode=ro, and a schema check that writes nothing.
+func (s *Store) openReadOnly(ctx context.Context, path, dsn string, opts Options) (*Store, error) {
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+	}
+	readers := opts.Readers
+	if readers == 0 {
+		readers = defaultReaders
+	}
+	db.SetMaxOpenConns(readers)
+	db.SetMaxIdleConns(readers)
+	s.writer, s.reader = db, db
+	m, err := readMeta(ctx, db)
+	if err == nil {
+		err = s.adopt(m, opts.ShardCount)
+	}
+	if err == nil && m.version < schemaVersion {
+		err = argError("Open", "Options.ReadOnly", fmt.Sprintf(
+			"the database is at schema version %d, older than this package's %d: open it read-write once to migrate it", m.version, schemaVersion))
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, openError(path, err)
+	}
+	return s.opened(ctx, path)
+}
+
+// New builds a store on db, a database the application opened and keeps
+// using for its own tables, so that [Store.EnqueueTx] can write outbox rows
+// in the application's transactions. It creates or migrates the outbox
+// tables as Open does (taking the write lock only when needed). Close
+// releases the store but leaves db open: db stays the caller's.
+//
+// Requirements on db, checked here (an *outbox.ArgumentError otherwise):
+//
+//   - It was opened with modernc.org/sqlite (the "sqlite" driver).
+//   - A file database runs in WAL mode (_pragma=journal_mode(WAL) in the
+//     DSN): the store's counts then read while a transaction writes, and
+//     an application transaction never blocks them.
+//   - A file database has a busy timeout (_pragma=busy_timeout(5000)):
+//     without one, any write that meets another connection's write lock
+//     fails at once with SQLITE_BUSY.
+//
+// Recommended: _txlock=immediate in the DSN, so every transaction of the
+// application takes the write lock when it begins and waits for it with
+// the busy timeout. A deferred transaction that reads and then writes
+// fails with SQLITE_BUSY at once, without waiting, when another connection
+// committed in between (SQLite cannot upgrade its stale snapshot); the
+// store's own transactions are immune (each takes the lock with its first
+// statement), but the application's are not. Options.BusyTimeout,
+// Readers, SyncNormal and ReadOnly apply to Open only and must be zero.
+func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, argError("New", "db", "is nil")
+	}
+	if err := validate("-", opts); err != nil {
+		return nil, err
+	}
+	switch {
+	case opts.BusyTimeout != 0:
+		return nil, argError("New", "Options.BusyTimeout", "applies to Open only: set busy_timeout in db's DSN")
+	case opts.Readers != 0:
+		return nil, argError("New", "Options.Readers", "applies to Open only: db's pool serves every read")
+	case opts.SyncNormal:
+		return nil, argError("New", "Options.SyncNormal", "applies to Open only: set synchronous in db's DSN")
+	case opts.ReadOnly:
+		return nil, argError("New", "Options.ReadOnly", "applies to Open only")
+	}
+	if err := checkAppDB(ctx, db); err != nil {
+		return nil, err
+	}
+	s := newStore(opts)
+	s.writer, s.reader = db, db
+	if err := s.settleSchema(ctx, opts.ShardCount); err != nil {
+		return nil, openError("New", err)
+	}
+	if err := s.prepare(ctx); err != nil {
+		s.closeStmts()
+		return nil, fmt.Errorf("sqlitestore: New: %w", err)
+	}
+	return s, nil
+}
+
+// checkAppDB checks New's requirements on db.
+func checkAppDB(ctx context.Context, db *sql.DB) error {
+	if !isModernc(db.Driver()) {
+		return argError("New", "db", fmt.Sprintf("uses driver %T; want modernc.org/sqlite", db.Driver()))
+	}
+	var file string
+	// database_list: seq, name, file; file is "" for an in-memory database.
+	if err := db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
+		return fmt.Errorf("sqlitestore: New: %w", err)
+	}
+	if file == "" {
+		return nil
+	}
+	var mode string
+	var busy int
+	if err := db.QueryRowContext(ctx, `SELECT (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)`).Scan(&mode, &busy); err != nil {
+		return fmt.Errorf("sqlitestore: New: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return argError("New", "db", "journal_mode is "+mode+"; open it in WAL mode (_pragma=journal_mode(WAL))")
+	}
+	if busy <= 0 {
+		return argError("New", "db", "has no busy timeout; set one (_pragma=busy_timeout(5000))")
+	}
+	return nil
+}
+
+// isModernc reports whether d is modernc.org/sqlite's driver.
+func isModernc(d any) bool {
+	_, ok := d.(*sqlite.Driver)
+	return ok
+}
+
+// openError prefixes an error of Open or New, leaving the outbox
+// package's typed errors as they are.
+func openError(what string, err error) error {
+	var (
+		arg   *outbox.ArgumentError
+		shard *outbox.ShardCountError
+		ver   *outbox.SchemaVersionError
+	)
+	if errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) {
+		return err
+	}
+	return fmt.Errorf("sqlitestore: open %q: %w", what, err)
+}
+
+// newStore applies the defaults of opts.
+func newStore(opts Options) *Store {
+	s := &Store{lease: opts.Lease, maxAttempts: opts.MaxAttempts, now: opts.Now, poll: opts.PollInterval}
+	if s.lease == 0 {
+		s.lease = outbox.DefaultLease
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = outbox.DefaultMaxAttempts
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.poll == 0 {
+		s.poll = defaultPollInterval
+	}
+	return s
+}
+
 // opened prepares the hot statements of a store whose databases are open,
 // closing them if that fails.
 func (s *Store) opened(ctx context.Context, path string) (*Store, error) {
@@ -165,15 +356,40 @@ func (s *Store) opened(ctx context.Context, path string) (*Store, error) {
 func validate(path string, opts Options) error {
 	switch {
 	case path == "":
-		return &ArgumentError{Name: "path", Value: `""`, Reason: `want a file name or ":memory:"`}
+		return argError("Open", "path", `is empty; want a file name or ":memory:"`)
+	case opts.ReadOnly && path == ":memory:":
+		return argError("Open", "Options.ReadOnly", "a private in-memory database has nothing to inspect")
 	case opts.ShardCount < 0:
-		return &ArgumentError{Name: "Options.ShardCount", Value: opts.ShardCount, Reason: "must be ≥ 0"}
-	case opts.Lease < 0:
-		return &ArgumentError{Name: "Options.Lease", Value: opts.Lease, Reason: "must be ≥ 0"}
-	case opts.BusyTimeout < 0:
-		return &ArgumentError{Name: "Options.BusyTimeout", Value: opts.BusyTimeout, Reason: "must be ≥ 0"}
+		return argError("Open", "Options.ShardCount", fmt.Sprintf("%d is negative", opts.ShardCount))
+	case opts.Lease < 0 || (opts.Lease > 0 && opts.Lease < outbox.MinLease):
+		return argError("Open", "Options.Lease", fmt.Sprintf("%v is below the floor outbox.MinLease (%v)", opts.Lease, outbox.MinLease))
+	case opts.MaxAttempts < 0:
+		return argError("Open", "Options.MaxAttempts", fmt.Sprintf("%d is negative", opts.MaxAttempts))
+	case opts.BusyTimeout < 0 || (opts.BusyTimeout > 0 && opts.BusyTimeout < time.Millisecond):
+		return argError("Open", "Options.BusyTimeout", fmt.Sprintf("%v is below 1ms, SQLite's resolution (0 means 5s)", opts.BusyTimeout))
 	case opts.Readers < 0:
-		return &ArgumentError{Name: "Options.Readers", Value: opts.Readers, Reason: "must be ≥ 0"}
+		return argError("Open", "Options.Readers", fmt.Sprintf("%d is negative", opts.Readers))
+	case opts.PollInterval < 0 || (opts.PollInterval > 0 && opts.PollInterval < time.Millisecond):
+		return argError("Open", "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
+	}
+	return nil
+}
+
+// ready returns outbox.ErrClosed for a nil, zero or closed store.
+func (s *Store) ready() error {
+	if s == nil || s.writer == nil || s.closed.Load() {
+		return outbox.ErrClosed
+	}
+	return nil
+}
+
+// writable is ready, and ErrReadOnly for a read-only store.
+func (s *Store) writable() error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return ErrReadOnly
 	}
 	return nil
 }
@@ -189,28 +405,34 @@ type stmtKey struct {
 func (s *Store) hotStatements() []stmtKey {
 	var out []stmtKey
 	for _, cond := range []string{"", ownedCond(2)} {
-		// The writer's for InSweepTx.
-		out = append(out, stmtKey{s.reader, countClaimedSQL(cond)}, stmtKey{s.writer, countClaimedSQL(cond)})
+		out = append(out, stmtKey{s.reader, countClaimedSQL(cond)})
+		if !s.readOnly { // the writer's, for InSweepTx
+			out = append(out, stmtKey{s.writer, countClaimedSQL(cond)})
+		}
 	}
 	for _, cond := range []string{"", ownedCond(3)} {
 		out = append(out, stmtKey{s.reader, countPendingSQL(cond)})
-		for _, m := range []countMode{countIDs, countFirstID} {
-			out = append(out, stmtKey{s.writer, routeCountsSQL(cond, "", m)})
-		}
 		for _, part := range []string{windowAfter, windowUpTo, windowRestOf} {
 			out = append(out, stmtKey{s.reader, countPendingWindowSQL(cond, part, countOnly)})
-			for _, m := range []countMode{countIDs, countFirstID} {
+		}
+		if s.readOnly {
+			continue
+		}
+		for _, m := range []countMode{countIDs, countFirstID} {
+			out = append(out, stmtKey{s.writer, routeCountsSQL(cond, "", m)})
+			for _, part := range []string{windowAfter, windowUpTo, windowRestOf} {
 				out = append(out, stmtKey{s.writer, countPendingWindowSQL(cond, part, m)})
 			}
 		}
 	}
-	for _, cond := range []string{"", ownedCond(7)} {
-		out = append(out, stmtKey{s.writer, scopedClaimSQL(cond)}, stmtKey{s.writer, unscopedClaimSQL(cond)})
+	if s.readOnly {
+		return out
 	}
 	for _, cond := range []string{"", ownedCond(7)} {
-		out = append(out, stmtKey{s.writer, claimByIDSQL(cond)})
+		out = append(out, stmtKey{s.writer, scopedClaimSQL(cond)}, stmtKey{s.writer, unscopedClaimSQL(cond)},
+			stmtKey{s.writer, claimByIDSQL(cond)})
 	}
-	return append(out, stmtKey{s.writer, nextTokenSQL})
+	return append(out, stmtKey{s.writer, nextTokenSQL}, stmtKey{s.writer, completeSQL}, stmtKey{s.writer, pruneRoutesSQL})
 }
 
 // prepare prepares the hot statements, once, at Open. SQLite would
@@ -250,10 +472,22 @@ func (s *Store) query(ctx context.Context, db *sql.DB, tx *sql.Tx, q string, arg
 	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 }
 
-// Close closes the database. An in-memory database is gone afterwards.
+// Close releases the store: its subscriptions' channels are closed and
+// every later call returns an error matching outbox.ErrClosed. A store
+// from Open closes its database (an in-memory one is gone afterwards); a
+// store from New leaves the caller's *sql.DB open. Closing a closed store
+// returns nil; a nil or zero store returns outbox.ErrClosed.
 func (s *Store) Close() error {
-	for _, st := range s.stmts {
-		_ = st.Close()
+	if s == nil || s.writer == nil {
+		return fmt.Errorf("sqlitestore: Close: %w", outbox.ErrClosed)
+	}
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.subs.closeAll()
+	s.closeStmts()
+	if !s.owned {
+		return nil
 	}
 	err := s.writer.Close()
 	if s.reader != s.writer {
@@ -262,17 +496,40 @@ func (s *Store) Close() error {
 	return err
 }
 
-// ShardCount returns the shard count the store places rows with.
-func (s *Store) ShardCount() int { return s.shardCount }
+func (s *Store) closeStmts() {
+	for _, st := range s.stmts {
+		_ = st.Close()
+	}
+}
 
-// Lease returns the store's lease length.
-func (s *Store) Lease() time.Duration { return s.lease }
+// ShardCount returns the shard count the store places rows with; 0 for a
+// nil or zero store.
+func (s *Store) ShardCount() int {
+	if s == nil {
+		return 0
+	}
+	return s.shardCount
+}
+
+// Lease returns the store's lease length; 0 for a nil or zero store.
+func (s *Store) Lease() time.Duration {
+	if s == nil {
+		return 0
+	}
+	return s.lease
+}
 
 // RoundTrips returns how many round trips the store has made since Open:
 // each call of a method that reaches the database counts one, because each
 // runs one statement or one transaction. It is the hook the conformance
 // suite (storetest) counts with; it is also a cheap load metric.
-func (s *Store) RoundTrips() int64 { return s.trips.Load() }
+// Subscribe and its polling are not counted.
+func (s *Store) RoundTrips() int64 {
+	if s == nil {
+		return 0
+	}
+	return s.trips.Load()
+}
 
 // errInjected is the failure the test hook injects.
 var errInjected = errors.New("sqlitestore: injected fault")
@@ -289,11 +546,20 @@ func (s *Store) step(ctx context.Context) error {
 	return nil
 }
 
-// write runs fn in one BEGIN IMMEDIATE transaction on the writer connection,
-// counting one round trip; fn's error, a failed commit, or a panic in fn
-// rolls it back (a panic is then re-raised), so the writer's one connection
-// is never left inside a transaction.
+// lockSQL takes the write lock at the start of a transaction that did not
+// begin IMMEDIATE (a store from New): an UPDATE takes the lock when it
+// starts, waiting with the busy timeout, even when it changes no row, and
+// a transaction that holds it can never fail to upgrade a stale snapshot.
+const lockSQL = `UPDATE outbox_meta SET value = value WHERE key = 'write_lock'`
+
+// write runs fn in one write transaction (it holds the write lock from its
+// first statement) counting one round trip; fn's error, a failed commit, or
+// a panic in fn rolls it back (a panic is then re-raised), so the writer's
+// connection is never left inside a transaction.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	if err := s.writable(); err != nil {
+		return err
+	}
 	if err := s.step(ctx); err != nil {
 		return err
 	}
@@ -308,6 +574,11 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 			_ = tx.Rollback()
 		}
 	}()
+	if !s.immediate {
+		if _, err := tx.ExecContext(ctx, lockSQL); err != nil {
+			return err
+		}
+	}
 	if err := fn(tx); err != nil {
 		return err
 	}
@@ -318,16 +589,39 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 		return err
 	}
 	committed = true
+	s.commits.Add(1)
 	return nil
 }
 
-// nanos converts a time to the stored form; the zero time is 0.
+// read counts a round trip of a read-only call, once the store is ready
+// and ctx live.
+func (s *Store) read(ctx context.Context) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	if err := s.step(ctx); err != nil {
+		return err
+	}
+	s.trips.Add(1)
+	return nil
+}
+
+// nanos converts a time to the stored form; the zero time is 0. A time
+// after the largest stored time (2262-04-11T23:47:16.854775807Z) is that
+// time, and one before 1970 is 1ns after the epoch, so that no time wraps.
 func nanos(t time.Time) int64 {
-	if t.IsZero() {
+	switch {
+	case t.IsZero():
 		return 0
+	case t.After(maxTime):
+		return math.MaxInt64
+	case !t.After(time.Unix(0, 0)):
+		return 1
 	}
 	return t.UnixNano()
 }
+
+var maxTime = time.Unix(0, math.MaxInt64)
 
 // fromNanos converts a stored time back; 0 is the zero time.
 func fromNanos(n int64) time.Time {

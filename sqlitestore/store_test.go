@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/storetest"
 )
 
@@ -85,7 +86,7 @@ func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 		if version != schemaVersion {
 			t.Errorf("open %d: schema_version %d, want %d", i, version, schemaVersion)
 		}
-		if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "k" + string(rune('a'+i)), Namespace: "a", TaskQueue: "q"}}); err != nil {
+		if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k" + string(rune('a'+i)), Namespace: "a", TaskQueue: "q"}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Close(); err != nil {
@@ -100,9 +101,9 @@ func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 	}
 	_ = s.Close()
 	_, err := Open(ctx, path, Options{})
-	var sv *SchemaVersionError
-	if !errors.Is(err, ErrSchemaTooNew) || !errors.As(err, &sv) || sv.Database != schemaVersion+1 || sv.Known != schemaVersion {
-		t.Errorf("Open(newer schema) = %v, want a *SchemaVersionError{%d, %d}", err, schemaVersion+1, schemaVersion)
+	var sv *outbox.SchemaVersionError
+	if !errors.Is(err, outbox.ErrSchemaTooNew) || !errors.As(err, &sv) || sv.Database != schemaVersion+1 || sv.Package != schemaVersion {
+		t.Errorf("Open(newer schema) = %v, want a *outbox.SchemaVersionError{%d, %d}", err, schemaVersion+1, schemaVersion)
 	}
 }
 
@@ -110,7 +111,7 @@ func TestReopenKeepsRowsAndTokens(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "outbox.db")
 	ctx := t.Context()
 	s := openT(t, path, Options{ShardCount: 8})
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "a", Namespace: "n", TaskQueue: "q", Payload: []byte("x")}, {DispatchKey: "b", Namespace: "n", TaskQueue: "q"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "a", Namespace: "n", TaskQueue: "q", Payload: []byte("x")}, {DispatchKey: "b", Namespace: "n", TaskQueue: "q"}}); err != nil {
 		t.Fatal(err)
 	}
 	f, _ := backpressure.AllShards(8)
@@ -124,19 +125,19 @@ func TestReopenKeepsRowsAndTokens(t *testing.T) {
 	if s.ShardCount() != 8 {
 		t.Errorf("reopened ShardCount %d, want the recorded 8", s.ShardCount())
 	}
-	got, state, err := s.Get(ctx, rows[0].DispatchKey)
-	if err != nil || state != StateClaimed || got.Token != rows[0].Token || got.Attempts != 1 {
-		t.Errorf("reopened Get = %+v %v %v, want the claimed row with token %d", got, state, err, rows[0].Token)
+	got, err := s.Get(ctx, rows[0].DispatchKey)
+	if err != nil || got.State != outbox.StateClaimed || got.Token != rows[0].Token || got.Attempts != 1 {
+		t.Errorf("reopened Get = %+v %v, want the claimed row with token %d", got, err, rows[0].Token)
 	}
-	if err := s.Settle(ctx, rows[0].DispatchKey, rows[0].Token); err != nil {
+	if err := s.Settle(ctx, rows[0].Lease()); err != nil {
 		t.Errorf("Settle after reopen: %v", err)
 	}
 	more, err := s.ClaimOutboxRowsUnscoped(ctx, f, 10)
 	if err != nil || len(more) != 1 || more[0].Token <= rows[0].Token {
 		t.Errorf("claim after reopen = %+v, %v; want the other row with a larger token than %d", more, err, rows[0].Token)
 	}
-	if _, err := Open(ctx, path, Options{ShardCount: 16}); !errors.Is(err, ErrShardCountMismatch) {
-		t.Errorf("Open(recorded 8 shards, asked 16) = %v, want ErrShardCountMismatch", err)
+	if _, err := Open(ctx, path, Options{ShardCount: 16}); !errors.Is(err, outbox.ErrShardCountMismatch) {
+		t.Errorf("Open(recorded 8 shards, asked 16) = %v, want outbox.ErrShardCountMismatch", err)
 	}
 }
 
@@ -144,10 +145,17 @@ func TestTypedErrors(t *testing.T) {
 	ctx := t.Context()
 	s := openT(t, ":memory:", Options{})
 	f := allShards(t, s)
-	var arg *ArgumentError
+	var me *outbox.MessageError
 	for name, err := range map[string]error{
-		"empty key":       second(s.Enqueue(ctx, []Message{{Namespace: "n"}})),
-		"empty namespace": second(s.Enqueue(ctx, []Message{{DispatchKey: "k"}})),
+		"empty key":       second(s.Enqueue(ctx, []outbox.Message{{Namespace: "n"}})),
+		"empty namespace": second(s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k"}})),
+	} {
+		if !errors.Is(err, outbox.ErrInvalidMessage) || !errors.As(err, &me) {
+			t.Errorf("%s: err = %v, want an *outbox.MessageError", name, err)
+		}
+	}
+	var arg *outbox.ArgumentError
+	for name, err := range map[string]error{
 		"cap 0":           second(s.CountPendingOutboxRows(ctx, f, 0)),
 		"limit 0":         second(s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Limit: 0}})),
 		"unscoped 0":      second(s.ClaimOutboxRowsUnscoped(ctx, f, 0)),
@@ -155,26 +163,26 @@ func TestTypedErrors(t *testing.T) {
 		"negative lease":  second(Open(ctx, ":memory:", Options{Lease: -time.Second})),
 		"negative shards": second(Open(ctx, ":memory:", Options{ShardCount: -1})),
 	} {
-		if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &arg) {
-			t.Errorf("%s: err = %v, want an *ArgumentError", name, err)
+		if !errors.Is(err, outbox.ErrInvalidArgument) || !errors.As(err, &arg) {
+			t.Errorf("%s: err = %v, want an *outbox.ArgumentError", name, err)
 		}
 	}
-	if err := s.Settle(ctx, "missing", 1); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Settle(missing) = %v, want ErrNotFound", err)
+	if err := s.Settle(ctx, outbox.Lease{DispatchKey: "missing", Token: 1}); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Errorf("Settle(missing) = %v, want outbox.ErrLeaseLost", err)
 	}
-	if _, _, err := s.Get(ctx, "missing"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get(missing) = %v, want ErrNotFound", err)
+	if _, err := s.Get(ctx, "missing"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("Get(missing) = %v, want outbox.ErrNotFound", err)
 	}
 	other, _ := backpressure.AllShards(s.ShardCount() * 2)
-	var sc *ShardCountError
-	if _, err := s.CountClaimedOutboxRows(ctx, other); !errors.As(err, &sc) || sc.Store != 64 || sc.Given != 128 || !errors.Is(err, ErrShardCountMismatch) {
-		t.Errorf("CountClaimedOutboxRows(128 shards) = %v, want *ShardCountError{64, 128}", err)
+	var sc *outbox.ShardCountError
+	if _, err := s.CountClaimedOutboxRows(ctx, other); !errors.As(err, &sc) || sc.Store != 64 || sc.Given != 128 || !errors.Is(err, outbox.ErrShardCountMismatch) {
+		t.Errorf("CountClaimedOutboxRows(128 shards) = %v, want *outbox.ShardCountError{64, 128}", err)
 	}
 
 	// A lease that expired, not re-claimed: Settle is refused, saying why.
 	clock := storetest.NewClock()
 	s = openT(t, ":memory:", Options{Now: clock.Now, Lease: time.Second})
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 1)
@@ -182,9 +190,9 @@ func TestTypedErrors(t *testing.T) {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
 	clock.Advance(time.Second)
-	var lost *LeaseLostError
-	if err := s.Settle(ctx, "k", rows[0].Token); !errors.As(err, &lost) || !lost.Expired || !errors.Is(err, ErrLeaseLost) {
-		t.Errorf("Settle after the lease ended = %v, want a *LeaseLostError with Expired", err)
+	var lost *outbox.LeaseLostError
+	if err := s.Settle(ctx, outbox.Lease{DispatchKey: "k", Token: rows[0].Token}); !errors.As(err, &lost) || lost.Token != rows[0].Token || lost.Op != "Settle" || !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Errorf("Settle after the lease ended = %v, want a *outbox.LeaseLostError", err)
 	}
 }
 
@@ -195,13 +203,13 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 	f := allShards(t, s)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := s.Enqueue(ctx, []Message{{DispatchKey: "k", Namespace: "n"}}); !errors.Is(err, context.Canceled) {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Enqueue(cancelled) = %v, want context.Canceled", err)
 	}
 	if _, err := s.ClaimOutboxRowsUnscoped(ctx, f, 1); !errors.Is(err, context.Canceled) {
 		t.Errorf("ClaimOutboxRowsUnscoped(cancelled) = %v, want context.Canceled", err)
 	}
-	if err := s.Settle(ctx, "k", 1); !errors.Is(err, context.Canceled) {
+	if err := s.Settle(ctx, outbox.Lease{DispatchKey: "k", Token: 1}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Settle(cancelled) = %v, want context.Canceled", err)
 	}
 	if _, err := s.Stats(ctx); !errors.Is(err, context.Canceled) {
@@ -220,9 +228,9 @@ func TestUnscopedClaimAndStats(t *testing.T) {
 	ctx := t.Context()
 	clock := storetest.NewClock()
 	s := openT(t, ":memory:", Options{Now: clock.Now, Lease: time.Minute})
-	var msgs []Message
+	var msgs []outbox.Message
 	for i, ns := range []string{"b", "a", "b", "c", "a", "c"} {
-		msgs = append(msgs, Message{DispatchKey: "k" + string(rune('0'+i)), Namespace: ns, TaskQueue: "q"})
+		msgs = append(msgs, outbox.Message{DispatchKey: "k" + string(rune('0'+i)), Namespace: ns, TaskQueue: "q"})
 	}
 	if _, err := s.Enqueue(ctx, msgs); err != nil {
 		t.Fatal(err)
@@ -238,10 +246,10 @@ func TestUnscopedClaimAndStats(t *testing.T) {
 	if want := []string{"k0", "k1", "k2", "k3"}; !equal(keys, want) {
 		t.Errorf("unscoped claim = %v, want the oldest %v", keys, want)
 	}
-	if err := s.Settle(ctx, "k0", rows[0].Token); err != nil {
+	if err := s.Settle(ctx, outbox.Lease{DispatchKey: "k0", Token: rows[0].Token}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Retry(ctx, "k1", rows[1].Token, time.Hour); err != nil {
+	if err := s.Retry(ctx, outbox.Lease{DispatchKey: "k1", Token: rows[1].Token}, time.Hour, nil); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(30 * time.Second)
@@ -251,7 +259,7 @@ func TestUnscopedClaimAndStats(t *testing.T) {
 	}
 	clock.Advance(31 * time.Second) // k2, k3 expire; k4 is live
 	st, err := s.Stats(ctx)
-	want := Stats{Pending: 1, Delayed: 1, Claimed: 1, Expired: 2, Settled: 1, Total: 6, Attempts: 5}
+	want := outbox.Stats{Pending: 1, Scheduled: 1, Claimed: 1, Expired: 2, Settled: 1, Total: 6}
 	if err != nil || st != want {
 		t.Errorf("Stats = %+v, %v; want %+v", st, err, want)
 	}
@@ -279,9 +287,9 @@ func TestFileSharedByTwoStores(t *testing.T) {
 	clock := storetest.NewClock()
 	a, b := openT(t, path, Options{Now: clock.Now}), openT(t, path, Options{Now: clock.Now})
 	const rows, perStore = 400, 3
-	var msgs []Message
+	var msgs []outbox.Message
 	for i := 0; i < rows; i++ {
-		msgs = append(msgs, Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "n" + strconv.Itoa(i%4), TaskQueue: "q"})
+		msgs = append(msgs, outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "n" + strconv.Itoa(i%4), TaskQueue: "q"})
 	}
 	if _, err := a.Enqueue(ctx, msgs); err != nil {
 		t.Fatal(err)
@@ -307,7 +315,7 @@ func TestFileSharedByTwoStores(t *testing.T) {
 			defer wg.Done()
 			f, _ := backpressure.AllShards(s.ShardCount())
 			for n := 0; ; n++ {
-				var got []Row
+				var got []outbox.Row
 				var err error
 				if n%2 == 0 {
 					got, err = s.ClaimOutboxRowsUnscoped(ctx, f, 7)
@@ -335,7 +343,7 @@ func TestFileSharedByTwoStores(t *testing.T) {
 				}
 				mu.Unlock()
 				for _, r := range got {
-					if err := s.Settle(ctx, r.DispatchKey, r.Token); err != nil {
+					if err := s.Settle(ctx, r.Lease()); err != nil {
 						fail(fmt.Errorf("goroutine %d: Settle(%q): %w", g, r.DispatchKey, err))
 					}
 				}
@@ -350,7 +358,7 @@ func TestFileSharedByTwoStores(t *testing.T) {
 		t.Errorf("claimed %d distinct rows, want %d", len(claimed), rows)
 	}
 	for _, s := range []*Store{a, b} {
-		if st, err := s.Stats(ctx); err != nil || st != (Stats{Settled: rows, Total: rows, Attempts: rows}) {
+		if st, err := s.Stats(ctx); err != nil || st != (outbox.Stats{Settled: rows, Total: rows}) {
 			t.Errorf("Stats = %+v, %v; want all %d rows settled after exactly one claim each", st, err, rows)
 		}
 	}

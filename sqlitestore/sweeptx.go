@@ -4,18 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
-var _ backpressure.TxSweeper[Row] = (*Store)(nil)
-
-// ErrSweepTxDone is returned by the view InSweepTx passes to its fn when it
-// is used after fn returned.
-var ErrSweepTxDone = errors.New("sqlitestore: sweep transaction view used after its fn returned")
+var _ backpressure.TxSweeper[outbox.Row] = (*Store)(nil)
 
 // InSweepTx runs fn in one BEGIN IMMEDIATE transaction with a view of the
 // store on which every call runs in that transaction, at the instant the
@@ -41,7 +36,10 @@ var ErrSweepTxDone = errors.New("sqlitestore: sweep transaction view used after 
 // InSweepTx returns fn's error as is, or the store's own (wrapped). The
 // view returns ErrSweepTxDone if used after fn returned, and implements
 // backpressure.PendingWindowCounter.
-func (s *Store) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[Row]) error) error {
+func (s *Store) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[outbox.Row]) error) error {
+	if err := s.writable(); err != nil {
+		return s.fail("InSweepTx", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -56,7 +54,7 @@ func (s *Store) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxSto
 		return fnErr
 	}
 	if err != nil {
-		return fmt.Errorf("sqlitestore: sweep transaction: %w", err)
+		return s.fail("InSweepTx", err)
 	}
 	return nil
 }
@@ -145,11 +143,11 @@ func (v *sweepView) record(rec *countedRows, counts []backpressure.RouteCount, e
 	return counts, nil
 }
 
-func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	if err := v.check(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkClaims(claims); err != nil {
+	if err := checkClaims("ClaimOutboxRowsScoped", claims); err != nil {
 		return nil, err
 	}
 	cond, sarg, none, err := v.s.shardFilter(shards, 7)
@@ -157,18 +155,18 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 		return nil, err
 	}
 	if none || len(claims) == 0 {
-		return []Row{}, nil
+		return []outbox.Row{}, nil
 	}
 	ids, known := v.idsOf(claims, sarg)
 	v.counted = nil // the rows are claimed now, or the claim failed; either way count again
-	var rows []Row
+	var rows []outbox.Row
 	if known {
 		rows, err = v.s.claimIn(ctx, v.tx, claimByIDSQL(cond), sarg, v.now, len(ids), idList(ids), nil, nil)
 	} else {
 		rows, err = v.s.claimScoped(ctx, v.tx, cond, sarg, claims, v.now)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sqlitestore: claim: %w", err)
+		return nil, v.s.fail("claim", err)
 	}
 	return rows, nil
 }

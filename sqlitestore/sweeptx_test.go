@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // A panic inside InSweepTx's fn, after the view claimed rows, rolls the
@@ -14,9 +15,9 @@ import (
 func TestSweepTxPanicRollsBack(t *testing.T) {
 	for _, path := range []string{":memory:", t.TempDir() + "/outbox.db"} {
 		s := openT(t, path, Options{})
-		var ms []Message
+		var ms []outbox.Message
 		for i := 0; i < 5; i++ {
-			ms = append(ms, Message{DispatchKey: fmt.Sprint("k", i), Namespace: "n", TaskQueue: "q", Payload: []byte("p")})
+			ms = append(ms, outbox.Message{DispatchKey: fmt.Sprint("k", i), Namespace: "n", TaskQueue: "q", Payload: []byte("p")})
 		}
 		if _, err := s.Enqueue(t.Context(), ms); err != nil {
 			t.Fatal(err)
@@ -29,7 +30,7 @@ func TestSweepTxPanicRollsBack(t *testing.T) {
 					t.Fatalf("%s: the panic in fn did not reach the caller", path)
 				}
 			}()
-			_ = s.InSweepTx(t.Context(), func(tx backpressure.OutboxStore[Row]) error {
+			_ = s.InSweepTx(t.Context(), func(tx backpressure.OutboxStore[outbox.Row]) error {
 				if rows, err := tx.ClaimOutboxRowsScoped(t.Context(), all, claims); err != nil || len(rows) != 5 {
 					t.Errorf("%s: view claim = %d rows, %v", path, len(rows), err)
 				}

@@ -22,9 +22,9 @@ var _ backpressure.PendingWindowCounter = (*Store)(nil)
 // (names ClaimOutboxRowsScoped would refuse) are left out here too, and do
 // not make their namespace count towards the window.
 //
-// It fails with an *ArgumentError (ErrInvalidArgument) when w.CapPerRoute
-// or w.Namespaces is < 1, and with a *ShardCountError when shards does not
-// split the store's shard count, before any query.
+// It fails with an *outbox.ArgumentError when w.CapPerRoute or
+// w.Namespaces is < 1, and with an *outbox.ShardCountError when shards does
+// not split the store's shard count, before any query.
 //
 // One read transaction (one round trip). It walks outbox_routes in
 // (namespace, task queue) order from the first namespace after w.After,
@@ -38,6 +38,9 @@ var _ backpressure.PendingWindowCounter = (*Store)(nil)
 // restricted to the routes of the namespaces it walks: those of the window
 // and those of the namespaces without claimable rows it passes on the way.
 func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
+	if err := s.ready(); err != nil {
+		return nil, s.fail("CountPendingOutboxRowsWindow", err)
+	}
 	return s.countWindow(ctx, s.reader, nil, shards, w, nanos(s.now()), nil)
 }
 
@@ -46,10 +49,10 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 // db, recording the rows counted in rec (when not nil).
 func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
 	if w.CapPerRoute < 1 {
-		return nil, &ArgumentError{Name: "w.CapPerRoute", Value: w.CapPerRoute, Reason: "must be ≥ 1"}
+		return nil, argError("CountPendingOutboxRowsWindow", "w.CapPerRoute", fmt.Sprintf("%d is below 1", w.CapPerRoute))
 	}
 	if w.Namespaces < 1 {
-		return nil, &ArgumentError{Name: "w.Namespaces", Value: w.Namespaces, Reason: "must be ≥ 1"}
+		return nil, argError("CountPendingOutboxRowsWindow", "w.Namespaces", fmt.Sprintf("%d is below 1", w.Namespaces))
 	}
 	cond, sarg, none, err := s.countFilter(ctx, shards, rec)
 	if err != nil {
@@ -61,12 +64,12 @@ func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards 
 	}
 	if tx == nil {
 		if err := s.step(ctx); err != nil {
-			return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+			return nil, s.fail("CountPendingOutboxRowsWindow", err)
 		}
 		s.trips.Add(1)
 		tx, err = db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+			return nil, s.fail("CountPendingOutboxRowsWindow", err)
 		}
 		// Read only: rolling back ends the transaction whatever happened.
 		defer func() { _ = tx.Rollback() }()
@@ -87,7 +90,7 @@ func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards 
 		out:  counts,
 	}
 	if err := walk.run(w.After); err != nil {
-		return nil, fmt.Errorf("sqlitestore: count pending window: %w", err)
+		return nil, s.fail("CountPendingOutboxRowsWindow", err)
 	}
 	return walk.out, nil
 }
@@ -168,7 +171,7 @@ func (w *windowWalk) scan(part string, bounds ...any) (*windowFull, error) {
 		}
 		// As in CountPendingOutboxRows: filtered here so the count
 		// subquery runs once, and unclaimable names are left out.
-		if c.Count <= 0 || checkText("", c.Route.Namespace, false) != nil || checkText("", c.Route.TaskQueue, false) != nil {
+		if c.Count <= 0 || backpressure.ValidateRoute(c.Route) != nil {
 			continue
 		}
 		w.out = append(w.out, c)

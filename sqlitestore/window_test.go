@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"modernc.org/sqlite"
 )
 
@@ -44,12 +45,12 @@ func init() {
 func TestWindowProbesOnlyWalkedNamespaces(t *testing.T) {
 	s := openT(t, ":memory:", Options{})
 	ctx := t.Context()
-	var ms []Message
+	var ms []outbox.Message
 	for i := 0; i < 10; i++ {
 		ns := "n" + strconv.Itoa(i)
 		for _, tq := range []string{"q1", "q2", "q3"} {
 			for j := 0; j < 3; j++ {
-				ms = append(ms, Message{DispatchKey: ns + "/" + tq + "/" + strconv.Itoa(j), Namespace: ns, TaskQueue: tq, Payload: []byte("p")})
+				ms = append(ms, outbox.Message{DispatchKey: ns + "/" + tq + "/" + strconv.Itoa(j), Namespace: ns, TaskQueue: tq, Payload: []byte("p")})
 			}
 		}
 	}
@@ -124,9 +125,9 @@ func TestWindowErrors(t *testing.T) {
 	all := allShards(t, s)
 	for _, w := range []backpressure.PendingWindow{{CapPerRoute: 0, Namespaces: 1}, {CapPerRoute: 1, Namespaces: 0}} {
 		_, err := s.CountPendingOutboxRowsWindow(t.Context(), all, w)
-		var ae *ArgumentError
-		if !errors.As(err, &ae) || !errors.Is(err, ErrInvalidArgument) {
-			t.Errorf("CountPendingOutboxRowsWindow(%+v) = %v, want an *ArgumentError", w, err)
+		var ae *outbox.ArgumentError
+		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) {
+			t.Errorf("CountPendingOutboxRowsWindow(%+v) = %v, want an *outbox.ArgumentError", w, err)
 		}
 	}
 	other, err := backpressure.AllShards(s.ShardCount() + 1)
@@ -134,8 +135,8 @@ func TestWindowErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.CountPendingOutboxRowsWindow(t.Context(), other, backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1})
-	var se *ShardCountError
-	if !errors.As(err, &se) || !errors.Is(err, ErrShardCountMismatch) {
-		t.Errorf("CountPendingOutboxRowsWindow(shard count mismatch) = %v, want a *ShardCountError", err)
+	var se *outbox.ShardCountError
+	if !errors.As(err, &se) || !errors.Is(err, outbox.ErrShardCountMismatch) {
+		t.Errorf("CountPendingOutboxRowsWindow(shard count mismatch) = %v, want a *outbox.ShardCountError", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/outboxkit/backpressure"
+	vocab "github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/sqlitestore"
 )
 
@@ -52,9 +53,9 @@ type sqliteOutbox struct {
 func (o *sqliteOutbox) Name() string { return o.name }
 
 func (o *sqliteOutbox) Enqueue(ctx context.Context, msgs []message) (int, error) {
-	m := make([]sqlitestore.Message, len(msgs))
+	m := make([]vocab.Message, len(msgs))
 	for i, x := range msgs {
-		m[i] = sqlitestore.Message{DispatchKey: x.Key, Namespace: x.Namespace, TaskQueue: x.TaskQueue}
+		m[i] = vocab.Message{DispatchKey: x.Key, Namespace: x.Namespace, TaskQueue: x.TaskQueue}
 	}
 	return o.s.Enqueue(ctx, m)
 }
@@ -78,27 +79,27 @@ func (o *sqliteOutbox) ClaimUnscoped(ctx context.Context, shards backpressure.Ow
 }
 
 func (o *sqliteOutbox) Settle(ctx context.Context, key string, token int64) error {
-	err := o.s.Settle(ctx, key, token)
-	if errors.Is(err, sqlitestore.ErrLeaseLost) {
+	err := o.s.Settle(ctx, vocab.Lease{DispatchKey: key, Token: token})
+	if errors.Is(err, vocab.ErrLeaseLost) {
 		return fmt.Errorf("%w: %w", errLeaseLost, err)
 	}
 	return err
 }
 
 func (o *sqliteOutbox) Inspect(ctx context.Context, key string) (rowState, error) {
-	r, st, err := o.s.Get(ctx, key)
+	r, err := o.s.Get(ctx, key)
 	switch {
-	case errors.Is(err, sqlitestore.ErrNotFound):
+	case errors.Is(err, vocab.ErrNotFound):
 		return rowState{}, nil
 	case err != nil:
 		return rowState{}, err
 	}
-	return rowState{Found: true, Settled: st == sqlitestore.StateSettled, State: st.String(), Attempts: r.Attempts}, nil
+	return rowState{Found: true, Settled: r.State == vocab.StateSettled, State: string(r.State), Attempts: r.Attempts}, nil
 }
 
 func (o *sqliteOutbox) Close() error { return o.s.Close() }
 
-func sqliteRows(rs []sqlitestore.Row) []row {
+func sqliteRows(rs []vocab.Row) []row {
 	out := make([]row, len(rs))
 	for i, r := range rs {
 		out[i] = row{Key: r.DispatchKey, Token: r.Token, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}

@@ -1,0 +1,326 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Stored states: state's INTEGER values.
+const (
+	statePending = 0
+	stateClaimed = 1
+	stateSettled = 2
+	stateDead    = 3
+)
+
+// stateOf returns the outbox.State of a stored state.
+func stateOf(n int) outbox.State {
+	switch n {
+	case statePending:
+		return outbox.StatePending
+	case stateClaimed:
+		return outbox.StateClaimed
+	case stateSettled:
+		return outbox.StateSettled
+	case stateDead:
+		return outbox.StateDead
+	}
+	return outbox.State(fmt.Sprintf("state(%d)", n))
+}
+
+// completeSQL applies a batch of completions in one statement: ?1 the
+// batch as a JSON array of [key, token, outcome, retry end, error], ?2 now.
+// Each entry is fenced like a claim's lease: its row must be claimed, with
+// that token, under a live lease (ready_at > now); a row that is not is
+// left alone and missing from RETURNING. A retry of a row that has had
+// max_attempts claims (0: no limit) dead-letters it. It finds each row by
+// the dispatch_key index.
+const completeSQL = `
+WITH c(key, token, outcome, retry_end, err) AS (
+	SELECT value->>0, value->>1, value->>2, value->>3, value->>4 FROM json_each(?1)),
+f(id, outcome, retry_end, err, next) AS (
+	SELECT o.id, c.outcome, c.retry_end, c.err,
+		CASE c.outcome WHEN 1 THEN 2 WHEN 3 THEN 3
+			ELSE CASE WHEN o.max_attempts > 0 AND o.attempts >= o.max_attempts THEN 3 ELSE 0 END END
+	FROM c JOIN outbox o ON o.dispatch_key = c.key
+	WHERE o.state = 1 AND o.token = c.token AND o.ready_at > ?2)
+UPDATE outbox SET
+	state = f.next,
+	finished_at = CASE WHEN f.next >= 2 THEN ?2 ELSE outbox.finished_at END,
+	run_at = CASE WHEN f.next = 0 THEN f.retry_end ELSE outbox.run_at END,
+	ready_at = CASE WHEN f.next = 0 THEN f.retry_end ELSE outbox.ready_at END,
+	last_error = CASE WHEN f.outcome = 1 THEN outbox.last_error ELSE f.err END
+FROM f WHERE outbox.id = f.id
+RETURNING dispatch_key, state, namespace, task_queue`
+
+// pruneRoutesSQL deletes, of the routes ?1 lists (a JSON array of
+// [namespace, task queue]), those with no pending or claimed row left: per
+// route one primary-key seek and one seek in the route index (whose
+// partial condition holds only such rows). A completion that settles or
+// dead-letters rows runs it in its write transaction; Enqueue and Requeue,
+// which add a route with its first such row, are serialised with it by the
+// write lock, so a route with a pending or claimed row is never missing.
+const pruneRoutesSQL = `
+DELETE FROM outbox_routes
+WHERE (namespace, task_queue) IN (SELECT value->>0, value->>1 FROM json_each(?1))
+  AND NOT EXISTS (
+	SELECT 1 FROM outbox o
+	WHERE o.namespace = outbox_routes.namespace AND o.task_queue = outbox_routes.task_queue AND o.state < 2)`
+
+// Complete applies each completion to its row, fenced by its lease, in one
+// statement and one write transaction, and returns one Result per
+// completion at the same index (see outbox.Completer):
+//
+//   - Settle: the row is settled for good, kept for dedup and audit until
+//     purged.
+//   - Retry: the row is pending again, claimable after Delay (a delay past
+//     2262-04-11T23:47:16Z, the largest time the store holds, ends then),
+//     keeping its attempts, its place in its route and Error as LastError;
+//     a row that has had its MaxAttempts claims is dead instead.
+//   - DeadLetter: the row is dead at once, with Error as LastError.
+//
+// An entry whose lease is not the row's current live claim (completed
+// already, expired, claimed again, purged, never claimed, or no such key)
+// gets a *outbox.LeaseLostError in its Result and leaves its row unchanged;
+// the others still apply. A call with an invalid Outcome, a Retry with a
+// negative Delay, or a dispatch key that is empty, not valid UTF-8, holds a
+// NUL byte or is named twice fails with an *outbox.ArgumentError and
+// applies nothing; so does any other error. Cost: O(len(completions)) index
+// seeks, plus one route check per route whose rows were finished.
+func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) ([]outbox.Result, error) {
+	return s.complete(ctx, "Complete", completions)
+}
+
+// Settle settles the row lease names: Complete with one Settle entry, its
+// Result's error returned (a *outbox.LeaseLostError when the lease was
+// lost).
+func (s *Store) Settle(ctx context.Context, lease outbox.Lease) error {
+	res, err := s.complete(ctx, "Settle", []outbox.Completion{{Lease: lease, Outcome: outbox.Settle}})
+	if err != nil {
+		return err
+	}
+	return res[0].Err
+}
+
+// Retry puts the row lease names back to pending, claimable after delay,
+// recording cause as its last error (dead-lettering it instead when it has
+// had its MaxAttempts claims): Complete with one Retry entry, its Result's
+// error returned. A negative delay fails with an *outbox.ArgumentError.
+func (s *Store) Retry(ctx context.Context, lease outbox.Lease, delay time.Duration, cause error) error {
+	c := outbox.Completion{Lease: lease, Outcome: outbox.Retry, Delay: delay}
+	if cause != nil {
+		c.Error = cause.Error()
+	}
+	res, err := s.complete(ctx, "Retry", []outbox.Completion{c})
+	if err != nil {
+		return err
+	}
+	return res[0].Err
+}
+
+// checkLeases rejects, with an *outbox.ArgumentError, a dispatch key no
+// row can have (empty, not valid UTF-8, holding a NUL byte) and a key
+// named twice in one call.
+func checkLeases(op, name string, n int, key func(int) string) error {
+	seen := make(map[string]int, n)
+	for i := range n {
+		k := key(i)
+		if reason := badText(k); reason != "" {
+			return argError(op, indexed(name, i)+".DispatchKey", reason)
+		}
+		if j, dup := seen[k]; dup {
+			return argError(op, indexed(name, i)+".DispatchKey",
+				fmt.Sprintf("%q is already named by %s[%d]; name each row at most once per call", k, name, j))
+		}
+		seen[k] = i
+	}
+	return nil
+}
+
+// badText says why v cannot be a dispatch key (or a namespace or key to
+// page after, which may be empty when allowEmpty), or "".
+func badText(v string, allowEmpty ...bool) string {
+	switch {
+	case v == "" && len(allowEmpty) == 0:
+		return "is empty"
+	case !utf8.ValidString(v):
+		return "is not valid UTF-8"
+	case strings.IndexByte(v, 0) >= 0:
+		return "holds a NUL byte"
+	}
+	return ""
+}
+
+func (s *Store) complete(ctx context.Context, op string, completions []outbox.Completion) ([]outbox.Result, error) {
+	if err := s.writable(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	for i, c := range completions {
+		switch {
+		case c.Outcome != outbox.Settle && c.Outcome != outbox.Retry && c.Outcome != outbox.DeadLetter:
+			return nil, argError(op, indexed("completions", i)+".Outcome", fmt.Sprintf("%v is not Settle, Retry or DeadLetter", c.Outcome))
+		case c.Outcome == outbox.Retry && c.Delay < 0:
+			return nil, argError(op, indexed("completions", i)+".Delay", fmt.Sprintf("%v is negative", c.Delay))
+		}
+	}
+	if err := checkLeases(op, "completions", len(completions), func(i int) string { return completions[i].DispatchKey }); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	results := make([]outbox.Result, len(completions))
+	if len(completions) == 0 {
+		return results, nil
+	}
+	applied := make(map[string]outbox.State, len(completions))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		clear(applied)
+		now := nanos(s.now())
+		batch := make([][5]any, 0, len(completions))
+		for _, c := range completions {
+			batch = append(batch, [5]any{c.DispatchKey, c.Token, int(c.Outcome), addNanos(now, max(c.Delay, 0)), outbox.TruncateError(c.Error)})
+		}
+		arg, err := json.Marshal(batch)
+		if err != nil {
+			return err
+		}
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+		rows, err := s.query(ctx, s.writer, tx, completeSQL, string(arg), now)
+		if err != nil {
+			return err
+		}
+		var finished [][2]string
+		for rows.Next() {
+			var key, ns, tq string
+			var state int
+			if err := rows.Scan(&key, &state, &ns, &tq); err != nil {
+				rows.Close()
+				return err
+			}
+			applied[key] = stateOf(state)
+			if state >= stateSettled {
+				finished = append(finished, [2]string{ns, tq})
+			}
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return s.pruneRoutes(ctx, tx, finished)
+	})
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	for i, c := range completions {
+		if st, ok := applied[c.DispatchKey]; ok {
+			results[i].State = st
+		} else {
+			results[i].Err = &outbox.LeaseLostError{Op: op, DispatchKey: c.DispatchKey, Token: c.Token}
+		}
+	}
+	return results, nil
+}
+
+// pruneRoutes runs pruneRoutesSQL for routes, when there are any.
+func (s *Store) pruneRoutes(ctx context.Context, tx *sql.Tx, routes [][2]string) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	arg, err := json.Marshal(routes)
+	if err != nil {
+		return err
+	}
+	if err := s.step(ctx); err != nil {
+		return err
+	}
+	rows, err := s.query(ctx, s.writer, tx, pruneRoutesSQL, string(arg))
+	if err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// extendSQL extends live leases in one statement: ?1 the leases as a JSON
+// array of [key, token], ?2 now, ?3 the new lease end.
+const extendSQL = `
+WITH l(key, token) AS (SELECT value->>0, value->>1 FROM json_each(?1))
+UPDATE outbox SET lease_expires_at = ?3, ready_at = ?3
+FROM l WHERE outbox.dispatch_key = l.key AND outbox.state = 1 AND outbox.token = l.token AND outbox.ready_at > ?2
+RETURNING dispatch_key`
+
+// ExtendLeases extends each live lease to the store's Lease from now, in
+// one statement and one write transaction, and returns one Result per
+// lease at the same index: State claimed and the new LeaseExpiresAt, or a
+// *outbox.LeaseLostError for a lease that is not the row's current live
+// claim (it is never revived). A dispatch key no row can have, or named
+// twice, fails the call with an *outbox.ArgumentError, extending nothing.
+func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
+	const op = "ExtendLeases"
+	if err := s.writable(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	if err := checkLeases(op, "leases", len(leases), func(i int) string { return leases[i].DispatchKey }); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	results := make([]outbox.Result, len(leases))
+	if len(leases) == 0 {
+		return results, nil
+	}
+	extended := make(map[string]bool, len(leases))
+	var end int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		clear(extended)
+		now := nanos(s.now())
+		end = addNanos(now, s.lease)
+		batch := make([][2]any, 0, len(leases))
+		for _, l := range leases {
+			batch = append(batch, [2]any{l.DispatchKey, l.Token})
+		}
+		arg, err := json.Marshal(batch)
+		if err != nil {
+			return err
+		}
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, extendSQL, string(arg), now, end)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var key string
+			if err := rows.Scan(&key); err != nil {
+				return err
+			}
+			extended[key] = true
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	for i, l := range leases {
+		if extended[l.DispatchKey] {
+			results[i] = outbox.Result{State: outbox.StateClaimed, LeaseExpiresAt: fromNanos(end)}
+		} else {
+			results[i].Err = &outbox.LeaseLostError{Op: op, DispatchKey: l.DispatchKey, Token: l.Token}
+		}
+	}
+	return results, nil
+}
