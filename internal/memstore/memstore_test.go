@@ -41,7 +41,10 @@ func TestZeroStoreIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, call := range map[string]func() error{
-		"Enqueue":      func() error { _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); return err },
+		"Enqueue": func() error {
+			_, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}})
+			return err
+		},
 		"Claim":        func() error { _, err := s.ClaimOutboxRowsScoped(ctx, all, nil); return err },
 		"Complete":     func() error { _, err := s.Complete(ctx, nil); return err },
 		"Subscribe":    func() error { _, err := s.Subscribe(ctx); return err },
