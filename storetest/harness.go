@@ -85,56 +85,34 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
-// Message is one row to enqueue.
-type Message struct {
-	DispatchKey string // unique across the outbox; enqueueing it again is a no-op
-	Namespace   string
-	TaskQueue   string
-	Payload     []byte
-}
-
-// State is a row's lifecycle state as stored. A claimed row whose lease
-// expired is still StateClaimed here; the suite compares LeaseExpiresAt with
-// the clock itself.
-type State string
-
-// The states a row can be in.
-const (
-	StatePending State = "pending" // never claimed, or put back by a retry
-	StateClaimed State = "claimed" // claimed; the lease may have expired
-	StateSettled State = "settled" // settled; never claimed again
-)
-
-// RowState is every stored column of one row, as the store holds it. The
-// suite compares whole RowStates to prove that a call left a row unchanged,
-// so fill in every field your store keeps, and put any column the fields
-// below do not name into Extra (compared with reflect.DeepEqual).
+// RowState is every stored column of one row, as the store holds it: the
+// row as [outbox.Row] names it, and in Extra any column it does not (compared
+// with reflect.DeepEqual). The suite compares whole RowStates to prove that
+// a call left a row unchanged.
 //
 // Times are compared with time.Time.Equal; leave a time zero when the store
 // holds none (e.g. ClaimedAt of a never-claimed row). Store times at the
 // precision of the injected clock (the suite's Clock steps by whole
 // milliseconds, so millisecond or finer precision is enough).
 type RowState struct {
-	DispatchKey    string
-	Namespace      string
-	TaskQueue      string
-	Shard          int
-	Payload        []byte
-	State          State
-	Attempts       int       // claims so far, including the current one
-	Token          int64     // the current (or last) claim's token; 0 if never claimed
-	EnqueuedAt     time.Time // when the row was first enqueued
-	VisibleAt      time.Time // when a pending row becomes claimable (retry delay)
-	ClaimedAt      time.Time // when the current (or last) claim was taken
-	LeaseExpiresAt time.Time // when the current (or last) claim's lease ends
-	Extra          any       // any further columns, compared with reflect.DeepEqual
+	outbox.Row
+	Extra any // any further columns, compared with reflect.DeepEqual
 }
 
-// Harness adapts one fresh, empty store to the suite. Store and the funcs
-// marked required must be set; an optional func left nil skips the checks
-// that need it (with t.Skip and a reason).
+// Harness adapts one fresh, empty store to the suite.
+//
+// A store that implements [outbox.Store] (with R = [outbox.Row]) needs only
+// Store, Now and Advance: every other field left zero defaults from the
+// store (Enqueue, Settle, Retry, Key, ShardCount, Lease, ErrLeaseLost, and
+// Inspect from Get), and the suite runs every area. A store that implements
+// only [backpressure.OutboxStore] must set every field marked required, and
+// the areas of the full outbox contract (Messages, Complete, Extend,
+// DeadLetters, Scheduled, Retention, Stats, Closed, Notifier, Context) are
+// skipped, saying so. An optional func left nil skips the checks that need
+// it (with t.Skip and a reason).
 //
 // The store must read time only through the clock behind Now and Advance,
 // so the suite can expire leases and retry delays without sleeping.
@@ -142,29 +120,45 @@ type Harness[R any] struct {
 	// Store is the implementation under test. Required.
 	Store backpressure.OutboxStore[R]
 
-	// ShardCount is the shard count the store places rows with. Required.
+	// ShardCount is the shard count the store places rows with. Required,
+	// or 0 for the [outbox.Store]'s ShardCount().
 	ShardCount int
 
 	// Lease is the store's lease length (visibility timeout), at least
-	// 100ms and a whole number of milliseconds. Required.
+	// [outbox.MinLease] and a whole number of milliseconds. Required, or 0
+	// for the [outbox.Store]'s Lease().
 	Lease time.Duration
 
+	// MaxAttempts is the most claims the store gives a row whose message
+	// sets none (its option); 0 means [outbox.DefaultMaxAttempts]. The
+	// DeadLetters area retries a row that many times, so a store under
+	// test may set a small one.
+	MaxAttempts int
+
 	// Enqueue inserts msgs atomically, ignoring those whose dispatch key
-	// already exists, and reports how many it inserted. Required.
-	Enqueue func(ctx context.Context, msgs []Message) (inserted int, err error)
+	// already exists, and reports how many it inserted. Required, or nil
+	// for the [outbox.Store]'s Enqueue.
+	Enqueue func(ctx context.Context, msgs []outbox.Message) (inserted int, err error)
 
 	// Settle settles a claimed row with the token of the claim that
-	// returned it. Required.
+	// returned it. Required, or nil for the [outbox.Store]'s Settle.
 	Settle func(ctx context.Context, row R) error
 
 	// Retry puts a claimed row back to pending, visible after delay, using
-	// the token of the claim that returned it. Required.
+	// the token of the claim that returned it. Required, or nil for the
+	// [outbox.Store]'s Retry.
 	Retry func(ctx context.Context, row R, delay time.Duration) error
 
-	// Inspect returns every column of the row with dispatchKey. Required.
+	// Inspect returns every column of the row with dispatchKey, or an
+	// error matching [outbox.ErrNotFound] when there is none. Required, or
+	// nil for the [outbox.Store]'s Get (with no Extra). A store whose Get
+	// shows every column needs no Inspect of its own; one that keeps more
+	// columns (or counts Get as a round trip the suite should not see)
+	// reads them here.
 	Inspect func(ctx context.Context, dispatchKey string) (RowState, error)
 
-	// Key returns a claimed row's dispatch key. Required.
+	// Key returns a claimed row's dispatch key. Required, or nil for
+	// [outbox.Row]'s DispatchKey.
 	Key func(row R) string
 
 	// Now returns the store's current time. Required.
@@ -180,18 +174,20 @@ type Harness[R any] struct {
 
 	// FailNth arms a fault: the n-th statement (1-based) the store runs
 	// from now on fails with an error, and the fault is then disarmed;
-	// n ≤ 0 disarms it. The suite uses it to prove a claim that fails
-	// part-way leaves nothing claimed. Optional, but without it the suite
-	// cannot vouch for all-or-nothing claims: Claim/AtomicOnFault is then
-	// skipped with a warning, and only claims refused before any work are
-	// checked (a cancelled context, a shard-count mismatch, a route named
-	// twice, a route the store refuses), which a store that claims scope by
-	// scope and fails on a database error part-way can still pass.
+	// n ≤ 0 disarms it. The suite uses it to prove that a claim or a batch
+	// completion that fails part-way changes nothing. Optional, but without
+	// it the suite cannot vouch for all-or-nothing claims and completions:
+	// Claim/AtomicOnFault and Complete/AtomicOnFault are then skipped with
+	// a warning, and only calls refused before any work are checked (a
+	// cancelled context, a shard-count mismatch, a route named twice, a
+	// bad argument), which a store that works row by row and fails on a
+	// database error part-way can still pass.
 	FailNth func(n int)
 
 	// ErrLeaseLost is the error Settle and Retry return (matched with
 	// errors.Is) when the row's current claim is not the one given: it was
-	// settled, retried, or re-claimed after its lease expired. Required.
+	// settled, retried, or re-claimed after its lease expired. Required,
+	// or nil for [outbox.ErrLeaseLost].
 	ErrLeaseLost error
 }
 
