@@ -211,6 +211,8 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Window", testWindow[R]},
 		{"SweepCounter", testSweepCounter[R]},
 		{"SweepTx", testSweepTx[R]},
+		{"Complete", testComplete[R]},
+		{"Extend", testExtend[R]},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })
