@@ -213,6 +213,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"SweepTx", testSweepTx[R]},
 		{"Complete", testComplete[R]},
 		{"Extend", testExtend[R]},
+		{"DeadLetters", testDeadLetters[R]},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })
