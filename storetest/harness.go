@@ -214,6 +214,9 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Complete", testComplete[R]},
 		{"Extend", testExtend[R]},
 		{"DeadLetters", testDeadLetters[R]},
+		{"Scheduled", testScheduled[R]},
+		{"Retention", testRetention[R]},
+		{"Stats", testStats[R]},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })
