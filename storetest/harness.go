@@ -217,6 +217,8 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Scheduled", testScheduled[R]},
 		{"Retention", testRetention[R]},
 		{"Stats", testStats[R]},
+		{"Closed", testClosed[R]},
+		{"Context", testContext[R]},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })
