@@ -217,6 +217,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Scheduled", testScheduled[R]},
 		{"Retention", testRetention[R]},
 		{"Stats", testStats[R]},
+		{"Notifier", testNotifier[R]},
 		{"Closed", testClosed[R]},
 		{"Context", testContext[R]},
 	}
