@@ -211,6 +211,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Window", testWindow[R]},
 		{"SweepCounter", testSweepCounter[R]},
 		{"SweepTx", testSweepTx[R]},
+		{"Messages", testMessages[R]},
 		{"Complete", testComplete[R]},
 		{"Extend", testExtend[R]},
 		{"DeadLetters", testDeadLetters[R]},
