@@ -1,39 +1,50 @@
-// Package storetest is the conformance suite for [backpressure.OutboxStore]
-// implementations: run it from your store's tests to prove the store keeps
-// the contract the planner relies on (dedup, shard placement, live-lease
-// counts, capped pending counts, atomic scoped claims, leases, claim tokens,
-// retries, concurrency and one round trip per call), and the optional
-// extensions when the store offers them.
+// Package storetest is the conformance suite for outbox stores: run it
+// from your store's tests to prove the store keeps the contract of
+// [outbox.Store] (and so works with the planner's [backpressure.Sweep] and
+// with a dispatcher built on outbox), and of the optional extensions it
+// offers.
 //
-// Quick start, in your store's _test.go file:
+// Quick start, in your store's _test.go file, for a store that implements
+// [outbox.Store] and reads time through an injected clock:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) *storetest.Harness[mystore.Row] {
+//		storetest.Run(t, func(t *testing.T) *storetest.Harness[outbox.Row] {
 //			clock := storetest.NewClock()
-//			var trips atomic.Int64
-//			s := mystore.Open(t, mystore.Options{Now: clock.Now, OnRoundTrip: func() { trips.Add(1) }})
-//			return &storetest.Harness[mystore.Row]{
-//				Store:      s,
-//				ShardCount: 64,
-//				Lease:      30 * time.Second,
-//				Enqueue:    func(ctx context.Context, msgs []storetest.Message) (int, error) { ... },
-//				Settle:     func(ctx context.Context, r mystore.Row) error { return s.Settle(ctx, r.DispatchKey, r.Token) },
-//				Retry:      func(ctx context.Context, r mystore.Row, d time.Duration) error { return s.Retry(ctx, r.DispatchKey, r.Token, d) },
-//				Inspect:    func(ctx context.Context, key string) (storetest.RowState, error) { ... },
-//				Key:        func(r mystore.Row) string { return r.DispatchKey },
-//				Now:        clock.Now,
-//				Advance:    clock.Advance,
-//				RoundTrips: trips.Load,
-//				ErrLeaseLost: mystore.ErrLeaseLost,
+//			s, err := mystore.Open(t.Context(), mystore.Options{Now: clock.Now, MaxAttempts: 5})
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { _ = s.Close() })
+//			return &storetest.Harness[outbox.Row]{
+//				Store:       s,
+//				MaxAttempts: 5,           // the store's option; 0 means outbox.DefaultMaxAttempts
+//				Now:         clock.Now,
+//				Advance:     clock.Advance,
+//				RoundTrips:  s.RoundTrips, // optional: statements sent so far
+//				FailNth:     s.FailNth,    // optional: make the n-th statement fail
 //			}
 //		})
 //	}
 //
 // Every subtest calls newHarness for a fresh, isolated, empty store, so
-// subtests never see each other's rows. The suite uses only the standard
-// library and the root package.
+// subtests never see each other's rows; newHarness registers the store's
+// cleanup with t.Cleanup (the Closed area closes the store itself first).
+// The suite uses the standard library, the root package, outbox and rapid.
 //
-// Beyond the letter of [backpressure.OutboxStore], the suite requires:
+// The areas, one file each: Dedup, Shards, Counts, Claim, Lease, Retry,
+// Concurrency and RoundTrips check [backpressure.OutboxStore]; Messages
+// (every limit of [outbox.Message.Validate] refused whole with a
+// [*outbox.MessageError], and a property test: any batch Enqueue accepts,
+// odd text and "" task queues included, is claimed in full, each row once,
+// by repeated [backpressure.Sweep]s), Complete, Extend, DeadLetters,
+// Scheduled, Retention, Stats, Notifier, Closed and Context check the rest
+// of [outbox.Store]; Window, SweepCounter and SweepTx check the optional
+// planner extensions. A store that implements only
+// [backpressure.OutboxStore] fills in the harness's Enqueue, Settle, Retry,
+// Inspect and Key itself, and the outbox areas are skipped, saying so; so
+// are the optional areas of extensions a store does not implement.
+//
+// Beyond the letter of the interfaces, the suite requires:
 //
 //   - A ClaimOutboxRowsScoped call naming one route in two claims fails
 //     with an error and claims nothing. The planner never names a route
@@ -46,6 +57,27 @@
 //     held nothing.
 //   - Oldest first means enqueue order, whatever the dispatch keys: the
 //     suite enqueues keys in descending order to tell the two apart.
+//   - Leases, retry delays and schedules are judged on the store's clock:
+//     a lease is live while now < LeaseExpiresAt, and a pending row is
+//     claimable once RunAt ≤ now. (The suite only looks a millisecond
+//     either side of each boundary.)
+//   - A completion's or an extension's lease is lost, reported per row as
+//     a [*outbox.LeaseLostError] with the row unchanged, unless the row is
+//     claimed with exactly that token and the lease is live: a settled,
+//     retried, dead, purged, re-claimed, expired or never-claimed row.
+//   - Complete refuses a whole batch, with a [*outbox.ArgumentError] and
+//     nothing applied, for an invalid Outcome, a Retry with a negative
+//     Delay, or a dispatch key named twice.
+//   - PurgeSettled and PurgeDead remove rows finished (FinishedAt) strictly
+//     before the given time, oldest first; a limit below 1 is an
+//     [*outbox.ArgumentError]; ListDead's Limit outside 0 to 10,000 too.
+//   - Requeue sets Attempts to 0 and makes the row claimable at once; a
+//     retry once Attempts ≥ MaxAttempts dead-letters the row, recording the
+//     retry's error (truncated by [outbox.TruncateError]).
+//   - With a cancelled context every method fails with an error matching
+//     context.Canceled and changes nothing; after Close every method
+//     returns an error matching [outbox.ErrClosed] (a second Close may
+//     return nil or that error).
 //
 // When the store also implements the optional
 // [backpressure.PendingWindowCounter], the Window area checks it against
@@ -55,8 +87,7 @@
 // shards), the window must be exactly the full counts restricted to the
 // first Namespaces namespaces with claimable rows in the cyclic order after
 // After, sorted by namespace then task queue, in one round trip; invalid
-// windows, a cancelled context and a mismatched shard count must fail. A
-// store that does not implement it skips the area, saying so.
+// windows, a cancelled context and a mismatched shard count must fail.
 //
 // Likewise for [backpressure.SweepCounter], the SweepCounter area: its
 // claimed counts must equal CountClaimedOutboxRows, and its pending counts
@@ -73,9 +104,13 @@
 // the plain store do; and a Sweep through it is one round trip. fn must
 // call only the view, never the store itself.
 //
-// Without Harness.FailNth the suite cannot check that a claim failing
-// part-way (a database error after some scopes were claimed) leaves nothing
-// claimed; it says so in the log and skips that check.
+// And for [outbox.Notifier], the Notifier area: a subscription receives a
+// value after an Enqueue commits rows, holds at most one, reaches every
+// subscriber, and is closed when its context is done or the store closes.
+//
+// Without Harness.FailNth the suite cannot check that a claim or a batch
+// completion failing part-way (a database error after some rows were
+// written) changes nothing; it says so in the log and skips those checks.
 package storetest
 
 import (
