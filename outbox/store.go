@@ -63,7 +63,8 @@ type Store interface {
 	// PurgeSettled deletes up to limit rows settled before before, oldest
 	// first, and returns how many; PurgeDead likewise for dead rows. Each
 	// call is one short transaction: call it until it returns less than
-	// limit. A purged key may be enqueued again.
+	// limit. A limit of 0 purges nothing; a negative one is an
+	// [ErrInvalidArgument]. A purged key may be enqueued again.
 	PurgeSettled(ctx context.Context, before time.Time, limit int) (int, error)
 	PurgeDead(ctx context.Context, before time.Time, limit int) (int, error)
 
@@ -73,7 +74,8 @@ type Store interface {
 	// ShardCount returns the shard count the store's rows are placed with.
 	ShardCount() int
 
-	// Close releases the store; every later call returns [ErrClosed].
+	// Close releases the store; every later call but Close returns
+	// [ErrClosed]. Closing a closed store returns nil.
 	Close() error
 }
 
@@ -90,7 +92,8 @@ type Completer interface {
 
 	// ExtendLeases extends each live lease to Lease() from now (the
 	// store's clock), in one statement, and returns one [Result] per lease:
-	// a lease already lost is reported, never revived.
+	// a lease already lost is reported, never revived. Each dispatch key
+	// appears at most once per call.
 	ExtendLeases(ctx context.Context, leases []Lease) ([]Result, error)
 }
 

@@ -2,17 +2,17 @@ package sqlitestore
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/storetest"
 )
 
 // TestConformance runs the storetest suite on a file database and on an
-// in-memory one.
+// in-memory one. The store implements outbox.Store, so the harness needs
+// only the store, its clock, the round-trip counter and the fault hook,
+// plus an Inspect for the columns Get does not show.
 func TestConformance(t *testing.T) {
 	for _, kind := range []string{"File", "Memory"} {
 		t.Run(kind, func(t *testing.T) {
@@ -39,46 +39,27 @@ func newHarness(t *testing.T, path string, opts Options) *storetest.Harness[outb
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return &storetest.Harness[outbox.Row]{
-		Store:      s,
-		ShardCount: s.ShardCount(),
-		Lease:      s.Lease(),
-		Enqueue: func(ctx context.Context, msgs []storetest.Message) (int, error) {
-			ms := make([]outbox.Message, len(msgs))
-			for i, m := range msgs {
-				ms[i] = outbox.Message{DispatchKey: m.DispatchKey, Namespace: m.Namespace, TaskQueue: m.TaskQueue, Payload: m.Payload}
-			}
-			return s.Enqueue(ctx, ms)
-		},
-		Settle: func(ctx context.Context, r outbox.Row) error { return s.Settle(ctx, r.Lease()) },
-		Retry: func(ctx context.Context, r outbox.Row, d time.Duration) error {
-			return s.Retry(ctx, r.Lease(), d, nil)
-		},
-		Inspect:      func(ctx context.Context, key string) (storetest.RowState, error) { return inspect(ctx, s, key) },
-		Key:          func(r outbox.Row) string { return r.DispatchKey },
-		Now:          clock.Now,
-		Advance:      clock.Advance,
-		RoundTrips:   s.RoundTrips,
-		FailNth:      func(n int) { s.failNth.Store(int64(n)) },
-		ErrLeaseLost: outbox.ErrLeaseLost,
+		Store:       s,
+		MaxAttempts: opts.MaxAttempts, // 0: outbox.DefaultMaxAttempts
+		Inspect:     func(ctx context.Context, key string) (storetest.RowState, error) { return inspect(ctx, s, key) },
+		Now:         clock.Now,
+		Advance:     clock.Advance,
+		RoundTrips:  s.RoundTrips,
+		FailNth:     func(n int) { s.failNth.Store(int64(n)) },
 	}
 }
 
-// inspect reads every column of a row, bypassing the round-trip counter.
+// inspect reads every column of a row, including the one Get does not
+// show (ready_at, the claim index's ordering key), without counting a round
+// trip or taking a FailNth step.
 func inspect(ctx context.Context, s *Store, key string) (storetest.RowState, error) {
-	var r storetest.RowState
-	var state, maxAttempts int
-	var id, enqueued, runAt, claimed, leaseEnd, finished, ready int64
-	var lastError string
-	err := s.reader.QueryRowContext(ctx, `
-SELECT id, dispatch_key, namespace, task_queue, shard, payload, state, attempts, token,
-       enqueued_at, run_at, claimed_at, lease_expires_at, finished_at, ready_at, max_attempts, last_error
-FROM outbox WHERE dispatch_key = ?`, key).Scan(&id, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard,
-		&r.Payload, &state, &r.Attempts, &r.Token, &enqueued, &runAt, &claimed, &leaseEnd, &finished, &ready, &maxAttempts, &lastError)
+	var ready int64
+	r, err := scanRow(func(dest ...any) error {
+		return s.reader.QueryRowContext(ctx, `SELECT `+rowColumns+`, ready_at FROM outbox WHERE dispatch_key = ?`, key).
+			Scan(append(dest, &ready)...)
+	})
 	if err != nil {
-		return r, err
+		return storetest.RowState{}, err
 	}
-	r.State = storetest.State(stateOf(state))
-	r.EnqueuedAt, r.VisibleAt, r.ClaimedAt, r.LeaseExpiresAt = fromNanos(enqueued), fromNanos(runAt), fromNanos(claimed), fromNanos(leaseEnd)
-	r.Extra = fmt.Sprint(id, finished, ready, maxAttempts, lastError)
-	return r, nil
+	return storetest.RowState{Row: r, Extra: ready}, nil
 }

@@ -23,6 +23,9 @@ func scanRow(scan func(...any) error) (outbox.Row, error) {
 	err := scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &state, &r.Attempts, &r.MaxAttempts,
 		&r.Token, &enqueued, &runAt, &claimed, &leaseEnd, &finished, &r.LastError)
 	r.State = stateOf(state)
+	if r.Payload == nil {
+		r.Payload = []byte{} // nil is stored as empty; SQLite reads an empty blob back as NULL
+	}
 	r.EnqueuedAt, r.RunAt, r.ClaimedAt = fromNanos(enqueued), fromNanos(runAt), fromNanos(claimed)
 	r.LeaseExpiresAt, r.FinishedAt = fromNanos(leaseEnd), fromNanos(finished)
 	return r, err

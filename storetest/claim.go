@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // testClaim checks ClaimOutboxRowsScoped: at most Limit per scope, oldest
@@ -41,7 +42,7 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		key := func() string { next--; return "k" + strconv.Itoa(next+1) }
 		var order []string
 		for i := 0; i < 4; i++ { // several batches, several rows per batch
-			var ms []Message
+			var ms []outbox.Message
 			for j := 0; j < 3; j++ {
 				ms = append(ms, msg("a", "q", key()))
 			}
@@ -77,8 +78,8 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			for _, r := range rows {
 				k := e.h.Key(r)
 				s := e.inspect(k)
-				if s.State != StateClaimed || s.Attempts != 1 || !s.ClaimedAt.Equal(claimedAt) || !s.LeaseExpiresAt.Equal(claimedAt.Add(e.h.Lease)) {
-					t.Errorf("claim %d: row %q is %+v, want State %q, Attempts 1, ClaimedAt %v, LeaseExpiresAt %v", i, k, s, StateClaimed, claimedAt, claimedAt.Add(e.h.Lease))
+				if s.State != outbox.StateClaimed || s.Attempts != 1 || !s.ClaimedAt.Equal(claimedAt) || !s.LeaseExpiresAt.Equal(claimedAt.Add(e.h.Lease)) {
+					t.Errorf("claim %d: row %q is %+v, want State %q, Attempts 1, ClaimedAt %v, LeaseExpiresAt %v", i, k, s, outbox.StateClaimed, claimedAt, claimedAt.Add(e.h.Lease))
 				}
 				tokens[i][s.Token] = true
 			}
@@ -140,8 +141,8 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				t.Fatalf("step %d: claim returned settled row(s) %v", i, e.keys(got))
 			}
 		}
-		if s := e.inspect("k"); s.State != StateSettled {
-			t.Errorf("settled row: State %q, want %q", s.State, StateSettled)
+		if s := e.inspect("k"); s.State != outbox.StateSettled {
+			t.Errorf("settled row: State %q, want %q", s.State, outbox.StateSettled)
 		}
 	})
 
@@ -195,7 +196,7 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		var claims []backpressure.ScopedClaim
 		for i, o := range odd {
 			n := strconv.Itoa(i)
-			for _, m := range []Message{
+			for _, m := range []outbox.Message{
 				msg("ns-"+n+"-"+o, "q", "key-ns-"+n),
 				msg("ns-"+n, "q-"+o, "key-q-"+n),
 				msg("ns-k"+n, "q", "key-"+n+"-"+o),
@@ -208,7 +209,7 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				sentinel := msg("sentinel", "q", "sentinel-"+m.DispatchKey)
 				r := route(m.Namespace, m.TaskQueue)
 				claims = append(claims, backpressure.ScopedClaim{Route: r, Limit: 5})
-				if _, err := e.h.Enqueue(e.ctx, []Message{sentinel, m}); err != nil {
+				if _, err := e.h.Enqueue(e.ctx, []outbox.Message{sentinel, m}); err != nil {
 					if _, ierr := e.h.Inspect(e.ctx, sentinel.DispatchKey); ierr == nil {
 						t.Errorf("Enqueue(sentinel, %+q) failed (%v) but inserted the sentinel; a batch is all or nothing", m, err)
 					}

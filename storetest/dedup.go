@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // testDedup checks that enqueue is insert-or-ignore by dispatch key and says
@@ -21,14 +22,14 @@ func testDedup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		if s.DispatchKey != m.DispatchKey || s.Namespace != m.Namespace || s.TaskQueue != m.TaskQueue || !bytes.Equal(s.Payload, m.Payload) {
 			t.Errorf("Inspect = %+v, want the enqueued message %+v", s, m)
 		}
-		if s.State != StatePending || s.Attempts != 0 {
-			t.Errorf("new row: State %q Attempts %d, want %q 0", s.State, s.Attempts, StatePending)
+		if s.State != outbox.StatePending || s.Attempts != 0 {
+			t.Errorf("new row: State %q Attempts %d, want %q 0", s.State, s.Attempts, outbox.StatePending)
 		}
 		if want := backpressure.ShardFor(m.DispatchKey, e.h.ShardCount); s.Shard != want {
 			t.Errorf("new row: Shard %d, want ShardFor = %d", s.Shard, want)
 		}
-		if now := e.h.Now(); !s.EnqueuedAt.Equal(now) || s.VisibleAt.After(now) {
-			t.Errorf("new row: EnqueuedAt %v VisibleAt %v, want EnqueuedAt = now = %v and VisibleAt ≤ now", s.EnqueuedAt, s.VisibleAt, now)
+		if now := e.h.Now(); !s.EnqueuedAt.Equal(now) || s.RunAt.After(now) {
+			t.Errorf("new row: EnqueuedAt %v RunAt %v, want EnqueuedAt = now = %v and RunAt ≤ now", s.EnqueuedAt, s.RunAt, now)
 		}
 	})
 
@@ -40,9 +41,9 @@ func testDedup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 		before := e.snapshot(messageKeys(ms))
 		e.h.Advance(time.Second)
-		again := make([]Message, len(ms))
+		again := make([]outbox.Message, len(ms))
 		for i, m := range ms {
-			again[i] = Message{DispatchKey: m.DispatchKey, Namespace: "other", TaskQueue: "other", Payload: []byte("changed")}
+			again[i] = outbox.Message{DispatchKey: m.DispatchKey, Namespace: "other", TaskQueue: "other", Payload: []byte("changed")}
 		}
 		if n := e.enqueue(again...); n != 0 {
 			t.Errorf("Enqueue(3 existing keys) inserted %d, want 0", n)
@@ -56,8 +57,8 @@ func testDedup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		if n := e.enqueue(msg("acme", "emails", "b"), msg("acme", "emails", "c")); n != 1 {
 			t.Errorf("Enqueue(b, c) after (a, b) inserted %d, want 1", n)
 		}
-		if s := e.inspect("c"); s.State != StatePending {
-			t.Errorf("row c: State %q, want %q", s.State, StatePending)
+		if s := e.inspect("c"); s.State != outbox.StatePending {
+			t.Errorf("row c: State %q, want %q", s.State, outbox.StatePending)
 		}
 	})
 

@@ -1,39 +1,50 @@
-// Package storetest is the conformance suite for [backpressure.OutboxStore]
-// implementations: run it from your store's tests to prove the store keeps
-// the contract the planner relies on (dedup, shard placement, live-lease
-// counts, capped pending counts, atomic scoped claims, leases, claim tokens,
-// retries, concurrency and one round trip per call), and the optional
-// extensions when the store offers them.
+// Package storetest is the conformance suite for outbox stores: run it
+// from your store's tests to prove the store keeps the contract of
+// [outbox.Store] (and so works with the planner's [backpressure.Sweep] and
+// with a dispatcher built on outbox), and of the optional extensions it
+// offers.
 //
-// Quick start, in your store's _test.go file:
+// Quick start, in your store's _test.go file, for a store that implements
+// [outbox.Store] and reads time through an injected clock:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) *storetest.Harness[mystore.Row] {
+//		storetest.Run(t, func(t *testing.T) *storetest.Harness[outbox.Row] {
 //			clock := storetest.NewClock()
-//			var trips atomic.Int64
-//			s := mystore.Open(t, mystore.Options{Now: clock.Now, OnRoundTrip: func() { trips.Add(1) }})
-//			return &storetest.Harness[mystore.Row]{
-//				Store:      s,
-//				ShardCount: 64,
-//				Lease:      30 * time.Second,
-//				Enqueue:    func(ctx context.Context, msgs []storetest.Message) (int, error) { ... },
-//				Settle:     func(ctx context.Context, r mystore.Row) error { return s.Settle(ctx, r.DispatchKey, r.Token) },
-//				Retry:      func(ctx context.Context, r mystore.Row, d time.Duration) error { return s.Retry(ctx, r.DispatchKey, r.Token, d) },
-//				Inspect:    func(ctx context.Context, key string) (storetest.RowState, error) { ... },
-//				Key:        func(r mystore.Row) string { return r.DispatchKey },
-//				Now:        clock.Now,
-//				Advance:    clock.Advance,
-//				RoundTrips: trips.Load,
-//				ErrLeaseLost: mystore.ErrLeaseLost,
+//			s, err := mystore.Open(t.Context(), mystore.Options{Now: clock.Now, MaxAttempts: 5})
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { _ = s.Close() })
+//			return &storetest.Harness[outbox.Row]{
+//				Store:       s,
+//				MaxAttempts: 5,           // the store's option; 0 means outbox.DefaultMaxAttempts
+//				Now:         clock.Now,
+//				Advance:     clock.Advance,
+//				RoundTrips:  s.RoundTrips, // optional: statements sent so far
+//				FailNth:     s.FailNth,    // optional: make the n-th statement fail
 //			}
 //		})
 //	}
 //
 // Every subtest calls newHarness for a fresh, isolated, empty store, so
-// subtests never see each other's rows. The suite uses only the standard
-// library and the root package.
+// subtests never see each other's rows; newHarness registers the store's
+// cleanup with t.Cleanup (the Closed area closes the store itself first).
+// The suite uses the standard library, the root package, outbox and rapid.
 //
-// Beyond the letter of [backpressure.OutboxStore], the suite requires:
+// The areas, one file each: Dedup, Shards, Counts, Claim, Lease, Retry,
+// Concurrency and RoundTrips check [backpressure.OutboxStore]; Messages
+// (every limit of [outbox.Message.Validate] refused whole with a
+// [*outbox.MessageError], and a property test: any batch Enqueue accepts,
+// odd text and "" task queues included, is claimed in full, each row once,
+// by repeated [backpressure.Sweep]s), Complete, Extend, DeadLetters,
+// Scheduled, Retention, Stats, Notifier, Closed and Context check the rest
+// of [outbox.Store]; Window, SweepCounter and SweepTx check the optional
+// planner extensions. A store that implements only
+// [backpressure.OutboxStore] fills in the harness's Enqueue, Settle, Retry,
+// Inspect and Key itself, and the outbox areas are skipped, saying so; so
+// are the optional areas of extensions a store does not implement.
+//
+// Beyond the letter of the interfaces, the suite requires:
 //
 //   - A ClaimOutboxRowsScoped call naming one route in two claims fails
 //     with an error and claims nothing. The planner never names a route
@@ -46,6 +57,27 @@
 //     held nothing.
 //   - Oldest first means enqueue order, whatever the dispatch keys: the
 //     suite enqueues keys in descending order to tell the two apart.
+//   - Leases, retry delays and schedules are judged on the store's clock:
+//     a lease is live while now < LeaseExpiresAt, and a pending row is
+//     claimable once RunAt ≤ now. (The suite only looks a millisecond
+//     either side of each boundary.)
+//   - A completion's or an extension's lease is lost, reported per row as
+//     a [*outbox.LeaseLostError] with the row unchanged, unless the row is
+//     claimed with exactly that token and the lease is live: a settled,
+//     retried, dead, purged, re-claimed, expired or never-claimed row.
+//   - Complete refuses a whole batch, with a [*outbox.ArgumentError] and
+//     nothing applied, for an invalid Outcome, a Retry with a negative
+//     Delay, or a dispatch key named twice.
+//   - PurgeSettled and PurgeDead remove rows finished (FinishedAt) strictly
+//     before the given time, oldest first; a limit below 1 is an
+//     [*outbox.ArgumentError]; ListDead's Limit outside 0 to 10,000 too.
+//   - Requeue sets Attempts to 0 and makes the row claimable at once; a
+//     retry once Attempts ≥ MaxAttempts dead-letters the row, recording the
+//     retry's error (truncated by [outbox.TruncateError]).
+//   - With a cancelled context every method fails with an error matching
+//     context.Canceled and changes nothing; after Close every method
+//     but Close returns an error matching [outbox.ErrClosed], and a second
+//     Close returns nil.
 //
 // When the store also implements the optional
 // [backpressure.PendingWindowCounter], the Window area checks it against
@@ -55,8 +87,7 @@
 // shards), the window must be exactly the full counts restricted to the
 // first Namespaces namespaces with claimable rows in the cyclic order after
 // After, sorted by namespace then task queue, in one round trip; invalid
-// windows, a cancelled context and a mismatched shard count must fail. A
-// store that does not implement it skips the area, saying so.
+// windows, a cancelled context and a mismatched shard count must fail.
 //
 // Likewise for [backpressure.SweepCounter], the SweepCounter area: its
 // claimed counts must equal CountClaimedOutboxRows, and its pending counts
@@ -73,9 +104,13 @@
 // the plain store do; and a Sweep through it is one round trip. fn must
 // call only the view, never the store itself.
 //
-// Without Harness.FailNth the suite cannot check that a claim failing
-// part-way (a database error after some scopes were claimed) leaves nothing
-// claimed; it says so in the log and skips that check.
+// And for [outbox.Notifier], the Notifier area: a subscription receives a
+// value after an Enqueue commits rows, holds at most one, reaches every
+// subscriber, and is closed when its context is done or the store closes.
+//
+// Without Harness.FailNth the suite cannot check that a claim or a batch
+// completion failing part-way (a database error after some rows were
+// written) changes nothing; it says so in the log and skips those checks.
 package storetest
 
 import (
@@ -85,56 +120,34 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
-// Message is one row to enqueue.
-type Message struct {
-	DispatchKey string // unique across the outbox; enqueueing it again is a no-op
-	Namespace   string
-	TaskQueue   string
-	Payload     []byte
-}
-
-// State is a row's lifecycle state as stored. A claimed row whose lease
-// expired is still StateClaimed here; the suite compares LeaseExpiresAt with
-// the clock itself.
-type State string
-
-// The states a row can be in.
-const (
-	StatePending State = "pending" // never claimed, or put back by a retry
-	StateClaimed State = "claimed" // claimed; the lease may have expired
-	StateSettled State = "settled" // settled; never claimed again
-)
-
-// RowState is every stored column of one row, as the store holds it. The
-// suite compares whole RowStates to prove that a call left a row unchanged,
-// so fill in every field your store keeps, and put any column the fields
-// below do not name into Extra (compared with reflect.DeepEqual).
+// RowState is every stored column of one row, as the store holds it: the
+// row as [outbox.Row] names it, and in Extra any column it does not (compared
+// with reflect.DeepEqual). The suite compares whole RowStates to prove that
+// a call left a row unchanged.
 //
 // Times are compared with time.Time.Equal; leave a time zero when the store
 // holds none (e.g. ClaimedAt of a never-claimed row). Store times at the
 // precision of the injected clock (the suite's Clock steps by whole
 // milliseconds, so millisecond or finer precision is enough).
 type RowState struct {
-	DispatchKey    string
-	Namespace      string
-	TaskQueue      string
-	Shard          int
-	Payload        []byte
-	State          State
-	Attempts       int       // claims so far, including the current one
-	Token          int64     // the current (or last) claim's token; 0 if never claimed
-	EnqueuedAt     time.Time // when the row was first enqueued
-	VisibleAt      time.Time // when a pending row becomes claimable (retry delay)
-	ClaimedAt      time.Time // when the current (or last) claim was taken
-	LeaseExpiresAt time.Time // when the current (or last) claim's lease ends
-	Extra          any       // any further columns, compared with reflect.DeepEqual
+	outbox.Row
+	Extra any // any further columns, compared with reflect.DeepEqual
 }
 
-// Harness adapts one fresh, empty store to the suite. Store and the funcs
-// marked required must be set; an optional func left nil skips the checks
-// that need it (with t.Skip and a reason).
+// Harness adapts one fresh, empty store to the suite.
+//
+// A store that implements [outbox.Store] (with R = [outbox.Row]) needs only
+// Store, Now and Advance: every other field left zero defaults from the
+// store (Enqueue, Settle, Retry, Key, ShardCount, Lease, ErrLeaseLost, and
+// Inspect from Get), and the suite runs every area. A store that implements
+// only [backpressure.OutboxStore] must set every field marked required, and
+// the areas of the full outbox contract (Messages, Complete, Extend,
+// DeadLetters, Scheduled, Retention, Stats, Closed, Notifier, Context) are
+// skipped, saying so. An optional func left nil skips the checks that need
+// it (with t.Skip and a reason).
 //
 // The store must read time only through the clock behind Now and Advance,
 // so the suite can expire leases and retry delays without sleeping.
@@ -142,29 +155,45 @@ type Harness[R any] struct {
 	// Store is the implementation under test. Required.
 	Store backpressure.OutboxStore[R]
 
-	// ShardCount is the shard count the store places rows with. Required.
+	// ShardCount is the shard count the store places rows with. Required,
+	// or 0 for the [outbox.Store]'s ShardCount().
 	ShardCount int
 
 	// Lease is the store's lease length (visibility timeout), at least
-	// 100ms and a whole number of milliseconds. Required.
+	// [outbox.MinLease] and a whole number of milliseconds. Required, or 0
+	// for the [outbox.Store]'s Lease().
 	Lease time.Duration
 
+	// MaxAttempts is the most claims the store gives a row whose message
+	// sets none (its option); 0 means [outbox.DefaultMaxAttempts]. The
+	// DeadLetters area retries a row that many times, so a store under
+	// test may set a small one.
+	MaxAttempts int
+
 	// Enqueue inserts msgs atomically, ignoring those whose dispatch key
-	// already exists, and reports how many it inserted. Required.
-	Enqueue func(ctx context.Context, msgs []Message) (inserted int, err error)
+	// already exists, and reports how many it inserted. Required, or nil
+	// for the [outbox.Store]'s Enqueue.
+	Enqueue func(ctx context.Context, msgs []outbox.Message) (inserted int, err error)
 
 	// Settle settles a claimed row with the token of the claim that
-	// returned it. Required.
+	// returned it. Required, or nil for the [outbox.Store]'s Settle.
 	Settle func(ctx context.Context, row R) error
 
 	// Retry puts a claimed row back to pending, visible after delay, using
-	// the token of the claim that returned it. Required.
+	// the token of the claim that returned it. Required, or nil for the
+	// [outbox.Store]'s Retry.
 	Retry func(ctx context.Context, row R, delay time.Duration) error
 
-	// Inspect returns every column of the row with dispatchKey. Required.
+	// Inspect returns every column of the row with dispatchKey, or an
+	// error matching [outbox.ErrNotFound] when there is none. Required, or
+	// nil for the [outbox.Store]'s Get (with no Extra). A store whose Get
+	// shows every column needs no Inspect of its own; one that keeps more
+	// columns (or counts Get as a round trip the suite should not see)
+	// reads them here.
 	Inspect func(ctx context.Context, dispatchKey string) (RowState, error)
 
-	// Key returns a claimed row's dispatch key. Required.
+	// Key returns a claimed row's dispatch key. Required, or nil for
+	// [outbox.Row]'s DispatchKey.
 	Key func(row R) string
 
 	// Now returns the store's current time. Required.
@@ -180,18 +209,20 @@ type Harness[R any] struct {
 
 	// FailNth arms a fault: the n-th statement (1-based) the store runs
 	// from now on fails with an error, and the fault is then disarmed;
-	// n ≤ 0 disarms it. The suite uses it to prove a claim that fails
-	// part-way leaves nothing claimed. Optional, but without it the suite
-	// cannot vouch for all-or-nothing claims: Claim/AtomicOnFault is then
-	// skipped with a warning, and only claims refused before any work are
-	// checked (a cancelled context, a shard-count mismatch, a route named
-	// twice, a route the store refuses), which a store that claims scope by
-	// scope and fails on a database error part-way can still pass.
+	// n ≤ 0 disarms it. The suite uses it to prove that a claim or a batch
+	// completion that fails part-way changes nothing. Optional, but without
+	// it the suite cannot vouch for all-or-nothing claims and completions:
+	// Claim/AtomicOnFault and Complete/AtomicOnFault are then skipped with
+	// a warning, and only calls refused before any work are checked (a
+	// cancelled context, a shard-count mismatch, a route named twice, a
+	// bad argument), which a store that works row by row and fails on a
+	// database error part-way can still pass.
 	FailNth func(n int)
 
 	// ErrLeaseLost is the error Settle and Retry return (matched with
 	// errors.Is) when the row's current claim is not the one given: it was
-	// settled, retried, or re-claimed after its lease expired. Required.
+	// settled, retried, or re-claimed after its lease expired. Required,
+	// or nil for [outbox.ErrLeaseLost].
 	ErrLeaseLost error
 }
 
@@ -215,6 +246,16 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Window", testWindow[R]},
 		{"SweepCounter", testSweepCounter[R]},
 		{"SweepTx", testSweepTx[R]},
+		{"Messages", testMessages[R]},
+		{"Complete", testComplete[R]},
+		{"Extend", testExtend[R]},
+		{"DeadLetters", testDeadLetters[R]},
+		{"Scheduled", testScheduled[R]},
+		{"Retention", testRetention[R]},
+		{"Stats", testStats[R]},
+		{"Notifier", testNotifier[R]},
+		{"Closed", testClosed[R]},
+		{"Context", testContext[R]},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) { a.run(t, newHarness) })

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // env is one subtest's view of a fresh store.
@@ -44,13 +45,19 @@ func (e *env[R]) oneRoundTrip(name string, call func()) {
 	}
 }
 
-// setup builds a fresh store with newHarness and checks the harness is
-// complete, so a missing field fails with a clear message, not a nil call.
+// setup builds a fresh store with newHarness, fills the fields an
+// [outbox.Store] defaults, and checks the harness is complete, so a missing
+// field fails with a clear message, not a nil call.
 func setup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) *env[R] {
 	t.Helper()
 	h := newHarness(t)
 	if h == nil {
 		t.Fatal("storetest: newHarness returned nil")
+	}
+	hc := *h
+	h = &hc
+	if err := fillDefaults(h); err != nil {
+		t.Fatalf("storetest: %v", err)
 	}
 	var missing []string
 	for _, f := range []struct {
@@ -77,8 +84,11 @@ func setup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) *env[R]
 	if h.ShardCount < 1 {
 		t.Fatalf("storetest: Harness.ShardCount = %d, want ≥ 1", h.ShardCount)
 	}
-	if h.Lease < 100*time.Millisecond || h.Lease%time.Millisecond != 0 {
-		t.Fatalf("storetest: Harness.Lease = %v, want ≥ 100ms and a whole number of milliseconds", h.Lease)
+	if h.Lease < outbox.MinLease || h.Lease%time.Millisecond != 0 {
+		t.Fatalf("storetest: Harness.Lease = %v, want ≥ %v and a whole number of milliseconds", h.Lease, outbox.MinLease)
+	}
+	if h.MaxAttempts < 0 {
+		t.Fatalf("storetest: Harness.MaxAttempts = %d, want ≥ 0", h.MaxAttempts)
 	}
 	all, err := backpressure.AllShards(h.ShardCount)
 	if err != nil {
@@ -87,21 +97,70 @@ func setup[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) *env[R]
 	return &env[R]{t: t, h: h, ctx: t.Context(), all: all}
 }
 
+// fillDefaults sets the fields of h an [outbox.Store] provides and h
+// leaves zero, and checks those it sets against the store.
+func fillDefaults[R any](h *Harness[R]) error {
+	if h.MaxAttempts == 0 {
+		h.MaxAttempts = outbox.DefaultMaxAttempts
+	}
+	if h.ErrLeaseLost == nil {
+		h.ErrLeaseLost = outbox.ErrLeaseLost
+	}
+	s, ok := any(h.Store).(outbox.Store)
+	if !ok {
+		return nil
+	}
+	// A value that is both an OutboxStore[R] and an OutboxStore[outbox.Row]
+	// has one ClaimOutboxRowsScoped method, so R is outbox.Row.
+	row := func(r R) outbox.Row { return any(r).(outbox.Row) }
+	switch {
+	case h.ShardCount == 0:
+		h.ShardCount = s.ShardCount()
+	case h.ShardCount != s.ShardCount():
+		return fmt.Errorf("Harness.ShardCount = %d, but the store's ShardCount() = %d", h.ShardCount, s.ShardCount())
+	}
+	switch {
+	case h.Lease == 0:
+		h.Lease = s.Lease()
+	case h.Lease != s.Lease():
+		return fmt.Errorf("Harness.Lease = %v, but the store's Lease() = %v", h.Lease, s.Lease())
+	}
+	if h.Enqueue == nil {
+		h.Enqueue = s.Enqueue
+	}
+	if h.Settle == nil {
+		h.Settle = func(ctx context.Context, r R) error { return s.Settle(ctx, row(r).Lease()) }
+	}
+	if h.Retry == nil {
+		h.Retry = func(ctx context.Context, r R, d time.Duration) error { return s.Retry(ctx, row(r).Lease(), d, nil) }
+	}
+	if h.Key == nil {
+		h.Key = func(r R) string { return row(r).DispatchKey }
+	}
+	if h.Inspect == nil {
+		h.Inspect = func(ctx context.Context, key string) (RowState, error) {
+			r, err := s.Get(ctx, key)
+			return RowState{Row: r}, err
+		}
+	}
+	return nil
+}
+
 // msg builds a message with a payload derived from the key.
-func msg(namespace, taskQueue, key string) Message {
-	return Message{DispatchKey: key, Namespace: namespace, TaskQueue: taskQueue, Payload: []byte("payload:" + key)}
+func msg(namespace, taskQueue, key string) outbox.Message {
+	return outbox.Message{DispatchKey: key, Namespace: namespace, TaskQueue: taskQueue, Payload: []byte("payload:" + key)}
 }
 
 // msgs builds n messages on one route with keys prefix-0 … prefix-(n-1).
-func msgs(namespace, taskQueue, prefix string, n int) []Message {
-	out := make([]Message, n)
+func msgs(namespace, taskQueue, prefix string, n int) []outbox.Message {
+	out := make([]outbox.Message, n)
 	for i := range out {
 		out[i] = msg(namespace, taskQueue, prefix+"-"+strconv.Itoa(i))
 	}
 	return out
 }
 
-func (e *env[R]) enqueue(ms ...Message) int {
+func (e *env[R]) enqueue(ms ...outbox.Message) int {
 	e.t.Helper()
 	n, err := e.h.Enqueue(e.ctx, ms)
 	if err != nil {
@@ -266,38 +325,37 @@ func scope(namespace, taskQueue string, limit int) backpressure.ScopedClaim {
 func diffRow(a, b RowState) string {
 	var d []string
 	add := func(field string, x, y any) { d = append(d, fmt.Sprintf("%s %v → %v", field, x, y)) }
-	if a.DispatchKey != b.DispatchKey {
-		add("DispatchKey", a.DispatchKey, b.DispatchKey)
-	}
-	if a.Namespace != b.Namespace {
-		add("Namespace", a.Namespace, b.Namespace)
-	}
-	if a.TaskQueue != b.TaskQueue {
-		add("TaskQueue", a.TaskQueue, b.TaskQueue)
-	}
-	if a.Shard != b.Shard {
-		add("Shard", a.Shard, b.Shard)
+	for _, f := range []struct {
+		name string
+		x, y any
+	}{
+		{"ID", a.ID, b.ID},
+		{"DispatchKey", a.DispatchKey, b.DispatchKey},
+		{"Namespace", a.Namespace, b.Namespace},
+		{"TaskQueue", a.TaskQueue, b.TaskQueue},
+		{"Shard", a.Shard, b.Shard},
+		{"State", a.State, b.State},
+		{"Attempts", a.Attempts, b.Attempts},
+		{"MaxAttempts", a.MaxAttempts, b.MaxAttempts},
+		{"Token", a.Token, b.Token},
+		{"LastError", a.LastError, b.LastError},
+	} {
+		if f.x != f.y {
+			add(f.name, f.x, f.y)
+		}
 	}
 	if !bytes.Equal(a.Payload, b.Payload) {
 		add("Payload", a.Payload, b.Payload)
-	}
-	if a.State != b.State {
-		add("State", a.State, b.State)
-	}
-	if a.Attempts != b.Attempts {
-		add("Attempts", a.Attempts, b.Attempts)
-	}
-	if a.Token != b.Token {
-		add("Token", a.Token, b.Token)
 	}
 	for _, f := range []struct {
 		name string
 		x, y time.Time
 	}{
 		{"EnqueuedAt", a.EnqueuedAt, b.EnqueuedAt},
-		{"VisibleAt", a.VisibleAt, b.VisibleAt},
+		{"RunAt", a.RunAt, b.RunAt},
 		{"ClaimedAt", a.ClaimedAt, b.ClaimedAt},
 		{"LeaseExpiresAt", a.LeaseExpiresAt, b.LeaseExpiresAt},
+		{"FinishedAt", a.FinishedAt, b.FinishedAt},
 	} {
 		if !f.x.Equal(f.y) {
 			add(f.name, f.x, f.y)
@@ -321,7 +379,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func messageKeys(ms []Message) []string {
+func messageKeys(ms []outbox.Message) []string {
 	out := make([]string, len(ms))
 	for i, m := range ms {
 		out[i] = m.DispatchKey

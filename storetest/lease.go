@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"github.com/outboxkit/backpressure/outbox"
 	"testing"
 	"time"
 )
@@ -27,8 +28,8 @@ func testLease[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			t.Fatalf("claim 1ms after the lease ended returned %v, want [k]", e.keys(again))
 		}
 		s := e.inspect("k")
-		if s.State != StateClaimed || s.Attempts != 2 || s.Token == old.Token || !s.LeaseExpiresAt.Equal(e.h.Now().Add(e.h.Lease)) {
-			t.Errorf("re-claimed row = %+v, want State %q, Attempts 2, a token other than %d, LeaseExpiresAt %v", s, StateClaimed, old.Token, e.h.Now().Add(e.h.Lease))
+		if s.State != outbox.StateClaimed || s.Attempts != 2 || s.Token == old.Token || !s.LeaseExpiresAt.Equal(e.h.Now().Add(e.h.Lease)) {
+			t.Errorf("re-claimed row = %+v, want State %q, Attempts 2, a token other than %d, LeaseExpiresAt %v", s, outbox.StateClaimed, old.Token, e.h.Now().Add(e.h.Lease))
 		}
 	})
 
@@ -69,8 +70,8 @@ func testLease[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 		e.unchanged("settle and retry with a stale token", before, nil)
 		e.settle(current[0])
-		if s := e.inspect("k"); s.State != StateSettled {
-			t.Errorf("after Settle with the current token: State %q, want %q", s.State, StateSettled)
+		if s := e.inspect("k"); s.State != outbox.StateSettled {
+			t.Errorf("after Settle with the current token: State %q, want %q", s.State, outbox.StateSettled)
 		}
 		before = e.snapshot([]string{"k"})
 		if err := e.h.Settle(e.ctx, current[0]); !errors.Is(err, e.h.ErrLeaseLost) {
@@ -90,8 +91,8 @@ func testLease[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		e.h.Advance(time.Second)
 		e.settle(row)
 		s := e.inspect("k")
-		if s.State != StateSettled || s.Attempts != claimed.Attempts || s.Token != claimed.Token {
-			t.Errorf("settled row = %+v, want State %q with the claim's Attempts %d and Token %d kept", s, StateSettled, claimed.Attempts, claimed.Token)
+		if s.State != outbox.StateSettled || s.Attempts != claimed.Attempts || s.Token != claimed.Token {
+			t.Errorf("settled row = %+v, want State %q with the claim's Attempts %d and Token %d kept", s, outbox.StateSettled, claimed.Attempts, claimed.Token)
 		}
 		if c := e.countClaimed(e.all); len(c) != 0 {
 			t.Errorf("CountClaimedOutboxRows after settling the only claim = %v, want none", c)

@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"errors"
+	"github.com/outboxkit/backpressure/outbox"
 	"testing"
 	"time"
 )
@@ -18,8 +19,8 @@ func testRetry[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		const delay = 10 * time.Second
 		e.retry(row, delay)
 		s := e.inspect("k")
-		if s.State != StatePending || !s.VisibleAt.Equal(e.h.Now().Add(delay)) {
-			t.Errorf("retried row: State %q VisibleAt %v, want %q and now+%v = %v", s.State, s.VisibleAt, StatePending, delay, e.h.Now().Add(delay))
+		if s.State != outbox.StatePending || !s.RunAt.Equal(e.h.Now().Add(delay)) {
+			t.Errorf("retried row: State %q RunAt %v, want %q and now+%v = %v", s.State, s.RunAt, outbox.StatePending, delay, e.h.Now().Add(delay))
 		}
 		if s.DispatchKey != claimed.DispatchKey || s.Namespace != claimed.Namespace || s.TaskQueue != claimed.TaskQueue ||
 			s.Shard != claimed.Shard || !bytes.Equal(s.Payload, claimed.Payload) || !s.EnqueuedAt.Equal(claimed.EnqueuedAt) || s.Attempts != claimed.Attempts {
@@ -42,8 +43,8 @@ func testRetry[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		if len(again) != 1 {
 			t.Fatalf("claim after the delay returned %d rows, want 1", len(again))
 		}
-		if s := e.inspect("k"); s.Attempts != 2 || s.State != StateClaimed {
-			t.Errorf("re-claimed row: State %q Attempts %d, want %q 2", s.State, s.Attempts, StateClaimed)
+		if s := e.inspect("k"); s.Attempts != 2 || s.State != outbox.StateClaimed {
+			t.Errorf("re-claimed row: State %q Attempts %d, want %q 2", s.State, s.Attempts, outbox.StateClaimed)
 		}
 	})
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // testRoundTrips checks that each OutboxStore call, and each Enqueue,
@@ -17,7 +18,7 @@ func testRoundTrips[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]
 		if e.h.RoundTrips == nil {
 			t.Skip("Harness.RoundTrips is nil")
 		}
-		var ms []Message
+		var ms []outbox.Message
 		var claims []backpressure.ScopedClaim
 		for i := 0; i < 50; i++ {
 			ns := "ns" + strconv.Itoa(i)

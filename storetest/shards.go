@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // testShards checks that rows land on ShardFor(dispatch_key, shardCount) and
@@ -31,7 +32,7 @@ func testShards[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		odd := func(s int) bool { return s%2 == 1 }
 		a, b := e.fraction(even), e.fraction(odd)
 
-		var ms []Message
+		var ms []outbox.Message
 		wantA, wantB := map[backpressure.Route]int{}, map[backpressure.Route]int{}
 		onA := map[string]bool{}
 		for i := 0; i < 160; i++ {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // testSweepTx checks [backpressure.TxSweeper] when the store implements it:
@@ -163,7 +164,7 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				t.Fatalf("counted on %v, the view claimed %v on %v; the store's claim %v", countOn, g, claimOn, w)
 			}
 			for _, k := range messageKeys(ms) {
-				if st := via.inspect(k); st.State == StateClaimed && !claimOn.Owns(st.Shard) {
+				if st := via.inspect(k); st.State == outbox.StateClaimed && !claimOn.Owns(st.Shard) {
 					t.Errorf("row %q on shard %d, which %v does not own, was claimed", k, st.Shard, claimOn)
 				}
 			}
@@ -372,7 +373,7 @@ func (e *env[R]) inTx(ts backpressure.TxSweeper[R], fn func(tx backpressure.Outb
 // returns every key and claims that reach into each route.
 func seedMixed[R any](e *env[R]) ([]string, []backpressure.ScopedClaim) {
 	e.t.Helper()
-	var ms []Message
+	var ms []outbox.Message
 	for _, r := range []struct {
 		ns, tq string
 		n      int

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // testWindow checks [backpressure.PendingWindowCounter] when the store
@@ -169,7 +170,7 @@ func testWindow[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 //   - "odd": claimable rows, all on odd shards (none on the even fraction).
 func (e *env[R]) seedWindow() ([]string, *backpressure.OwnedShardFraction) {
 	e.t.Helper()
-	var ms []Message
+	var ms []outbox.Message
 	add := func(ns, tq string, n int) {
 		ms = append(ms, msgs(ns, tq, ns+"/"+tq, n)...)
 	}
