@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 	"github.com/outboxkit/backpressure/storetest"
 )
@@ -16,7 +17,7 @@ import (
 // counts round trips and injects faults, and Inspect reading the table
 // directly, so the suite sees every column as PostgreSQL holds it.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) *storetest.Harness[pgstore.Row] {
+	storetest.Run(t, func(t *testing.T) *storetest.Harness[outbox.Row] {
 		clock := storetest.NewClock()
 		tr := &tracer{}
 		pool := newPool(t, tr, 12)
@@ -27,28 +28,28 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 		t.Cleanup(func() { s.Close() })
-		return &storetest.Harness[pgstore.Row]{
+		return &storetest.Harness[outbox.Row]{
 			Store:      s,
 			ShardCount: s.ShardCount(),
 			Lease:      lease,
 			Enqueue: func(ctx context.Context, msgs []storetest.Message) (int, error) {
-				out := make([]pgstore.Message, len(msgs))
+				out := make([]outbox.Message, len(msgs))
 				for i, m := range msgs {
-					out[i] = pgstore.Message{DispatchKey: m.DispatchKey, Namespace: m.Namespace, TaskQueue: m.TaskQueue, Payload: m.Payload}
+					out[i] = outbox.Message{DispatchKey: m.DispatchKey, Namespace: m.Namespace, TaskQueue: m.TaskQueue, Payload: m.Payload}
 				}
 				return s.Enqueue(ctx, out)
 			},
-			Settle: func(ctx context.Context, r pgstore.Row) error { return s.Settle(ctx, r.DispatchKey, r.Token) },
-			Retry: func(ctx context.Context, r pgstore.Row, d time.Duration) error {
-				return s.Retry(ctx, r.DispatchKey, r.Token, d)
+			Settle: func(ctx context.Context, r outbox.Row) error { return s.Settle(ctx, r.Lease()) },
+			Retry: func(ctx context.Context, r outbox.Row, d time.Duration) error {
+				return s.Retry(ctx, r.Lease(), d, nil)
 			},
 			Inspect:      func(ctx context.Context, key string) (storetest.RowState, error) { return inspect(ctx, schema, key) },
-			Key:          func(r pgstore.Row) string { return r.DispatchKey },
+			Key:          func(r outbox.Row) string { return r.DispatchKey },
 			Now:          clock.Now,
 			Advance:      clock.Advance,
 			RoundTrips:   tr.queries.Load,
 			FailNth:      tr.arm,
-			ErrLeaseLost: pgstore.ErrLeaseLost,
+			ErrLeaseLost: outbox.ErrLeaseLost,
 		}
 	})
 }
@@ -72,12 +73,12 @@ func inspect(ctx context.Context, schema, key string) (storetest.RowState, error
 	)
 	err := adminPool.QueryRow(ctx, `
 SELECT dispatch_key, namespace, task_queue, shard, payload, state, attempts, token,
-	enqueued_at, visible_at, claimed_at, lease_expires_at, id, settled_at, claimable_at
+	enqueued_at, visible_at, claimed_at, lease_expires_at, id, finished_at, claimable_at
 FROM `+pgx.Identifier{schema}.Sanitize()+`.outbox WHERE dispatch_key = $1`, key).Scan(
 		&rs.DispatchKey, &rs.Namespace, &rs.TaskQueue, &shard, &rs.Payload, &state, &attempts, &rs.Token,
 		&rs.EnqueuedAt, &rs.VisibleAt, &claimedAt, &leaseAt, &x.ID, &settledAt, &claimAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return rs, pgstore.ErrNotFound
+		return rs, outbox.ErrNotFound
 	}
 	if err != nil {
 		return rs, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -29,7 +30,7 @@ func Example() {
 	}
 	defer store.Close()
 
-	inserted, err := store.Enqueue(ctx, []pgstore.Message{
+	inserted, err := store.Enqueue(ctx, []outbox.Message{
 		{DispatchKey: "order-1/charge", Namespace: "acme", TaskQueue: "payments"},
 		{DispatchKey: "order-2/charge", Namespace: "acme", TaskQueue: "payments"},
 		{DispatchKey: "order-1/charge", Namespace: "acme", TaskQueue: "payments"}, // resent: ignored
@@ -45,10 +46,10 @@ func Example() {
 		return
 	}
 	for _, r := range rows { // acme is at its quota of 1: order-2 waits
-		fmt.Println("claimed:", r.DispatchKey, "attempt", r.Attempts, "settle:", store.Settle(ctx, r.DispatchKey, r.Token))
+		fmt.Println("claimed:", r.DispatchKey, "attempt", r.Attempts, "settle:", store.Settle(ctx, r.Lease()))
 	}
-	_, state, _ := store.Get(ctx, "order-2/charge")
-	fmt.Println("order-2/charge:", state)
+	row, _ := store.Get(ctx, "order-2/charge")
+	fmt.Println("order-2/charge:", row.State)
 	// Output:
 	// inserted: 3 <nil>
 	// claimed: order-1/charge attempt 1 settle: <nil>

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -32,9 +33,9 @@ func TestShardCountIsRecorded(t *testing.T) {
 		}
 		for _, other := range []int{c.recorded * 2, c.recorded - 1} {
 			s, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema, ShardCount: other})
-			var se *pgstore.ShardCountError
-			if s != nil || !errors.Is(err, pgstore.ErrShardCountMismatch) || !errors.Is(err, backpressure.ErrInvalidShards) ||
-				!errors.As(err, &se) || se.Op != "New" || se.Store != c.recorded || se.Fraction != other {
+			var se *outbox.ShardCountError
+			if s != nil || !errors.Is(err, outbox.ErrShardCountMismatch) ||
+				!errors.As(err, &se) || se.Store != c.recorded || se.Given != other {
 				t.Errorf("New(ShardCount %d) on a schema recording %d = %s, %v; want a *ShardCountError", other, c.recorded, shardsOf(s), err)
 			}
 		}
@@ -63,7 +64,7 @@ INSERT INTO `+q+`.schema_version (version) VALUES (1);
 	if err != nil || s.ShardCount() != 32 {
 		t.Fatalf("New(ShardCount 32) on a version 1 schema = %s, %v; want a store over 32 shards", shardsOf(s), err)
 	}
-	if _, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema, ShardCount: 64}); !errors.Is(err, pgstore.ErrShardCountMismatch) {
+	if _, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema, ShardCount: 64}); !errors.Is(err, outbox.ErrShardCountMismatch) {
 		t.Errorf("New(ShardCount 64) after the upgrade recorded 32 = %v, want ErrShardCountMismatch", err)
 	}
 	if s, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema}); err != nil || s.ShardCount() != 32 {
@@ -128,14 +129,14 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA `+q+` TO `+r); err != nil {
 		t.Fatalf("New on a migrated schema as a role without CREATE: %v", err)
 	}
 	all, _ := backpressure.AllShards(s.ShardCount())
-	if _, err := s.Enqueue(ctx, []pgstore.Message{message("a", "q", "k")}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{message("a", "q", "k")}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
-	if err := s.Settle(ctx, "k", rows[0].Token); err != nil {
+	if err := s.Settle(ctx, rows[0].Lease()); err != nil {
 		t.Fatal(err)
 	}
 	// A schema that is not there yet does need the privilege: New says so
