@@ -46,3 +46,6 @@ func PoolOf(s *Store) *pgxpool.Pool { return s.pool }
 func QueryNoJIT(ctx context.Context, s *Store, sql string) ([]string, error) {
 	return collectNoJIT(ctx, s, anyLoss, sql, nil, pgx.RowTo[string])
 }
+
+// Channel returns the store's LISTEN/NOTIFY channel.
+func Channel(s *Store) string { return s.channel }
