@@ -70,8 +70,8 @@ func TestCompleteMixedBatch(t *testing.T) {
 		outbox.RetryRow(rows[1], time.Minute, errors.New("boom")),
 		outbox.DeadLetterRow(rows[2], errors.New(long)),
 		{Lease: outbox.Lease{DispatchKey: "k3", Token: rows[3].Token + 1000}, Outcome: outbox.Settle}, // stale token
-		outbox.SettleRow(rows[5]),  // settled already
-		outbox.SettleRow(old[0]),   // lease expired
+		outbox.SettleRow(rows[5]),                                                                     // settled already
+		outbox.SettleRow(old[0]),                                                                      // lease expired
 		{Lease: outbox.Lease{DispatchKey: "nobody", Token: 1}, Outcome: outbox.Settle},
 		{Lease: outbox.Lease{DispatchKey: "pending"}, Outcome: outbox.DeadLetter}, // never claimed
 		outbox.RetryRow(rows[4], 0, nil),
