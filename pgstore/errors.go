@@ -56,7 +56,7 @@ func (s *Store) run(ctx context.Context, again bool, fn func() error) error {
 		return err
 	}
 	s.dropDeadConnections(ctx)
-	if again != anyLoss && !pgconn.SafeToRetry(err) {
+	if !again && !pgconn.SafeToRetry(err) { // unsent: only a statement that never left
 		return err
 	}
 	return fn()
