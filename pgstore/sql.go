@@ -301,7 +301,12 @@ WITH picked AS (
 		// max_attempts claims (0: no limit) is a dead-letter. The keys are
 		// distinct (Complete checks), so each entry updates at most its row,
 		// and the final join reports, in argument order, each entry's new
-		// state, or NULL for a lost lease.
+		// state, or NULL for a lost lease. The update walks the entries in
+		// dispatch-key order (a nested loop over the sorted entries, each
+		// through the unique index), so it locks rows in that order: two
+		// calls over the same rows — a completer and a heartbeat's
+		// ExtendLeases, entries in any order — wait for each other rather
+		// than deadlock.
 		complete: x(`
 WITH c AS (
 	SELECT *
@@ -322,7 +327,7 @@ WITH c AS (
 			WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN o.visible_at
 			ELSE t.now + c.delay_us * interval '1 microsecond' END,
 		last_error = CASE WHEN c.outcome = 1 THEN o.last_error ELSE c.error END
-	FROM c, t
+	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
 	WHERE o.dispatch_key = c.dispatch_key
 		AND o.token = c.token
 		AND o.state = 'claimed'
@@ -346,7 +351,7 @@ WITH c AS (
 ), done AS (
 	UPDATE {schema}.outbox o SET
 		lease_expires_at = t.now + $2::bigint * interval '1 microsecond'
-	FROM c, t
+	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
 	WHERE o.dispatch_key = c.dispatch_key
 		AND o.token = c.token
 		AND o.state = 'claimed'
