@@ -112,14 +112,19 @@ var (
 // nodes at once); creating the schema itself needs the CREATE privilege on
 // the database, migrating an existing one needs ownership of it.
 //
-// The shard count is settled as Options.ShardCount says: a value that
-// differs from the recorded count is a [*ShardCountError] (Op "New"). A
-// schema newer than this package is a [*SchemaVersionError]. The store does
-// not own pool: Close leaves it open.
+// Invalid options are an [*outbox.ArgumentError] (Op "New", Arg
+// "Options.Schema", "Options.Lease", …), returned before touching the
+// database. The shard count is settled as Options.ShardCount says: a value
+// that differs from the recorded count is an [*outbox.ShardCountError]. A
+// schema newer than this package is an [*outbox.SchemaVersionError]. The
+// store does not own pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	const op = "New"
 	if pool == nil {
 		return nil, argError(op, "pool", "nil *pgxpool.Pool")
+	}
+	if ctx == nil {
+		return nil, argError(op, "ctx", "nil context")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, opError(op, err)
