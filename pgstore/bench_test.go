@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -76,10 +77,10 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota, owned int) {
 
 	next := 0 // the next message number
 	fill := func(rows int) {
-		msgs := make([]pgstore.Message, 0, rows)
+		msgs := make([]outbox.Message, 0, rows)
 		for ; len(msgs) < rows; next++ {
 			ns := next % namespaces
-			msgs = append(msgs, pgstore.Message{
+			msgs = append(msgs, outbox.Message{
 				DispatchKey: fmt.Sprintf("m%09d", next),
 				Namespace:   fmt.Sprintf("ns%04d", ns),
 				TaskQueue:   fmt.Sprintf("q%d", (next/namespaces)%queues),
@@ -98,7 +99,7 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota, owned int) {
 		}
 	}
 	settleAll := func(s *pgstore.Store) {
-		if _, err := adminPool.Exec(ctx, "UPDATE "+pgx.Identifier{s.Schema()}.Sanitize()+".outbox SET state = 'settled', settled_at = now() WHERE state = 'claimed'"); err != nil {
+		if _, err := adminPool.Exec(ctx, "UPDATE "+pgx.Identifier{s.Schema()}.Sanitize()+".outbox SET state = 'settled', finished_at = now() WHERE state = 'claimed'"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -110,7 +111,7 @@ func benchmarkSweepVsUnscoped(b *testing.B, namespaces, quota, owned int) {
 		if owned == pgstore.DefaultShardCount {
 			return
 		}
-		if _, err := adminPool.Exec(ctx, "UPDATE "+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox SET state = 'settled', settled_at = now()
+		if _, err := adminPool.Exec(ctx, "UPDATE "+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox SET state = 'settled', finished_at = now()
 WHERE id IN (SELECT id FROM `+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox WHERE state = 'pending' AND NOT shard = ANY ($1)
 	ORDER BY enqueued_at, id LIMIT $2)`, ids, batch*(pgstore.DefaultShardCount/owned-1)); err != nil {
 			b.Fatal(err)
@@ -171,7 +172,7 @@ type claimTimer struct {
 	d time.Duration
 }
 
-func (c *claimTimer) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]pgstore.Row, error) {
+func (c *claimTimer) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	start := time.Now()
 	defer func() { c.d += time.Since(start) }()
 	return c.Store.ClaimOutboxRowsScoped(ctx, f, claims)

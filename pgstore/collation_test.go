@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -204,7 +205,7 @@ func TestPendingWindowByteOrderUnderLinguisticCollation(t *testing.T) {
 	if ns, tq := columnCollations(t, pool, "outbox"); ns != "C" || tq != "C" {
 		t.Errorf("namespace, task_queue collations = %q, %q; want \"C\", \"C\"", ns, tq)
 	}
-	var batch []pgstore.Message
+	var batch []outbox.Message
 	for _, ns := range []string{"b", "B", "a", "A", "_", "Z", "é", "E"} {
 		for _, tq := range []string{"q", "Q", "_"} {
 			batch = append(batch, message(ns, tq, ns+"/"+tq))

@@ -1,44 +1,71 @@
 // Package pgstore is a PostgreSQL outbox for many dispatcher nodes sharing
-// one database: a [backpressure.OutboxStore] built on pgx v5's pgxpool.
+// one database: an [outbox.Store] built on pgx v5's pgxpool.
 //
-// Quick start:
+// Quick start: a producer writes its business row and its outbox row in
+// one transaction, so the outbox row exists exactly when the business row
+// does; a dispatcher node sweeps with backpressure and completes what it
+// ran in one batch.
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app@db:5432/app")
 //	if err != nil { ... }
 //	defer pool.Close()
-//	store, err := pgstore.New(ctx, pool, pgstore.Options{}) // schema "backpressure", its recorded shard count (64 when new), 30s lease
+//	store, err := pgstore.New(ctx, pool, pgstore.Options{}) // schema "backpressure", 64 shards when new, 30s lease, 25 attempts
 //	if err != nil { ... }
 //
-//	// Producers: insert-or-ignore by dispatch key, one statement per batch.
-//	_, err = store.Enqueue(ctx, []pgstore.Message{
-//		{DispatchKey: "order-42/charge", Namespace: "acme", TaskQueue: "payments", Payload: body},
+//	// Producer: the order and its outbox row commit (or roll back) together.
+//	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, "INSERT INTO orders (id, total) VALUES ($1, $2)", 42, 1999); err != nil {
+//			return err
+//		}
+//		_, err := store.EnqueueTx(ctx, tx, []outbox.Message{
+//			{DispatchKey: "order-42/charge", Namespace: "acme", TaskQueue: "payments", Payload: body},
+//		})
+//		return err
 //	})
 //
-//	// Each dispatcher node: the shards it owns, and a planned sweep.
+//	// Each dispatcher node: the shards it owns, a planned sweep, one batched completion.
 //	shards, err := backpressure.NewOwnedShardFraction(ownedIDs, store.ShardCount())
 //	bp, err := backpressure.New(backpressure.Config{BatchSize: 100, DefaultQuota: 10}, shards)
-//	rows, _, err := backpressure.Sweep(ctx, bp, store)
-//	for _, r := range rows {
-//		if runErr := run(r); runErr != nil {
-//			err = store.Retry(ctx, r.DispatchKey, r.Token, 10*time.Second)
-//		} else {
-//			err = store.Settle(ctx, r.DispatchKey, r.Token) // ErrLeaseLost: another node owns it now
+//	wake, err := store.Subscribe(ctx) // a value soon after rows commit
+//	for {
+//		rows, _, err := backpressure.Sweep(ctx, bp, store)
+//		done := make([]outbox.Completion, len(rows))
+//		for i, r := range rows {
+//			if runErr := run(r); runErr != nil {
+//				done[i] = outbox.RetryRow(r, 10*time.Second, runErr) // dead after MaxAttempts
+//			} else {
+//				done[i] = outbox.SettleRow(r)
+//			}
+//		}
+//		results, err := store.Complete(ctx, done) // one statement; results[i].Err: lease lost
+//		if len(rows) == 0 {
+//			select { case <-wake: case <-time.After(time.Second): } // poll as a fallback
 //		}
 //	}
 //
 // # Exactly-once
 //
-// Every dispatch key is UNIQUE; Enqueue is insert-or-ignore. A claim is one
-// statement that locks its rows FOR UPDATE SKIP LOCKED and stamps each with a
-// lease and a fresh token from a sequence, so two claimers never both hold a
-// live lease on a row. Settle and Retry need the token of the live claim: a
-// claimer whose lease expired gets [ErrLeaseLost] and changes nothing.
-// A crashed claimer's rows become claimable when their lease expires, and
-// each claim counts an attempt. Settled rows are kept, for dedup and audit,
-// until [Store.PurgeSettled] removes them. If a claim's ctx is cancelled
-// after the server committed the claim, the call returns ctx's error though
-// the rows were claimed; nobody holds their tokens, so they stay claimed,
-// unsettled, until the lease expires, and then are claimed again.
+// Every dispatch key is UNIQUE; Enqueue and EnqueueTx are insert-or-ignore.
+// A claim is one statement that locks its rows FOR UPDATE SKIP LOCKED and
+// stamps each with a lease and a fresh token from a sequence, so two
+// claimers never both hold a live lease on a row. Complete (and Settle,
+// Retry, ExtendLeases) need the token of the live claim: a claimer whose
+// lease expired gets [outbox.ErrLeaseLost] for that row and changes
+// nothing. A crashed claimer's rows become claimable when their lease
+// expires, and each claim counts an attempt; a Retry past the row's
+// MaxAttempts, or a DeadLetter, makes it dead: never claimed again until
+// [Store.Requeue]. Settled and dead rows are kept, for dedup and audit,
+// until [Store.PurgeSettled] and [Store.PurgeDead] remove them. If a
+// claim's ctx is cancelled, or its connection dies, after the server
+// committed the claim, the call returns an error though the rows were
+// claimed; nobody holds their tokens, so they stay claimed, unsettled,
+// until the lease expires, and then are claimed again (see "Lost
+// connections" on [Store]).
+//
+// Rows enqueued with EnqueueTx are invisible to every count and claim until
+// the caller's transaction commits, and never make a sweep wait: the counts
+// read a snapshot, and the claims skip what they cannot see. A Message's
+// RunAt delays its first claim as a retry delay does.
 //
 // The shard count rows are placed with is recorded in the schema when it is
 // created and never changes: every store on the schema uses it, and New
@@ -55,18 +82,21 @@
 // advisory lock, so many nodes may start at once.
 //
 //	outbox (id, dispatch_key UNIQUE, namespace, task_queue, shard, payload,
-//	        state, attempts, token, enqueued_at, visible_at, claimed_at,
-//	        lease_expires_at, settled_at,
+//	        state (pending, claimed, settled, dead), attempts, max_attempts, token,
+//	        enqueued_at, visible_at (the run-at), claimed_at, lease_expires_at,
+//	        finished_at, last_error,
 //	        claimable_at GENERATED: visible_at if pending, lease_expires_at if claimed)
 //	outbox_route_oldest_idx (namespace, task_queue, enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state <> 'settled'  -- scoped claims
+//	                        WHERE state NOT IN ('settled', 'dead')  -- scoped claims
 //	outbox_route_claimable_idx (namespace, task_queue, claimable_at) INCLUDE (shard)
 //	                        WHERE state IN ('pending', 'claimed')  -- pending counts, their routes
 //	outbox_oldest_idx       (enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state <> 'settled'  -- the unscoped claim
+//	                        WHERE state NOT IN ('settled', 'dead')  -- the unscoped claim
 //	outbox_live_lease_idx   (lease_expires_at) INCLUDE (namespace, shard)
 //	                        WHERE state = 'claimed'   -- claimed counts
-//	outbox_settled_idx      (settled_at) WHERE state = 'settled'  -- PurgeSettled
+//	outbox_settled_idx      (finished_at) WHERE state = 'settled'  -- PurgeSettled
+//	outbox_finished_dead_idx (finished_at) WHERE state = 'dead'   -- PurgeDead
+//	outbox_dead_key_idx     (dispatch_key COLLATE "C") WHERE state = 'dead'  -- ListDead
 //	settings (shard_count)  -- one row, written once
 //	schema_version (version, applied_at)
 //
@@ -91,6 +121,20 @@
 // whole backlog. The window walks the routes from its start, carrying how
 // many namespaces it has filled, and stops at the last one. [Store.CountSweep]
 // returns the claimed counts and either pending count in one statement.
+// [Store.Complete] is one UPDATE … FROM unnest of the completions' arrays,
+// through the dispatch key's unique index, fenced on the updated row itself
+// (token, state, live lease), returning each entry's new state; one round
+// trip and one commit per batch rather than per row. ExtendLeases is the
+// same shape.
+//
+// # Wake-ups
+//
+// The enqueue statement (and Requeue's) calls pg_notify on a channel named
+// after the schema when it inserted rows. PostgreSQL delivers a
+// notification only when its transaction commits and folds identical ones
+// within a transaction, so a bulk enqueue, or many EnqueueTx calls in one
+// transaction, wake dispatchers once. [Store.Subscribe] serves them through
+// one listening connection per Store.
 // explain_test.go checks with EXPLAIN that each statement uses its index,
 // and that the count's claimable_at is an index bound, with a route whose
 // backlog is mostly delayed; EXPLAIN.md shows the plans.

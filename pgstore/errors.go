@@ -1,120 +1,95 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
-	"github.com/outboxkit/backpressure"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxkit/backpressure/outbox"
 )
-
-// Sentinel errors. Match them with [errors.Is]; the typed errors below carry
-// the details and match the sentinel of their kind.
-var (
-	// ErrLeaseLost reports a Settle or Retry whose token is not the row's
-	// current live claim: the row was settled, retried, or its lease
-	// expired (and it may have been claimed again). Nothing was changed.
-	ErrLeaseLost = errors.New("pgstore: lease lost")
-	// ErrNotFound reports a dispatch key that is not in the outbox.
-	ErrNotFound = errors.New("pgstore: dispatch key not found")
-	// ErrShardCountMismatch reports an owned-shard fraction whose shard
-	// count is not the one the store places rows with, or an
-	// Options.ShardCount other than the one the schema records. It also
-	// matches [backpressure.ErrInvalidShards].
-	ErrShardCountMismatch = errors.New("pgstore: shard count mismatch")
-	// ErrInvalidOptions reports Options that New rejects.
-	ErrInvalidOptions = errors.New("pgstore: invalid options")
-	// ErrInvalidArgument reports an argument a call rejects before touching the
-	// database: an empty dispatch key, a negative limit or delay, and so on.
-	ErrInvalidArgument = errors.New("pgstore: invalid argument")
-	// ErrSchemaTooNew reports a schema migrated by a newer version of this
-	// package than the running one; the store refuses to use it.
-	ErrSchemaTooNew = errors.New("pgstore: schema version is newer than this package")
-	// ErrClosed reports a call on a Store after Close.
-	ErrClosed = errors.New("pgstore: store is closed")
-)
-
-// LeaseLostError is the typed form of [ErrLeaseLost]: the key and the token
-// that no longer hold the row.
-type LeaseLostError struct {
-	Op          string // "Settle" or "Retry"
-	DispatchKey string
-	Token       int64
-}
-
-func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("pgstore: %s: lease lost: dispatch key %q, token %d is not the live claim", e.Op, e.DispatchKey, e.Token)
-}
-
-// Is reports whether target is [ErrLeaseLost].
-func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
-
-// ShardCountError is the typed form of [ErrShardCountMismatch]: an
-// owned-shard fraction over another shard count than the store's, or, from
-// [New] (Op "New"), an Options.ShardCount other than the one the schema
-// records.
-type ShardCountError struct {
-	Op       string // the method that was called
-	Store    int    // the store's shard count: the one recorded in the schema
-	Fraction int    // the fraction's ShardCount(), or Options.ShardCount for New
-}
-
-func (e *ShardCountError) Error() string {
-	if e.Op == "New" {
-		return fmt.Sprintf("pgstore: New: shard count mismatch: the schema records %d shards, Options.ShardCount is %d", e.Store, e.Fraction)
-	}
-	return fmt.Sprintf("pgstore: %s: shard count mismatch: store places rows over %d shards, fraction is over %d", e.Op, e.Store, e.Fraction)
-}
-
-// Is reports whether target is [ErrShardCountMismatch] or
-// [backpressure.ErrInvalidShards].
-func (e *ShardCountError) Is(target error) bool {
-	return target == ErrShardCountMismatch || target == backpressure.ErrInvalidShards
-}
-
-// OptionsError is the typed form of [ErrInvalidOptions]: the field and why.
-type OptionsError struct {
-	Field  string // e.g. "Schema", "ShardCount", "Lease"
-	Reason string
-}
-
-func (e *OptionsError) Error() string {
-	return fmt.Sprintf("pgstore: invalid options: %s: %s", e.Field, e.Reason)
-}
-
-// Is reports whether target is [ErrInvalidOptions].
-func (e *OptionsError) Is(target error) bool { return target == ErrInvalidOptions }
-
-// ArgumentError is the typed form of [ErrInvalidArgument]: the call, the
-// argument and why.
-type ArgumentError struct {
-	Op     string // the method that was called
-	Arg    string // e.g. `msgs[3].DispatchKey`, "limit", "delay"
-	Reason string
-}
-
-func (e *ArgumentError) Error() string {
-	return fmt.Sprintf("pgstore: %s: invalid %s: %s", e.Op, e.Arg, e.Reason)
-}
-
-// Is reports whether target is [ErrInvalidArgument].
-func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
-
-// SchemaVersionError is the typed form of [ErrSchemaTooNew].
-type SchemaVersionError struct {
-	Schema string
-	Found  int // the version recorded in the database
-	Known  int // the newest version this package knows
-}
-
-func (e *SchemaVersionError) Error() string {
-	return fmt.Sprintf("pgstore: schema %q is at version %d, this package knows up to %d", e.Schema, e.Found, e.Known)
-}
-
-// Is reports whether target is [ErrSchemaTooNew].
-func (e *SchemaVersionError) Is(target error) bool { return target == ErrSchemaTooNew }
 
 // opError wraps a database error with the method that failed, keeping it
 // matchable (errors.Is(err, context.Canceled), errors.As(err, *pgconn.PgError)).
 func opError(op string, err error) error {
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// closedError is what every method returns on a nil, zero or closed store.
+func closedError(op string) error {
+	return fmt.Errorf("pgstore: %s: %w", op, outbox.ErrClosed)
+}
+
+// argError is an [outbox.ArgumentError] for op.
+func argError(op, arg, format string, a ...any) error {
+	return &outbox.ArgumentError{Op: op, Arg: arg, Reason: fmt.Sprintf(format, a...)}
+}
+
+// Whether a call may run again on another connection after its connection
+// was lost.
+const (
+	// anyLoss: the call may run again whatever the server did with it.
+	// Reads, and claims: a claim the server committed before the
+	// connection died leaves rows claimed under tokens nobody holds, which
+	// come back when their lease expires, so claiming again claims other
+	// rows and nothing twice.
+	anyLoss = true
+	// unsent: only if the statement never left this process. Writes whose
+	// result tells the caller what happened (inserted counts, per-row
+	// results): running them twice would misreport.
+	unsent = false
+)
+
+// run runs fn, and once more if fn failed because its connection was lost
+// and ctx is not done: before the second run it drops the pool's idle
+// connections that are dead too, so after pg_terminate_backend (a restart,
+// a failover) one call finds every dead connection at once rather than one
+// call per connection. again says when the second run is allowed (anyLoss,
+// unsent). fn must start from scratch each time.
+func (s *Store) run(ctx context.Context, again bool, fn func() error) error {
+	err := fn()
+	if err == nil || ctx.Err() != nil || !lostConnection(err) {
+		return err
+	}
+	s.dropDeadConnections(ctx)
+	if !again && !pgconn.SafeToRetry(err) { // unsent: only a statement that never left
+		return err
+	}
+	return fn()
+}
+
+// dropDeadConnections pings every idle connection of the pool and closes
+// those that do not answer; the pool drops a closed connection when it is
+// released. It costs one round trip per idle connection, and runs only
+// after a connection was found lost.
+func (s *Store) dropDeadConnections(ctx context.Context) {
+	for _, c := range s.pool.AcquireAllIdle(ctx) {
+		if err := c.Ping(ctx); err != nil {
+			_ = c.Conn().Close(ctx)
+		}
+		c.Release()
+	}
+}
+
+// lostConnection reports whether err says the connection to the server is
+// gone: the server terminated the session (SQLSTATE 57P01 admin shutdown,
+// 57P02 crash shutdown, 57P03 cannot connect now, class 08 connection
+// exception), or the socket failed or was closed.
+func lostConnection(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "57P0") || strings.HasPrefix(pgErr.Code, "08")
+	}
+	var netErr net.Error
+	return pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) || (errors.As(err, &netErr) && !netErr.Timeout())
 }

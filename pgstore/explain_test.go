@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -25,7 +26,7 @@ func TestExplainUsesIndexes(t *testing.T) {
 	f := newFixture(t)
 	const namespaces, queues, perRoute = 40, 3, 200 // 24,000 rows
 	for ns := 0; ns < namespaces; ns++ {
-		var batch []pgstore.Message
+		var batch []outbox.Message
 		for q := 0; q < queues; q++ {
 			for i := 0; i < perRoute; i++ {
 				batch = append(batch, message(fmt.Sprintf("ns%03d", ns), fmt.Sprintf("q%d", q), fmt.Sprintf("ns%03d/q%d/%d", ns, q, i)))
@@ -37,14 +38,15 @@ func TestExplainUsesIndexes(t *testing.T) {
 	// downstream outage): 20,000 rows, enqueued after the others, all but
 	// the newest 20 delayed for an hour.
 	const delayedRows, visibleRows = 20000, 20
-	var delayed []pgstore.Message
+	var delayed []outbox.Message
 	for i := 0; i < delayedRows; i++ {
 		delayed = append(delayed, message("outage", "q0", fmt.Sprintf("outage/%05d", i)))
 	}
 	f.enqueue(delayed...)
 	// Every state: claim half of the rows, oldest first, then settle 80% of
-	// those, put 10% back with a delay, and leave 10% claimed. (Set in bulk
-	// here; the store's own Settle and Retry are tested elsewhere.)
+	// those (dead-letter 10% of them), put 10% back with a delay, and leave
+	// 10% claimed. (Set in bulk here; the store's own completions are
+	// tested elsewhere.)
 	for sweep := 0; sweep < 3; sweep++ {
 		if _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, f.all, 4000); err != nil {
 			t.Fatal(err)
@@ -52,9 +54,9 @@ func TestExplainUsesIndexes(t *testing.T) {
 	}
 	if _, err := adminPool.Exec(f.ctx, `
 UPDATE `+pgx.Identifier{f.schema}.Sanitize()+`.outbox SET
-	state = CASE id % 10 WHEN 0 THEN 'pending' WHEN 1 THEN 'claimed' ELSE 'settled' END,
+	state = CASE id % 10 WHEN 0 THEN 'pending' WHEN 1 THEN 'claimed' WHEN 2 THEN 'dead' ELSE 'settled' END,
 	visible_at = CASE id % 10 WHEN 0 THEN $1::timestamptz + interval '1 minute' ELSE visible_at END,
-	settled_at = CASE WHEN id % 10 > 1 THEN $1::timestamptz END
+	finished_at = CASE WHEN id % 10 > 1 THEN $1::timestamptz END
 WHERE state = 'claimed'`, f.now); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,8 @@ WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%0
 	for ns := 0; ns < 25; ns++ {
 		claimNS, claimQ, claimLim = append(claimNS, fmt.Sprintf("ns%03d", ns)), append(claimQ, "q1"), append(claimLim, 4)
 	}
-	lease := pgstore.DefaultLease.Microseconds()
+	lease := outbox.DefaultLease.Microseconds()
+	someKeys, someTokens := []string{"ns050/q1/7", "ns051/q1/3", "ns052/q0/1"}, []int64{1, 2, 3}
 	sql := pgstore.Statements(f.s)
 	for _, c := range []struct {
 		name    string
@@ -106,9 +109,16 @@ WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%0
 		{"sweepCountWindow", []any{f.now, quarter, int64(10), "ns020", int64(5), false}, []string{"outbox_live_lease_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o", "Parallel"}, "claimable_at <="},
 		{"claimScoped", []any{f.now, lease, quarter, claimNS, claimQ, claimLim, false}, []string{"outbox_route_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
 		{"claimUnscoped", []any{f.now, lease, quarter, int64(100), false}, []string{"outbox_oldest_idx", "outbox_pkey"}, []string{"Bitmap", "Sort Key: o", "Hash"}, ""},
-		{"settle", []any{f.now, "ns050/q1/7", int64(1)}, []string{"outbox_dispatch_key_key"}, nil, ""},
-		{"retry", []any{f.now, "ns050/q1/7", int64(1), int64(1000)}, []string{"outbox_dispatch_key_key"}, nil, ""},
+		// Completions and extensions find each row through the unique
+		// dispatch key, whatever the batch's size.
+		{"complete", []any{f.now, someKeys, someTokens, []int32{1, 2, 3}, []int64{0, 1000, 0}, []string{"", "e", "e"}}, []string{"outbox_dispatch_key_key"}, nil, ""},
+		{"extend", []any{f.now, lease, someKeys, someTokens}, []string{"outbox_dispatch_key_key"}, nil, ""},
+		// A page of dead rows reads dead rows only, in key order over
+		// outbox_dead_key_idx or, with few dead rows, sorted.
+		{"listDead", []any{"", "", int64(100)}, nil, nil, ""},
+		{"requeue", []any{f.now, someKeys, "channel"}, []string{"outbox_dispatch_key_key"}, nil, ""},
 		{"purgeSettled", []any{f.now, int64(1000)}, []string{"outbox_settled_idx", "outbox_pkey"}, nil, ""},
+		{"purgeDead", []any{f.now, int64(1000)}, []string{"outbox_finished_dead_idx", "outbox_pkey"}, nil, ""},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			stmt, _, _ := strings.Cut(c.name, " ")

@@ -18,10 +18,14 @@ func Statements(s *Store) map[string]string {
 		"sweepCountWindow":   s.sql.sweepCountWindow,
 		"claimScoped":        s.sql.claimScoped,
 		"claimUnscoped":      s.sql.claimUnscoped,
-		"settle":             s.sql.settle,
-		"retry":              s.sql.retry,
+		"complete":           s.sql.complete,
+		"extend":             s.sql.extend,
 		"get":                s.sql.get,
+		"stats":              s.sql.stats,
+		"listDead":           s.sql.listDead,
+		"requeue":            s.sql.requeue,
 		"purgeSettled":       s.sql.purgeSettled,
+		"purgeDead":          s.sql.purgeDead,
 	}
 }
 
@@ -40,5 +44,8 @@ func PoolOf(s *Store) *pgxpool.Pool { return s.pool }
 // QueryNoJIT runs sql as the claims and the pending counts run, and returns
 // its first column as text.
 func QueryNoJIT(ctx context.Context, s *Store, sql string) ([]string, error) {
-	return collectNoJIT(ctx, s, sql, nil, pgx.RowTo[string])
+	return collectNoJIT(ctx, s, anyLoss, sql, nil, pgx.RowTo[string])
 }
+
+// Channel returns the store's LISTEN/NOTIFY channel.
+func Channel(s *Store) string { return s.channel }

@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/outboxkit/backpressure v0.1.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

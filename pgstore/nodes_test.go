@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -41,14 +42,14 @@ func TestManyNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msgs []pgstore.Message
+	var msgs []outbox.Message
 	for i := 0; i < burstRow; i++ {
-		msgs = append(msgs, pgstore.Message{DispatchKey: fmt.Sprintf("bursty/%d", i), Namespace: "bursty", TaskQueue: fmt.Sprintf("q%02d", i%burstQueues)})
+		msgs = append(msgs, outbox.Message{DispatchKey: fmt.Sprintf("bursty/%d", i), Namespace: "bursty", TaskQueue: fmt.Sprintf("q%02d", i%burstQueues)})
 	}
 	for q := 0; q < quietTenants; q++ {
 		ns := fmt.Sprintf("quiet%d", q)
 		for i := 0; i < quietRows; i++ {
-			msgs = append(msgs, pgstore.Message{DispatchKey: fmt.Sprintf("%s/%d", ns, i), Namespace: ns, TaskQueue: fmt.Sprintf("q%d", i%(q%3+1))})
+			msgs = append(msgs, outbox.Message{DispatchKey: fmt.Sprintf("%s/%d", ns, i), Namespace: ns, TaskQueue: fmt.Sprintf("q%d", i%(q%3+1))})
 		}
 	}
 	for lo := 0; lo < len(msgs); lo += 1000 {
@@ -166,7 +167,7 @@ func TestManyNodes(t *testing.T) {
 	}()
 
 	for n := range cluster {
-		work := make(chan pgstore.Row, cfg.BatchSize)
+		work := make(chan outbox.Row, cfg.BatchSize)
 		freed := make(chan struct{}, 1) // a worker settled a row: headroom may be back
 		var workers sync.WaitGroup
 		for w := 0; w < workersPerNode; w++ {
@@ -174,7 +175,7 @@ func TestManyNodes(t *testing.T) {
 			go func() {
 				defer workers.Done()
 				for r := range work {
-					if err := cluster[n].store.Settle(ctx, r.DispatchKey, r.Token); err != nil {
+					if err := cluster[n].store.Settle(ctx, r.Lease()); err != nil {
 						fail(fmt.Errorf("node %d: Settle(%q): %w", n, r.DispatchKey, err))
 						continue
 					}

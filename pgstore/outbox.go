@@ -3,35 +3,97 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
-// Enqueue inserts msgs in one statement, placing each on shard
-// backpressure.ShardFor(DispatchKey, ShardCount); rows get ids in batch
-// order, so a batch is claimed oldest first in the order it was given. A
-// message whose dispatch key is already in the outbox, whatever state that
-// row is in, is ignored (insert-or-ignore), and so is a message whose key
-// came earlier in the same batch: the first copy in the batch is the one
-// inserted. It returns how many rows it inserted. The batch is atomic: on
-// error nothing is inserted.
+// Enqueue inserts msgs in one statement and one transaction, placing each
+// on shard backpressure.ShardFor(DispatchKey, ShardCount); rows get ids in
+// batch order, so a batch is claimed oldest first in the order it was
+// given. A message whose dispatch key is already in the outbox, whatever
+// state that row is in, is ignored (insert-or-ignore), and so is a message
+// whose key came earlier in the same batch: the first copy in the batch is
+// the one inserted. It returns how many rows it inserted. The batch is
+// atomic: on error nothing is inserted.
 //
-// Every DispatchKey and Namespace must be non-empty, and every string valid
-// UTF-8 without NUL bytes (PostgreSQL text cannot hold them); otherwise it
-// returns an [*ArgumentError] before touching the database. An empty batch
+// A message that breaks a limit of [outbox.Message.Validate] fails the
+// whole batch with an [*outbox.MessageError] before the database is
+// touched. A message's RunAt delays its first claim; its MaxAttempts (0:
+// Options.MaxAttempts) bounds its claims. Subscribers (see
+// [Store.Subscribe]) are woken when the batch inserted rows. An empty batch
 // returns 0 without a round trip. Cost: O(len(msgs) × log n).
-func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err error) {
+func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted int, err error) {
 	const op = "Enqueue"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
+	args, err := s.enqueueArgs(msgs)
+	if err != nil || args == nil {
+		return 0, err
+	}
+	err = s.run(ctx, unsent, func() error {
+		inserted, err = scanEnqueue(s.pool.QueryRow(ctx, s.sql.enqueue, args...))
+		return err
+	})
+	if err != nil {
+		return 0, opError(op, err)
+	}
+	return inserted, nil
+}
+
+// EnqueueTx inserts msgs as [Store.Enqueue] does, but in the caller's
+// transaction tx, so that a business write and its outbox rows commit or
+// roll back together: the rows exist exactly when tx commits. Until then
+// they are invisible to every count and claim, which never wait for them;
+// if tx rolls back, they never existed. Dedup works inside tx as outside
+// it: a key tx already inserted, or that a committed row holds, is
+// skipped. (An Enqueue elsewhere of a key tx inserted waits, as any insert
+// of a duplicate key does, until tx ends.) Subscribers are woken when tx
+// commits, once per transaction.
+//
+// tx must be a transaction on the store's database; a nil tx is an
+// [*outbox.ArgumentError], and so is a tx already committed or rolled
+// back. A database error leaves tx failed, as any failed statement in a
+// PostgreSQL transaction does: the caller rolls it back. EnqueueTx never
+// retries: the transaction is the caller's.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) (inserted int, err error) {
+	const op = "EnqueueTx"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	if tx == nil {
+		return 0, argError(op, "tx", "nil pgx.Tx")
+	}
+	args, err := s.enqueueArgs(msgs)
+	if err != nil || args == nil {
+		return 0, err
+	}
+	inserted, err = scanEnqueue(tx.QueryRow(ctx, s.sql.enqueue, args...))
+	switch {
+	case errors.Is(err, pgx.ErrTxClosed):
+		return 0, argError(op, "tx", "the transaction is already committed or rolled back")
+	case err != nil:
+		return 0, opError(op, err)
+	}
+	return inserted, nil
+}
+
+// enqueueArgs validates msgs and returns the enqueue statement's
+// parameters, or nil for an empty batch.
+func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
+	if err := outbox.ValidateMessages(msgs); err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
 	if len(msgs) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	var (
 		keys     = make([]string, 0, len(msgs))
@@ -39,16 +101,12 @@ func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err 
 		queues   = make([]string, 0, len(msgs))
 		shards   = make([]int32, 0, len(msgs))
 		payloads = make([][]byte, 0, len(msgs))
+		runAts   = make([]*time.Time, 0, len(msgs))
+		attempts = make([]int32, 0, len(msgs))
 		seen     = make(map[string]struct{}, len(msgs))
 	)
-	for i, m := range msgs {
-		for _, f := range []struct{ name, value string }{
-			{"DispatchKey", m.DispatchKey}, {"Namespace", m.Namespace}, {"TaskQueue", m.TaskQueue},
-		} {
-			if reason := badText(f.value, f.name != "TaskQueue"); reason != "" {
-				return 0, &ArgumentError{Op: op, Arg: fmt.Sprintf("msgs[%d].%s", i, f.name), Reason: reason}
-			}
-		}
+	for i := range msgs {
+		m := &msgs[i]
 		// A key earlier in the batch wins: later copies never reach the
 		// statement, whose insert order (by key, for deadlock avoidance)
 		// would otherwise decide between them.
@@ -58,12 +116,28 @@ func (s *Store) Enqueue(ctx context.Context, msgs []Message) (inserted int, err 
 		seen[m.DispatchKey] = struct{}{}
 		keys, spaces, queues, payloads = append(keys, m.DispatchKey), append(spaces, m.Namespace), append(queues, m.TaskQueue), append(payloads, m.Payload)
 		shards = append(shards, int32(backpressure.ShardFor(m.DispatchKey, s.shardCount)))
+		var runAt *time.Time
+		if !m.RunAt.IsZero() {
+			runAt = &m.RunAt
+		}
+		runAts = append(runAts, runAt)
+		maxAttempts := s.maxAttempts
+		if m.MaxAttempts > 0 {
+			maxAttempts = min(m.MaxAttempts, 1<<31-1)
+		}
+		attempts = append(attempts, int32(maxAttempts))
 	}
-	tag, err := s.pool.Exec(ctx, s.sql.enqueue, s.clock(), keys, spaces, queues, shards, payloads)
-	if err != nil {
-		return 0, opError(op, err)
-	}
-	return int(tag.RowsAffected()), nil
+	return []any{s.clock(), keys, spaces, queues, shards, payloads, runAts, attempts, s.channel}, nil
+}
+
+// scanEnqueue reads the enqueue statement's count.
+func scanEnqueue(row pgx.Row) (int, error) {
+	var (
+		n        int64
+		notified bool
+	)
+	err := row.Scan(&n, &notified)
+	return int(n), err
 }
 
 // badText says why v cannot be stored as PostgreSQL text, or "".
@@ -92,18 +166,22 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql.countClaimed, s.clock(), owned, all)
-	if err != nil {
-		return nil, opError(op, err)
-	}
-	claimed := make(map[string]int)
-	var (
-		namespace string
-		n         int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&namespace, &n}, func() error {
-		claimed[namespace] = int(n)
-		return nil
+	var claimed map[string]int
+	if err := s.run(ctx, anyLoss, func() error {
+		claimed = make(map[string]int)
+		rows, err := s.pool.Query(ctx, s.sql.countClaimed, s.clock(), owned, all)
+		if err != nil {
+			return err
+		}
+		var (
+			namespace string
+			n         int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&namespace, &n}, func() error {
+			claimed[namespace] = int(n)
+			return nil
+		})
+		return err
 	}); err != nil {
 		return nil, opError(op, err)
 	}
@@ -127,13 +205,13 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 		return nil, err
 	}
 	if capPerRoute < 1 {
-		return nil, &ArgumentError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
+		return nil, argError(op, "capPerRoute", "%d is below 1", capPerRoute)
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	counts, err := collectNoJIT(ctx, s, s.sql.countPending, []any{s.clock(), owned, int64(capPerRoute), all}, scanRouteCount)
+	counts, err := collectNoJIT(ctx, s, anyLoss, s.sql.countPending, []any{s.clock(), owned, int64(capPerRoute), all}, scanRouteCount)
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -153,7 +231,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 // the database's collation: the namespace and task_queue columns are
 // COLLATE "C" (schema version 3).
 //
-// A w.CapPerRoute or w.Namespaces below 1 is an [*ArgumentError]; w.After
+// A w.CapPerRoute or w.Namespaces below 1 is an [*outbox.ArgumentError]; w.After
 // must be valid UTF-8 without NUL bytes (it may be empty).
 //
 // Cost: one index descent per route of the namespaces walked, plus, per
@@ -174,7 +252,7 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 	if err != nil {
 		return nil, err
 	}
-	counts, err := collectNoJIT(ctx, s, s.sql.countPendingWindow, args, scanRouteCount)
+	counts, err := collectNoJIT(ctx, s, anyLoss, s.sql.countPendingWindow, args, scanRouteCount)
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -190,7 +268,7 @@ func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpre
 // sweep's counts one round trip rather than two.
 //
 // A w.CapPerRoute below 1 or a negative w.Namespaces is an
-// [*ArgumentError]; for a window, w.After must be valid UTF-8 without NUL
+// [*outbox.ArgumentError]; for a window, w.After must be valid UTF-8 without NUL
 // bytes.
 func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
 	const op = "CountSweep"
@@ -205,13 +283,13 @@ func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFr
 	if err != nil {
 		return nil, nil, err
 	}
-	claimed = make(map[string]int)
 	var (
 		kind int32
 		rc   backpressure.RouteCount
 		n    int64
 	)
-	if err := s.queryNoJIT(ctx, sql, args, func(rows pgx.Rows) error {
+	if err := s.queryNoJIT(ctx, anyLoss, sql, args, func(rows pgx.Rows) error {
+		claimed, pending = make(map[string]int), nil
 		_, err := pgx.ForEachRow(rows, []any{&kind, &rc.Route.Namespace, &rc.Route.TaskQueue, &n}, func() error {
 			if kind == 0 {
 				claimed[rc.Route.Namespace] = int(n)
@@ -235,18 +313,18 @@ func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFr
 // that every shard is owned.
 func (s *Store) countArgs(op string, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, least int) ([]any, error) {
 	if w.CapPerRoute < 1 {
-		return nil, &ArgumentError{Op: op, Arg: "w.CapPerRoute", Reason: fmt.Sprintf("%d is below 1", w.CapPerRoute)}
+		return nil, argError(op, "w.CapPerRoute", "%d is below 1", w.CapPerRoute)
 	}
 	if w.Namespaces < least {
 		reason := fmt.Sprintf("%d is below %d", w.Namespaces, least)
 		if least == 0 {
 			reason = fmt.Sprintf("%d is negative", w.Namespaces)
 		}
-		return nil, &ArgumentError{Op: op, Arg: "w.Namespaces", Reason: reason}
+		return nil, argError(op, "w.Namespaces", "%s", reason)
 	}
 	if w.Namespaces > 0 {
 		if reason := badText(w.After, false); reason != "" {
-			return nil, &ArgumentError{Op: op, Arg: "w.After", Reason: reason}
+			return nil, argError(op, "w.After", "%s", reason)
 		}
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
@@ -280,7 +358,7 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 // within a route.
 //
 // A claim with Limit 0 claims nothing; a negative Limit, or a route named
-// twice, is an [*ArgumentError]. An empty claim list returns nil without a
+// twice, is an [*outbox.ArgumentError]. An empty claim list returns nil without a
 // round trip.
 //
 // Cost: per scope, one walk of its route's unsettled rows in enqueue order
@@ -296,7 +374,7 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 // kept: the call may then return ctx's error although rows were claimed.
 // Such rows are not lost: no one can settle them without their tokens, and
 // they are claimable again when their lease expires.
-func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]Row, error) {
+func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	const op = "ClaimOutboxRowsScoped"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -314,16 +392,16 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	for i, c := range claims {
 		arg := func(field string) string { return fmt.Sprintf("claims[%d].%s", i, field) } // only for an error
 		if c.Limit < 0 {
-			return nil, &ArgumentError{Op: op, Arg: arg("Limit"), Reason: fmt.Sprintf("%d is negative", c.Limit)}
+			return nil, argError(op, arg("Limit"), "%d is negative", c.Limit)
 		}
 		if _, dup := order[c.Route]; dup {
-			return nil, &ArgumentError{Op: op, Arg: arg("Route"), Reason: fmt.Sprintf("route %s is claimed twice", c.Route)}
+			return nil, argError(op, arg("Route"), "route %s is claimed twice", c.Route)
 		}
 		if reason := badText(c.Route.Namespace, false); reason != "" {
-			return nil, &ArgumentError{Op: op, Arg: arg("Route.Namespace"), Reason: reason}
+			return nil, argError(op, arg("Route.Namespace"), "%s", reason)
 		}
 		if reason := badText(c.Route.TaskQueue, false); reason != "" {
-			return nil, &ArgumentError{Op: op, Arg: arg("Route.TaskQueue"), Reason: reason}
+			return nil, argError(op, arg("Route.TaskQueue"), "%s", reason)
 		}
 		order[c.Route] = i
 		if c.Limit == 0 {
@@ -340,7 +418,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(claimed, func(a, b Row) int {
+	slices.SortFunc(claimed, func(a, b outbox.Row) int {
 		ra := order[backpressure.Route{Namespace: a.Namespace, TaskQueue: a.TaskQueue}]
 		rb := order[backpressure.Route{Namespace: b.Namespace, TaskQueue: b.TaskQueue}]
 		return cmp.Or(cmp.Compare(ra, rb), a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID))
@@ -356,13 +434,13 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 // oldest first. Cost: one walk of the unsettled rows in enqueue order until
 // limit claimable owned rows are found, reading and skipping the older rows
 // that are delayed, leased or on other shards.
-func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]Row, error) {
+func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
 	const op = "ClaimOutboxRowsUnscoped"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	if limit < 0 {
-		return nil, &ArgumentError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
+		return nil, argError(op, "limit", "%d is negative", limit)
 	}
 	owned, all, none, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -375,15 +453,15 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(claimed, func(a, b Row) int { return cmp.Or(a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(claimed, func(a, b outbox.Row) int { return cmp.Or(a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID)) })
 	return claimed, nil
 }
 
 // claim runs one of the claim statements, whose parameters are the clock,
 // the lease, the owned shards and then args.
-func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args ...any) ([]Row, error) {
-	claimed, err := collectNoJIT(ctx, s, sql, append([]any{s.clock(), s.lease.Microseconds(), owned}, args...),
-		func(row pgx.CollectableRow) (Row, error) { return scanRow(row) })
+func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args ...any) ([]outbox.Row, error) {
+	claimed, err := collectNoJIT(ctx, s, anyLoss, sql, append([]any{s.clock(), s.lease.Microseconds(), owned}, args...),
+		func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -406,7 +484,14 @@ const noJIT = `SELECT set_config('jit', 'off', true)`
 // ms. JIT is decided when a plan is made but compiled when the executor
 // starts, so turning it off also stops a cached generic plan that was made
 // with it on.
-func (s *Store) batchNoJIT(ctx context.Context, sql string, args []any, run func(pgx.BatchResults) error) (err error) {
+//
+// again says whether the batch may run a second time after a lost
+// connection (see [Store.run]).
+func (s *Store) batchNoJIT(ctx context.Context, again bool, sql string, args []any, read func(pgx.BatchResults) error) error {
+	return s.run(ctx, again, func() error { return s.batchNoJITOnce(ctx, sql, args, read) })
+}
+
+func (s *Store) batchNoJITOnce(ctx context.Context, sql string, args []any, run func(pgx.BatchResults) error) (err error) {
 	b := &pgx.Batch{}
 	b.Queue(noJIT)
 	b.Queue(sql, args...)
@@ -424,8 +509,8 @@ func (s *Store) batchNoJIT(ctx context.Context, sql string, args []any, run func
 }
 
 // queryNoJIT is batchNoJIT for a statement that returns rows, read by read.
-func (s *Store) queryNoJIT(ctx context.Context, sql string, args []any, read func(pgx.Rows) error) error {
-	return s.batchNoJIT(ctx, sql, args, func(br pgx.BatchResults) error {
+func (s *Store) queryNoJIT(ctx context.Context, again bool, sql string, args []any, read func(pgx.Rows) error) error {
+	return s.batchNoJIT(ctx, again, sql, args, func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return err
@@ -436,9 +521,9 @@ func (s *Store) queryNoJIT(ctx context.Context, sql string, args []any, read fun
 }
 
 // collectNoJIT is queryNoJIT collecting each row with fn.
-func collectNoJIT[T any](ctx context.Context, s *Store, sql string, args []any, fn pgx.RowToFunc[T]) ([]T, error) {
+func collectNoJIT[T any](ctx context.Context, s *Store, again bool, sql string, args []any, fn pgx.RowToFunc[T]) ([]T, error) {
 	var out []T
-	err := s.queryNoJIT(ctx, sql, args, func(rows pgx.Rows) error {
+	err := s.queryNoJIT(ctx, again, sql, args, func(rows pgx.Rows) error {
 		var err error
 		out, err = pgx.CollectRows(rows, fn)
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -28,9 +29,9 @@ func TestCountsUseGenericPlans(t *testing.T) {
 	// A backlog deep enough (20,000 rows, 20 routes, analyzed) for the
 	// planner's estimates to tell a LIMIT of 5 from an unknown one.
 	for batch := 0; batch < 4; batch++ {
-		var msgs []pgstore.Message
+		var msgs []outbox.Message
 		for i := batch * 5000; i < (batch+1)*5000; i++ {
-			msgs = append(msgs, pgstore.Message{DispatchKey: fmt.Sprint("k", i), Namespace: fmt.Sprint("ns", i%10), TaskQueue: fmt.Sprint("q", i/10%2), Payload: []byte("p")})
+			msgs = append(msgs, outbox.Message{DispatchKey: fmt.Sprint("k", i), Namespace: fmt.Sprint("ns", i%10), TaskQueue: fmt.Sprint("q", i/10%2), Payload: []byte("p")})
 		}
 		if _, err := s.Enqueue(ctx, msgs); err != nil {
 			t.Fatal(err)
@@ -84,7 +85,7 @@ func TestShardFilterFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(ctx, []pgstore.Message{{DispatchKey: "k", Namespace: "n", TaskQueue: "q", Payload: []byte("p")}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n", TaskQueue: "q", Payload: []byte("p")}}); err != nil {
 		t.Fatal(err)
 	}
 	count := pgstore.Statements(s)["countPending"]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -40,13 +41,14 @@ func TestClaimRace(t *testing.T) {
 	stores := make([]*pgstore.Store, nodes)
 	for i := range stores {
 		pool := newPool(t, nil, claimersPerNode+1, "synchronous_commit", "off")
-		s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: schema, Lease: lease, Now: now})
+		s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: schema, Lease: lease, Now: now,
+			MaxAttempts: 1 << 20}) // every lease runs out now and then here: no row may go dead
 		if err != nil {
 			t.Fatal(err)
 		}
 		stores[i] = s
 	}
-	var msgs []pgstore.Message
+	var msgs []outbox.Message
 	for i := 0; i < total; i++ {
 		msgs = append(msgs, message(fmt.Sprintf("ns%d", i%routes), "q", fmt.Sprintf("k%03d", i)))
 	}
@@ -87,7 +89,7 @@ func TestClaimRace(t *testing.T) {
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(uint64(n), uint64(c)))
 				for settled.Load() < total && ctx.Err() == nil {
-					var rows []pgstore.Row
+					var rows []outbox.Row
 					var err error
 					if rng.IntN(2) == 0 {
 						rows, err = s.ClaimOutboxRowsScoped(ctx, all, scopes)
@@ -111,17 +113,17 @@ func TestClaimRace(t *testing.T) {
 						var what string
 						switch k := rng.IntN(100); {
 						case k < 70:
-							what, err = "settled", s.Settle(ctx, r.DispatchKey, r.Token)
+							what, err = "settled", s.Settle(ctx, r.Lease())
 						case k < 88:
-							what, err = "retried", s.Retry(ctx, r.DispatchKey, r.Token, time.Duration(rng.IntN(2))*time.Second)
+							what, err = "retried", s.Retry(ctx, r.Lease(), time.Duration(rng.IntN(2))*time.Second, nil)
 						case k < 97: // crashed: the row comes back when its lease expires
 							continue
 						default: // too slow: the lease runs out first, for every claimer
 							advance(lease)
-							what, err = "settled", s.Settle(ctx, r.DispatchKey, r.Token)
+							what, err = "settled", s.Settle(ctx, r.Lease())
 						}
 						switch {
-						case errors.Is(err, pgstore.ErrLeaseLost):
+						case errors.Is(err, outbox.ErrLeaseLost):
 							lost.Add(1)
 						case err != nil:
 							fail(fmt.Errorf("node %d claimer %d: %s %q: %w", n, c, what, r.DispatchKey, err))

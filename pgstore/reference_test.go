@@ -62,7 +62,7 @@ func TestCountsMatchNaiveSQL(t *testing.T) {
 			if state == "settled" {
 				settledAt = now
 			}
-			batch.Queue(`INSERT INTO `+table+` (dispatch_key, namespace, task_queue, shard, payload, state, enqueued_at, visible_at, lease_expires_at, claimed_at, settled_at)
+			batch.Queue(`INSERT INTO `+table+` (dispatch_key, namespace, task_queue, shard, payload, state, enqueued_at, visible_at, lease_expires_at, claimed_at, finished_at)
 VALUES ($1, $2, $3, $4, '\x', $5, $6, $7, $8, $9, $10)`,
 				fmt.Sprint("k", i), names[rng.IntN(len(names))], fmt.Sprint("q", rng.IntN(3)), rng.IntN(shards), state, now.Add(-time.Hour), visible, lease, claimedAt, settledAt)
 		}

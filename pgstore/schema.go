@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // schemaName is the identifier rule for Options.Schema: a lower-case SQL
@@ -15,12 +16,15 @@ import (
 // − 1), so the quoted and unquoted spellings name the same schema.
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-func validateSchema(name string) error {
+func validateSchema(op, name string) error {
+	fail := func(reason string) error { return &outbox.ArgumentError{Op: op, Arg: "Options.Schema", Reason: reason} }
 	switch {
 	case !schemaName.MatchString(name):
-		return &OptionsError{Field: "Schema", Reason: fmt.Sprintf("%q is not a lower-case identifier of 1 to 63 characters [a-z_][a-z0-9_]*", name)}
+		return fail(fmt.Sprintf("%q is not a lower-case identifier of 1 to 63 characters [a-z_][a-z0-9_]*", name))
 	case strings.HasPrefix(name, "pg_"):
-		return &OptionsError{Field: "Schema", Reason: fmt.Sprintf("%q: the pg_ prefix is reserved for system schemas", name)}
+		return fail(fmt.Sprintf("%q: the pg_ prefix is reserved for system schemas", name))
+	case name == "information_schema":
+		return fail(`"information_schema" is the SQL standard's system schema`)
 	}
 	return nil
 }
@@ -37,10 +41,11 @@ func expand(quotedSchema, template string) string {
 // released migration; append a new one.
 //
 // The outbox row lifecycle is pending → claimed → (settled | pending again
-// by a retry | claimed again after its lease expired). claimable_at is
-// derived by the database, so no statement can get it out of step: a
-// pending row is claimable from visible_at, a claimed row from
-// lease_expires_at (the visibility timeout), a settled row never (NULL).
+// by a retry | dead | claimed again after its lease expired), and dead →
+// pending by a requeue. claimable_at is derived by the database, so no
+// statement can get it out of step: a pending row is claimable from
+// visible_at, a claimed row from lease_expires_at (the visibility timeout),
+// a settled or dead row never (NULL).
 var migrations = []string{
 	// 1: the outbox, the claim-token sequence and the indexes that serve
 	// the claims and the counts.
@@ -138,11 +143,48 @@ ALTER TABLE {schema}.outbox
 	ALTER COLUMN namespace  TYPE text COLLATE "C",
 	ALTER COLUMN task_queue TYPE text COLLATE "C";
 `,
+
+	// 4: the complete outbox (dead letters, attempts limits, last errors,
+	// scheduled rows). A dead row is kept, never claimed (claimable_at is
+	// NULL for it), until Requeue or PurgeDead. settled_at becomes
+	// finished_at: when a row was settled or dead-lettered. visible_at
+	// already is a row's run-at (enqueue time, Message.RunAt, or the end of
+	// a retry delay), so scheduled rows need no new column. Rows enqueued
+	// before this version get max_attempts 0: no limit, as they had.
+	//
+	// The claim indexes are rebuilt without dead rows, so that a pile of
+	// dead rows at the head of a route is never walked by its claims; their
+	// predicate is spelled state NOT IN ('settled', 'dead'), which the
+	// claims repeat, and which the planner cannot prove
+	// outbox_route_claimable_idx's state IN ('pending', 'claimed') from (see
+	// migration 2). Two small partial indexes serve the dead rows:
+	// ListDead's page by dispatch key (in byte order) and PurgeDead's oldest
+	// first.
+	`
+ALTER TABLE {schema}.outbox DROP CONSTRAINT outbox_state_check;
+ALTER TABLE {schema}.outbox
+	ADD CONSTRAINT outbox_state_check CHECK (state IN ('pending', 'claimed', 'settled', 'dead')),
+	ADD COLUMN max_attempts integer NOT NULL DEFAULT 0 CHECK (max_attempts >= 0),
+	ADD COLUMN last_error   text    NOT NULL DEFAULT '';
+ALTER TABLE {schema}.outbox RENAME COLUMN settled_at TO finished_at;
+
+DROP INDEX {schema}.outbox_route_oldest_idx;
+CREATE INDEX outbox_route_oldest_idx ON {schema}.outbox (namespace, task_queue, enqueued_at, id)
+	INCLUDE (shard, claimable_at) WHERE state NOT IN ('settled', 'dead');
+DROP INDEX {schema}.outbox_oldest_idx;
+CREATE INDEX outbox_oldest_idx ON {schema}.outbox (enqueued_at, id)
+	INCLUDE (shard, claimable_at) WHERE state NOT IN ('settled', 'dead');
+
+CREATE INDEX outbox_dead_key_idx ON {schema}.outbox (dispatch_key COLLATE "C")
+	WHERE state = 'dead';
+CREATE INDEX outbox_finished_dead_idx ON {schema}.outbox (finished_at)
+	WHERE state = 'dead';
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`
@@ -162,14 +204,14 @@ func open(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want i
 	}
 	switch {
 	case version > SchemaVersion:
-		return 0, &SchemaVersionError{Schema: schema, Found: version, Known: SchemaVersion}
+		return 0, &outbox.SchemaVersionError{Database: version, Package: SchemaVersion}
 	case version < SchemaVersion || shardCount == 0:
 		if shardCount, err = migrate(ctx, pool, schema, quoted, want); err != nil {
 			return 0, err
 		}
 	}
 	if want != 0 && want != shardCount {
-		return 0, &ShardCountError{Op: "New", Store: shardCount, Fraction: want}
+		return 0, &outbox.ShardCountError{Store: shardCount, Given: want}
 	}
 	return shardCount, nil
 }
@@ -227,7 +269,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, wan
 			return err
 		}
 		if current > len(migrations) {
-			return &SchemaVersionError{Schema: schema, Found: current, Known: len(migrations)}
+			return &outbox.SchemaVersionError{Database: current, Package: len(migrations)}
 		}
 		for v := current + 1; v <= len(migrations); v++ {
 			if _, err := tx.Exec(ctx, expand(quoted, migrations[v-1])); err != nil {

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -32,9 +34,9 @@ func TestShardCountIsRecorded(t *testing.T) {
 		}
 		for _, other := range []int{c.recorded * 2, c.recorded - 1} {
 			s, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema, ShardCount: other})
-			var se *pgstore.ShardCountError
-			if s != nil || !errors.Is(err, pgstore.ErrShardCountMismatch) || !errors.Is(err, backpressure.ErrInvalidShards) ||
-				!errors.As(err, &se) || se.Op != "New" || se.Store != c.recorded || se.Fraction != other {
+			var se *outbox.ShardCountError
+			if s != nil || !errors.Is(err, outbox.ErrShardCountMismatch) ||
+				!errors.As(err, &se) || se.Store != c.recorded || se.Given != other {
 				t.Errorf("New(ShardCount %d) on a schema recording %d = %s, %v; want a *ShardCountError", other, c.recorded, shardsOf(s), err)
 			}
 		}
@@ -63,7 +65,7 @@ INSERT INTO `+q+`.schema_version (version) VALUES (1);
 	if err != nil || s.ShardCount() != 32 {
 		t.Fatalf("New(ShardCount 32) on a version 1 schema = %s, %v; want a store over 32 shards", shardsOf(s), err)
 	}
-	if _, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema, ShardCount: 64}); !errors.Is(err, pgstore.ErrShardCountMismatch) {
+	if _, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema, ShardCount: 64}); !errors.Is(err, outbox.ErrShardCountMismatch) {
 		t.Errorf("New(ShardCount 64) after the upgrade recorded 32 = %v, want ErrShardCountMismatch", err)
 	}
 	if s, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema}); err != nil || s.ShardCount() != 32 {
@@ -128,14 +130,14 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA `+q+` TO `+r); err != nil {
 		t.Fatalf("New on a migrated schema as a role without CREATE: %v", err)
 	}
 	all, _ := backpressure.AllShards(s.ShardCount())
-	if _, err := s.Enqueue(ctx, []pgstore.Message{message("a", "q", "k")}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{message("a", "q", "k")}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
-	if err := s.Settle(ctx, "k", rows[0].Token); err != nil {
+	if err := s.Settle(ctx, rows[0].Lease()); err != nil {
 		t.Fatal(err)
 	}
 	// A schema that is not there yet does need the privilege: New says so
@@ -151,4 +153,71 @@ func shardsOf(s *pgstore.Store) string {
 		return "no store"
 	}
 	return fmt.Sprintf("a store over %d shards", s.ShardCount())
+}
+
+// TestMigrateVersion3InPlace builds a version 3 schema by hand, with rows in
+// each of its states, and opens it: New migrates it to the current version
+// in place, keeping every row (a settled row's settled_at becomes its
+// finished_at; old rows get no attempts limit), and the rows carry on as
+// before: the claimed row settles with its old token, the pending one is
+// claimed, dead-lettering works.
+func TestMigrateVersion3InPlace(t *testing.T) {
+	ctx := t.Context()
+	schema := testSchema(t)
+	q := pgx.Identifier{schema}.Sanitize()
+	ddl := "CREATE SCHEMA " + q + `;
+CREATE TABLE ` + q + `.schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO ` + q + `.schema_version (version) VALUES (1), (2), (3);
+`
+	for v := 1; v <= 3; v++ {
+		ddl += pgstore.Migration(v, schema) + ";\n"
+	}
+	ddl += "INSERT INTO " + q + ".settings (shard_count) VALUES (16);"
+	if _, err := adminPool.Exec(ctx, ddl); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := adminPool.Exec(ctx, `
+INSERT INTO `+q+`.outbox (dispatch_key, namespace, task_queue, shard, payload, state, attempts, token, enqueued_at, visible_at, claimed_at, lease_expires_at, settled_at)
+VALUES
+	('pending', 'a', 'q', $2, 'p', 'pending', 0, 0, $1, $1, NULL, NULL, NULL),
+	('claimed', 'a', 'q', $3, 'c', 'claimed', 1, 7, $1, $1, $1, $1 + interval '1 minute', NULL),
+	('settled', 'a', 'q', $4, 's', 'settled', 1, 8, $1, $1, $1, $1 + interval '1 minute', $1 + interval '1 second')`,
+		now, backpressure.ShardFor("pending", 16), backpressure.ShardFor("claimed", 16), backpressure.ShardFor("settled", 16)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatalf("New on a version 3 schema: %v", err)
+	}
+	var version int
+	if err := adminPool.QueryRow(ctx, "SELECT max(version) FROM "+q+".schema_version").Scan(&version); err != nil || version != pgstore.SchemaVersion {
+		t.Errorf("schema version after New = %d, %v; want %d", version, err, pgstore.SchemaVersion)
+	}
+	settled, err := s.Get(ctx, "settled")
+	if err != nil || settled.State != outbox.StateSettled || !settled.FinishedAt.Equal(now.Add(time.Second)) || string(settled.Payload) != "s" {
+		t.Errorf("settled row after the migration = %+v, %v", settled, err)
+	}
+	claimed, err := s.Get(ctx, "claimed")
+	if err != nil || claimed.State != outbox.StateClaimed || claimed.MaxAttempts != 0 || claimed.Token != 7 {
+		t.Fatalf("claimed row after the migration = %+v, %v", claimed, err)
+	}
+	if err := s.Settle(ctx, claimed.Lease()); err != nil {
+		t.Errorf("Settle of a row claimed before the migration: %v", err)
+	}
+	all, _ := backpressure.AllShards(16)
+	rows, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 10)})
+	if err != nil || len(rows) != 1 || rows[0].DispatchKey != "pending" {
+		t.Fatalf("claim after the migration = %v, %v; want the pending row", rows, err)
+	}
+	if res, err := s.Complete(ctx, []outbox.Completion{outbox.DeadLetterRow(rows[0], errors.New("bad"))}); err != nil || res[0].State != outbox.StateDead {
+		t.Errorf("dead-letter after the migration = %v, %v", res, err)
+	}
+	if n, err := s.PurgeSettled(ctx, now.Add(time.Hour), 10); err != nil || n != 2 {
+		t.Errorf("PurgeSettled after the migration = %d, %v; want 2", n, err)
+	}
+	// Opening it again is a read: no migration runs twice.
+	if _, err := pgstore.New(ctx, adminPool, pgstore.Options{Schema: schema}); err != nil {
+		t.Errorf("New on the migrated schema: %v", err)
+	}
 }

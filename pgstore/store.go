@@ -10,22 +10,23 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Defaults for the zero values of Options.
 const (
 	DefaultSchema     = "backpressure"
 	DefaultShardCount = 64
-	DefaultLease      = 30 * time.Second
 )
 
 // Options configures a Store. The zero value is valid: every field's zero
 // value takes the documented default.
 type Options struct {
 	// Schema is the PostgreSQL schema that holds the store's tables. It must
-	// be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes, not
-	// starting with pg_); it is quoted wherever it appears in SQL. Zero
-	// value: "backpressure". Stores in different schemas share nothing.
+	// be a lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes), not
+	// starting with pg_ and not information_schema; it is quoted wherever
+	// it appears in SQL. Zero value: "backpressure". Stores in different
+	// schemas share nothing.
 	Schema string
 
 	// ShardCount is the size of the virtual shard space rows are placed in
@@ -33,14 +34,21 @@ type Options struct {
 	// schema is created (or migrated from version 1, which recorded none)
 	// and can never change afterwards, since rows keep the shard they were
 	// enqueued with: 0 adopts the recorded count (64 for a new schema); any
-	// other value must equal it, or New returns a [*ShardCountError]
-	// (matching [ErrShardCountMismatch]).
+	// other value must equal it, or New returns an [*outbox.ShardCountError]
+	// (matching [outbox.ErrShardCountMismatch]).
 	ShardCount int
 
 	// Lease is the visibility timeout of a claim: a claimed row that is
-	// neither settled nor retried within Lease becomes claimable again, so a
-	// crashed claimer's rows come back. Zero value: 30s.
+	// neither completed nor extended within Lease becomes claimable again,
+	// so a crashed claimer's rows come back. Zero value:
+	// [outbox.DefaultLease]; below [outbox.MinLease] is an error.
 	Lease time.Duration
+
+	// MaxAttempts is the most claims a row gets: a Retry of a row that has
+	// had MaxAttempts claims dead-letters it instead. A message's own
+	// MaxAttempts overrides it. Zero value: [outbox.DefaultMaxAttempts];
+	// negative is an error.
+	MaxAttempts int
 
 	// Now is the store's clock. Nil, the default, uses the database server's
 	// clock (now(), the statement's transaction start), which every node
@@ -50,29 +58,52 @@ type Options struct {
 }
 
 // Store is a PostgreSQL outbox for many dispatcher nodes sharing one
-// database. It implements [backpressure.OutboxStore] for [Row]. A Store is
+// database. It implements [outbox.Store] and [outbox.Notifier]. A Store is
 // safe for concurrent use; many Stores, in one process or many, may share a
-// schema. Build one with [New] or [Open].
+// schema. Build one with [New] or [Open]; a nil or zero Store, like a
+// closed one, returns an error matching [outbox.ErrClosed] from every
+// method.
 //
-// Every method other than New and Open is one SQL statement (one round
-// trip), honours ctx, and returns errors prefixed "pgstore: ". New and Open
-// read the schema's version and shard count (two statements) and, only when
-// the schema is missing or behind, migrate it in one transaction. Cost
-// notes are on each method; n is the outbox's unsettled rows, r the routes
-// with unsettled rows.
+// Every method other than New, Open and Subscribe is one SQL statement
+// (one round trip), honours ctx, and returns errors prefixed "pgstore: ".
+// New and Open read the schema's version and shard count (two statements)
+// and, only when the schema is missing or behind, migrate it in one
+// transaction. Cost notes are on each method; n is the outbox's unsettled
+// rows, r the routes with unsettled rows.
+//
+// # Lost connections
+//
+// When a call finds its connection lost (the server restarted or failed
+// over, or pg_terminate_backend ended the session), the store checks the
+// pool's other idle connections at once and drops the dead ones, so one
+// call finds them all. Reads and claims then run once more on a live
+// connection and succeed. Other writes run once more only if their
+// statement never reached the server, and otherwise return the error: the
+// server may or may not have committed them, and running them again would
+// misreport what they did (dedup makes an Enqueue's rows safe either way).
+// A claim whose connection died after the server committed it is not
+// lost: its rows stay claimed under tokens nobody holds until their lease
+// expires, and are then claimed again, with one more attempt counted.
 type Store struct {
-	pool       *pgxpool.Pool
-	ownsPool   bool
-	schema     string
-	shardCount int
-	lease      time.Duration
-	now        func() time.Time
-	closed     atomic.Bool
-	sql        statements
+	pool        *pgxpool.Pool
+	ownsPool    bool
+	schema      string
+	shardCount  int
+	lease       time.Duration
+	maxAttempts int
+	now         func() time.Time
+	closed      atomic.Bool
+	sql         statements
+	channel     string // the LISTEN/NOTIFY channel of the schema
+	listen      listener
 }
 
-var _ backpressure.OutboxStore[Row] = (*Store)(nil)
-var _ backpressure.PendingWindowCounter = (*Store)(nil)
+var (
+	_ outbox.Store                      = (*Store)(nil)
+	_ outbox.Notifier                   = (*Store)(nil)
+	_ backpressure.PendingWindowCounter = (*Store)(nil)
+	_ backpressure.SweepCounter         = (*Store)(nil)
+)
 
 // New returns a store over pool, after validating opts and opening the
 // schema. A schema already at [SchemaVersion] is only read, so New needs no
@@ -81,54 +112,70 @@ var _ backpressure.PendingWindowCounter = (*Store)(nil)
 // nodes at once); creating the schema itself needs the CREATE privilege on
 // the database, migrating an existing one needs ownership of it.
 //
-// The shard count is settled as Options.ShardCount says: a value that
-// differs from the recorded count is a [*ShardCountError] (Op "New"). A
-// schema newer than this package is a [*SchemaVersionError]. The store does
-// not own pool: Close leaves it open.
+// Invalid options are an [*outbox.ArgumentError] (Op "New", Arg
+// "Options.Schema", "Options.Lease", …), returned before touching the
+// database. The shard count is settled as Options.ShardCount says: a value
+// that differs from the recorded count is an [*outbox.ShardCountError]. A
+// schema newer than this package is an [*outbox.SchemaVersionError]. The
+// store does not own pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	const op = "New"
 	if pool == nil {
-		return nil, &OptionsError{Field: "pool", Reason: "nil *pgxpool.Pool"}
+		return nil, argError(op, "pool", "nil *pgxpool.Pool")
+	}
+	if ctx == nil {
+		return nil, argError(op, "ctx", "nil context")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, opError("New", err)
+		return nil, opError(op, err)
 	}
 	if opts.Schema == "" {
 		opts.Schema = DefaultSchema
 	}
-	if err := validateSchema(opts.Schema); err != nil {
+	if err := validateSchema(op, opts.Schema); err != nil {
 		return nil, err
 	}
 	switch {
 	case opts.ShardCount < 0:
-		return nil, &OptionsError{Field: "ShardCount", Reason: fmt.Sprintf("%d is negative", opts.ShardCount)}
+		return nil, argError(op, "Options.ShardCount", "%d is negative", opts.ShardCount)
 	case int64(opts.ShardCount) > 1<<31-1:
-		return nil, &OptionsError{Field: "ShardCount", Reason: fmt.Sprintf("%d does not fit a PostgreSQL integer", opts.ShardCount)}
+		return nil, argError(op, "Options.ShardCount", "%d does not fit a PostgreSQL integer", opts.ShardCount)
 	}
 	switch {
 	case opts.Lease == 0:
-		opts.Lease = DefaultLease
-	case opts.Lease < time.Microsecond:
-		return nil, &OptionsError{Field: "Lease", Reason: fmt.Sprintf("%v is below PostgreSQL's microsecond resolution", opts.Lease)}
+		opts.Lease = outbox.DefaultLease
+	case opts.Lease < outbox.MinLease:
+		return nil, argError(op, "Options.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
+	}
+	switch {
+	case opts.MaxAttempts == 0:
+		opts.MaxAttempts = outbox.DefaultMaxAttempts
+	case opts.MaxAttempts < 0:
+		return nil, argError(op, "Options.MaxAttempts", "%d is negative", opts.MaxAttempts)
+	case int64(opts.MaxAttempts) > 1<<31-1:
+		return nil, argError(op, "Options.MaxAttempts", "%d does not fit a PostgreSQL integer", opts.MaxAttempts)
 	}
 	quoted := pgx.Identifier{opts.Schema}.Sanitize()
 	shardCount, err := open(ctx, pool, opts.Schema, quoted, opts.ShardCount)
 	var (
-		shardErr   *ShardCountError
-		versionErr *SchemaVersionError
+		shardErr   *outbox.ShardCountError
+		versionErr *outbox.SchemaVersionError
 	)
 	switch {
 	case errors.As(err, &shardErr), errors.As(err, &versionErr):
-		return nil, err
+		return nil, fmt.Errorf("pgstore: %s: schema %s: %w", op, quoted, err)
 	case err != nil:
-		return nil, opError("New: open schema "+quoted, err)
+		return nil, opError(op+": open schema "+quoted, err)
 	}
 	return &Store{
-		pool:       pool,
-		schema:     opts.Schema,
-		shardCount: shardCount,
-		lease:      opts.Lease,
-		now:        opts.Now,
-		sql:        prepare(quoted),
+		pool:        pool,
+		schema:      opts.Schema,
+		shardCount:  shardCount,
+		lease:       opts.Lease,
+		maxAttempts: opts.MaxAttempts,
+		now:         opts.Now,
+		sql:         prepare(quoted),
+		channel:     channelName(opts.Schema),
 	}, nil
 }
 
@@ -140,7 +187,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
-		return nil, &OptionsError{Field: "databaseURL", Reason: err.Error()}
+		return nil, argError("Open", "databaseURL", "%v", err)
 	}
 	if _, set := cfg.ConnConfig.RuntimeParams["jit"]; !set {
 		cfg.ConnConfig.RuntimeParams["jit"] = "off"
@@ -158,34 +205,60 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	return s, nil
 }
 
-// Close marks the store closed; later calls return [ErrClosed]. It closes
-// the pool only if [Open] opened it, never a pool passed to [New]. Close is
-// idempotent and always returns nil.
+// Close marks the store closed; later calls return an error matching
+// [outbox.ErrClosed], and every channel [Store.Subscribe] returned is
+// closed. It closes the pool only if [Open] opened it, never a pool passed
+// to [New]. Closing a closed store returns nil; a nil or zero store returns
+// [outbox.ErrClosed].
 func (s *Store) Close() error {
+	if s == nil || s.pool == nil {
+		return closedError("Close")
+	}
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.listen.close()
 	if s.ownsPool {
 		s.pool.Close()
 	}
 	return nil
 }
 
-// Schema returns the schema the store's tables live in.
-func (s *Store) Schema() string { return s.schema }
+// Schema returns the schema the store's tables live in ("" for a nil
+// store).
+func (s *Store) Schema() string {
+	if s == nil {
+		return ""
+	}
+	return s.schema
+}
 
 // ShardCount returns the shard count rows are placed with: the one recorded
-// in the schema.
-func (s *Store) ShardCount() int { return s.shardCount }
+// in the schema (0 for a nil or zero store).
+func (s *Store) ShardCount() int {
+	if s == nil {
+		return 0
+	}
+	return s.shardCount
+}
 
-// Lease returns the claim lease (visibility timeout).
-func (s *Store) Lease() time.Duration { return s.lease }
+// Lease returns the claim lease (visibility timeout; 0 for a nil or zero
+// store).
+func (s *Store) Lease() time.Duration {
+	if s == nil {
+		return 0
+	}
+	return s.lease
+}
 
 // begin is called first by every method: it refuses a closed store and a
 // done context, so neither reaches the database.
 func (s *Store) begin(ctx context.Context, op string) error {
-	if s.closed.Load() {
-		return fmt.Errorf("pgstore: %s: %w", op, ErrClosed)
+	if s == nil || s.pool == nil || s.closed.Load() {
+		return closedError(op)
+	}
+	if ctx == nil {
+		return argError(op, "ctx", "nil context")
 	}
 	if err := ctx.Err(); err != nil {
 		return opError(op, err)
@@ -211,7 +284,7 @@ func (s *Store) clock() any {
 // owned.
 func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) (ids []int32, all, none bool, err error) {
 	if shards.ShardCount() != s.shardCount {
-		return nil, false, false, &ShardCountError{Op: op, Store: s.shardCount, Fraction: shards.ShardCount()}
+		return nil, false, false, fmt.Errorf("pgstore: %s: %w", op, &outbox.ShardCountError{Store: s.shardCount, Given: shards.ShardCount()})
 	}
 	owned := shards.Owned()
 	if len(owned) == s.shardCount {

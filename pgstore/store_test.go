@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -44,24 +45,24 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) enqueue(msgs ...pgstore.Message) {
+func (f *fixture) enqueue(msgs ...outbox.Message) {
 	f.t.Helper()
 	if _, err := f.s.Enqueue(f.ctx, msgs); err != nil {
 		f.t.Fatalf("Enqueue: %v", err)
 	}
 }
 
-func (f *fixture) state(key string) pgstore.State {
+func (f *fixture) state(key string) outbox.State {
 	f.t.Helper()
-	_, st, err := f.s.Get(f.ctx, key)
+	r, err := f.s.Get(f.ctx, key)
 	if err != nil {
 		f.t.Fatalf("Get(%q): %v", key, err)
 	}
-	return st
+	return r.State
 }
 
-func message(ns, tq, key string) pgstore.Message {
-	return pgstore.Message{DispatchKey: key, Namespace: ns, TaskQueue: tq, Payload: []byte(key)}
+func message(ns, tq, key string) outbox.Message {
+	return outbox.Message{DispatchKey: key, Namespace: ns, TaskQueue: tq, Payload: []byte(key)}
 }
 
 func claim(ns, tq string, limit int) backpressure.ScopedClaim {
@@ -74,27 +75,32 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opts  pgstore.Options
 		field string
 	}{
-		{pgstore.Options{Schema: "Upper"}, "Schema"},
-		{pgstore.Options{Schema: "a;drop table x"}, "Schema"},
-		{pgstore.Options{Schema: `a"b`}, "Schema"},
-		{pgstore.Options{Schema: "1abc"}, "Schema"},
-		{pgstore.Options{Schema: "pg_mine"}, "Schema"},
-		{pgstore.Options{Schema: strings.Repeat("a", 64)}, "Schema"},
-		{pgstore.Options{ShardCount: -1}, "ShardCount"},
-		{pgstore.Options{ShardCount: 1 << 31}, "ShardCount"},
-		{pgstore.Options{Lease: -time.Second}, "Lease"},
-		{pgstore.Options{Lease: time.Nanosecond}, "Lease"},
+		{pgstore.Options{Schema: "Upper"}, "Options.Schema"},
+		{pgstore.Options{Schema: "a;drop table x"}, "Options.Schema"},
+		{pgstore.Options{Schema: `a"b`}, "Options.Schema"},
+		{pgstore.Options{Schema: "1abc"}, "Options.Schema"},
+		{pgstore.Options{Schema: "pg_mine"}, "Options.Schema"},
+		{pgstore.Options{Schema: "pg_catalog"}, "Options.Schema"},
+		{pgstore.Options{Schema: "information_schema"}, "Options.Schema"},
+		{pgstore.Options{Schema: strings.Repeat("a", 64)}, "Options.Schema"},
+		{pgstore.Options{ShardCount: -1}, "Options.ShardCount"},
+		{pgstore.Options{ShardCount: 1 << 31}, "Options.ShardCount"},
+		{pgstore.Options{Lease: -time.Second}, "Options.Lease"},
+		{pgstore.Options{Lease: time.Nanosecond}, "Options.Lease"},
+		{pgstore.Options{Lease: time.Microsecond}, "Options.Lease"},
+		{pgstore.Options{Lease: outbox.MinLease - time.Microsecond}, "Options.Lease"},
+		{pgstore.Options{MaxAttempts: -1}, "Options.MaxAttempts"},
 	} {
 		s, err := pgstore.New(t.Context(), pool, c.opts)
-		var oe *pgstore.OptionsError
-		if s != nil || !errors.Is(err, pgstore.ErrInvalidOptions) || !errors.As(err, &oe) || oe.Field != c.field {
-			t.Errorf("step %d: New(%+v) = %v, %v; want an *OptionsError for %s", i, c.opts, s, err, c.field)
+		var oe *outbox.ArgumentError
+		if s != nil || !errors.Is(err, outbox.ErrInvalidArgument) || !errors.As(err, &oe) || oe.Arg != c.field || oe.Op != "New" {
+			t.Errorf("step %d: New(%+v) = %v, %v; want an *outbox.ArgumentError for %s", i, c.opts, s, err, c.field)
 		}
 	}
-	if _, err := pgstore.New(t.Context(), nil, pgstore.Options{}); !errors.Is(err, pgstore.ErrInvalidOptions) {
+	if _, err := pgstore.New(t.Context(), nil, pgstore.Options{}); !errors.Is(err, outbox.ErrInvalidArgument) {
 		t.Errorf("New(nil pool) = %v, want ErrInvalidOptions", err)
 	}
-	if _, err := pgstore.Open(t.Context(), "::not a url::", pgstore.Options{}); !errors.Is(err, pgstore.ErrInvalidOptions) {
+	if _, err := pgstore.Open(t.Context(), "::not a url::", pgstore.Options{}); !errors.Is(err, outbox.ErrInvalidArgument) {
 		t.Errorf("Open(bad URL) = %v, want ErrInvalidOptions", err)
 	}
 }
@@ -105,8 +111,8 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Schema() != schema || s.ShardCount() != pgstore.DefaultShardCount || s.Lease() != pgstore.DefaultLease {
-		t.Errorf("store = %s/%d/%v, want %s/%d/%v", s.Schema(), s.ShardCount(), s.Lease(), schema, pgstore.DefaultShardCount, pgstore.DefaultLease)
+	if s.Schema() != schema || s.ShardCount() != pgstore.DefaultShardCount || s.Lease() != outbox.DefaultLease {
+		t.Errorf("store = %s/%d/%v, want %s/%d/%v", s.Schema(), s.ShardCount(), s.Lease(), schema, pgstore.DefaultShardCount, outbox.DefaultLease)
 	}
 }
 
@@ -154,8 +160,8 @@ func TestSchemaTooNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := pgstore.New(t.Context(), adminPool, pgstore.Options{Schema: schema})
-	var ve *pgstore.SchemaVersionError
-	if !errors.Is(err, pgstore.ErrSchemaTooNew) || !errors.As(err, &ve) || ve.Found != pgstore.SchemaVersion+1 {
+	var ve *outbox.SchemaVersionError
+	if !errors.Is(err, outbox.ErrSchemaTooNew) || !errors.As(err, &ve) || ve.Database != pgstore.SchemaVersion+1 || ve.Package != pgstore.SchemaVersion {
 		t.Errorf("New on a newer schema = %v, want a *SchemaVersionError", err)
 	}
 }
@@ -165,7 +171,7 @@ func TestSchemaTooNew(t *testing.T) {
 func TestSchemasAreIsolated(t *testing.T) {
 	a, b := newFixture(t), newFixture(t)
 	a.enqueue(message("acme", "q", "k"))
-	if n, err := b.s.Enqueue(b.ctx, []pgstore.Message{message("acme", "q", "k")}); err != nil || n != 1 {
+	if n, err := b.s.Enqueue(b.ctx, []outbox.Message{message("acme", "q", "k")}); err != nil || n != 1 {
 		t.Errorf("Enqueue of the same key in another schema = %d, %v; want 1, nil", n, err)
 	}
 	rows, err := a.s.ClaimOutboxRowsScoped(a.ctx, a.all, []backpressure.ScopedClaim{claim("acme", "q", 10)})
@@ -182,14 +188,14 @@ func TestInvalidInputTouchesNothing(t *testing.T) {
 	f.enqueue(message("acme", "q", "k"))
 	before := f.tr.queries.Load()
 	for i, call := range []func() error{
-		func() error { _, err := f.s.Enqueue(f.ctx, []pgstore.Message{message("acme", "q", "")}); return err },
-		func() error { _, err := f.s.Enqueue(f.ctx, []pgstore.Message{message("", "q", "k2")}); return err },
+		func() error { _, err := f.s.Enqueue(f.ctx, []outbox.Message{message("acme", "q", "")}); return err },
+		func() error { _, err := f.s.Enqueue(f.ctx, []outbox.Message{message("", "q", "k2")}); return err },
 		func() error {
-			_, err := f.s.Enqueue(f.ctx, []pgstore.Message{message("acme", "q\x00", "k2")})
+			_, err := f.s.Enqueue(f.ctx, []outbox.Message{message("acme", "q\x00", "k2")})
 			return err
 		},
 		func() error {
-			_, err := f.s.Enqueue(f.ctx, []pgstore.Message{message("acme", "q", "k\xff")})
+			_, err := f.s.Enqueue(f.ctx, []outbox.Message{message("acme", "q", "k\xff")})
 			return err
 		},
 		func() error {
@@ -202,38 +208,63 @@ func TestInvalidInputTouchesNothing(t *testing.T) {
 		},
 		func() error { _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, f.all, -1); return err },
 		func() error { _, err := f.s.CountPendingOutboxRows(f.ctx, f.all, 0); return err },
-		func() error { return f.s.Retry(f.ctx, "k", 1, -time.Second) },
+		func() error { return f.s.Retry(f.ctx, outbox.Lease{DispatchKey: "k", Token: 1}, -time.Second, nil) },
+		func() error { return f.s.Settle(f.ctx, outbox.Lease{}) },
+		func() error {
+			_, err := f.s.Complete(f.ctx, []outbox.Completion{{Lease: outbox.Lease{DispatchKey: "k", Token: 1}}})
+			return err
+		},
+		func() error {
+			_, err := f.s.Complete(f.ctx, []outbox.Completion{
+				{Lease: outbox.Lease{DispatchKey: "k", Token: 1}, Outcome: outbox.Settle},
+				{Lease: outbox.Lease{DispatchKey: "k", Token: 1}, Outcome: outbox.Retry},
+			})
+			return err
+		},
+		func() error {
+			_, err := f.s.ExtendLeases(f.ctx, []outbox.Lease{{DispatchKey: "k", Token: 1}, {DispatchKey: "k", Token: 2}})
+			return err
+		},
+		func() error { _, err := f.s.ListDead(f.ctx, outbox.ListDeadParams{Limit: -1}); return err },
+		func() error { _, err := f.s.ListDead(f.ctx, outbox.ListDeadParams{Limit: 10_001}); return err },
+		func() error { _, err := f.s.Requeue(f.ctx, []string{"k", ""}); return err },
+		func() error { _, err := f.s.PurgeDead(f.ctx, f.now, -1); return err },
 		func() error { _, err := f.s.PurgeSettled(f.ctx, f.now, -1); return err },
 	} {
 		err := call()
-		var ie *pgstore.ArgumentError
-		if !errors.Is(err, pgstore.ErrInvalidArgument) || !errors.As(err, &ie) || !strings.HasPrefix(err.Error(), "pgstore: ") {
+		var (
+			ie *outbox.ArgumentError
+			me *outbox.MessageError
+		)
+		if !errors.Is(err, outbox.ErrInvalidArgument) || !(errors.As(err, &ie) || errors.As(err, &me)) {
 			t.Errorf("step %d: error %v, want a pgstore *ArgumentError", i, err)
 		}
 	}
 	if n := f.tr.queries.Load() - before; n != 0 {
 		t.Errorf("rejected calls made %d round trips, want 0", n)
 	}
-	if st := f.state("k"); st != pgstore.StatePending {
+	if st := f.state("k"); st != outbox.StatePending {
 		t.Errorf("row k is %s after rejected calls, want pending", st)
 	}
 }
 
 func TestNotFoundAndLeaseLost(t *testing.T) {
 	f := newFixture(t)
-	if err := f.s.Settle(f.ctx, "nope", 1); !errors.Is(err, pgstore.ErrNotFound) {
-		t.Errorf("Settle(unknown key) = %v, want ErrNotFound", err)
+	// An unknown key has no live lease: the completion is reported lost,
+	// as for a purged row.
+	if err := f.s.Settle(f.ctx, outbox.Lease{DispatchKey: "nope", Token: 1}); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Errorf("Settle(unknown key) = %v, want ErrLeaseLost", err)
 	}
-	if err := f.s.Retry(f.ctx, "nope", 1, 0); !errors.Is(err, pgstore.ErrNotFound) {
-		t.Errorf("Retry(unknown key) = %v, want ErrNotFound", err)
+	if err := f.s.Retry(f.ctx, outbox.Lease{DispatchKey: "nope", Token: 1}, 0, nil); !errors.Is(err, outbox.ErrLeaseLost) {
+		t.Errorf("Retry(unknown key) = %v, want ErrLeaseLost", err)
 	}
-	if _, _, err := f.s.Get(f.ctx, "nope"); !errors.Is(err, pgstore.ErrNotFound) {
+	if _, err := f.s.Get(f.ctx, "nope"); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("Get(unknown key) = %v, want ErrNotFound", err)
 	}
 	f.enqueue(message("acme", "q", "k"))
-	err := f.s.Settle(f.ctx, "k", 0) // pending: no claim to settle
-	var le *pgstore.LeaseLostError
-	if !errors.Is(err, pgstore.ErrLeaseLost) || !errors.As(err, &le) || le.DispatchKey != "k" || le.Op != "Settle" {
+	err := f.s.Settle(f.ctx, outbox.Lease{DispatchKey: "k"}) // pending: no claim to settle
+	var le *outbox.LeaseLostError
+	if !errors.Is(err, outbox.ErrLeaseLost) || !errors.As(err, &le) || le.DispatchKey != "k" || le.Op != "Settle" {
 		t.Errorf("Settle(pending row) = %v, want a *LeaseLostError for k", err)
 	}
 	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", 1)})
@@ -243,7 +274,7 @@ func TestNotFoundAndLeaseLost(t *testing.T) {
 	// The lease ends at ClaimedAt + Lease exactly: a settle then is too late,
 	// even though no other claimer has taken the row yet.
 	f.now = rows[0].LeaseExpiresAt
-	if err := f.s.Settle(f.ctx, "k", rows[0].Token); !errors.Is(err, pgstore.ErrLeaseLost) {
+	if err := f.s.Settle(f.ctx, rows[0].Lease()); !errors.Is(err, outbox.ErrLeaseLost) {
 		t.Errorf("Settle at lease expiry = %v, want ErrLeaseLost", err)
 	}
 }
@@ -251,8 +282,9 @@ func TestNotFoundAndLeaseLost(t *testing.T) {
 func TestGetAndAttempts(t *testing.T) {
 	f := newFixture(t)
 	f.enqueue(message("acme", "q", "k"))
-	row, st, err := f.s.Get(f.ctx, "k")
-	if err != nil || st != pgstore.StatePending || row.Attempts != 0 || row.Token != 0 || !row.ClaimedAt.IsZero() ||
+	row, err := f.s.Get(f.ctx, "k")
+	st := row.State
+	if err != nil || st != outbox.StatePending || row.Attempts != 0 || row.Token != 0 || !row.ClaimedAt.IsZero() ||
 		row.Shard != backpressure.ShardFor("k", f.s.ShardCount()) || !row.EnqueuedAt.Equal(f.now) || string(row.Payload) != "k" {
 		t.Fatalf("Get(new row) = %+v, %s, %v", row, st, err)
 	}
@@ -263,11 +295,11 @@ func TestGetAndAttempts(t *testing.T) {
 			t.Fatalf("attempt %d: claim = %v, %v", attempt, rows, err)
 		}
 		r := rows[0]
-		if r.Attempts != attempt || !r.ClaimedAt.Equal(f.now) || !r.LeaseExpiresAt.Equal(f.now.Add(pgstore.DefaultLease)) {
+		if r.Attempts != attempt || !r.ClaimedAt.Equal(f.now) || !r.LeaseExpiresAt.Equal(f.now.Add(outbox.DefaultLease)) {
 			t.Errorf("attempt %d: claimed row %+v", attempt, r)
 		}
 		tokens = append(tokens, r.Token)
-		if err := f.s.Retry(f.ctx, "k", r.Token, time.Second); err != nil {
+		if err := f.s.Retry(f.ctx, r.Lease(), time.Second, nil); err != nil {
 			t.Fatalf("attempt %d: Retry: %v", attempt, err)
 		}
 		f.now = f.now.Add(time.Second)
@@ -382,7 +414,7 @@ func TestClaimUnscoped(t *testing.T) {
 		t.Errorf("unscoped claim on even shards = %v, want the oldest %v", got, want)
 	}
 	other, _ := backpressure.AllShards(f.s.ShardCount() * 2)
-	if _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, other, 5); !errors.Is(err, pgstore.ErrShardCountMismatch) || !errors.Is(err, backpressure.ErrInvalidShards) {
+	if _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, other, 5); !errors.Is(err, outbox.ErrShardCountMismatch) {
 		t.Errorf("unscoped claim with a mismatched shard count = %v, want ErrShardCountMismatch", err)
 	}
 }
@@ -394,7 +426,7 @@ func TestDatabaseClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	all, _ := backpressure.AllShards(s.ShardCount())
-	if _, err := s.Enqueue(t.Context(), []pgstore.Message{message("a", "q", "k")}); err != nil {
+	if _, err := s.Enqueue(t.Context(), []outbox.Message{message("a", "q", "k")}); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.ClaimOutboxRowsScoped(t.Context(), all, []backpressure.ScopedClaim{claim("a", "q", 1)})
@@ -409,7 +441,7 @@ func TestDatabaseClock(t *testing.T) {
 	if r.LeaseExpiresAt.Sub(r.ClaimedAt) != time.Minute || r.ClaimedAt.After(dbNow) || r.ClaimedAt.Before(r.EnqueuedAt) {
 		t.Errorf("claimed row %+v against database now %v: want the database clock and a one-minute lease", r, dbNow)
 	}
-	if err := s.Settle(t.Context(), "k", r.Token); err != nil {
+	if err := s.Settle(t.Context(), r.Lease()); err != nil {
 		t.Errorf("Settle: %v", err)
 	}
 }
@@ -425,7 +457,7 @@ func TestPurgeSettled(t *testing.T) {
 	}
 	for i, r := range rows {
 		f.now = f.now.Add(time.Second)
-		if err := f.s.Settle(f.ctx, r.DispatchKey, r.Token); err != nil {
+		if err := f.s.Settle(f.ctx, r.Lease()); err != nil {
 			t.Fatalf("Settle row %d: %v", i, err)
 		}
 	}
@@ -436,13 +468,13 @@ func TestPurgeSettled(t *testing.T) {
 			t.Errorf("step %d: PurgeSettled = %d, %v; want %d", step, n, err, want)
 		}
 	}
-	if _, _, err := f.s.Get(f.ctx, rows[0].DispatchKey); !errors.Is(err, pgstore.ErrNotFound) {
+	if _, err := f.s.Get(f.ctx, rows[0].DispatchKey); !errors.Is(err, outbox.ErrNotFound) {
 		t.Errorf("Get(purged) = %v, want ErrNotFound", err)
 	}
-	if st := f.state(rows[2].DispatchKey); st != pgstore.StateSettled {
+	if st := f.state(rows[2].DispatchKey); st != outbox.StateSettled {
 		t.Errorf("row settled at the cut is %s, want kept settled", st)
 	}
-	if st := f.state("k4"); st != pgstore.StatePending {
+	if st := f.state("k4"); st != outbox.StatePending {
 		t.Errorf("pending row is %s after purges, want pending", st)
 	}
 }
@@ -453,20 +485,7 @@ func TestClosedAndContexts(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	cancel()
 	before := f.tr.queries.Load()
-	calls := map[string]func(context.Context) error{
-		"Enqueue": func(ctx context.Context) error {
-			_, err := f.s.Enqueue(ctx, []pgstore.Message{message("a", "q", "k2")})
-			return err
-		},
-		"Settle": func(ctx context.Context) error { return f.s.Settle(ctx, "k", 1) },
-		"Retry":  func(ctx context.Context) error { return f.s.Retry(ctx, "k", 1, 0) },
-		"Get":    func(ctx context.Context) error { _, _, err := f.s.Get(ctx, "k"); return err },
-		"Unscoped": func(ctx context.Context) error {
-			_, err := f.s.ClaimOutboxRowsUnscoped(ctx, f.all, 1)
-			return err
-		},
-		"PurgeSettled": func(ctx context.Context) error { _, err := f.s.PurgeSettled(ctx, f.now, 1); return err },
-	}
+	calls := storeCalls(f.s, f.all, f.now)
 	for name, call := range calls {
 		if err := call(ctx); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s with a cancelled context = %v, want context.Canceled", name, err)
@@ -479,8 +498,22 @@ func TestClosedAndContexts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, call := range calls {
-		if err := call(f.ctx); !errors.Is(err, pgstore.ErrClosed) {
+		if err := call(f.ctx); !errors.Is(err, outbox.ErrClosed) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
+		}
+	}
+	// A nil and a zero store fail the same way, and never panic.
+	for _, z := range []*pgstore.Store{nil, {}} {
+		for name, call := range storeCalls(z, f.all, f.now) {
+			if err := call(f.ctx); !errors.Is(err, outbox.ErrClosed) {
+				t.Errorf("%s on a %s store = %v, want ErrClosed", name, zeroName(z), err)
+			}
+		}
+		if err := z.Close(); !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("Close on a %s store = %v, want ErrClosed", zeroName(z), err)
+		}
+		if z.ShardCount() != 0 || z.Lease() != 0 || z.Schema() != "" {
+			t.Errorf("a %s store reports %d shards, lease %v, schema %q; want zeros", zeroName(z), z.ShardCount(), z.Lease(), z.Schema())
 		}
 	}
 	// Close leaves a pool it did not open usable.
@@ -497,7 +530,7 @@ func TestOpenOwnsItsPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Enqueue(t.Context(), []pgstore.Message{message("a", "q", "k")}); err != nil {
+	if _, err := s.Enqueue(t.Context(), []outbox.Message{message("a", "q", "k")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -597,11 +630,79 @@ func TestFailedBatchClaimsNothing(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("claim with its batch failed: %v, want an error matching context.Canceled", err)
 	}
-	if got := f.state("k1"); got != pgstore.StatePending {
+	if got := f.state("k1"); got != outbox.StatePending {
 		t.Fatalf("k1 is %s after the failed claim, want pending", got)
 	}
 	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim after the failure: %d rows, %v; want 1 row", len(rows), err)
+	}
+}
+
+func zeroName(s *pgstore.Store) string {
+	if s == nil {
+		return "nil"
+	}
+	return "zero"
+}
+
+// storeCalls calls every method of s that takes a context, each with valid
+// arguments.
+func storeCalls(s *pgstore.Store, all backpressure.OwnedShardFraction, now time.Time) map[string]func(context.Context) error {
+	lease := outbox.Lease{DispatchKey: "k", Token: 1}
+	return map[string]func(context.Context) error{
+		"Enqueue": func(ctx context.Context) error {
+			_, err := s.Enqueue(ctx, []outbox.Message{message("a", "q", "k2")})
+			return err
+		},
+		"EnqueueTx": func(ctx context.Context) error {
+			tx, err := adminPool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(context.Background())
+			_, err = s.EnqueueTx(ctx, tx, []outbox.Message{message("a", "q", "k2")})
+			return err
+		},
+		"Settle": func(ctx context.Context) error { return s.Settle(ctx, lease) },
+		"Retry":  func(ctx context.Context) error { return s.Retry(ctx, lease, 0, nil) },
+		"Complete": func(ctx context.Context) error {
+			_, err := s.Complete(ctx, []outbox.Completion{{Lease: lease, Outcome: outbox.DeadLetter}})
+			return err
+		},
+		"ExtendLeases": func(ctx context.Context) error { _, err := s.ExtendLeases(ctx, []outbox.Lease{lease}); return err },
+		"Get":          func(ctx context.Context) error { _, err := s.Get(ctx, "k"); return err },
+		"Stats":        func(ctx context.Context) error { _, err := s.Stats(ctx); return err },
+		"ListDead":     func(ctx context.Context) error { _, err := s.ListDead(ctx, outbox.ListDeadParams{}); return err },
+		"Requeue":      func(ctx context.Context) error { _, err := s.Requeue(ctx, []string{"k"}); return err },
+		"Subscribe":    func(ctx context.Context) error { _, err := s.Subscribe(ctx); return err },
+		"CountClaimed": func(ctx context.Context) error { _, err := s.CountClaimedOutboxRows(ctx, all); return err },
+		"CountPending": func(ctx context.Context) error { _, err := s.CountPendingOutboxRows(ctx, all, 1); return err },
+		"CountSweep": func(ctx context.Context) error {
+			_, _, err := s.CountSweep(ctx, all, backpressure.PendingWindow{CapPerRoute: 1})
+			return err
+		},
+		"Window": func(ctx context.Context) error {
+			_, err := s.CountPendingOutboxRowsWindow(ctx, all, backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1})
+			return err
+		},
+		"Scoped": func(ctx context.Context) error {
+			_, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+			return err
+		},
+		"Unscoped": func(ctx context.Context) error {
+			_, err := s.ClaimOutboxRowsUnscoped(ctx, all, 1)
+			return err
+		},
+		"PurgeSettled": func(ctx context.Context) error { _, err := s.PurgeSettled(ctx, now, 1); return err },
+		"PurgeDead":    func(ctx context.Context) error { _, err := s.PurgeDead(ctx, now, 1); return err },
+		"Sweep": func(ctx context.Context) error {
+			bp, err := backpressure.New(backpressure.Config{BatchSize: 10, DefaultQuota: 10}, all)
+			if err != nil {
+				return err
+			}
+			_, _, err = backpressure.Sweep(ctx, bp, s)
+			return err
+		},
 	}
 }

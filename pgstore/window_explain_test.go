@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -42,7 +43,7 @@ func maxLoops(plan, index string) (int, bool) {
 func TestExplainPendingWindowIsLazy(t *testing.T) {
 	f := newFixture(t)
 	const namespaces, queues = 1000, 2
-	var batch []pgstore.Message
+	var batch []outbox.Message
 	for ns := 0; ns < namespaces; ns++ {
 		for q := 0; q < queues; q++ {
 			for i := 0; i < 3; i++ {
@@ -147,7 +148,7 @@ func allShards(f *fixture) []int32 {
 func TestExplainWindowShortcut(t *testing.T) {
 	f := newFixture(t)
 	const routes = 12
-	var batch []pgstore.Message
+	var batch []outbox.Message
 	for r := 0; r < routes; r++ {
 		for i := 0; i < 1+r%4; i++ {
 			batch = append(batch, message(fmt.Sprintf("ns%02d", r/3), fmt.Sprintf("q%d", r%3), fmt.Sprintf("r%02d/%d", r, i)))

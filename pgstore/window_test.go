@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
-	"github.com/outboxkit/backpressure/pgstore"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // windowReference computes the window from the full counts, as the
@@ -52,7 +51,7 @@ func windowReference(full []backpressure.RouteCount, after string, n int) []back
 // does not own.
 func TestPendingWindowMatchesFullCounts(t *testing.T) {
 	f := newFixture(t)
-	var batch []pgstore.Message
+	var batch []outbox.Message
 	for _, ns := range []string{"a", "b", "bb", "c", "delayed", "e", "leased", "settled", "é", "z"} {
 		for q := 0; q < 3; q++ {
 			for i := 0; i < 4; i++ {
@@ -69,7 +68,7 @@ func TestPendingWindowMatchesFullCounts(t *testing.T) {
 	for _, stmt := range []string{
 		`UPDATE ` + schema + `.outbox SET visible_at = $1::timestamptz + interval '1 hour' WHERE namespace = 'delayed'`,
 		`UPDATE ` + schema + `.outbox SET state = 'claimed', lease_expires_at = $1::timestamptz + interval '1 minute', claimed_at = $1 WHERE namespace = 'leased'`,
-		`UPDATE ` + schema + `.outbox SET state = 'settled', settled_at = $1 WHERE namespace = 'settled'`,
+		`UPDATE ` + schema + `.outbox SET state = 'settled', finished_at = $1 WHERE namespace = 'settled'`,
 		// Mixed: one route of e delayed, one of b leased.
 		`UPDATE ` + schema + `.outbox SET visible_at = $1::timestamptz + interval '1 hour' WHERE namespace = 'e' AND task_queue = 'q1'`,
 		`UPDATE ` + schema + `.outbox SET state = 'claimed', lease_expires_at = $1::timestamptz + interval '1 minute', claimed_at = $1 WHERE namespace = 'b' AND task_queue = 'q0'`,
@@ -143,8 +142,8 @@ func TestPendingWindowErrors(t *testing.T) {
 		{CapPerRoute: 1, Namespaces: 1, After: "\xff"},
 	} {
 		_, err := f.s.CountPendingOutboxRowsWindow(f.ctx, f.all, bad)
-		var ae *pgstore.ArgumentError
-		if !errors.As(err, &ae) || !errors.Is(err, pgstore.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "pgstore: ") {
+		var ae *outbox.ArgumentError
+		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) {
 			t.Errorf("window %+v: error %v, want a pgstore *ArgumentError", bad, err)
 		}
 	}
@@ -152,7 +151,7 @@ func TestPendingWindowErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var se *pgstore.ShardCountError
+	var se *outbox.ShardCountError
 	if _, err := f.s.CountPendingOutboxRowsWindow(f.ctx, other, w); !errors.As(err, &se) {
 		t.Errorf("window with a fraction of %d shards: error %v, want a *ShardCountError", other.ShardCount(), err)
 	}
@@ -167,7 +166,7 @@ func TestPendingWindowErrors(t *testing.T) {
 	if err := f.s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.CountPendingOutboxRowsWindow(f.ctx, f.all, w); !errors.Is(err, pgstore.ErrClosed) {
+	if _, err := f.s.CountPendingOutboxRowsWindow(f.ctx, f.all, w); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("window after Close: error %v, want ErrClosed", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/backpressure"
+	obx "github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -113,9 +114,9 @@ type pgOutbox struct {
 func (o *pgOutbox) Name() string { return o.name }
 
 func (o *pgOutbox) Enqueue(ctx context.Context, msgs []message) (int, error) {
-	m := make([]pgstore.Message, len(msgs))
+	m := make([]obx.Message, len(msgs))
 	for i, x := range msgs {
-		m[i] = pgstore.Message{DispatchKey: x.Key, Namespace: x.Namespace, TaskQueue: x.TaskQueue}
+		m[i] = obx.Message{DispatchKey: x.Key, Namespace: x.Namespace, TaskQueue: x.TaskQueue}
 	}
 	return o.s.Enqueue(ctx, m)
 }
@@ -139,27 +140,27 @@ func (o *pgOutbox) ClaimUnscoped(ctx context.Context, shards backpressure.OwnedS
 }
 
 func (o *pgOutbox) Settle(ctx context.Context, key string, token int64) error {
-	err := o.s.Settle(ctx, key, token)
-	if errors.Is(err, pgstore.ErrLeaseLost) {
+	err := o.s.Settle(ctx, obx.Lease{DispatchKey: key, Token: token})
+	if errors.Is(err, obx.ErrLeaseLost) {
 		return fmt.Errorf("%w: %w", errLeaseLost, err)
 	}
 	return err
 }
 
 func (o *pgOutbox) Inspect(ctx context.Context, key string) (rowState, error) {
-	r, st, err := o.s.Get(ctx, key)
+	r, err := o.s.Get(ctx, key)
 	switch {
-	case errors.Is(err, pgstore.ErrNotFound):
+	case errors.Is(err, obx.ErrNotFound):
 		return rowState{}, nil
 	case err != nil:
 		return rowState{}, err
 	}
-	return rowState{Found: true, Settled: st == pgstore.StateSettled, State: string(st), Attempts: r.Attempts}, nil
+	return rowState{Found: true, Settled: r.State == obx.StateSettled, State: string(r.State), Attempts: r.Attempts}, nil
 }
 
 func (o *pgOutbox) Close() error { return o.s.Close() }
 
-func pgRows(rs []pgstore.Row) []row {
+func pgRows(rs []obx.Row) []row {
 	out := make([]row, len(rs))
 	for i, r := range rs {
 		out[i] = row{Key: r.DispatchKey, Token: r.Token, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}
