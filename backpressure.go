@@ -221,14 +221,14 @@ func (b *Backpressure) PendingCountCap() int {
 // plan is max-min fair at level 0: one row each to the first B active
 // namespaces after the rotation cursor, all inside the window. It reports
 // false when n would overflow.
-func (b *Backpressure) windowSize(claimed map[string]int, st shardState) (int, bool) {
+func (b *Backpressure) windowSize(claimed map[string]int, st shardState, budget int) (int, bool) {
 	k := st.zeroCeilings
 	for ns, c := range claimed {
 		if atCeiling(st.f.Ceiling(b.Quota(ns)), c) {
 			k++
 		}
 	}
-	return b.windowFor(k)
+	return windowFor(budget, k)
 }
 
 // atCeiling reports whether n claimed rows reach a ceiling c > 0: never
@@ -236,12 +236,12 @@ func (b *Backpressure) windowSize(claimed map[string]int, st shardState) (int, b
 // which zeroCeilings counts already.
 func atCeiling(c, n int) bool { return c > 0 && n >= c }
 
-// windowFor returns B + k + 1, and false when it would overflow.
-func (b *Backpressure) windowFor(k int) (int, bool) {
-	if b.batchSize > math.MaxInt-k-1 {
+// windowFor returns budget + k + 1, and false when it would overflow.
+func windowFor(budget, k int) (int, bool) {
+	if budget > math.MaxInt-k-1 {
 		return 0, false
 	}
-	return b.batchSize + k + 1, true
+	return budget + k + 1, true
 }
 
 // guessK returns, after a sweep planned p, the k a [SweepCounter]'s next
@@ -361,6 +361,24 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if b == nil || b.sem == nil {
 		return nil, Plan{}, errNotNew
 	}
+	return SweepN(ctx, b, store, b.batchSize)
+}
+
+// SweepN is [Sweep] with a smaller budget for this sweep: it claims at most
+// min(n, b.BatchSize()) rows, as a dispatcher with n idle workers asks for
+// no more rows than it can start (enforced credit). The plan's guarantees
+// hold with that budget in place of the batch size, and the rotation
+// carries over from sweep to sweep whatever the budgets, so cumulative
+// grants still even out. With n ≤ 0 it returns (nil, Plan{}, nil) without
+// calling the store. Errors are as for Sweep.
+func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
+	if b == nil || b.sem == nil {
+		return nil, Plan{}, errNotNew
+	}
+	if n <= 0 {
+		return nil, Plan{}, nil
+	}
+	budget := min(n, b.batchSize)
 	select {
 	case b.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -380,7 +398,7 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 	if txs, ok := store.(TxSweeper[R]); ok {
 		err = txs.InSweepTx(ctx, func(tx OutboxStore[R]) error {
 			var err error
-			rows, out, err = sweepOn(ctx, b, st, tx)
+			rows, out, err = sweepOn(ctx, b, st, budget, tx)
 			return err
 		})
 		// fn's errors are already typed; anything else is the store's own.
@@ -388,7 +406,7 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 			err = &StoreError{Op: "InSweepTx", Err: err}
 		}
 	} else {
-		rows, out, err = sweepOn(ctx, b, st, store)
+		rows, out, err = sweepOn(ctx, b, st, budget, store)
 	}
 	if err != nil {
 		return nil, Plan{}, err
@@ -408,8 +426,11 @@ type sweepResult struct {
 
 // sweepOn runs Sweep's steps against store (the store itself, or its
 // transaction view) without committing b's state.
-func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store OutboxStore[R]) ([]R, sweepResult, error) {
+func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget int, store OutboxStore[R]) ([]R, sweepResult, error) {
 	shards := st.f
+	// No route is granted more than the budget, so counting deeper than it
+	// cannot change the plan (see PendingCountCap).
+	full := max(1, min(st.countCap, budget))
 	wc, canWindow := any(store).(PendingWindowCounter)
 	sc, canCombine := any(store).(SweepCounter)
 	var (
@@ -421,8 +442,8 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store O
 	if canCombine {
 		// The window is sized before the claimed counts are known, for
 		// the k guessK expects; see below if it falls short.
-		w := PendingWindow{CapPerRoute: b.countCap(st.countCap)}
-		if n, ok := b.windowFor(b.nextK); canWindow && ok && b.seenNamespaces >= n {
+		w := PendingWindow{CapPerRoute: b.countCap(full)}
+		if n, ok := windowFor(budget, b.nextK); canWindow && ok && b.seenNamespaces >= n {
 			w = PendingWindow{CapPerRoute: 1, After: b.after(), Namespaces: n}
 		}
 		if claimed, pending, err = sc.CountSweep(ctx, shards, w); err != nil {
@@ -437,7 +458,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store O
 	// read serve as well.
 	n, useWindow := 0, false
 	if canWindow && (read == nil || read.Namespaces > 0) {
-		n, useWindow = b.windowSize(claimed, st)
+		n, useWindow = b.windowSize(claimed, st, budget)
 		useWindow = useWindow && b.seenNamespaces >= n
 	}
 	var (
@@ -458,7 +479,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store O
 			}
 		}
 		if windowed = distinctNamespaces(pending) >= n; windowed {
-			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
 				return nil, sweepResult{}, err
 			}
 			plan.Windowed, plan.CountCap = true, 1
@@ -467,23 +488,23 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, store O
 		// for a plan that may grant more than 1: count them again.
 	}
 	if !windowed {
-		c := b.countCap(st.countCap)
+		c := b.countCap(full)
 		for {
 			if read != nil && read.Namespaces == 0 && read.CapPerRoute == c {
 				read = nil // counted with claimed: use it once
 			} else if pending, err = store.CountPendingOutboxRows(ctx, shards, c); err != nil {
 				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 			}
-			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending}, shards); err != nil {
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
 				return nil, sweepResult{}, err
 			}
 			plan.CountCap = c
 			// Exact unless a route got all c rows it was counted at: it
 			// may have more, and a deeper count could grant it more.
-			if c == st.countCap || maxLimit(plan.Claims) < c {
+			if c == full || maxLimit(plan.Claims) < c {
 				break
 			}
-			c = st.countCap
+			c = full
 		}
 	}
 	markCapped(plan.Namespaces, pending, plan.CountCap)

@@ -61,6 +61,9 @@ type SnapshotError struct {
 }
 
 func (e *SnapshotError) Error() string {
+	if e.Namespace == "" && e.TaskQueue == "" {
+		return fmt.Sprintf("backpressure: invalid snapshot: %s (%d)", e.Reason, e.Count)
+	}
 	if e.TaskQueue == "" {
 		return fmt.Sprintf("backpressure: invalid snapshot: namespace %q (count %d): %s", e.Namespace, e.Count, e.Reason)
 	}

@@ -31,6 +31,38 @@ func oneRoutePerNS(n, pending int) Snapshot {
 	return s
 }
 
+// B = 10 over 3 namespaces with budgets 2, 2, 2, 0 (B), 11 (capped at B):
+// the rotation carries over between budgets, and cumulative grants are
+// equal after every round of the rotation.
+func TestPlanStepsBudgets(t *testing.T) {
+	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 1))
+	snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 100}, {Route{"b", "q"}, 100}, {Route{"c", "q"}, 100}}}
+	steps := []struct {
+		budget int
+		want   map[string]int
+	}{
+		{2, map[string]int{"a": 1, "b": 1}},
+		{2, map[string]int{"a": 1, "c": 1}},
+		{2, map[string]int{"b": 1, "c": 1}},
+		{0, map[string]int{"a": 4, "b": 3, "c": 3}},
+		{11, map[string]int{"a": 3, "b": 4, "c": 3}},
+		{1, map[string]int{"c": 1}},
+	}
+	for i, st := range steps {
+		snap.Budget = st.budget
+		p, err := b.Plan(snap)
+		if err != nil {
+			t.Fatalf("step %d: Plan(budget %d): %v", i, st.budget, err)
+		}
+		if got := grants(p); fmt.Sprint(got) != fmt.Sprint(st.want) {
+			t.Fatalf("step %d: Plan(budget %d) grants = %v, want %v", i, st.budget, got, st.want)
+		}
+		if want := min(10, st.budget); st.budget == 0 && p.Budget != 10 || st.budget > 0 && p.Budget != want {
+			t.Fatalf("step %d: Plan(budget %d).Budget = %d", i, st.budget, p.Budget)
+		}
+	}
+}
+
 // B = 10 over 3 namespaces: 4,3,3 then 3,4,3 then 3,3,4 — 10 each after 3.
 func TestPlanStepsRotation(t *testing.T) {
 	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 1))
@@ -212,6 +244,7 @@ func TestPlanSnapshotErrors(t *testing.T) {
 		{Pending: []RouteCount{{Route{"a", "q"}, 1}, {Route{"b", "q"}, 1}, {Route{"a", "q"}, 2}}},
 		{Claimed: map[string]int{"a": -2}},
 		{Claimed: map[string]int{"": 1}},
+		{Pending: good.Pending, Budget: -1},
 	} {
 		b := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))
 		twin := mustNew(t, Config{BatchSize: 3, DefaultQuota: Unlimited}, allShards(t, 1))

@@ -18,6 +18,13 @@ type Snapshot struct {
 	// (OutboxStore.CountPendingOutboxRows), in any order. A route may appear
 	// only once; a count of 0 is ignored.
 	Pending []RouteCount
+
+	// Budget is the most rows this sweep may claim: 0 means the batch size
+	// B, a budget above B counts as B, and a negative one is invalid. A
+	// dispatcher asks for fewer rows than B when fewer workers are idle
+	// (see [SweepN]); the plan's guarantees then hold with min(Budget, B)
+	// in place of B, and the rotation carries over between budgets.
+	Budget int
 }
 
 // HoldReason says why a namespace's pending rows were held (left Pending
@@ -104,7 +111,7 @@ func (r NamespaceReport) LogValue() slog.Value {
 }
 
 // Plan is one sweep's claim plan. Its slices are its own: a caller may keep
-// it. With B the batch size and d_n, g_n a namespace's demand and grant:
+// it. With B the plan's Budget and d_n, g_n a namespace's demand and grant:
 //
 //	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
 //	Σ limits of n's routes = g_n ≤ Headroom_n           (ceiling)
@@ -113,8 +120,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 //
 // and the same max-min fairness over the routes of one namespace.
 type Plan struct {
-	// BatchSize is the budget B the plan was made for.
-	BatchSize int
+	// Budget is the most rows the plan could grant: the batch size, or the
+	// smaller budget the sweep asked for (Snapshot.Budget, SweepN).
+	Budget int
 	// Claims lists the scoped claims, sorted by namespace then task queue;
 	// every Limit is ≥ 1.
 	Claims []ScopedClaim
@@ -181,7 +189,7 @@ func (p Plan) LogValue() slog.Value {
 		}
 	}
 	return slog.GroupValue(
-		slog.Int("batch", p.BatchSize),
+		slog.Int("budget", p.Budget),
 		slog.Int("granted", p.Granted()),
 		slog.Int("held", p.Held()),
 		slog.Int("claims", len(p.Claims)),
@@ -228,6 +236,13 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc := &b.scratch
 	sc.nsCursorMove = false
 	sc.routeMoves = sc.routeMoves[:0]
+
+	budget := b.batchSize
+	if s.Budget < 0 {
+		return Plan{}, &SnapshotError{Count: s.Budget, Reason: "negative budget"}
+	} else if s.Budget > 0 {
+		budget = min(budget, s.Budget)
+	}
 
 	// Validate and group the routes in one pass over the caller's slice,
 	// which is used in place (never written) when it is already ordered,
@@ -303,7 +318,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc.active = active
 
 	// Grants across namespaces.
-	if !demandOver && totalDemand <= b.batchSize {
+	if !demandOver && totalDemand <= budget {
 		for _, i := range active {
 			ns[i].Granted = ns[i].Demand
 		}
@@ -322,7 +337,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 			}
 		}
 		grants := growInts(sc.grants, len(caps))
-		if last := fill(caps, grants, b.batchSize, start); last >= 0 {
+		if last := fill(caps, grants, budget, start); last >= 0 {
 			sc.nsCursor, sc.nsCursorMove = ns[active[last]].Namespace, true
 		}
 		for k, i := range active {
@@ -354,7 +369,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	sc.limits = limits
 
 	p := Plan{
-		BatchSize:  b.batchSize,
+		Budget:     budget,
 		Namespaces: make([]NamespaceReport, len(ns)),
 	}
 	for i := range ns {

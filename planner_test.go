@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,7 +73,26 @@ func genWorld(t *rapid.T) world {
 		}
 	}
 	w.snap.Pending = rapid.Permutation(w.snap.Pending).Draw(t, "order")
+	w.snap.Budget = genBudget(t, w.cfg.BatchSize)
 	return w
+}
+
+// genBudget draws a sweep's budget: often 0 (the batch size), else
+// anything from 1 to past the batch size.
+func genBudget(t *rapid.T, batch int) int {
+	if rapid.Bool().Draw(t, "fullBudget") {
+		return 0
+	}
+	return rapid.IntRange(1, batch+3).Draw(t, "budget")
+}
+
+// budgetOf returns the budget a plan of s must keep to: B, or s.Budget
+// when it is smaller.
+func budgetOf(cfg Config, s Snapshot) int {
+	if s.Budget > 0 {
+		return min(cfg.BatchSize, s.Budget)
+	}
+	return cfg.BatchSize
 }
 
 // expected computes each namespace's headroom, pending and demand straight
@@ -150,9 +170,13 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		routeLimits[c.Route.Namespace] = append(routeLimits[c.Route.Namespace], c)
 		total += c.Limit
 	}
-	// 1. Budget.
-	if want := min(w.cfg.BatchSize, totalDemand); total != want {
-		t.Fatalf("Σ limits = %d, want min(B=%d, Σd=%d) = %d", total, w.cfg.BatchSize, totalDemand, want)
+	// 1. Budget, with a sweep's smaller budget in place of B.
+	budget := budgetOf(w.cfg, w.snap)
+	if p.Budget != budget {
+		t.Fatalf("plan's Budget = %d, want %d (B = %d, Snapshot.Budget = %d)", p.Budget, budget, w.cfg.BatchSize, w.snap.Budget)
+	}
+	if want := min(budget, totalDemand); total != want {
+		t.Fatalf("Σ limits = %d, want min(budget=%d, Σd=%d) = %d", total, budget, totalDemand, want)
 	}
 	// 2. Headroom.
 	for ns, g := range grant {
@@ -223,24 +247,15 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 			t.Fatalf("report for namespace %s with nothing pending or claimed", r.Namespace)
 		}
 	}
-	if !slices.IsSortedFunc(p.Namespaces, func(a, b NamespaceReport) int { return cmpStr(a.Namespace, b.Namespace) }) {
+	if !slices.IsSortedFunc(p.Namespaces, func(a, b NamespaceReport) int { return strings.Compare(a.Namespace, b.Namespace) }) {
 		t.Fatalf("reports not sorted: %v", p.Namespaces)
 	}
 }
 
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// TestPlanInvariants checks SPEC invariants 1–5 and 8 over random worlds
-// and several sweeps, and that Plan agrees exactly with the naive
-// unit-by-unit reference, sweep after sweep (so rotation agrees too).
+// TestPlanInvariants checks invariants 1–5 and 8 over random worlds and
+// several sweeps, each with its own budget, and that Plan agrees exactly
+// with the naive unit-by-unit reference, sweep after sweep (so rotation
+// agrees too, across changing budgets).
 func TestPlanInvariants(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := genWorld(t)
@@ -248,6 +263,9 @@ func TestPlanInvariants(t *testing.T) {
 		ref := newRefPlanner(w.cfg, w.frac)
 		sweeps := rapid.IntRange(1, 4).Draw(t, "sweeps")
 		for s := 0; s < sweeps; s++ {
+			if s > 0 {
+				w.snap.Budget = genBudget(t, w.cfg.BatchSize)
+			}
 			p, err := b.Plan(w.snap)
 			if err != nil {
 				t.Fatalf("sweep %d: Plan: %v", s, err)
@@ -268,7 +286,7 @@ func TestPlanDeterministic(t *testing.T) {
 		w := genWorld(t)
 		b1, b2 := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
 		for s := 0; s < 3; s++ {
-			shuffled := Snapshot{Claimed: w.snap.Claimed, Pending: rapid.Permutation(w.snap.Pending).Draw(t, "shuffled")}
+			shuffled := Snapshot{Claimed: w.snap.Claimed, Pending: rapid.Permutation(w.snap.Pending).Draw(t, "shuffled"), Budget: w.snap.Budget}
 			p1, err1 := b1.Plan(w.snap)
 			p2, err2 := b2.Plan(shuffled)
 			if err1 != nil || err2 != nil {
@@ -281,9 +299,14 @@ func TestPlanDeterministic(t *testing.T) {
 	})
 }
 
-// TestPlanNoStarvation checks invariant 6 under steady demand: the same
-// snapshot every sweep (the rows planned are never claimed).
+// TestPlanNoStarvation checks invariant 6 under steady demand (the same
+// snapshot every sweep: the rows planned are never claimed), each sweep
+// with its own budget: the namespaces no sweep has satisfied yet have
+// cumulative grants within one of each other after every sweep, and with
+// b the smallest budget every namespace is served at least once every
+// ⌈namespaces / b⌉ sweeps.
 func TestPlanNoStarvation(t *testing.T) {
+	varied := 0 // runs whose budgets left a namespace unsatisfied in one sweep and not another
 	rapid.Check(t, func(t *rapid.T) {
 		nNS := rapid.IntRange(1, 40).Draw(t, "namespaces")
 		batch := rapid.IntRange(1, 30).Draw(t, "batch")
@@ -297,10 +320,19 @@ func TestPlanNoStarvation(t *testing.T) {
 			}
 		}
 		fs := facts(world{cfg: Config{BatchSize: batch, DefaultQuota: Unlimited}, frac: all, snap: snap})
+		budgets := make([]int, rapid.IntRange(1, 12).Draw(t, "sweeps"))
+		minBudget := batch
+		for i := range budgets {
+			budgets[i] = genBudget(t, batch)
+			minBudget = min(minBudget, budgetOf(Config{BatchSize: batch}, Snapshot{Budget: budgets[i]}))
+		}
+		period := (nNS + minBudget - 1) / minBudget
 		cum := map[string]int{}
 		lastServed := map[string]int{}
-		period := (nNS + batch - 1) / batch
-		for s := 1; s <= 3*period+3; s++ {
+		satisfied := map[string]bool{} // satisfied in some sweep so far
+		unsatisfiedOnce := map[string]bool{}
+		for s := 1; s <= len(budgets); s++ {
+			snap.Budget = budgets[s-1]
 			p, err := b.Plan(snap)
 			if err != nil {
 				t.Fatalf("Plan: %v", err)
@@ -310,29 +342,39 @@ func TestPlanNoStarvation(t *testing.T) {
 				if r.Granted > 0 {
 					lastServed[r.Namespace] = s
 				}
-			}
-			// Namespaces never satisfied in a sweep: those whose demand
-			// exceeds the level. Their cumulative grants differ by ≤ 1.
-			lo, hi := math.MaxInt, 0
-			for _, r := range p.Namespaces {
-				if r.Granted < fs[r.Namespace].demand {
-					lo, hi = min(lo, cum[r.Namespace]), max(hi, cum[r.Namespace])
+				if r.Granted >= fs[r.Namespace].demand {
+					satisfied[r.Namespace] = true
+				} else {
+					unsatisfiedOnce[r.Namespace] = true
 				}
 			}
-			// Only meaningful while the set of unsatisfied namespaces is
-			// steady, which it is with a constant snapshot.
+			lo, hi := math.MaxInt, 0
+			for ns := range fs {
+				if !satisfied[ns] {
+					lo, hi = min(lo, cum[ns]), max(hi, cum[ns])
+				}
+			}
 			if hi > 0 && hi-lo > 1 {
-				t.Fatalf("sweep %d: cumulative grants of unsatisfied namespaces range %d..%d: %v", s, lo, hi, cum)
+				t.Fatalf("sweep %d (budgets %v): cumulative grants of never-satisfied namespaces range %d..%d: %v", s, budgets[:s], lo, hi, cum)
 			}
 			if s >= period {
 				for ns := range fs {
 					if s-lastServed[ns] >= period {
-						t.Fatalf("sweep %d: %s not served since sweep %d (period %d)", s, ns, lastServed[ns], period)
+						t.Fatalf("sweep %d (budgets %v): %s not served since sweep %d (period %d)", s, budgets[:s], ns, lastServed[ns], period)
 					}
 				}
 			}
 		}
+		for ns := range unsatisfiedOnce {
+			if satisfied[ns] {
+				varied++
+				break
+			}
+		}
 	})
+	if varied == 0 {
+		t.Fatal("no run had a namespace satisfied under one budget and not under another: the generator misses the case")
+	}
 }
 
 // TestCeilingExact checks invariant 9 against big-integer arithmetic.
@@ -466,7 +508,9 @@ func TestPendingCountCapExact(t *testing.T) {
 		if c < 1 || c > w.cfg.BatchSize {
 			t.Fatalf("PendingCountCap() = %d, want 1..%d", c, w.cfg.BatchSize)
 		}
-		cs := Snapshot{Claimed: w.snap.Claimed}
+		// A smaller budget caps the counts further, as SweepN does.
+		c = min(c, budgetOf(w.cfg, w.snap))
+		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
 		for _, rc := range w.snap.Pending {
 			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
 		}
@@ -552,7 +596,7 @@ func TestShallowCountExact(t *testing.T) {
 		w := genWorld(t)
 		full, shallow := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
 		c := rapid.IntRange(1, 8).Draw(t, "cap")
-		cs := Snapshot{Claimed: w.snap.Claimed}
+		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
 		deeper := false
 		for _, rc := range w.snap.Pending {
 			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})

@@ -65,7 +65,11 @@ func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 	if r.nsCursor != nil {
 		start = sortedAfter(active, *r.nsCursor)
 	}
-	grants, last := refFill(demand, r.batch, start)
+	budget := r.batch
+	if s.Budget > 0 {
+		budget = min(budget, s.Budget)
+	}
+	grants, last := refFill(demand, budget, start)
 	if last >= 0 {
 		c := active[last]
 		r.nsCursor = &c

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,8 +149,9 @@ func TestSweepConcurrent(t *testing.T) {
 }
 
 // A stateful property: random enqueues, settles, lease expiries and sweeps
-// over an in-memory outbox. After every sweep each namespace's live claimed
-// rows are within its ceiling, no sweep claims more than B, every claimed
+// with random budgets over an in-memory outbox. After every sweep each
+// namespace's live claimed rows are within its ceiling, no sweep claims
+// more than min(n, B), a budget n ≤ 0 makes no store call, every claimed
 // row was claimable, and every row the sweep did not claim is unchanged.
 func TestSweepStateful(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -183,12 +185,17 @@ func TestSweepStateful(t *testing.T) {
 				for i, r := range store.rows {
 					before[i] = *r
 				}
-				rows, plan, err := backpressure.Sweep(context.Background(), b, store)
+				n := rapid.IntRange(-1, b.BatchSize()+2).Draw(t, "budget")
+				calls := store.calls
+				rows, plan, err := backpressure.SweepN(context.Background(), b, store, n)
 				if err != nil {
-					t.Fatalf("step %d: Sweep: %v", step, err)
+					t.Fatalf("step %d: SweepN(%d): %v", step, n, err)
 				}
-				if len(rows) > b.BatchSize() || len(rows) != plan.Granted() {
-					t.Fatalf("step %d: claimed %d rows, plan granted %d, batch %d", step, len(rows), plan.Granted(), b.BatchSize())
+				if n <= 0 && (rows != nil || plan.Claims != nil || plan.Namespaces != nil || store.calls != calls) {
+					t.Fatalf("step %d: SweepN(%d) = %v, %+v after %d store calls, want nothing and no call", step, n, rows, plan, store.calls-calls)
+				}
+				if len(rows) > max(0, min(n, b.BatchSize())) || len(rows) != plan.Granted() {
+					t.Fatalf("step %d: SweepN(%d) claimed %d rows, plan granted %d, batch %d", step, n, len(rows), plan.Granted(), b.BatchSize())
 				}
 				claimedKeys := map[string]bool{}
 				perRoute := map[backpressure.Route]int{}
@@ -222,21 +229,11 @@ func TestSweepStateful(t *testing.T) {
 					}
 				}
 				if !slices.IsSortedFunc(plan.Namespaces, func(a, b backpressure.NamespaceReport) int {
-					return compareStrings(a.Namespace, b.Namespace)
+					return strings.Compare(a.Namespace, b.Namespace)
 				}) {
 					t.Fatalf("step %d: reports unsorted", step)
 				}
 			}
 		}
 	})
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

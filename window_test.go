@@ -65,9 +65,9 @@ func (s *memSweepCounter) CountSweep(ctx context.Context, f backpressure.OwnedSh
 	return claimed, pending, err
 }
 
-// referenceSweep is the naive sweep Sweep must match claim for claim:
-// uncapped full counts, Backpressure.Plan, one claim.
-func referenceSweep(b *backpressure.Backpressure, s *memStore) ([]memRow, backpressure.Plan, error) {
+// referenceSweep is the naive sweep SweepN must match claim for claim:
+// uncapped full counts, Backpressure.Plan with the budget, one claim.
+func referenceSweep(b *backpressure.Backpressure, s *memStore, budget int) ([]memRow, backpressure.Plan, error) {
 	ctx := context.Background()
 	claimed, err := s.CountClaimedOutboxRows(ctx, b.OwnedShards())
 	if err != nil {
@@ -77,7 +77,7 @@ func referenceSweep(b *backpressure.Backpressure, s *memStore) ([]memRow, backpr
 	if err != nil {
 		return nil, backpressure.Plan{}, err
 	}
-	p, err := b.Plan(backpressure.Snapshot{Claimed: claimed, Pending: pending})
+	p, err := b.Plan(backpressure.Snapshot{Claimed: claimed, Pending: pending, Budget: budget})
 	if err != nil || len(p.Claims) == 0 {
 		return nil, p, err
 	}
@@ -90,11 +90,13 @@ func referenceSweep(b *backpressure.Backpressure, s *memStore) ([]memRow, backpr
 // on a store that counts windows, and one on a store that also reads both
 // counts in one call (SweepCounter). Over random enqueues, settles, lease
 // expiries, claims by another claimer, shards moving to and from the node
-// and quotas that hold some namespaces at their ceiling, every sweep must
-// claim exactly the same rows in all four, whatever shallow counts, windows
-// and guessed window sizes Sweep used to get there.
+// and quotas that hold some namespaces at their ceiling, each sweep with a
+// random budget (SweepN's n, often the batch size), every sweep must claim
+// exactly the same rows in all four, whatever shallow counts, windows and
+// guessed window sizes Sweep used to get there.
 func TestSweepSameClaimsAsReference(t *testing.T) {
 	windowCalls, windowedPlans, shallowPlans := 0, 0, 0
+	budgeted, windowedBudgeted := 0, 0 // sweeps with a budget below B, and of them windowed
 	combinedWindows, recounts, combinedWindowed := 0, 0, 0
 	rapid.Check(t, func(t *rapid.T) {
 		nShards := rapid.IntRange(1, 8).Draw(t, "shards")
@@ -174,11 +176,16 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 					}
 				}
 			case 5:
-				r0, p0, err0 := referenceSweep(br, ref)
-				r1, p1, err1 := backpressure.Sweep(context.Background(), bp, plain)
-				r2, p2, err2 := backpressure.Sweep(context.Background(), bw, win)
+				n := cfg.BatchSize
+				if rapid.Bool().Draw(t, "smallerBudget") {
+					n = rapid.IntRange(1, cfg.BatchSize).Draw(t, "budget")
+					budgeted++
+				}
+				r0, p0, err0 := referenceSweep(br, ref, n)
+				r1, p1, err1 := backpressure.SweepN(context.Background(), bp, plain, n)
+				r2, p2, err2 := backpressure.SweepN(context.Background(), bw, win, n)
 				windowsBefore := comb.windows
-				r3, p3, err3 := backpressure.Sweep(context.Background(), bc, comb)
+				r3, p3, err3 := backpressure.SweepN(context.Background(), bc, comb, n)
 				if err0 != nil || err1 != nil || err2 != nil || err3 != nil {
 					t.Fatalf("step %d: %v, %v, %v, %v", step, err0, err1, err2, err3)
 				}
@@ -217,6 +224,14 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 				}
 				if p2.Windowed {
 					windowedPlans++
+					if n < cfg.BatchSize {
+						windowedBudgeted++
+					}
+				}
+				for _, p := range []backpressure.Plan{p0, p1, p2, p3} {
+					if p.Budget != n || p.Granted() > n {
+						t.Fatalf("step %d: SweepN(%d) planned budget %d, granted %d", step, n, p.Budget, p.Granted())
+					}
 				}
 				if p1.CountCap < bp.PendingCountCap() && len(p1.Claims) > 0 {
 					shallowPlans++
@@ -236,6 +251,9 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 	}
 	if shallowPlans == 0 {
 		t.Fatal("no sweep claimed from a shallow count")
+	}
+	if budgeted == 0 || windowedBudgeted == 0 {
+		t.Fatalf("%d sweeps with a budget below B, %d of them windowed", budgeted, windowedBudgeted)
 	}
 	// And for the combined counter: windows read with the claimed counts
 	// and windowed plans from them. (Windows counted again when the guess
