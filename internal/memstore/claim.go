@@ -1,0 +1,112 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// CountClaimedOutboxRows returns, per namespace, the rows on the owned
+// shards that hold a live lease now.
+func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	const op = "CountClaimedOutboxRows"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if err := s.checkShards(shards); err != nil {
+		return nil, fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	now := s.now()
+	out := map[string]int{}
+	for _, r := range s.st.rows {
+		if shards.Owns(r.Shard) && live(&r, now) {
+			out[r.Namespace]++
+		}
+	}
+	return out, nil
+}
+
+// CountPendingOutboxRows returns, per route with claimable rows on the
+// owned shards, their number capped at capPerRoute, sorted by route.
+func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	const op = "CountPendingOutboxRows"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if err := s.checkShards(shards); err != nil {
+		return nil, fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	if capPerRoute < 1 {
+		return nil, &outbox.ArgumentError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
+	}
+	now := s.now()
+	counts := map[backpressure.Route]int{}
+	for _, r := range s.st.rows {
+		if shards.Owns(r.Shard) && claimable(&r, now) {
+			counts[r.Route()] = min(counts[r.Route()]+1, capPerRoute)
+		}
+	}
+	out := make([]backpressure.RouteCount, 0, len(counts))
+	for r, n := range counts {
+		out = append(out, backpressure.RouteCount{Route: r, Count: n})
+	}
+	slices.SortFunc(out, func(a, b backpressure.RouteCount) int { return a.Route.Compare(b.Route) })
+	return out, nil
+}
+
+// ClaimOutboxRowsScoped claims, all or nothing, at most Limit claimable
+// rows of each claim's route on the owned shards, oldest (first enqueued)
+// first, each with a fresh token and a lease of Lease() from now. A claim
+// with a Limit below 1, a route [backpressure.ValidateRoute] rejects, or a
+// route named twice is an [*outbox.ArgumentError] and claims nothing.
+func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+	const op = "ClaimOutboxRowsScoped"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if err := s.checkShards(shards); err != nil {
+		return nil, fmt.Errorf("memstore: %s: %w", op, err)
+	}
+	seen := make(map[backpressure.Route]bool, len(claims))
+	for i, c := range claims {
+		arg := fmt.Sprintf("claims[%d]", i)
+		switch err := backpressure.ValidateRoute(c.Route); {
+		case err != nil:
+			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Route", Reason: err.Error()}
+		case c.Limit < 1:
+			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Limit", Reason: fmt.Sprintf("%d is below 1", c.Limit)}
+		case seen[c.Route]:
+			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Route", Reason: fmt.Sprintf("route %q is named twice", c.Route.String())}
+		}
+		seen[c.Route] = true
+	}
+	now := s.now()
+	next := s.st.clone()
+	var out []outbox.Row
+	for _, c := range claims {
+		rows := next.byID(func(r *outbox.Row) bool {
+			return r.Route() == c.Route && shards.Owns(r.Shard) && claimable(r, now)
+		})
+		for _, r := range rows[:min(len(rows), c.Limit)] {
+			if err := s.step(op); err != nil {
+				return nil, err
+			}
+			next.nextToken++
+			r.State = outbox.StateClaimed
+			r.Attempts++
+			r.Token = next.nextToken
+			r.ClaimedAt = now
+			r.LeaseExpiresAt = now.Add(s.lease)
+			next.rows[r.DispatchKey] = r
+			out = append(out, copyRow(r))
+		}
+	}
+	s.st = next
+	return out, nil
+}
