@@ -39,11 +39,14 @@ const childEnv = "DISPATCHTEST_CRASH_JOURNAL"
 // Crash configures a crash test. Only Open is required.
 type Crash struct {
 	// Open opens the store under test. It is called in the parent and in
-	// every child process, and every call must open the same outbox (the
-	// same database, schema or file), already migrated. Give the store a
-	// short lease (say 1s): a killed child's rows come back only when their
-	// leases expire, so the test lasts at least Kills leases.
-	Open func(ctx context.Context) (outbox.Store, error)
+	// every child process, and every call must open the same outbox: dir
+	// is a fresh directory of the parent's, the same in every child (put a
+	// SQLite file in it); a PostgreSQL test uses a schema name that does
+	// not depend on the process, and resets it only where [IsChild] is
+	// false. Open must not empty the outbox. Give the store a short lease
+	// (say 1s): a killed child's rows come back only when their leases
+	// expire.
+	Open func(ctx context.Context, dir string) (outbox.Store, error)
 
 	Rows       int // rows enqueued in all; default 2,000
 	Namespaces int // tenants the rows are spread over; default 10
@@ -73,9 +76,15 @@ func (c *Crash) defaults() {
 	}
 }
 
+// IsChild reports whether this process is a crash test's child, which
+// must reuse the parent's outbox rather than set up a fresh one.
+func IsChild() bool { return os.Getenv(childEnv) != "" }
+
 // Run runs the crash test. Call it from a test function of its own (the
-// child re-runs that test by name); in the child it runs the dispatcher
-// instead, until the parent kills it or closes its stdin.
+// child re-runs that test by name, so the test must reach Run the same way
+// in the child); in the child it runs the dispatcher instead, until the
+// parent kills it or closes its stdin. It fails t if a row is not settled
+// in the end, or was settled twice.
 func (c Crash) Run(t *testing.T) {
 	c.defaults()
 	if journal := os.Getenv(childEnv); journal != "" {
@@ -124,7 +133,7 @@ func (c Crash) child(t *testing.T, journal string) {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	store, err := c.Open(ctx)
+	store, err := c.Open(ctx, filepath.Dir(journal))
 	if err != nil {
 		t.Fatalf("child: Open: %v", err)
 	}
@@ -241,12 +250,12 @@ func journalCounts(t *testing.T, path string) (settles, runs map[string]int) {
 func (c Crash) parent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
-	store, err := c.Open(ctx)
+	dir := t.TempDir()
+	store, err := c.Open(ctx, dir)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer store.Close()
-	dir := t.TempDir()
 	journal, stderr := filepath.Join(dir, "journal"), filepath.Join(dir, "stderr")
 	rnd := rand.New(rand.NewPCG(c.Seed, 0x6469737061746368))
 	t.Cleanup(func() {
