@@ -246,16 +246,13 @@ func (r *run) sweepLoop(ctx context.Context) {
 		failures  int
 		lastStart time.Time
 	)
-	wait := func(waitFreed bool, d time.Duration) bool {
+	// wait waits for d, or until results are written (headroom may have
+	// come back), or a notification: false if ctx is done.
+	wait := func(d time.Duration) bool {
 		poll.Reset(d)
-		freed := r.freed
-		if !waitFreed {
-			freed = nil
-		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-freed:
 		case <-r.flushed:
 		case _, ok := <-wake:
 			if !ok {
@@ -296,7 +293,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 			r.m.Swept(SweepEvent{Asked: n, Duration: took, Err: err})
 			delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
 			r.log.Warn("dispatch: sweep failed", "err", err, "failures", failures, "retry_in", delay)
-			if !wait(false, delay) {
+			if !wait(delay) {
 				return
 			}
 			continue
@@ -307,7 +304,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 		if len(rows) >= n {
 			continue // full: there may be more
 		}
-		if !wait(false, jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64())) {
+		if !wait(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64())) {
 			return
 		}
 	}
