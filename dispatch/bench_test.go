@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -78,6 +79,61 @@ func BenchmarkDispatch(b *testing.B) {
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(rows)*float64(b.N)/total.Seconds(), "rows/s")
+		})
+	}
+}
+
+// pollOnly hides a store's Subscribe: the dispatcher can only poll.
+type pollOnly struct{ dispatch.Store }
+
+// BenchmarkLatency measures the time from a row's enqueue to its handler's
+// start at a steady rate of one row every 2ms, with the store's wake-ups
+// and with polling alone (PollInterval 50ms), and reports its p50 and p99.
+// A wake-up should beat the poll interval by far.
+func BenchmarkLatency(b *testing.B) {
+	const poll = 50 * time.Millisecond
+	for _, wake := range []bool{true, false} {
+		name := "wakeup"
+		if !wake {
+			name = "poll-only"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := newStore(b, memstore.Options{})
+			var store dispatch.Store = s
+			if !wake {
+				store = pollOnly{s}
+			}
+			lat := make(chan time.Duration, b.N)
+			handler := func(ctx context.Context, row outbox.Row) error {
+				lat <- time.Since(row.EnqueuedAt)
+				return nil
+			}
+			d, err := dispatch.New(newBP(b, 100, backpressure.Unlimited, nil), store, handler, dispatch.Options{
+				Workers: 8, PollInterval: poll, Logger: quietLogger(),
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			stop := start(b, d)
+			b.ResetTimer()
+			for i := range b.N {
+				_, err := s.Enqueue(context.Background(), []outbox.Message{{DispatchKey: fmt.Sprintf("l-%d", i), Namespace: "ns", TaskQueue: "q"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			all := make([]time.Duration, b.N)
+			for i := range all {
+				all[i] = <-lat
+			}
+			b.StopTimer()
+			if err := stop(); err != nil {
+				b.Fatal(err)
+			}
+			slices.Sort(all)
+			b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(all[(len(all)*99)/100].Microseconds())/1000, "p99-ms")
 		})
 	}
 }
