@@ -259,7 +259,7 @@ func TestLostLeaseCancelsHandler(t *testing.T) {
 	c.Advance(2 * lease)
 	<-cancelled
 	rec.waitUntil(t, "the lost lease", func(r *recorder) bool { return len(r.lost) == 1 })
-	require.Equal(t, "ExtendLeases", rec.lost[0].Op)
+	require.Equal(t, "ExtendLeases", rec.lostAt(0).Op)
 	st, err := s.Stats(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Expired+st.Claimed, "the row is still claimed, with the lease the store judges")
@@ -410,7 +410,7 @@ func TestRetryScheduleAndDeadLetter(t *testing.T) {
 	start(t, d)
 	for attempt, delay := range []time.Duration{time.Minute, 2 * time.Minute} {
 		rec.waitUntil(t, fmt.Sprintf("completion %d", attempt+1), func(r *recorder) bool { return len(r.completed) == attempt+1 })
-		e := rec.completed[attempt]
+		e := rec.completedAt(attempt)
 		require.Equal(t, outbox.Retry, e.Outcome)
 		require.Equal(t, outbox.StatePending, e.State)
 		row, err := s.Get(context.Background(), "fail-0")
@@ -420,8 +420,8 @@ func TestRetryScheduleAndDeadLetter(t *testing.T) {
 		c.Advance(delay)
 	}
 	rec.waitUntil(t, "the dead letter", func(r *recorder) bool { return len(r.completed) == 3 })
-	require.Equal(t, outbox.Retry, rec.completed[2].Outcome)
-	require.Equal(t, outbox.StateDead, rec.completed[2].State)
+	require.Equal(t, outbox.Retry, rec.completedAt(2).Outcome)
+	require.Equal(t, outbox.StateDead, rec.completedAt(2).State)
 	row, err := s.Get(context.Background(), "fail-0")
 	require.NoError(t, err)
 	require.Equal(t, outbox.StateDead, row.State)
@@ -602,6 +602,92 @@ func TestNotificationWakesIdleDispatcher(t *testing.T) {
 	stop := start(t, d)
 	rec.waitUntil(t, "an empty sweep", func(r *recorder) bool { return len(r.sweeps) >= 1 })
 	enqueue(t, s, "late", 5, 1)
+	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 5 })
+	require.NoError(t, stop())
+}
+
+// countingStore counts Complete calls and their sizes.
+type countingStore struct {
+	*memstore.Store
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (c *countingStore) Complete(ctx context.Context, cs []outbox.Completion) ([]outbox.Result, error) {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, len(cs))
+	c.mu.Unlock()
+	return c.Store.Complete(ctx, cs)
+}
+
+// Results are written in batches of CompleteBatch; with a FlushInterval of
+// an hour, a batch is written only once it is full.
+func TestCompletionsBatchedByCount(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 100, 4)
+	cs := &countingStore{Store: s}
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 100, nil), cs, noop, dispatch.Options{
+		Workers: 7, Metrics: rec, Logger: quietLogger(), CompleteBatch: 25, FlushInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 100 })
+	require.NoError(t, stop())
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	require.Equal(t, []int{25, 25, 25, 25}, cs.sizes)
+}
+
+// A batch that does not fill is written after FlushInterval.
+func TestCompletionsFlushedByInterval(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 3, 1)
+	cs := &countingStore{Store: s}
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 100, nil), cs, noop, dispatch.Options{
+		Workers: 3, Metrics: rec, Logger: quietLogger(), CompleteBatch: 1000, FlushInterval: time.Millisecond,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 3 })
+	require.NoError(t, stop())
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n := 0
+	for _, size := range cs.sizes {
+		n += size
+	}
+	require.Equal(t, 3, n)
+}
+
+// The leases of rows claimed together are extended together, in one call.
+func TestLeasesExtendedInOneCall(t *testing.T) {
+	c := newClock()
+	s := newStore(t, memstore.Options{Now: c.Now, Lease: 300 * time.Millisecond})
+	enqueue(t, s, "k", 5, 5)
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(5)
+	handler := func(ctx context.Context, row outbox.Row) error {
+		started.Done()
+		<-release
+		return nil
+	}
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 100, nil), s, handler, dispatch.Options{Workers: 5, Metrics: rec, Logger: quietLogger()})
+	require.NoError(t, err)
+	stop := start(t, d)
+	started.Wait()
+	first := 0
+	rec.waitUntil(t, "an extension", func(r *recorder) bool {
+		if r.extended >= 1 {
+			first = r.extends[0]
+		}
+		return r.extended >= 1
+	})
+	require.Equal(t, 5, first, "one call for the 5 leases")
+	close(release)
 	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 5 })
 	require.NoError(t, stop())
 }

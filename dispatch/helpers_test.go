@@ -100,7 +100,8 @@ type recorder struct {
 	sweeps    []dispatch.SweepEvent
 	completed []dispatch.CompletionEvent
 	lost      []dispatch.LeaseLostEvent
-	extended  int // ExtendLeases calls that extended at least one lease
+	extended  int   // ExtendLeases calls that extended at least one lease
+	extends   []int // every call's count
 	panics    int
 	failures  map[string]int
 }
@@ -126,6 +127,7 @@ func (r *recorder) LeaseLost(e dispatch.LeaseLostEvent) {
 }
 func (r *recorder) LeasesExtended(n int) {
 	r.event(func() {
+		r.extends = append(r.extends, n)
 		if n > 0 {
 			r.extended++
 		}
@@ -200,4 +202,18 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 
 func slogTo(b *strings.Builder, mu *sync.Mutex) *slog.Logger {
 	return slog.New(slog.NewTextHandler(lockedWriter{mu: mu, b: b}, nil))
+}
+
+// completedAt returns the i-th completion event, under the lock.
+func (r *recorder) completedAt(i int) dispatch.CompletionEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.completed[i]
+}
+
+// lostAt returns the i-th lost-lease event, under the lock.
+func (r *recorder) lostAt(i int) dispatch.LeaseLostEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost[i]
 }
