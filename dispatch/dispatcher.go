@@ -99,7 +99,8 @@ func (d *Dispatcher) Gate() backpressure.BackpressureGate { return d.gate }
 // results. Failed store calls are logged, reported and retried after
 // Options.ErrorBackoff; they never end Run. It returns [ErrRunning] if
 // another Run of d is in progress. Run may be called again after it
-// returns.
+// returns; handlers a previous Run abandoned may then still be running,
+// outside the new Run's Workers.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return ErrRunning
