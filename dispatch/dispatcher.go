@@ -149,7 +149,7 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 		log:         o.Logger,
 		m:           o.Metrics,
 		rows:        make(chan *job, capacity),
-		completions: make(chan *job, o.Workers),
+		completions: make(chan *job, o.CompletionBacklog),
 		freed:       make(chan struct{}, 1),
 		flushed:     make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
@@ -243,10 +243,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	var (
-		failures  int
-		lastStart time.Time
-	)
+	failures := 0
 	// wait waits for d, or until results are written (headroom may have
 	// come back), or a notification: false if ctx is done.
 	wait := func(d time.Duration) bool {
@@ -273,19 +270,12 @@ func (r *run) sweepLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if cd := r.o.SweepCooldown; cd > 0 && !lastStart.IsZero() {
-			if w := cd - time.Since(lastStart); w > 0 {
-				poll.Reset(w)
-				select {
-				case <-ctx.Done():
-					return
-				case <-poll.C:
-				}
-			}
+		if n = r.refill(ctx, n, poll); n <= 0 {
+			return
 		}
-		lastStart = time.Now()
+		began := time.Now()
 		rows, plan, err := backpressure.SweepN(ctx, r.d.bp, r.d.store, n)
-		took := time.Since(lastStart)
+		took := time.Since(began)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -309,6 +299,36 @@ func (r *run) sweepLoop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// refill returns the credit for the next sweep, n or more: while n is
+// below the most a sweep can ask of the workers and others are running, it
+// waits up to RefillDelay for more to be freed (see Options.RefillDelay).
+// It returns 0 if ctx is done.
+func (r *run) refill(ctx context.Context, n int, timer *time.Timer) int {
+	full := min(r.o.Workers, r.d.bp.BatchSize())
+	if r.o.RefillDelay <= 0 || r.o.Queue > 0 || n >= full || !r.busy() {
+		return n
+	}
+	timer.Reset(r.o.RefillDelay)
+	for n < full && r.busy() {
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-timer.C:
+			return r.credit()
+		case <-r.freed:
+			n = r.credit()
+		}
+	}
+	return n
+}
+
+// busy reports whether a worker holds a row.
+func (r *run) busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outstanding > 0
 }
 
 // hand registers claimed rows for lease extension and hands them to the

@@ -32,10 +32,13 @@ type Options struct {
 	// [0, 1], so that nodes do not sweep in step. 0 means 0.2; negative
 	// means none.
 	PollJitter float64
-	// SweepCooldown is the least time between the starts of two sweeps,
-	// so that workers freed one by one are refilled in fewer, larger
-	// sweeps. Default 0: none.
-	SweepCooldown time.Duration
+	// RefillDelay is how long the dispatcher may wait, while some workers
+	// are running and fewer than min(Workers, BatchSize) are idle, for
+	// more of them to be freed before it sweeps, so that workers freed one
+	// by one are refilled by fewer, larger sweeps: every sweep costs the
+	// store the same round trips, however few rows it claims. 0 means 1ms;
+	// negative means none (sweep as soon as one worker is idle).
+	RefillDelay time.Duration
 
 	// CompleteBatch is the most results one Complete call writes; a batch
 	// is written as soon as it is full. Default 100.
@@ -43,9 +46,13 @@ type Options struct {
 	// FlushInterval is the longest a result waits for its batch to fill
 	// before it is written anyway. Default 10ms.
 	FlushInterval time.Duration
-	// CompletionBacklog is the most results waiting to be written; beyond
-	// it workers block until the store catches up (completion is under
-	// backpressure too). Default 10,000.
+	// CompletionBacklog bounds the results waiting to be written: a
+	// worker hands its result over and takes the next row at once, until
+	// CompletionBacklog results wait on their way to the writer (which
+	// holds at most CompletionBacklog more while the store is slow or
+	// failing); then workers block until the store catches up, so
+	// completion is under backpressure too. The rows stay claimed until
+	// written, so ceilings count them. Default 10,000.
 	CompletionBacklog int
 
 	// LeaseRenewal is the fraction of a row's lease after which the
@@ -96,8 +103,6 @@ func (o Options) withDefaults() (Options, error) {
 		return o, &OptionError{Field: "PollInterval", Reason: "must not be negative"}
 	case o.PollJitter > 1 || math.IsNaN(o.PollJitter):
 		return o, &OptionError{Field: "PollJitter", Reason: "must be at most 1"}
-	case o.SweepCooldown < 0:
-		return o, &OptionError{Field: "SweepCooldown", Reason: "must not be negative"}
 	case o.CompleteBatch < 0:
 		return o, &OptionError{Field: "CompleteBatch", Reason: "must not be negative"}
 	case o.FlushInterval < 0:
@@ -123,6 +128,12 @@ func (o Options) withDefaults() (Options, error) {
 		o.PollJitter = 0.2
 	case o.PollJitter < 0:
 		o.PollJitter = 0
+	}
+	switch {
+	case o.RefillDelay == 0:
+		o.RefillDelay = time.Millisecond
+	case o.RefillDelay < 0:
+		o.RefillDelay = 0
 	}
 	if o.CompleteBatch == 0 {
 		o.CompleteBatch = 100
