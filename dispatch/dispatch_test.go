@@ -143,6 +143,10 @@ func TestBoundsAndExactlyOnce(t *testing.T) {
 			queue = batch + rapid.IntRange(0, 4).Draw(rt, "queue headroom")
 		}
 		yields := rapid.IntRange(0, 3).Draw(rt, "yields")
+		refill := time.Duration(0) // the default
+		if rapid.Bool().Draw(rt, "no refill delay") {
+			refill = -1
+		}
 
 		s := newStore(rt, memstore.Options{})
 		keys := enqueue(rt, s, "k", rows, namespaces)
@@ -158,7 +162,7 @@ func TestBoundsAndExactlyOnce(t *testing.T) {
 		}
 		rec := newRecorder()
 		d, err := dispatch.New(bp, s, handler, dispatch.Options{
-			Workers: workers, Queue: queue, Metrics: rec, Logger: quietLogger(),
+			Workers: workers, Queue: queue, RefillDelay: refill, Metrics: rec, Logger: quietLogger(),
 			PollInterval: time.Millisecond, FlushInterval: time.Millisecond,
 		})
 		require.NoError(rt, err)
