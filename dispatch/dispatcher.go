@@ -193,8 +193,10 @@ func (r *run) run(ctx context.Context) error {
 	select {
 	case <-drained:
 	case <-deadline.C:
-		r.workCancel()
+		// Mark before cancelling, so that a handler returning at once on
+		// the cancel is counted, and its result not written.
 		abandoned = r.abandonRunning()
+		r.workCancel()
 		r.log.Warn("dispatch: shutdown deadline passed; abandoning running handlers", "abandoned", abandoned, "timeout", r.o.ShutdownTimeout)
 	}
 	r.workCancel()
