@@ -695,3 +695,36 @@ func TestLeasesExtendedInOneCall(t *testing.T) {
 	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 5 })
 	require.NoError(t, stop())
 }
+
+// brokenCompleter fails every Complete.
+type brokenCompleter struct{ *memstore.Store }
+
+func (brokenCompleter) Complete(context.Context, []outbox.Completion) ([]outbox.Result, error) {
+	return nil, errors.New("disk full")
+}
+
+// Results the store keeps refusing are retried until the shutdown, then
+// reported unwritten; their rows stay claimed and come back when their
+// leases expire.
+func TestShutdownReportsUnwrittenResults(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 2, 1)
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 5, nil), brokenCompleter{s}, noop, dispatch.Options{
+		Workers: 2, Metrics: rec, Logger: quietLogger(), ShutdownTimeout: 20 * time.Millisecond,
+		ErrorBackoff: dispatch.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	rec.waitUntil(t, "two failed writes", func(r *recorder) bool { return r.failures["Complete"] >= 2 })
+	err = stop()
+	var se *dispatch.ShutdownError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, 0, se.Abandoned)
+	require.Equal(t, 2, se.Unwritten)
+	require.EqualError(t, se.Err, "disk full")
+	require.Empty(t, rec.completed)
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Claimed)
+}
