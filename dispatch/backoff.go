@@ -1,0 +1,73 @@
+package dispatch
+
+import (
+	"math"
+	"time"
+)
+
+// Backoff is an exponential backoff with jitter. For attempt a ≥ 1 and a
+// random u in [0, 1),
+//
+//	d     = min(Max, Base × 2^(a−1))
+//	Delay = d − ⌊d × Jitter × u⌋          (so d × (1 − Jitter) < Delay ≤ d)
+//
+// Jitter spreads retries of rows that failed together. The zero Backoff is
+// usable: each zero field takes the default of the Options field it is
+// used for (see [Options.Backoff], [Options.ErrorBackoff]).
+type Backoff struct {
+	Base time.Duration // the first delay; must be ≥ 0 (0: the default)
+	Max  time.Duration // the longest delay; must be ≥ 0 (0: the default)
+	// Jitter is the fraction of a delay that is randomised, in [0, 1]; 0
+	// means the default, a negative value means none.
+	Jitter float64
+}
+
+// Delay returns the delay before retry number attempt (1 for the first
+// retry; below 1 counts as 1), for u in [0, 1) (a random draw; values
+// outside are clamped). It uses b's fields as they are: fill defaults first.
+// Cost: O(1).
+func (b Backoff) Delay(attempt int, u float64) time.Duration {
+	attempt = max(attempt, 1)
+	d := b.Base
+	for i := 1; i < attempt && d > 0 && d < b.Max; i++ {
+		if d > math.MaxInt64/2 {
+			d = b.Max
+			break
+		}
+		d *= 2
+	}
+	d = min(d, b.Max)
+	j := min(max(b.Jitter, 0), 1)
+	u = min(max(u, 0), 1)
+	return d - time.Duration(float64(d)*j*u)
+}
+
+// withDefaults fills b's zero fields from def.
+func (b Backoff) withDefaults(def Backoff) Backoff {
+	if b.Base == 0 {
+		b.Base = def.Base
+	}
+	if b.Max == 0 {
+		b.Max = def.Max
+	}
+	b.Max = max(b.Max, b.Base)
+	switch {
+	case b.Jitter == 0:
+		b.Jitter = def.Jitter
+	case b.Jitter < 0:
+		b.Jitter = 0
+	}
+	return b
+}
+
+func (b Backoff) validate(field string) error {
+	switch {
+	case b.Base < 0:
+		return &OptionError{Field: field + ".Base", Reason: "must not be negative"}
+	case b.Max < 0:
+		return &OptionError{Field: field + ".Max", Reason: "must not be negative"}
+	case b.Jitter > 1 || math.IsNaN(b.Jitter):
+		return &OptionError{Field: field + ".Jitter", Reason: "must be at most 1"}
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// flushOutcome is what the completer reports when it stops.
+type flushOutcome struct {
+	unwritten int   // results it could not write before the deadline
+	err       error // the last store error, if any
+}
+
+// completer writes results in batches: as soon as CompleteBatch are
+// waiting, or FlushInterval after the first of a batch arrived. A failed
+// Complete is retried after ErrorBackoff, the results staying in the
+// buffer; while the buffer holds CompletionBacklog results it takes no
+// more, so workers block. When stop is closed it takes what is left and
+// writes it with a context that outlives Run's, for up to ShutdownTimeout.
+func (r *run) completer(stop <-chan struct{}) flushOutcome {
+	var (
+		buf      []*job
+		failures int
+	)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	arm := func(d time.Duration) {
+		timer.Reset(d)
+		armed = true
+	}
+	flush := func(ctx context.Context) {
+		var err error
+		buf, err = r.write(ctx, buf)
+		switch {
+		case err != nil:
+			failures++
+			if ctx.Err() == nil {
+				r.m.StoreFailed("Complete", err)
+				delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
+				r.log.Warn("dispatch: writing results failed", "err", err, "results", len(buf), "failures", failures, "retry_in", delay)
+				arm(delay)
+			}
+		default:
+			failures = 0
+			if armed {
+				timer.Stop()
+				armed = false
+			}
+		}
+	}
+	for {
+		in := r.completions
+		if len(buf) >= r.o.CompletionBacklog {
+			in = nil
+		}
+		select {
+		case j := <-in:
+			buf = append(buf, j)
+			if len(buf) >= r.o.CompleteBatch && failures == 0 {
+				flush(r.storeCtx)
+			} else if !armed {
+				arm(r.o.FlushInterval)
+			}
+		case <-timer.C:
+			armed = false
+			flush(r.storeCtx)
+		case <-stop:
+			timer.Stop()
+			return r.finalFlush(buf)
+		}
+	}
+}
+
+// finalFlush takes the results still on their way and writes them all,
+// retrying failures until ShutdownTimeout has passed.
+func (r *run) finalFlush(buf []*job) flushOutcome {
+	for {
+		select {
+		case j := <-r.completions:
+			buf = append(buf, j)
+			continue
+		default:
+		}
+		break
+	}
+	ctx, cancel := context.WithTimeout(r.storeCtx, r.o.ShutdownTimeout)
+	defer cancel()
+	var lastErr error
+	for failures := 1; len(buf) > 0; failures++ {
+		var err error
+		if buf, err = r.write(ctx, buf); err == nil {
+			break
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+		r.m.StoreFailed("Complete", err)
+		t := time.NewTimer(r.o.ErrorBackoff.Delay(failures, rand.Float64()))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if len(buf) > 0 {
+		r.log.Warn("dispatch: shutdown left results unwritten; their rows come back when their leases expire", "results", len(buf), "err", lastErr)
+		return flushOutcome{unwritten: len(buf), err: lastErr}
+	}
+	return flushOutcome{}
+}
+
+// write writes buf in Complete calls of at most CompleteBatch results, each
+// dispatch key at most once per call, and returns what it could not write
+// with the error that stopped it. Results the store applied or reported
+// lost are done with either way.
+func (r *run) write(ctx context.Context, buf []*job) ([]*job, error) {
+	for len(buf) > 0 {
+		batch, rest := splitBatch(buf, r.o.CompleteBatch)
+		cs := make([]outbox.Completion, len(batch))
+		for i, j := range batch {
+			cs[i] = j.completion
+		}
+		res, err := r.d.store.Complete(ctx, cs)
+		if err == nil && len(res) != len(cs) {
+			err = errors.New("dispatch: store's Complete returned " + itoa(len(res)) + " results for " + itoa(len(cs)) + " completions")
+		}
+		if err != nil {
+			return append(batch, rest...), err
+		}
+		r.applied(batch, res)
+		buf = rest
+	}
+	return buf, nil
+}
+
+// splitBatch returns up to n jobs of buf whose dispatch keys are distinct
+// (Complete takes each key at most once), and the others in their order.
+func splitBatch(buf []*job, n int) (batch, rest []*job) {
+	seen := make(map[string]struct{}, min(n, len(buf)))
+	for _, j := range buf {
+		k := j.row.DispatchKey
+		if _, dup := seen[k]; dup || len(batch) >= n {
+			rest = append(rest, j)
+			continue
+		}
+		seen[k] = struct{}{}
+		batch = append(batch, j)
+	}
+	return batch, rest
+}
+
+// applied reports the store's results and forgets their rows.
+func (r *run) applied(batch []*job, res []outbox.Result) {
+	r.mu.Lock()
+	for _, j := range batch {
+		delete(r.jobs, j.row.Lease())
+	}
+	r.mu.Unlock()
+	for i, j := range batch {
+		if err := res[i].Err; err != nil {
+			r.m.LeaseLost(LeaseLostEvent{Row: j.row, Op: "Complete"})
+			r.log.Debug("dispatch: result not written: lease lost", "dispatch_key", j.row.DispatchKey, "namespace", j.row.Namespace,
+				"outcome", j.completion.Outcome.String(), "err", err)
+			continue
+		}
+		r.m.Completed(CompletionEvent{Row: j.row, Outcome: j.completion.Outcome, State: res[i].State, Err: j.err})
+		if res[i].State == outbox.StateDead {
+			r.log.Warn("dispatch: row dead-lettered", "dispatch_key", j.row.DispatchKey, "namespace", j.row.Namespace,
+				"attempt", j.row.Attempts, "err", j.err)
+		}
+	}
+	signal(r.flushed)
+}

@@ -1,0 +1,374 @@
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Store is what a [Dispatcher] needs of an outbox store: the planner's
+// three calls and batched completion and lease extension. Every
+// [outbox.Store] is one; a store that also implements [outbox.Notifier]
+// wakes an idle dispatcher when rows are enqueued.
+type Store interface {
+	backpressure.OutboxStore[outbox.Row]
+	outbox.Completer
+}
+
+// Handler runs one claimed row. It returns nil to settle the row, an error
+// to retry it after the Backoff (or dead-letter it past its MaxAttempts), or
+// an error wrapped by [Permanent] to dead-letter it at once. ctx is
+// cancelled when the row's lease is lost or the shutdown deadline passes:
+// the handler should then return, and its result is not written. A handler
+// may run more than once for one row (after a crash or a lost lease), so its
+// effects should be idempotent, keyed by row.DispatchKey.
+type Handler func(ctx context.Context, row outbox.Row) error
+
+// Dispatcher runs a Handler over the rows a Backpressure plans. Build it
+// with [New]; the zero value is not usable. Its methods are safe for
+// concurrent use; Run runs at most once at a time.
+type Dispatcher struct {
+	bp       *backpressure.Backpressure
+	store    Store
+	notifier outbox.Notifier // nil if store is not one
+	handler  Handler
+	opts     Options // defaults filled in
+	gate     backpressure.BackpressureGate
+	running  atomic.Bool
+}
+
+// New returns a Dispatcher that runs handler over the rows bp plans from
+// store. It returns an error matching [ErrInvalidOptions] (a *[OptionError])
+// for a nil argument, a Backpressure not built with [backpressure.New], or
+// an invalid option; and the gate's error (matching
+// [backpressure.ErrAdvisoryOverflow]) when Options.Queue describes an
+// advisory hand-off without the headroom for a batch.
+func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Options) (*Dispatcher, error) {
+	switch {
+	case bp == nil:
+		return nil, &OptionError{Field: "bp", Reason: "is nil"}
+	case bp.BatchSize() < 1:
+		return nil, &OptionError{Field: "bp", Reason: "was not built with backpressure.New"}
+	case store == nil:
+		return nil, &OptionError{Field: "store", Reason: "is nil"}
+	case handler == nil:
+		return nil, &OptionError{Field: "handler", Reason: "is nil"}
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{bp: bp, store: store, handler: handler, opts: o}
+	d.notifier, _ = store.(outbox.Notifier)
+	if o.Queue > 0 {
+		// An advisory hand-off: only the watermark check holds sweeps back.
+		g, err := backpressure.WorkerQueueGate(bp, o.Queue, o.QueueHighWatermark)
+		if err != nil {
+			return nil, err
+		}
+		d.gate = g
+	} else {
+		// Credit: a sweep asks for at most the idle workers, so the worker
+		// slots can never be oversubscribed, whatever the batch size.
+		d.gate = backpressure.BackpressureGate{
+			Enforced:            true,
+			QueueCapacity:       o.Workers,
+			HighWatermark:       o.Workers - 1,
+			ProducerMaxInflight: min(bp.BatchSize(), o.Workers),
+		}
+		if err := d.gate.Verify(); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Gate returns the gate New verified for the hand-off between sweeps and
+// workers, for logging: enforced for credit, advisory with headroom for a
+// queue.
+func (d *Dispatcher) Gate() backpressure.BackpressureGate { return d.gate }
+
+// Run dispatches until ctx is done, then shuts down (see the package doc)
+// and returns nil, or a *[ShutdownError] if it had to abandon handlers or
+// results. Failed store calls are logged, reported and retried after
+// Options.ErrorBackoff; they never end Run. It returns [ErrRunning] if
+// another Run of d is in progress. Run may be called again after it
+// returns; handlers a previous Run abandoned may then still be running,
+// outside the new Run's Workers.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer d.running.Store(false)
+	r := newRun(d, ctx)
+	return r.run(ctx)
+}
+
+// run is the state of one Run.
+type run struct {
+	d   *Dispatcher
+	o   *Options
+	log *slog.Logger
+	m   Metrics
+
+	rows        chan *job // claimed rows on their way to a worker
+	completions chan *job // finished rows on their way to the completer
+	freed       chan struct{}
+	flushed     chan struct{}
+	kick        chan struct{} // new leases for the extender
+	closed      chan struct{} // closed when Run stops accepting results
+
+	// workCtx is the handlers' parent, cancelled at the shutdown deadline;
+	// storeCtx is the completer's and extender's, cancelled when Run
+	// returns. Both outlive Run's ctx.
+	workCtx     context.Context
+	workCancel  context.CancelFunc
+	storeCtx    context.Context
+	storeCancel context.CancelFunc
+
+	mu          sync.Mutex
+	jobs        map[outbox.Lease]*job // every row held: queued, running, or result unwritten
+	outstanding int                   // rows claimed whose worker has not let go of them
+}
+
+func newRun(d *Dispatcher, ctx context.Context) *run {
+	o := &d.opts
+	capacity := o.Workers
+	if o.Queue > 0 {
+		capacity = o.Queue
+	}
+	r := &run{
+		d:           d,
+		o:           o,
+		log:         o.Logger,
+		m:           o.Metrics,
+		rows:        make(chan *job, capacity),
+		completions: make(chan *job, o.CompletionBacklog),
+		freed:       make(chan struct{}, 1),
+		flushed:     make(chan struct{}, 1),
+		kick:        make(chan struct{}, 1),
+		closed:      make(chan struct{}),
+		jobs:        make(map[outbox.Lease]*job),
+	}
+	base := context.WithoutCancel(ctx)
+	r.workCtx, r.workCancel = context.WithCancel(base)
+	r.storeCtx, r.storeCancel = context.WithCancel(base)
+	return r
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (r *run) run(ctx context.Context) error {
+	var workers sync.WaitGroup
+	for range r.o.Workers {
+		workers.Go(r.worker)
+	}
+	stopExtender, extenderDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(extenderDone); r.extender(stopExtender) }()
+	stopCompleter := make(chan struct{})
+	completerDone := make(chan flushOutcome, 1)
+	go func() { completerDone <- r.completer(stopCompleter) }()
+
+	r.sweepLoop(ctx)
+
+	// Shutdown: no more claims. Workers finish what they hold, for up to
+	// ShutdownTimeout; then the rest are cancelled and abandoned.
+	close(r.rows)
+	drained := make(chan struct{})
+	go func() { workers.Wait(); close(drained) }()
+	deadline := time.NewTimer(r.o.ShutdownTimeout)
+	defer deadline.Stop()
+	abandoned := 0
+	select {
+	case <-drained:
+	case <-deadline.C:
+		// Mark before cancelling, so that a handler returning at once on
+		// the cancel is counted, and its result not written.
+		abandoned = r.abandonRunning()
+		r.workCancel()
+		r.log.Warn("dispatch: shutdown deadline passed; abandoning running handlers", "abandoned", abandoned, "timeout", r.o.ShutdownTimeout)
+	}
+	r.workCancel()
+	close(stopExtender)
+	<-extenderDone
+	close(stopCompleter)
+	out := <-completerDone
+	close(r.closed)
+	r.storeCancel()
+	if abandoned == 0 && out.unwritten == 0 {
+		return nil
+	}
+	return &ShutdownError{Abandoned: abandoned, Unwritten: out.unwritten, Err: out.err}
+}
+
+// credit returns how many rows the next sweep may claim: the idle workers,
+// or with a queue a full batch while the queue is at or below its
+// watermark.
+func (r *run) credit() int {
+	if r.o.Queue > 0 {
+		if len(r.rows) <= r.o.QueueHighWatermark {
+			return r.d.bp.BatchSize()
+		}
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return min(r.o.Workers-r.outstanding, r.d.bp.BatchSize())
+}
+
+// sweepLoop sweeps until ctx is done: again at once while sweeps come back
+// full, else when a worker is freed, a result is written, a notification
+// arrives or the jittered poll interval passes.
+func (r *run) sweepLoop(ctx context.Context) {
+	var wake <-chan struct{}
+	if n := r.d.notifier; n != nil {
+		c, err := n.Subscribe(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.log.Warn("dispatch: subscribe failed; polling only", "err", err)
+		} else {
+			wake = c
+		}
+	}
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	failures := 0
+	// wait waits for d, or until results are written (headroom may have
+	// come back), or a notification: false if ctx is done.
+	wait := func(d time.Duration) bool {
+		poll.Reset(d)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-r.flushed:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil // the store closed it: poll from now on
+			}
+		case <-poll.C:
+		}
+		return true
+	}
+	for ctx.Err() == nil {
+		n := r.credit()
+		if n <= 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.freed:
+			}
+			continue
+		}
+		if n = r.refill(ctx, n, poll); n <= 0 {
+			return
+		}
+		began := time.Now()
+		rows, plan, err := backpressure.SweepN(ctx, r.d.bp, r.d.store, n)
+		took := time.Since(began)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			r.m.Swept(SweepEvent{Asked: n, Duration: took, Err: err})
+			delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
+			r.log.Warn("dispatch: sweep failed", "err", err, "failures", failures, "retry_in", delay)
+			if !wait(delay) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		r.hand(rows)
+		r.m.Swept(SweepEvent{Asked: n, Claimed: len(rows), Duration: took, Plan: plan})
+		if len(rows) >= n {
+			continue // full: there may be more
+		}
+		if !wait(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64())) {
+			return
+		}
+	}
+}
+
+// refill returns the credit for the next sweep, n or more: while n is
+// below the most a sweep can ask of the workers and others are running, it
+// waits up to RefillDelay for more to be freed (see Options.RefillDelay).
+// It returns 0 if ctx is done.
+func (r *run) refill(ctx context.Context, n int, timer *time.Timer) int {
+	full := min(r.o.Workers, r.d.bp.BatchSize())
+	if r.o.RefillDelay <= 0 || r.o.Queue > 0 || n >= full || !r.busy() {
+		return n
+	}
+	timer.Reset(r.o.RefillDelay)
+	for n < full && r.busy() {
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-timer.C:
+			return r.credit()
+		case <-r.freed:
+			n = r.credit()
+		}
+	}
+	return n
+}
+
+// busy reports whether a worker holds a row.
+func (r *run) busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outstanding > 0
+}
+
+// hand registers claimed rows for lease extension and hands them to the
+// workers. The channel has room for them all: credit never exceeds the
+// free slots, and a queue's gate guarantees its headroom.
+func (r *run) hand(rows []outbox.Row) {
+	if len(rows) == 0 {
+		return
+	}
+	now := time.Now()
+	jobs := make([]*job, len(rows))
+	r.mu.Lock()
+	for i, row := range rows {
+		j := &job{row: row, lease: r.leaseOf(row)}
+		j.extendAt = now.Add(r.renewEvery(j))
+		r.jobs[row.Lease()] = j
+		jobs[i] = j
+	}
+	r.outstanding += len(rows)
+	r.mu.Unlock()
+	signal(r.kick)
+	for _, j := range jobs {
+		r.rows <- j
+	}
+}
+
+// leaseOf returns the length of row's lease as the store set it, or the
+// store's Lease(), or outbox.DefaultLease.
+func (r *run) leaseOf(row outbox.Row) time.Duration {
+	if l := row.LeaseExpiresAt.Sub(row.ClaimedAt); l > 0 && !row.ClaimedAt.IsZero() {
+		return l
+	}
+	if s, ok := r.d.store.(interface{ Lease() time.Duration }); ok && s.Lease() > 0 {
+		return s.Lease()
+	}
+	return outbox.DefaultLease
+}
+
+func (r *run) renewEvery(j *job) time.Duration {
+	return time.Duration(float64(j.lease) * r.o.LeaseRenewal)
+}

@@ -1,0 +1,46 @@
+// Package dispatch runs a fair, quota-capped worker pool over an outbox: a
+// [Dispatcher] sweeps with the planner ([backpressure.SweepN]), hands each
+// claimed row to a worker, extends the leases of the rows it holds, and
+// completes them in batches through the store's [outbox.Completer].
+//
+// Most callers need three calls:
+//
+//	d, err := dispatch.New(bp, store, handle, dispatch.Options{Workers: 64})
+//	if err != nil { ... }
+//	err = d.Run(ctx) // until ctx is done; nil after a clean shutdown
+//
+// What a Dispatcher guarantees:
+//
+//   - Enforced credit. A sweep claims at most as many rows as there are idle
+//     workers (and at most the planner's BatchSize), so a claimed row never
+//     waits behind busy workers while its lease runs. At any instant
+//     running handlers ≤ Options.Workers, and a namespace's running rows ≤
+//     its per-node ceiling (they are claimed rows, which the planner caps).
+//   - Leases. Every row the dispatcher holds, running or waiting for its
+//     completion to be written, has its lease extended in one batched
+//     [outbox.Completer.ExtendLeases] call well before it expires
+//     (Options.LeaseRenewal). A row whose extension reports the lease lost
+//     has its handler's ctx cancelled, and its result is never written.
+//   - Completion. A handler's result is written in batches through
+//     [outbox.Completer.Complete], fenced by the row's claim token: a row is
+//     settled at most once, and a lost lease is reported (Metrics, debug
+//     log), never retried.
+//   - Failure. A handler error retries the row after Options.Backoff; an
+//     error wrapped by [Permanent] dead-letters it; past its MaxAttempts the
+//     store dead-letters it on retry; a panic is recovered, logged with its
+//     stack, and retried like an error.
+//   - Shutdown. When Run's ctx is done, the dispatcher stops claiming, lets
+//     the running handlers finish for up to Options.ShutdownTimeout, writes
+//     their results with a context that outlives ctx, then cancels the rest:
+//     their rows come back when their leases expire. Nothing is lost; a row
+//     whose handler was abandoned runs again (at-least-once activities,
+//     settled at most once).
+//   - Shard changes. Run sweeps through the Backpressure it was given, so a
+//     [backpressure.Backpressure.SetOwnedShards] takes effect at the next
+//     sweep; rows already claimed finish normally.
+//
+// When the store implements [outbox.Notifier], an idle dispatcher sweeps as
+// soon as rows are enqueued; otherwise, and as a fallback for a lost
+// notification, every jittered Options.PollInterval. An idle dispatcher logs
+// nothing.
+package dispatch
