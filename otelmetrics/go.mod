@@ -3,7 +3,7 @@ module github.com/outboxkit/backpressure/otelmetrics
 go 1.26.0
 
 require (
-	github.com/outboxkit/backpressure v0.0.0
+	github.com/outboxkit/backpressure v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -22,5 +22,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/outboxkit/backpressure => ../
