@@ -45,9 +45,11 @@ type Row struct {
 	// ≥ MaxAttempts dead-letters it. 0 means no limit.
 	MaxAttempts int
 
-	// Token identifies the current (or last) claim; every claim of every
-	// row draws a fresh one. Completions and lease extensions need it. 0
-	// for a row never claimed.
+	// Token identifies the current (or last) claim of the row: a claim
+	// draws a token no earlier claim of any row had (the rows of one claim
+	// may share it), so (DispatchKey, Token) names one claim of one row.
+	// Completions and lease extensions need it. 0 for a row never
+	// claimed.
 	Token int64
 
 	EnqueuedAt     time.Time // when the row was enqueued
