@@ -132,7 +132,7 @@ func TestPlanStepsBurstyVersusQuiet(t *testing.T) {
 // A tenant at its ceiling is held with reason at-ceiling; its headroom is
 // claimed-only; the budget it cannot use goes to the others.
 func TestPlanStepsHeldAtCeiling(t *testing.T) {
-	cfg := Config{BatchSize: 10, DefaultQuota: 5, Quotas: map[string]int{"big": Unlimited, "off": 0}}
+	cfg := Config{BatchSize: 10, DefaultQuota: 5, Quotas: map[string]int{"big": Unlimited, "off": 0}, Weights: map[string]int{"big": 2, "off": 4}}
 	b := mustNew(t, cfg, allShards(t, 8))
 	snap := Snapshot{
 		Claimed: map[string]int{"full": 5, "over": 9, "part": 3, "idle": 2},
@@ -146,12 +146,12 @@ func TestPlanStepsHeldAtCeiling(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]NamespaceReport{
-		"big":  {Namespace: "big", Quota: Unlimited, Ceiling: Unlimited, Headroom: Unlimited, Pending: 40, Demand: 40, Granted: 8, Held: 32, Reason: HeldBudget},
-		"full": {Namespace: "full", Quota: 5, Ceiling: 5, Claimed: 5, Headroom: 0, Pending: 20, Demand: 0, Granted: 0, Held: 20, Reason: HeldAtCeiling},
-		"idle": {Namespace: "idle", Quota: 5, Ceiling: 5, Claimed: 2, Headroom: 3},
-		"off":  {Namespace: "off", Quota: 0, Ceiling: 0, Headroom: 0, Pending: 7, Held: 7, Reason: HeldPaused},
-		"over": {Namespace: "over", Quota: 5, Ceiling: 5, Claimed: 9, Headroom: 0, Pending: 1, Held: 1, Reason: HeldAtCeiling},
-		"part": {Namespace: "part", Quota: 5, Ceiling: 5, Claimed: 3, Headroom: 2, Pending: 20, Demand: 2, Granted: 2, Held: 18, Reason: HeldAtCeiling},
+		"big":  {Namespace: "big", Weight: 2, Quota: Unlimited, Ceiling: Unlimited, Headroom: Unlimited, Pending: 40, Demand: 40, Granted: 8, Held: 32, Reason: HeldBudget},
+		"full": {Namespace: "full", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 5, Headroom: 0, Pending: 20, Demand: 0, Granted: 0, Held: 20, Reason: HeldAtCeiling},
+		"idle": {Namespace: "idle", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 2, Headroom: 3},
+		"off":  {Namespace: "off", Weight: 4, Quota: 0, Ceiling: 0, Headroom: 0, Pending: 7, Held: 7, Reason: HeldPaused},
+		"over": {Namespace: "over", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 9, Headroom: 0, Pending: 1, Held: 1, Reason: HeldAtCeiling},
+		"part": {Namespace: "part", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 3, Headroom: 2, Pending: 20, Demand: 2, Granted: 2, Held: 18, Reason: HeldAtCeiling},
 	}
 	if len(p.Namespaces) != len(want) {
 		t.Fatalf("Plan reports %d namespaces, want %d: %+v", len(p.Namespaces), len(want), p.Namespaces)

@@ -643,12 +643,12 @@ func TestShallowCountExact(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p2, err := shallow.plan(cs, shallow.OwnedShards())
+			p2, err := shallow.plan(cs, shallow.current())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if maxLimit(p2.Claims) >= c {
-				if p2, err = shallow.plan(w.snap, shallow.OwnedShards()); err != nil {
+				if p2, err = shallow.plan(w.snap, shallow.current()); err != nil {
 					t.Fatal(err)
 				}
 			} else if deeper {
