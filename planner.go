@@ -263,9 +263,9 @@ type routeCursorUpdate struct{ namespace, taskQueue string }
 // scratch holds the buffers Plan reuses from sweep to sweep, and the cursor
 // moves of the last plan, applied by advanceCursors.
 type scratch struct {
-	routes []RouteCount
-	ns     []nsWork
-	active []int // indices into ns of namespaces with demand
+	routes  []RouteCount
+	ns      []nsWork
+	active  []int // indices into ns of namespaces with demand
 	caps    []int
 	grants  []int
 	weights []int // parallel to active, for a weighted fill
