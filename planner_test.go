@@ -55,11 +55,21 @@ func genWorld(t *rapid.T) world {
 	}
 	w.cfg.Quotas = map[string]int{}
 	w.snap.Claimed = map[string]int{}
+	weighted := rapid.IntRange(0, 2).Draw(t, "weighted") // none, all 1, some above 1
 	nNS := rapid.IntRange(0, 14).Draw(t, "namespaces")
 	for i := 0; i < nNS; i++ {
 		ns := fmt.Sprintf("ns%02d", i)
 		if rapid.Bool().Draw(t, "override") {
 			w.cfg.Quotas[ns] = genQuota(t, "quota")
+		}
+		if weighted > 0 && rapid.Bool().Draw(t, "hasWeight") {
+			if w.cfg.Weights == nil {
+				w.cfg.Weights = map[string]int{}
+			}
+			w.cfg.Weights[ns] = 1
+			if weighted == 2 {
+				w.cfg.Weights[ns] = genWeight(t)
+			}
 		}
 		if c := rapid.IntRange(-10, 30).Draw(t, "claimed"); c > 0 {
 			w.snap.Claimed[ns] = c
@@ -87,6 +97,23 @@ func genWorld(t *rapid.T) world {
 	w.snap.Pending = rapid.Permutation(w.snap.Pending).Draw(t, "order")
 	w.snap.Budget = genBudget(t, w.cfg.BatchSize)
 	return w
+}
+
+// genWeight draws a weight: usually small, now and then up to MaxWeight,
+// where the planner's exact arithmetic is tightest.
+func genWeight(t *rapid.T) int {
+	if rapid.IntRange(0, 9).Draw(t, "bigWeight") == 0 {
+		return rapid.SampledFrom([]int{97, 1000, MaxWeight - 1, MaxWeight}).Draw(t, "weight")
+	}
+	return rapid.IntRange(1, 6).Draw(t, "weight")
+}
+
+// weightOf returns ns's weight in cfg.
+func weightOf(cfg Config, ns string) int {
+	if w, ok := cfg.Weights[ns]; ok {
+		return w
+	}
+	return 1
 }
 
 // genBudget draws a sweep's budget: often 0 (the batch size), else
@@ -156,8 +183,9 @@ func mustNew(t interface {
 
 // verifyPlan checks one plan against the definitions (facts): budget
 // (Σ limits = min(B, Σ d_n)), headroom (Σ limits of n ≤ H_n), pending
-// (1 ≤ limit ≤ P_r, valid routes only), max-min fairness across namespaces
-// and across one namespace's routes, and held accounting with its reason.
+// (1 ≤ limit ≤ P_r, valid routes only), weighted max-min fairness across
+// namespaces (g_i < d_i ⇒ (g_j − 1)/w_j < (g_i + 1)/w_i), max-min fairness
+// across one namespace's routes, and held accounting with its reason.
 func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	fs := facts(w)
 	pend := map[Route]int{}
@@ -205,12 +233,15 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 			t.Fatalf("namespace %s: granted %d > headroom %d", ns, g, fs[ns].headroom)
 		}
 	}
-	// 4. Max-min across namespaces.
+	// 4. Weighted max-min across namespaces, in integers:
+	// (g_j − 1)·w_i < (g_i + 1)·w_j; with weights 1, g_j ≤ g_i + 1.
 	for i, fi := range fs {
 		if grant[i] < fi.demand {
+			wi := weightOf(w.cfg, i)
 			for j := range fs {
-				if grant[j] > grant[i]+1 {
-					t.Fatalf("unsatisfied %s got %d (demand %d) but %s got %d", i, grant[i], fi.demand, j, grant[j])
+				wj := weightOf(w.cfg, j)
+				if (grant[j]-1)*wi >= (grant[i]+1)*wj {
+					t.Fatalf("unsatisfied %s (weight %d) got %d (demand %d) but %s (weight %d) got %d", i, wi, grant[i], fi.demand, j, wj, grant[j])
 				}
 			}
 		}
@@ -245,7 +276,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if r.Granted != grant[ns] || r.Pending != f.pending || r.Held != f.pending-grant[ns] || r.Held < 0 {
 			t.Fatalf("report %+v: want granted %d, pending %d, held %d", r, grant[ns], f.pending, f.pending-grant[ns])
 		}
-		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] || r.Invalid != f.invalid || r.Demand != f.demand {
+		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] || r.Invalid != f.invalid || r.Demand != f.demand || r.Weight != weightOf(w.cfg, ns) {
 			t.Fatalf("report %+v: want ceiling %d, claimed %d, invalid %d, demand %d", r, f.ceiling, w.snap.Claimed[ns], f.invalid, f.demand)
 		}
 		var want HoldReason
