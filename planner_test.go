@@ -355,32 +355,40 @@ func TestPlanDeterministic(t *testing.T) {
 
 // TestPlanNoStarvation checks the rotation under steady demand (the same
 // snapshot every sweep: the rows planned are never claimed), each sweep
-// with its own budget: the namespaces no sweep has satisfied yet have
-// cumulative grants within one of each other after every sweep, and with
-// b the smallest budget every namespace is served at least once every
-// ⌈namespaces / b⌉ sweeps.
+// with its own budget, with weights in half the runs: the cumulative grants
+// G_n of the namespaces no sweep has satisfied yet track their weights
+// within one row after every sweep, (G_j − 1)/w_j ≤ G_i/w_i (with weights 1:
+// within one of each other), and with b the smallest budget every namespace
+// is served at least once every ⌈Σ w_n / b⌉ sweeps.
 func TestPlanNoStarvation(t *testing.T) {
 	varied := 0 // runs whose budgets left a namespace unsatisfied in one sweep and not another
 	rapid.Check(t, func(t *rapid.T) {
 		nNS := rapid.IntRange(1, 40).Draw(t, "namespaces")
 		batch := rapid.IntRange(1, 30).Draw(t, "batch")
 		all := allShards(t, 1)
-		b := mustNew(t, Config{BatchSize: batch, DefaultQuota: Unlimited}, all)
+		cfg := Config{BatchSize: batch, DefaultQuota: Unlimited, Weights: map[string]int{}}
+		weighted := rapid.Bool().Draw(t, "weighted")
 		var snap Snapshot
+		totalWeight := 0
 		for i := 0; i < nNS; i++ {
 			ns := fmt.Sprintf("ns%02d", i)
+			if weighted {
+				cfg.Weights[ns] = rapid.IntRange(1, 5).Draw(t, "weight")
+			}
+			totalWeight += weightOf(cfg, ns)
 			for j := rapid.IntRange(1, 4).Draw(t, "routes"); j > 0; j-- {
 				snap.Pending = append(snap.Pending, RouteCount{Route{ns, fmt.Sprint("q", j)}, rapid.IntRange(1, 50).Draw(t, "pending")})
 			}
 		}
-		fs := facts(world{cfg: Config{BatchSize: batch, DefaultQuota: Unlimited}, frac: all, snap: snap})
+		b := mustNew(t, cfg, all)
+		fs := facts(world{cfg: cfg, frac: all, snap: snap})
 		budgets := make([]int, rapid.IntRange(1, 12).Draw(t, "sweeps"))
 		minBudget := batch
 		for i := range budgets {
 			budgets[i] = genBudget(t, batch)
 			minBudget = min(minBudget, budgetOf(Config{BatchSize: batch}, Snapshot{Budget: budgets[i]}))
 		}
-		period := (nNS + minBudget - 1) / minBudget
+		period := (totalWeight + minBudget - 1) / minBudget
 		cum := map[string]int{}
 		lastServed := map[string]int{}
 		satisfied := map[string]bool{} // satisfied in some sweep so far
@@ -402,14 +410,13 @@ func TestPlanNoStarvation(t *testing.T) {
 					unsatisfiedOnce[r.Namespace] = true
 				}
 			}
-			lo, hi := math.MaxInt, 0
-			for ns := range fs {
-				if !satisfied[ns] {
-					lo, hi = min(lo, cum[ns]), max(hi, cum[ns])
+			for i := range fs {
+				for j := range fs {
+					wi, wj := weightOf(cfg, i), weightOf(cfg, j)
+					if !satisfied[i] && !satisfied[j] && (cum[j]-1)*wi > cum[i]*wj {
+						t.Fatalf("sweep %d (budgets %v): never-satisfied %s (weight %d) got %d in all, %s (weight %d) %d: %v", s, budgets[:s], i, wi, cum[i], j, wj, cum[j], cum)
+					}
 				}
-			}
-			if hi > 0 && hi-lo > 1 {
-				t.Fatalf("sweep %d (budgets %v): cumulative grants of never-satisfied namespaces range %d..%d: %v", s, budgets[:s], lo, hi, cum)
 			}
 			if s >= period {
 				for ns := range fs {
@@ -760,6 +767,79 @@ func TestRouteCompare(t *testing.T) {
 		}
 		if got := b.Compare(a); got != -want {
 			t.Fatalf("%q.Compare(%q) = %d, want %d", b, a, got, -want)
+		}
+	})
+}
+
+// TestFillWeighted checks fillWeighted against refWalk, the rotation walked
+// turn by turn, for any caps, weights up to MaxWeight and cursor positions
+// with denominators up to MaxWeight; and, with every weight 1, against
+// fill, the unweighted rule (from the first index when the cursor is
+// inside a round, as Plan calls it).
+func TestFillWeighted(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 12).Draw(t, "n")
+		ones := rapid.Bool().Draw(t, "ones")
+		caps, weights := make([]int, n), make([]int, n)
+		total := 0
+		for i := range caps {
+			caps[i] = rapid.IntRange(1, 40).Draw(t, "cap")
+			total += caps[i]
+			weights[i] = 1
+			if !ones {
+				weights[i] = genWeight(t)
+			}
+		}
+		budget := rapid.IntRange(0, total-1).Draw(t, "budget")
+		start := rapid.IntRange(0, n).Draw(t, "start")
+		den := rapid.OneOf(rapid.IntRange(1, 7), rapid.IntRange(MaxWeight-3, MaxWeight)).Draw(t, "den")
+		num := rapid.OneOf(rapid.Just(0), rapid.IntRange(0, den-1)).Draw(t, "num")
+
+		grants := make([]int, n)
+		last, at, _ := fillWeighted(caps, weights, grants, make([]int, n), budget, start, roundPos{num, den}, nil)
+		want, wantLast, wantAt := refWalk(caps, weights, budget, start, [2]int{num, den})
+		if !slices.Equal(grants, want) || last != wantLast || last >= 0 && (at.num != wantAt[0] || at.den != wantAt[1]) {
+			t.Fatalf("fillWeighted(caps %v, weights %v, budget %d, start %d, at %d/%d) = %v, last %d at %v; refWalk %v, last %d at %v",
+				caps, weights, budget, start, num, den, grants, last, at, want, wantLast, wantAt)
+		}
+		if ones {
+			s := start
+			if num != 0 || s >= n {
+				s = 0
+			}
+			unweighted := make([]int, n)
+			if l := fill(caps, unweighted, budget, s); !slices.Equal(grants, unweighted) || l != last {
+				t.Fatalf("weights 1: fillWeighted = %v, last %d; fill = %v, last %d", grants, last, unweighted, l)
+			}
+		}
+	})
+}
+
+// TestPlanAllOnesIsUnweighted: a config that weighs every namespace 1
+// plans exactly as the planner before weights did (the reference with
+// refFill for namespaces), sweep after sweep and budget after budget.
+func TestPlanAllOnesIsUnweighted(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		w.cfg.Weights = map[string]int{}
+		for _, rc := range w.snap.Pending {
+			if ValidateRoute(Route{Namespace: rc.Route.Namespace}) == nil { // a key Config accepts
+				w.cfg.Weights[rc.Route.Namespace] = 1
+			}
+		}
+		w.cfg.Weights["not-in-the-snapshot"] = rapid.IntRange(1, 9).Draw(t, "absentWeight")
+		b := mustNew(t, w.cfg, w.frac)
+		ref := newRefPlanner(w.cfg, w.frac)
+		ref.unweighted = true
+		for s := 0; s < rapid.IntRange(1, 5).Draw(t, "sweeps"); s++ {
+			w.snap.Budget = genBudget(t, w.cfg.BatchSize)
+			p, err := b.Plan(w.snap)
+			if err != nil {
+				t.Fatalf("sweep %d: %v", s, err)
+			}
+			if want := ref.plan(w.snap); !slices.Equal(p.Claims, want) {
+				t.Fatalf("sweep %d: Plan claims\n%v\nunweighted reference\n%v", s, p.Claims, want)
+			}
 		}
 	})
 }
