@@ -843,3 +843,123 @@ func TestPlanAllOnesIsUnweighted(t *testing.T) {
 		}
 	})
 }
+
+// genConfig draws a config for the namespaces ns00… of genWorld: another
+// batch size, default quota, quotas and weights.
+func genConfig(t *rapid.T) Config {
+	cfg := Config{BatchSize: rapid.IntRange(1, 60).Draw(t, "newBatch"), DefaultQuota: genQuota(t, "newDefaultQuota")}
+	if cfg.DefaultQuota == 0 {
+		cfg.DefaultQuota = Unlimited
+	}
+	for i := rapid.IntRange(0, 14).Draw(t, "newOverrides"); i > 0; i-- {
+		ns := fmt.Sprintf("ns%02d", rapid.IntRange(0, 13).Draw(t, "newNS"))
+		if rapid.Bool().Draw(t, "newQuotaOrWeight") {
+			if cfg.Quotas == nil {
+				cfg.Quotas = map[string]int{}
+			}
+			cfg.Quotas[ns] = genQuota(t, "newQuota")
+		} else {
+			if cfg.Weights == nil {
+				cfg.Weights = map[string]int{}
+			}
+			cfg.Weights[ns] = genWeight(t)
+		}
+	}
+	return cfg
+}
+
+// TestPlanReconfigure: SetConfig between any two sweeps. Every plan keeps
+// every invariant under the config it was made with, and matches the
+// reference that carries its cursors over the change: the rotation
+// survives. An invalid config is rejected with a *ConfigError and changes
+// nothing: the plans go on as the reference's, which never saw it.
+// Claimed rows come and go between sweeps, so a lowered quota finds
+// namespaces above their new ceiling.
+func TestPlanReconfigure(t *testing.T) {
+	changes, rejected := 0, 0
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		b := mustNew(t, w.cfg, w.frac)
+		ref := newRefPlanner(w.cfg, w.frac)
+		for s := 0; s < rapid.IntRange(2, 6).Draw(t, "sweeps"); s++ {
+			switch rapid.IntRange(0, 3).Draw(t, "change") {
+			case 0, 1:
+				cfg := genConfig(t)
+				if err := b.SetConfig(cfg); err != nil {
+					t.Fatalf("sweep %d: SetConfig(%+v): %v", s, cfg, err)
+				}
+				w.cfg, ref.cfg = cfg, cfg
+				changes++
+			case 2:
+				bad := genConfig(t)
+				switch rapid.IntRange(0, 3).Draw(t, "flaw") {
+				case 0:
+					bad.BatchSize = 0
+				case 1:
+					bad.Weights = map[string]int{"ns00": rapid.SampledFrom([]int{0, -1, MaxWeight + 1}).Draw(t, "badWeight")}
+				case 2:
+					bad.Weights = map[string]int{"a\x00": 2}
+				case 3:
+					bad.Quotas = map[string]int{"ns01": -2}
+				}
+				before := b.Config()
+				var ce *ConfigError
+				if err := b.SetConfig(bad); !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) {
+					t.Fatalf("sweep %d: SetConfig(%+v) = %v, want a *ConfigError", s, bad, err)
+				}
+				if after := b.Config(); fmt.Sprint(after) != fmt.Sprint(before) {
+					t.Fatalf("sweep %d: a rejected SetConfig changed the config: %+v -> %+v", s, before, after)
+				}
+				rejected++
+			}
+			for ns := range w.snap.Claimed {
+				w.snap.Claimed[ns] = rapid.IntRange(0, 30).Draw(t, "claimedNow")
+			}
+			w.snap.Budget = genBudget(t, w.cfg.BatchSize)
+			p, err := b.Plan(w.snap)
+			if err != nil {
+				t.Fatalf("sweep %d: Plan: %v", s, err)
+			}
+			verifyPlan(t, w, p)
+			if want := ref.plan(w.snap); !slices.Equal(p.Claims, want) {
+				t.Fatalf("sweep %d: Plan claims\n%v\nreference\n%v", s, p.Claims, want)
+			}
+		}
+	})
+	if changes == 0 || rejected == 0 {
+		t.Fatalf("%d changes, %d rejected: the generator misses a case", changes, rejected)
+	}
+}
+
+// TestSetConfigLowersQuota: lowering a quota below a namespace's claimed
+// rows revokes nothing (the plan never touches claimed rows) and holds its
+// new claims, at-ceiling, until enough claimed rows settle: headroom is
+// max(0, C − K) for the new ceiling C.
+func TestSetConfigLowersQuota(t *testing.T) {
+	b := mustNew(t, Config{BatchSize: 20, DefaultQuota: 10}, allShards(t, 4))
+	snap := Snapshot{Claimed: map[string]int{"acme": 10}, Pending: []RouteCount{{Route{"acme", "q"}, 30}, {Route{"zeta", "q"}, 5}}}
+	if err := b.SetConfig(Config{BatchSize: 20, DefaultQuota: 10, Quotas: map[string]int{"acme": 4}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct{ claimed, granted, headroom int }{
+		{10, 0, 0}, // above the new ceiling: nothing revoked, nothing new
+		{5, 0, 0},  // still above
+		{4, 0, 0},  // at it
+		{3, 1, 1},  // under it: only up to the new ceiling
+		{0, 4, 4},
+	} {
+		snap.Claimed["acme"] = step.claimed
+		p, err := b.Plan(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := p.Namespace("acme")
+		wantReason := HeldAtCeiling
+		if r.Ceiling != 4 || r.Claimed != step.claimed || r.Headroom != step.headroom || r.Granted != step.granted || r.Held != 30-step.granted || r.Reason != wantReason {
+			t.Errorf("step %d: claimed %d: report %+v, want ceiling 4, headroom %d, granted %d, held %d (%s)", i, step.claimed, r, step.headroom, step.granted, 30-step.granted, wantReason)
+		}
+		if z, _ := p.Namespace("zeta"); z.Granted != 5 {
+			t.Errorf("step %d: zeta granted %d, want 5", i, z.Granted)
+		}
+	}
+}
