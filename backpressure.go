@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"sync"
 )
@@ -132,11 +133,12 @@ type settings struct {
 
 func newSettings(c *config, f OwnedShardFraction) settings {
 	st := settings{cfg: c, f: f}
+	deepest := c.deeperThan(c.batchSize)
 	ceil := func(q int) int {
 		if c := f.Ceiling(q); c != Unlimited {
 			return c
 		}
-		return c.batchSize
+		return deepest
 	}
 	m := ceil(c.defaultQuota)
 	for _, q := range c.quotas {
@@ -145,8 +147,23 @@ func newSettings(c *config, f OwnedShardFraction) settings {
 			st.zeroCeilings++
 		}
 	}
-	st.deepCap = max(1, min(c.batchSize, m))
+	st.deepCap = max(1, min(deepest, m))
 	return st
+}
+
+// deeperThan returns how deep a budget of n rows needs pending counts to
+// go: n, or n + 1 when some namespace is weighted (see pendingCountCap).
+func (c *config) deeperThan(n int) int {
+	if c.weights != nil && n < math.MaxInt {
+		return n + 1
+	}
+	return n
+}
+
+// fullCap returns the deepest pending count a sweep of budget rows needs:
+// pendingCountCap, or less for a smaller budget.
+func (st settings) fullCap(budget int) int {
+	return max(1, min(st.deepCap, st.cfg.deeperThan(budget)))
 }
 
 // errNotNew is what Sweep and Plan return for a Backpressure not built by New.

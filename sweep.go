@@ -114,7 +114,8 @@ type sweepResult struct {
 //     over the namespaces this sweep can serve (see windowSize), capped at
 //     1: each of them gets at most one row;
 //     - otherwise CountPendingOutboxRows capped at c = min(full, 2·m + 1),
-//     where full is min(pendingCountCap, budget) and m the largest route
+//     where full is min(pendingCountCap, budget) (budget + 1 with weights:
+//     see pendingCountCap) and m the largest route
 //     limit of the last sweep (see firstCountCap);
 //  3. plan; if a route was granted all c rows it was counted at, it may
 //     have more rows a deeper count would grant it, so count again capped
@@ -133,7 +134,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	shards := st.f
 	// No route is granted more than the budget, so counting deeper than it
 	// cannot change the plan (see pendingCountCap).
-	full := max(1, min(st.deepCap, budget))
+	full := st.fullCap(budget)
 	// With weights, a namespace may be granted several rows in a sweep
 	// that serves fewer namespaces than the budget, so the window rule
 	// (see windowSize) does not hold: count every namespace.
@@ -273,13 +274,18 @@ func (h *sweepHints) record(out sweepResult) {
 // pendingCountCap returns the deepest bound Sweep passes to
 // CountPendingOutboxRows (a sweep often counts shallower first: see sweepOn):
 //
-//	cap = max(1, min(B, max_q Ceiling(q)))
+//	cap = max(1, min(B′, max_q Ceiling(q)))
 //
 // over the default quota and every override (a ceiling of Unlimited counts
-// as B). A plan never grants a route more than its namespace's headroom,
+// as B′), where B′ = B, or B + 1 when Config.Weights weighs some namespace
+// above 1. A plan never grants a route more than its namespace's headroom,
 // which is at most its ceiling, nor more than B; so a route counted as
 // min(P_r, cap) rather than P_r yields exactly the same claims and rotation,
-// while the store reads fewer index entries per route. The reports describe
+// while the store reads fewer index entries per route. With weights, the
+// rotation also depends on whether a namespace's demand was met: granted the
+// whole budget B, a namespace of weight w may stop its turns mid-round,
+// which moves the cursor, while one whose demand was exactly B leaves it
+// where it was; a count of B + 1 tells the two apart. The reports describe
 // the counts as the store returned them (see NamespaceReport.Capped): Pending,
 // Demand and Held are lower bounds for a namespace whose backlog passes the
 // cap, so one whose demand the batch met shows Held 0 even if more rows wait
