@@ -90,8 +90,8 @@ type NamespaceReport struct {
 	Demand    int        // rows it could usefully claim this sweep
 	Granted   int        // rows planned for it this sweep
 	Held      int        // rows left Pending for a later sweep
-	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
+	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	// Capped is set by Sweep when a route of the namespace was counted only
 	// up to the depth Sweep counted at, so it may hold more rows: Pending,
 	// Demand and Held are then lower bounds. When it is false they are exact, except
@@ -318,28 +318,31 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 
 	// Claimed counts: validate all, and report namespaces that have claimed
 	// rows but nothing pending.
-	found := 0
+	found, negative := 0, false
 	if len(s.Claimed) > 0 {
 		for i := range ns {
 			if c, ok := s.Claimed[ns[i].Namespace]; ok {
 				ns[i].Claimed = c
 				found++
+				negative = negative || c < 0
 			}
 		}
 	}
 	extra := false
-	for name, c := range s.Claimed {
-		if c < 0 {
-			return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
-		}
-		if found == len(s.Claimed) || c == 0 {
-			continue
-		}
-		if _, ok := slices.BinarySearchFunc(ns[:nPending], name, func(w nsWork, name string) int {
-			return strings.Compare(w.Namespace, name)
-		}); !ok {
-			ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: name, Claimed: c}})
-			extra = true
+	if found < len(s.Claimed) || negative { // else every count is checked and placed
+		for name, c := range s.Claimed {
+			if c < 0 {
+				return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
+			}
+			if found == len(s.Claimed) || c == 0 {
+				continue
+			}
+			if _, ok := slices.BinarySearchFunc(ns[:nPending], name, func(w nsWork, name string) int {
+				return strings.Compare(w.Namespace, name)
+			}); !ok {
+				ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: name, Claimed: c}})
+				extra = true
+			}
 		}
 	}
 	if extra {
@@ -477,48 +480,64 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 // bug and fails the plan; an invalid route is a row written by other
 // means, and fails nothing.
 func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork, sorted bool, _ error) {
-	for i := range routes {
-		rc := &routes[i]
-		if rc.Count < 0 {
-			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
-		}
-		if len(ns) > 0 && ns[len(ns)-1].hi == i && ns[len(ns)-1].Namespace == rc.Route.Namespace {
-			c := strings.Compare(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue)
-			if c == 0 {
-				return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "route listed twice"}
-			}
-			if c > 0 && checkOrder {
-				return ns, false, nil
-			}
-			w := &ns[len(ns)-1]
-			w.hi = i + 1
-			if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
-				w.Pending, w.pendingOver = addOver(w.Pending, rc.Count, w.pendingOver)
-			} else {
-				w.Invalid, _ = addOver(w.Invalid, rc.Count, false)
-			}
-			continue
-		}
-		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= rc.Route.Namespace {
+	for i := 0; i < len(routes); {
+		name := routes[i].Route.Namespace
+		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= name {
 			return ns, false, nil
 		}
+		valid := name != "" && validName(name, MaxNamespaceBytes)
+		lo := i
+		pending, invalid, over := 0, 0, false
+		for ; i < len(routes) && routes[i].Route.Namespace == name; i++ {
+			rc := &routes[i]
+			if rc.Count < 0 {
+				return ns, false, &SnapshotError{Namespace: name, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
+			}
+			if i > lo {
+				if c := compareNames(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue); c == 0 {
+					return ns, false, &SnapshotError{Namespace: name, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "route listed twice"}
+				} else if c > 0 && checkOrder {
+					return ns, false, nil
+				}
+			}
+			if valid && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
+				pending, over = addOver(pending, rc.Count, over)
+			} else {
+				invalid, _ = addOver(invalid, rc.Count, false)
+			}
+		}
 		// A namespace whose routes all counted 0 has nothing pending.
-		if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
-			ns = ns[:len(ns)-1]
+		if pending > 0 || invalid > 0 {
+			ns = append(ns, nsWork{
+				NamespaceReport: NamespaceReport{Namespace: name, Pending: pending, Invalid: invalid},
+				lo:              lo, hi: i, pendingOver: over, validName: valid,
+			})
 		}
-		w := nsWork{NamespaceReport: NamespaceReport{Namespace: rc.Route.Namespace}, lo: i, hi: i + 1}
-		w.validName = rc.Route.Namespace != "" && validName(rc.Route.Namespace, MaxNamespaceBytes)
-		if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
-			w.Pending = rc.Count
-		} else {
-			w.Invalid = rc.Count
-		}
-		ns = append(ns, w)
-	}
-	if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
-		ns = ns[:len(ns)-1]
 	}
 	return ns, true, nil
+}
+
+// compareNames is strings.Compare, with a fast path for names of eight
+// bytes or more whose first eight bytes differ, as the task queues of a
+// namespace, listed one after the other in every sweep, often do.
+func compareNames(a, b string) int {
+	if len(a) >= 8 && len(b) >= 8 {
+		if x, y := first8(a), first8(b); x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+// first8 returns the first eight bytes of s, big-endian, so that the
+// numbers order as the bytes do.
+func first8(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0])<<56 | uint64(s[1])<<48 | uint64(s[2])<<40 | uint64(s[3])<<32 |
+		uint64(s[4])<<24 | uint64(s[5])<<16 | uint64(s[6])<<8 | uint64(s[7])
 }
 
 // splitRoutes splits w.Granted over w's routes into limits and returns the
