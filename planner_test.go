@@ -1020,3 +1020,20 @@ func TestWeightedCountCapOneDeeper(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareNames checks compareNames against strings.Compare, with names
+// long and short, sharing prefixes, and holding bytes above 0x7f (which
+// must order as unsigned bytes).
+func TestCompareNames(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		name := rapid.StringOfN(rapid.RuneFrom([]rune{'a', 'b', 'é', 0, 0x7f}), 0, 12, -1)
+		prefix := rapid.SampledFrom([]string{"", "queue-", "12345678"}).Draw(t, "prefix")
+		a, b := prefix+name.Draw(t, "a"), prefix+name.Draw(t, "b")
+		if rapid.Bool().Draw(t, "same") {
+			b = a
+		}
+		if got, want := compareNames(a, b), strings.Compare(a, b); got != want {
+			t.Fatalf("compareNames(%q, %q) = %d, want %d", a, b, got, want)
+		}
+	})
+}
