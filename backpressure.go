@@ -341,7 +341,8 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 //
 // Cost: O((R + N)·log B) for R routes and N namespaces when the snapshot's
 // routes are sorted by namespace and task queue (as the stores return
-// them), plus O(R·log R) to sort them otherwise; in steady state two
+// them), plus O(R·log R) to sort them otherwise, and with weights
+// O(N·log W + N·log N) at most for W the largest weight; in steady state two
 // allocations, the plan's two slices (scratch buffers grow to the largest
 // snapshot seen and are reused).
 func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
