@@ -493,14 +493,19 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 			if rc.Count < 0 {
 				return ns, false, &SnapshotError{Namespace: name, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
 			}
+			var validTQ bool
 			if i > lo {
-				if c := compareNames(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue); c == 0 {
+				c := 0
+				c, validTQ = nextTaskQueue(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue)
+				if c == 0 {
 					return ns, false, &SnapshotError{Namespace: name, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "route listed twice"}
 				} else if c > 0 && checkOrder {
 					return ns, false, nil
 				}
+			} else {
+				validTQ = validName(rc.Route.TaskQueue, MaxTaskQueueBytes)
 			}
-			if valid && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
+			if valid && validTQ {
 				pending, over = addOver(pending, rc.Count, over)
 			} else {
 				invalid, _ = addOver(invalid, rc.Count, false)
@@ -515,6 +520,27 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 		}
 	}
 	return ns, true, nil
+}
+
+// nextTaskQueue returns compareNames(prev, tq) and validName(tq,
+// MaxTaskQueueBytes), the two checks of every route but a namespace's
+// first, reading tq's first eight bytes once for both.
+func nextTaskQueue(prev, tq string) (int, bool) {
+	if len(prev) < 8 || len(tq) < 8 || len(tq) > MaxTaskQueueBytes {
+		return compareNames(prev, tq), validName(tq, MaxTaskQueueBytes)
+	}
+	x, y := first8(prev), first8(tq)
+	c := cmp.Compare(x, y)
+	if c == 0 {
+		c = strings.Compare(prev[8:], tq[8:])
+	}
+	// As in validName: no byte ≥ 0x80 and none zero. Then tq is valid if
+	// the rest is.
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	if (y|(y-lo)&^y)&hi != 0 {
+		return c, validName(tq, MaxTaskQueueBytes)
+	}
+	return c, len(tq) == 8 || validName(tq[8:], MaxTaskQueueBytes)
 }
 
 // compareNames is strings.Compare, with a fast path for names of eight

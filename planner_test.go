@@ -1037,3 +1037,22 @@ func TestCompareNames(t *testing.T) {
 		}
 	})
 }
+
+// TestNextTaskQueue checks nextTaskQueue against its definition,
+// (compareNames, validName), on names around eight bytes and the length
+// limit, with NUL, bytes above 0x7f and invalid UTF-8 anywhere.
+func TestNextTaskQueue(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		part := rapid.StringOfN(rapid.SampledFrom([]rune{'a', 'q', 'é', 0, 0x7f, 0x80}), 0, 10, -1)
+		raw := rapid.SampledFrom([]string{"", "\xff", "\xc3", "queue-0", "queue-00", "12345678", strings.Repeat("x", MaxTaskQueueBytes-8)})
+		prev := raw.Draw(t, "prevPrefix") + part.Draw(t, "prev")
+		tq := raw.Draw(t, "tqPrefix") + part.Draw(t, "tq")
+		if rapid.Bool().Draw(t, "related") {
+			tq = prev + part.Draw(t, "more")
+		}
+		c, ok := nextTaskQueue(prev, tq)
+		if wc, wok := strings.Compare(prev, tq), validName(tq, MaxTaskQueueBytes); c != wc || ok != wok {
+			t.Fatalf("nextTaskQueue(%q, %q) = %d, %v; want %d, %v", prev, tq, c, ok, wc, wok)
+		}
+	})
+}
