@@ -27,7 +27,7 @@ func TestPlanSharesEquivalence(t *testing.T) {
 			return w.cfg.DefaultQuota
 		}
 		one, _ := AllShards(1)
-		eqCfg := Config{BatchSize: w.cfg.BatchSize, DefaultQuota: Unlimited, Quotas: map[string]int{}}
+		eqCfg := Config{BatchSize: w.cfg.BatchSize, DefaultQuota: Unlimited, Quotas: map[string]int{}, Weights: w.cfg.Weights}
 		names := map[string]bool{}
 		for _, rc := range w.snap.Pending {
 			names[rc.Route.Namespace] = true
@@ -47,8 +47,8 @@ func TestPlanSharesEquivalence(t *testing.T) {
 		}
 		eq := mustNew(t, eqCfg, one)
 		cp := b.pendingCountCap()
-		if cp < 1 || cp > w.cfg.BatchSize {
-			t.Fatalf("PendingCountCap() = %d, want 1..%d", cp, w.cfg.BatchSize)
+		if deepest := b.current().cfg.deeperThan(w.cfg.BatchSize); cp < 1 || cp > deepest {
+			t.Fatalf("PendingCountCap() = %d, want 1..%d", cp, deepest)
 		}
 		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
 		for _, rc := range w.snap.Pending {
@@ -143,7 +143,7 @@ func TestSharesCountCapAndWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := b.currentShards()
+		st := b.current()
 		k := st.zeroCeilings
 		for _, r := range p.Namespaces {
 			if r.Claimed > 0 && atCeiling(r.Ceiling, r.Claimed) {

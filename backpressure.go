@@ -11,10 +11,12 @@
 // weakened.
 //
 // A sweep gives every namespace (tenant) with demand an equal share of the
-// batch before any namespace can take more, splits a namespace's grant
-// equally over its routes (task queues), rotates the remainder from sweep
-// to sweep, and never lets a namespace exceed its per-node ceiling
-// ⌈quota × owned/shardCount⌉ of concurrently claimed rows. [Backpressure.Plan]
+// batch, or a share in proportion to its weight, before any namespace can
+// take more, splits a namespace's grant equally over its routes (task
+// queues), rotates the remainder from sweep to sweep, and never lets a
+// namespace exceed its per-node ceiling ⌈quota × owned/shardCount⌉ of
+// concurrently claimed rows. Quotas, weights and the batch size change at
+// run time with [Backpressure.SetConfig], which keeps the rotation. [Backpressure.Plan]
 // is the same planner without I/O, and the returned [Plan] reports, per
 // namespace, what was granted and what was held and why.
 //
@@ -26,11 +28,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"sync"
 )
 
-// Config is the configuration of a [Backpressure]. [New] validates it.
+// Config is the configuration of a [Backpressure]. [New] and
+// [Backpressure.SetConfig] validate it.
 type Config struct {
 	// BatchSize is the sweep's claim budget B: the most rows one sweep may
 	// claim, across all namespaces. It is a hard bound and must be ≥ 1.
@@ -44,8 +48,17 @@ type Config struct {
 
 	// Quotas overrides DefaultQuota per namespace. A value of 0 pauses the
 	// namespace: all of its rows are held, reason [HeldPaused]. Values must
-	// be ≥ 0 or Unlimited. A nil map means no overrides. New copies the map.
+	// be ≥ 0 or Unlimited. A nil map means no overrides. The map is copied.
 	Quotas map[string]int
+
+	// Weights gives namespaces a larger share of each sweep's budget than
+	// others: a namespace of weight w is granted w rows for every row of a
+	// namespace of weight 1, until its demand or ceiling caps it (see
+	// [Plan] for the exact rule). A namespace not listed has weight 1, so
+	// a nil map plans every namespace alike. Values must be 1 to
+	// [MaxWeight]. The map is copied. Routes inside a namespace are not
+	// weighted.
+	Weights map[string]int
 
 	// Apportionment is the rule that turns a namespace's quota into this
 	// node's ceiling from its owned shards alone; every node of a cluster
@@ -55,25 +68,29 @@ type Config struct {
 	Apportionment Apportionment
 }
 
+// MaxWeight is the largest weight [Config.Weights] accepts. The planner
+// compares positions in a round of the rotation (see [Plan]) as fractions
+// with denominators up to MaxWeight, exactly in int64 arithmetic, which
+// this bound keeps from overflowing.
+const MaxWeight = 1 << 20
+
 // Backpressure plans the claims of one dispatcher node. It holds the node's
-// owned-shard fraction, the quotas, and the rotation cursors that carry the
-// remainder units of integer shares from sweep to sweep, so that over
-// several sweeps every unsatisfied namespace gets the same number of rows.
+// owned-shard fraction, its configuration, and the rotation cursors that
+// carry the remainder units of integer shares from sweep to sweep, so that
+// over several sweeps every unsatisfied namespace gets rows in proportion
+// to its weight.
 //
 // A Backpressure is safe for concurrent use, and serialises sweeps: [Sweep]
 // and [Backpressure.Plan] run one at a time, because two concurrent sweeps on
 // one node would both see the same headroom and could together exceed the
-// ceiling. Use one Backpressure per node. The zero value is not usable:
-// call [New]; Sweep and Plan on a zero Backpressure return an error matching
-// [ErrInvalidConfig].
+// ceiling. Use one Backpressure per node, for its lifetime: change its
+// configuration with [Backpressure.SetConfig] and its shards with
+// [Backpressure.SetOwnedShards], which keep the rotation. The zero value is
+// not usable: call [New]; Sweep and Plan on a zero Backpressure return an
+// error matching [ErrInvalidConfig].
 type Backpressure struct {
-	batchSize    int
-	defaultQuota int
-	quotas       map[string]int
-	apportion    Apportionment
-
-	mu     sync.Mutex // guards shards
-	shards shardState
+	mu  sync.Mutex // guards set
+	set settings
 
 	// sem serialises sweeps and guards everything below. A channel rather
 	// than a mutex so that Sweep can give up waiting when its ctx is done.
@@ -81,19 +98,85 @@ type Backpressure struct {
 
 	nsCursor    string            // last namespace that got a remainder unit
 	nsCursorSet bool              // whether nsCursor is meaningful
+	nsCursorAt  roundPos          // where in the round nsCursor got it
 	routeCursor map[string]string // namespace → last task queue that got a remainder unit
 	hints       sweepHints        // how the next sweep counts (sweep.go)
 	scratch     scratch
 }
 
-// shardState is a fraction with what Sweep derives from it and the quotas:
-// the deepest pending count a plan can use (see pendingCountCap) and the
-// number of quotas whose per-node ceiling is 0 (paused namespaces, for
-// windowSize).
-type shardState struct {
+// config is a validated Config, never changed once built: a sweep keeps the
+// one it started with while SetConfig installs another.
+type config struct {
+	batchSize    int
+	defaultQuota int
+	quotas       map[string]int
+	weights      map[string]int // only weights above 1
+	apportion    Apportionment
+}
+
+// ceiling returns namespace's ceiling on a node owning f's shards.
+func (c *config) ceiling(f OwnedShardFraction, namespace string) int {
+	return f.CeilingFor(namespace, c.quota(namespace), c.apportion)
+}
+
+func (c *config) quota(namespace string) int {
+	if q, ok := c.quotas[namespace]; ok {
+		return q
+	}
+	return c.defaultQuota
+}
+
+func (c *config) weight(namespace string) int {
+	if w, ok := c.weights[namespace]; ok {
+		return w
+	}
+	return 1
+}
+
+// settings is what a sweep runs with: the config, the fraction, and what
+// Sweep derives from both, once per change rather than once per sweep: the
+// deepest pending count a plan can use (see pendingCountCap) and the number
+// of quotas whose per-node ceiling is 0 (paused namespaces, for windowSize).
+type settings struct {
+	cfg          *config
 	f            OwnedShardFraction
 	deepCap      int
 	zeroCeilings int
+}
+
+func newSettings(c *config, f OwnedShardFraction) settings {
+	st := settings{cfg: c, f: f}
+	deepest := c.deeperThan(c.batchSize)
+	ceil := func(q int) int {
+		if c := f.ceilingBound(q, c.apportion); c != Unlimited {
+			return c
+		}
+		return deepest
+	}
+	m := ceil(c.defaultQuota)
+	for _, q := range c.quotas {
+		m = max(m, ceil(q))
+		if f.Ceiling(q) == 0 {
+			st.zeroCeilings++
+		}
+	}
+	st.deepCap = max(1, min(deepest, m))
+	return st
+}
+
+// deeperThan returns how deep a budget of n rows needs pending counts to
+// go: n, or n + 1 when some namespace is weighted (see pendingCountCap).
+func (c *config) deeperThan(n int) int {
+	if c.weights != nil && n < math.MaxInt {
+		return n + 1
+	}
+	return n
+}
+
+// fullCap returns the deepest pending count a sweep of budget rows needs:
+// pendingCountCap, or less for a smaller budget.
+func (st settings) fullCap(budget int) int {
+	return max(1, min(st.deepCap, st.cfg.deeperThan(budget)))
 }
 
 // errNotNew is what Sweep and Plan return for a Backpressure not built by New.
@@ -106,14 +189,28 @@ var errNilStore = fmt.Errorf("%w: nil OutboxStore", ErrInvalidConfig)
 //
 // It returns an error matching [ErrInvalidConfig] (a *[ConfigError] naming
 // the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
-// [Unlimited], if a Quotas value is negative other than Unlimited, or if a
-// Quotas key is a namespace no row can have (one [ValidateRoute] rejects:
-// "", a NUL byte, invalid UTF-8, over [MaxNamespaceBytes]); and one matching
+// [Unlimited], if a Quotas value is negative other than Unlimited, if a
+// Weights value is outside 1 to [MaxWeight], or if a Quotas or Weights key
+// is a namespace no row can have (one [ValidateRoute] rejects: "", a NUL
+// byte, invalid UTF-8, over [MaxNamespaceBytes]); and one matching
 // [ErrInvalidShards] if f is the zero OwnedShardFraction.
 func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	if f.ShardCount() < 1 {
 		return nil, &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
 	}
+	c, err := newConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Backpressure{
+		set:         newSettings(c, f),
+		sem:         make(chan struct{}, 1),
+		routeCursor: make(map[string]string),
+	}, nil
+}
+
+// newConfig validates cfg and copies it.
+func newConfig(cfg Config) (*config, error) {
 	if cfg.BatchSize < 1 {
 		return nil, &ConfigError{Field: "BatchSize", Value: cfg.BatchSize, Reason: "must be at least 1"}
 	}
@@ -123,82 +220,119 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	case cfg.DefaultQuota < 0 && cfg.DefaultQuota != Unlimited:
 		return nil, &ConfigError{Field: "DefaultQuota", Value: cfg.DefaultQuota, Reason: "must be at least 1, or Unlimited"}
 	}
-	if !validApportionment(cfg.Apportionment) {
-		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
-	}
 	for ns, q := range cfg.Quotas {
 		field := "Quotas[" + strconv.Quote(ns) + "]"
-		if err := ValidateRoute(Route{Namespace: ns}); err != nil {
-			var re *RouteError
-			errors.As(err, &re)
-			return nil, &ConfigError{Field: field, Value: q, Reason: "no row can have this namespace: it " + re.Reason}
+		if err := checkKey(field, ns, q); err != nil {
+			return nil, err
 		}
 		if q < 0 && q != Unlimited {
 			return nil, &ConfigError{Field: field, Value: q, Reason: "must be at least 0 (paused), or Unlimited"}
 		}
 	}
-	b := &Backpressure{
-		batchSize:    cfg.BatchSize,
-		defaultQuota: cfg.DefaultQuota,
-		quotas:       maps.Clone(cfg.Quotas),
-		apportion:    cfg.Apportionment,
-		sem:          make(chan struct{}, 1),
-		routeCursor:  make(map[string]string),
+	if !validApportionment(cfg.Apportionment) {
+		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
 	}
-	b.shards = b.shardStateFor(f)
-	return b, nil
+	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment}
+	for ns, w := range cfg.Weights {
+		field := "Weights[" + strconv.Quote(ns) + "]"
+		if err := checkKey(field, ns, w); err != nil {
+			return nil, err
+		}
+		if w < 1 || w > MaxWeight {
+			return nil, &ConfigError{Field: field, Value: w, Reason: "must be between 1 and MaxWeight (" + strconv.Itoa(MaxWeight) + ")"}
+		}
+		if w > 1 {
+			if c.weights == nil {
+				c.weights = make(map[string]int)
+			}
+			c.weights[ns] = w
+		}
+	}
+	return c, nil
+}
+
+// checkKey rejects a Quotas or Weights key that no row can have.
+func checkKey(field, namespace string, value int) error {
+	if err := ValidateRoute(Route{Namespace: namespace}); err != nil {
+		var re *RouteError
+		errors.As(err, &re)
+		return &ConfigError{Field: field, Value: value, Reason: "no row can have this namespace: it " + re.Reason}
+	}
+	return nil
+}
+
+// SetConfig replaces b's configuration with cfg, keeping the rotation
+// cursors, so fairness carries over the change. A sweep in progress
+// finishes with the configuration it started with; the next sweep uses
+// cfg. It validates cfg as [New] does and, if cfg is invalid, returns the
+// same *[ConfigError] and changes nothing.
+//
+// Claimed rows are never revoked: a namespace whose new ceiling is below its
+// claimed rows has no headroom, max(0, C − K) = 0, and its rows are held
+// until enough claimed rows settle. A quota of 0 pauses a namespace and
+// setting it back resumes it where the rotation stands. A
+// [BackpressureGate] built from the old batch size (WorkerQueueGateSweeps)
+// must be built again.
+func (b *Backpressure) SetConfig(cfg Config) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
+	c, err := newConfig(cfg)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.set = newSettings(c, b.set.f)
+	return nil
+}
+
+// Config returns a copy of b's current configuration, with maps of its own
+// (nil when empty; Weights lists only weights above 1). Change it and pass
+// it to [Backpressure.SetConfig]; concurrent changes made this way race, the
+// last SetConfig wins.
+func (b *Backpressure) Config() Config {
+	c := b.current().cfg
+	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion}
 }
 
 // BatchSize returns the sweep's claim budget B: no sweep claims more rows.
-func (b *Backpressure) BatchSize() int { return b.batchSize }
+func (b *Backpressure) BatchSize() int { return b.current().cfg.batchSize }
 
 // Quota returns the cluster-wide quota of namespace: its override in
 // Config.Quotas, else Config.DefaultQuota. It may be [Unlimited], or 0 for a
 // paused namespace.
 func (b *Backpressure) Quota(namespace string) int {
-	if q, ok := b.quotas[namespace]; ok {
-		return q
-	}
-	return b.defaultQuota
+	return b.current().cfg.quota(namespace)
+}
+
+// Weight returns the weight of namespace: Config.Weights[namespace], or 1.
+func (b *Backpressure) Weight(namespace string) int {
+	return b.current().cfg.weight(namespace)
 }
 
 // Ceiling returns this node's ceiling on concurrently claimed rows of
 // namespace: OwnedShards().CeilingFor(namespace, Quota(namespace),
 // Config.Apportionment), by default ⌈q × owned/shardCount⌉, or [Unlimited].
 func (b *Backpressure) Ceiling(namespace string) int {
-	return b.OwnedShards().CeilingFor(namespace, b.Quota(namespace), b.apportion)
+	st := b.current()
+	return st.cfg.ceiling(st.f, namespace)
 }
 
 // OwnedShards returns the node's current owned-shard fraction.
 func (b *Backpressure) OwnedShards() OwnedShardFraction {
-	return b.currentShards().f
+	return b.current().f
 }
 
-// shardStateFor derives, once per fraction, what every sweep needs of the
-// quotas: both depend only on the quotas, fixed at New, and on f.
-func (b *Backpressure) shardStateFor(f OwnedShardFraction) shardState {
-	st := shardState{f: f}
-	ceil := func(q int) int {
-		if c := f.ceilingBound(q, b.apportion); c != Unlimited {
-			return c
-		}
-		return b.batchSize
-	}
-	m := ceil(b.defaultQuota)
-	for _, q := range b.quotas {
-		m = max(m, ceil(q))
-		if f.Ceiling(q) == 0 {
-			st.zeroCeilings++
-		}
-	}
-	st.deepCap = max(1, min(b.batchSize, m))
-	return st
-}
-
-func (b *Backpressure) currentShards() shardState {
+// current returns the settings the next sweep runs with. A zero
+// Backpressure has none: it gets a zero config, whose accessors return 0.
+func (b *Backpressure) current() settings {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.shards
+	if b.set.cfg == nil {
+		return settings{cfg: &config{}}
+	}
+	return b.set
 }
 
 // SetOwnedShards installs a new owned-shard fraction, for when the
@@ -210,10 +344,9 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	if f.ShardCount() < 1 {
 		return &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
 	}
-	st := b.shardStateFor(f)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.shards = st
+	b.set = newSettings(b.set.cfg, f)
 	return nil
 }
 
@@ -224,7 +357,8 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 //
 // Cost: O((R + N)·log B) for R routes and N namespaces when the snapshot's
 // routes are sorted by namespace and task queue (as the stores return
-// them), plus O(R·log R) to sort them otherwise; in steady state two
+// them), plus O(R·log R) to sort them otherwise, and with weights
+// O(N·log W + N·log N) at most for W the largest weight; in steady state two
 // allocations, the plan's two slices (scratch buffers grow to the largest
 // snapshot seen and are reused).
 func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
@@ -233,7 +367,7 @@ func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
 	}
 	b.sem <- struct{}{}
 	defer func() { <-b.sem }()
-	p, err := b.plan(s, b.OwnedShards())
+	p, err := b.plan(s, b.current())
 	if err != nil {
 		return Plan{}, err
 	}

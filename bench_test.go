@@ -81,6 +81,39 @@ func BenchmarkPlan(b *testing.B) {
 	})
 }
 
+// BenchmarkPlanWeighted is BenchmarkPlan with every tenth namespace of
+// weight 3 and every hundredth of weight 50: the weighted rotation
+// (fillWeighted) instead of the unweighted one.
+func BenchmarkPlanWeighted(b *testing.B) {
+	benchSizes(b, func(b *testing.B, cfg Config, snap Snapshot) {
+		cfg.Weights = map[string]int{}
+		for i := 0; i*10 < len(snap.Pending)/10; i++ {
+			ns := fmt.Sprintf("tenant-%06d", i*10)
+			cfg.Weights[ns] = 3
+			if i%10 == 0 {
+				cfg.Weights[ns] = 50
+			}
+		}
+		f, _ := NewOwnedShardFraction([]int{0, 1, 2}, 8)
+		bp, err := New(cfg, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := bp.Plan(snap); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			p, err := bp.Plan(snap)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sinkInt += len(p.Claims)
+		}
+	})
+}
+
 // BenchmarkPlanBaseline is one linear pass over the same snapshots.
 func BenchmarkPlanBaseline(b *testing.B) {
 	benchSizes(b, func(b *testing.B, cfg Config, snap Snapshot) {

@@ -46,12 +46,20 @@ func FuzzPlan(f *testing.F) {
 			op := next()
 			ns := fmt.Sprintf("n%d", next()%6)
 			v := next() - 8 // sometimes negative
-			switch op % 4 {
+			switch op % 5 {
 			case 0:
 				if v < -1 {
 					v = 0
 				}
 				cfg.Quotas[ns] = v
+			case 4:
+				if cfg.Weights == nil {
+					cfg.Weights = map[string]int{}
+				}
+				cfg.Weights[ns] = (v+8)%8 + 1 // 1 to 8
+				if v+8 >= 250 {
+					cfg.Weights[ns] = MaxWeight
+				}
 			case 1:
 				snap.Claimed[ns] = v
 			default:

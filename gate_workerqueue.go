@@ -47,7 +47,7 @@ func WorkerQueueGateSweeps(b *Backpressure, sweepsInFlight, queueCapacity, highW
 	switch {
 	case b == nil:
 		return BackpressureGate{}, &GateError{Field: "Backpressure", Value: 0, Reason: "nil *Backpressure", Err: ErrInvalidConfig}
-	case b.sem == nil || b.batchSize < 1:
+	case b.sem == nil || b.BatchSize() < 1:
 		return BackpressureGate{}, &GateError{Field: "Backpressure", Value: 0, Reason: "*Backpressure not built with New", Err: ErrInvalidConfig}
 	}
 	if sweepsInFlight < 1 {

@@ -65,7 +65,7 @@ func TestGateWorkerQueue(t *testing.T) {
 // meaningless; Sweep and Plan reject such a value with ErrInvalidConfig, and
 // so does the gate, as an invalid gate too.
 func TestGateWorkerQueueRejectsUnbuiltBackpressure(t *testing.T) {
-	for i, b := range []*Backpressure{nil, {}, {batchSize: 10}, {sem: make(chan struct{}, 1)}} {
+	for i, b := range []*Backpressure{nil, {}, {set: settings{cfg: &config{batchSize: 10}}}, {sem: make(chan struct{}, 1)}} {
 		for _, sweeps := range []int{1, 3} {
 			g, err := WorkerQueueGateSweeps(b, sweeps, 10, 10)
 			var ge *GateError

@@ -3,6 +3,7 @@ package backpressure
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 )
@@ -132,7 +133,7 @@ func TestPlanStepsBurstyVersusQuiet(t *testing.T) {
 // A tenant at its ceiling is held with reason at-ceiling; its headroom is
 // claimed-only; the budget it cannot use goes to the others.
 func TestPlanStepsHeldAtCeiling(t *testing.T) {
-	cfg := Config{BatchSize: 10, DefaultQuota: 5, Quotas: map[string]int{"big": Unlimited, "off": 0}}
+	cfg := Config{BatchSize: 10, DefaultQuota: 5, Quotas: map[string]int{"big": Unlimited, "off": 0}, Weights: map[string]int{"big": 2, "off": 4}}
 	b := mustNew(t, cfg, allShards(t, 8))
 	snap := Snapshot{
 		Claimed: map[string]int{"full": 5, "over": 9, "part": 3, "idle": 2},
@@ -146,12 +147,12 @@ func TestPlanStepsHeldAtCeiling(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]NamespaceReport{
-		"big":  {Namespace: "big", Quota: Unlimited, Ceiling: Unlimited, Headroom: Unlimited, Pending: 40, Demand: 40, Granted: 8, Held: 32, Reason: HeldBudget},
-		"full": {Namespace: "full", Quota: 5, Ceiling: 5, Claimed: 5, Headroom: 0, Pending: 20, Demand: 0, Granted: 0, Held: 20, Reason: HeldAtCeiling},
-		"idle": {Namespace: "idle", Quota: 5, Ceiling: 5, Claimed: 2, Headroom: 3},
-		"off":  {Namespace: "off", Quota: 0, Ceiling: 0, Headroom: 0, Pending: 7, Held: 7, Reason: HeldPaused},
-		"over": {Namespace: "over", Quota: 5, Ceiling: 5, Claimed: 9, Headroom: 0, Pending: 1, Held: 1, Reason: HeldAtCeiling},
-		"part": {Namespace: "part", Quota: 5, Ceiling: 5, Claimed: 3, Headroom: 2, Pending: 20, Demand: 2, Granted: 2, Held: 18, Reason: HeldAtCeiling},
+		"big":  {Namespace: "big", Weight: 2, Quota: Unlimited, Ceiling: Unlimited, Headroom: Unlimited, Pending: 40, Demand: 40, Granted: 8, Held: 32, Reason: HeldBudget},
+		"full": {Namespace: "full", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 5, Headroom: 0, Pending: 20, Demand: 0, Granted: 0, Held: 20, Reason: HeldAtCeiling},
+		"idle": {Namespace: "idle", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 2, Headroom: 3},
+		"off":  {Namespace: "off", Weight: 4, Quota: 0, Ceiling: 0, Headroom: 0, Pending: 7, Held: 7, Reason: HeldPaused},
+		"over": {Namespace: "over", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 9, Headroom: 0, Pending: 1, Held: 1, Reason: HeldAtCeiling},
+		"part": {Namespace: "part", Weight: 1, Quota: 5, Ceiling: 5, Claimed: 3, Headroom: 2, Pending: 20, Demand: 2, Granted: 2, Held: 18, Reason: HeldAtCeiling},
 	}
 	if len(p.Namespaces) != len(want) {
 		t.Fatalf("Plan reports %d namespaces, want %d: %+v", len(p.Namespaces), len(want), p.Namespaces)
@@ -284,12 +285,55 @@ func TestNewConfigErrors(t *testing.T) {
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"a\x00b": 5}}, `Quotas["a\x00b"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"\xff": 0}}, `Quotas["\xff"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes+1): 1}}, `Quotas["` + strings.Repeat("n", MaxNamespaceBytes+1) + `"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": 0}}, `Weights["x"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": -3}}, `Weights["x"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": MaxWeight + 1}}, `Weights["x"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": math.MaxInt}}, `Weights["x"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"": 2}}, `Weights[""]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"a\x00b": 2}}, `Weights["a\x00b"]`},
 	} {
 		_, err := New(tc.cfg, f)
 		var ce *ConfigError
 		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
 			t.Errorf("step %d: New(%+v) = %v, want a *ConfigError for %s", i, tc.cfg, err, tc.field)
 		}
+		// SetConfig rejects what New rejects, and changes nothing.
+		b := mustNew(t, Config{BatchSize: 3, DefaultQuota: 2, Weights: map[string]int{"x": 5}}, f)
+		err = b.SetConfig(tc.cfg)
+		if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("step %d: SetConfig(%+v) = %v, want a *ConfigError for %s", i, tc.cfg, err, tc.field)
+		}
+		if b.BatchSize() != 3 || b.Quota("x") != 2 || b.Weight("x") != 5 {
+			t.Errorf("step %d: a rejected SetConfig changed the config: %+v", i, b.Config())
+		}
+	}
+	// Weights: 1 to MaxWeight, 1 by default; Config returns a copy.
+	weights := map[string]int{"heavy": MaxWeight, "one": 1}
+	wb, err := New(Config{BatchSize: 2, DefaultQuota: 1, Weights: weights}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights["heavy"] = 2 // New copied the map
+	if wb.Weight("heavy") != MaxWeight || wb.Weight("one") != 1 || wb.Weight("other") != 1 {
+		t.Errorf("Weight(heavy) = %d, Weight(one) = %d, Weight(other) = %d", wb.Weight("heavy"), wb.Weight("one"), wb.Weight("other"))
+	}
+	got := wb.Config()
+	got.Weights["heavy"] = 3 // a copy too
+	if want := (Config{BatchSize: 2, DefaultQuota: 1, Weights: map[string]int{"heavy": MaxWeight}}); fmt.Sprint(wb.Config()) != fmt.Sprint(want) {
+		t.Errorf("Config() = %+v, want %+v", wb.Config(), want)
+	}
+	if err := wb.SetConfig(Config{BatchSize: 9, DefaultQuota: Unlimited, Quotas: map[string]int{"p": 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if wb.BatchSize() != 9 || wb.Quota("p") != 0 || wb.Quota("q") != Unlimited || wb.Weight("heavy") != 1 {
+		t.Errorf("after SetConfig: %+v", wb.Config())
+	}
+	var zero Backpressure
+	if err := zero.SetConfig(Config{BatchSize: 1, DefaultQuota: 1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("zero Backpressure: SetConfig = %v, want ErrInvalidConfig", err)
+	}
+	if zero.BatchSize() != 0 || zero.Quota("x") != 0 || zero.Weight("x") != 1 {
+		t.Errorf("zero Backpressure: BatchSize %d, Quota %d, Weight %d", zero.BatchSize(), zero.Quota("x"), zero.Weight("x"))
 	}
 	// The longest valid key, and text that is odd but valid, are accepted.
 	if _, err := New(Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes): 1, "é/ü q": 2}}, f); err != nil {

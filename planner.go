@@ -1,6 +1,7 @@
 package backpressure
 
 import (
+	"cmp"
 	"log/slog"
 	"math"
 	"slices"
@@ -81,6 +82,7 @@ func (r HoldReason) String() string {
 type NamespaceReport struct {
 	Namespace string
 	Quota     int        // cluster-wide quota, or Unlimited (-1: export it as +Inf, not -1); 0 means paused
+	Weight    int        // its weight (Config.Weights), ≥ 1
 	Ceiling   int        // per-node ceiling (Backpressure.Ceiling; by default ⌈Quota × owned/shardCount⌉), or Unlimited (-1)
 	Claimed   int        // rows holding a live lease, from the snapshot
 	Headroom  int        // rows the namespace may still claim, or Unlimited (-1)
@@ -88,8 +90,8 @@ type NamespaceReport struct {
 	Demand    int        // rows it could usefully claim this sweep
 	Granted   int        // rows planned for it this sweep
 	Held      int        // rows left Pending for a later sweep
-	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
+	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	// Capped is set by Sweep when a route of the namespace was counted only
 	// up to the depth Sweep counted at, so it may hold more rows: Pending,
 	// Demand and Held are then lower bounds. When it is false they are exact, except
@@ -110,6 +112,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 		slog.Int("granted", r.Granted),
 		slog.Int("held", r.Held),
 	}
+	if r.Weight > 1 {
+		attrs = append(attrs, slog.Int("weight", r.Weight))
+	}
 	if r.Capped {
 		attrs = append(attrs, slog.Bool("capped", true))
 	}
@@ -123,14 +128,33 @@ func (r NamespaceReport) LogValue() slog.Value {
 }
 
 // Plan is one sweep's claim plan. Its slices are its own: a caller may keep
-// it. With B the plan's Budget and d_n, g_n a namespace's demand and grant:
+// it. With B the plan's Budget and d_n, g_n, w_n a namespace's demand, grant
+// and weight:
 //
 //	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
 //	Σ limits of n's routes = g_n ≤ Headroom_n           (ceiling)
 //	1 ≤ limit of route r ≤ P_r                          (pending)
-//	g_i < d_i ⇒ g_j ≤ g_i + 1 for every j               (max-min fair)
+//	g_i < d_i ⇒ (g_j − 1)/w_j < (g_i + 1)/w_i for all j  (weighted max-min fair)
 //
-// and the same max-min fairness over the routes of one namespace.
+// and, unweighted, the same max-min fairness over the routes of one
+// namespace. With every weight 1 the fairness rule reads g_i < d_i ⇒
+// g_j ≤ g_i + 1: no namespace gets more than one row above one whose demand
+// was not met.
+//
+// The rule comes from how grants are made. The rotation is a sequence of
+// rounds; in each, a namespace of weight w has w turns, at the fractions
+// 0, 1/w, …, (w−1)/w of the round, and turns at the same fraction go in
+// namespace order. A sweep walks this sequence from where the last sweep's
+// grants ended (the rotation cursor), one row per turn, skipping the turns
+// of namespaces whose demand is met, until its budget or the demand runs
+// out. Across sweeps the walk goes on where it stopped, so under steady
+// demand the namespaces G that no sweep has satisfied have cumulative grants
+// G_n that track their weights within one row:
+//
+//	(G_j − 1)/w_j ≤ G_i/w_i   for all i, j in G
+//
+// and each of them is served at least once every ⌈Σ w_n / b⌉ sweeps, for b
+// the smallest budget and the sum over the namespaces with demand.
 type Plan struct {
 	// Budget is the most rows the plan could grant: the batch size, or the
 	// smaller budget the sweep asked for (Snapshot.Budget, SweepN).
@@ -215,6 +239,13 @@ func (p Plan) LogValue() slog.Value {
 	)
 }
 
+// roundPos is a position in a round of the rotation: the fraction num/den
+// of the way through it, 0 ≤ num < den ≤ MaxWeight (den 0 also means 0). A
+// namespace of weight w has its turns at the positions k/w; the cursor
+// records the position of the turn that got the last remainder unit, which
+// is 0 while every weight is 1.
+type roundPos struct{ num, den int }
+
 // nsWork is a namespace's report while planning, with its routes'
 // range [lo, hi) in scratch.routes, and whether its Pending saturated.
 // Until the reports are finished, Pending counts the valid routes' rows
@@ -232,14 +263,18 @@ type routeCursorUpdate struct{ namespace, taskQueue string }
 // scratch holds the buffers Plan reuses from sweep to sweep, and the cursor
 // moves of the last plan, applied by advanceCursors.
 type scratch struct {
-	routes []RouteCount
-	ns     []nsWork
-	active []int // indices into ns of namespaces with demand
-	caps   []int
-	grants []int
-	limits []int // per route, parallel to routes
+	routes  []RouteCount
+	ns      []nsWork
+	active  []int // indices into ns of namespaces with demand
+	caps    []int
+	grants  []int
+	weights []int // parallel to active, for a weighted fill
+	turns   []int // scratch of fillWeighted, parallel to active
+	cands   []int // scratch of fillWeighted
+	limits  []int // per route, parallel to routes
 
 	nsCursor     string
+	nsCursorAt   roundPos
 	nsCursorMove bool
 	routeMoves   []routeCursorUpdate
 }
@@ -247,15 +282,16 @@ type scratch struct {
 // cmpRoute orders route counts by route (see [Route.Compare]).
 func cmpRoute(a, b RouteCount) int { return a.Route.Compare(b.Route) }
 
-// plan computes the plan for s without changing b's cursors;
+// plan computes the plan for s with st without changing b's cursors;
 // advanceCursors installs the cursor moves it recorded. The caller holds
 // b.sem.
-func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
+func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 	sc := &b.scratch
 	sc.nsCursorMove = false
 	sc.routeMoves = sc.routeMoves[:0]
+	cfg := st.cfg
 
-	budget := b.batchSize
+	budget := cfg.batchSize
 	if s.Budget < 0 {
 		return Plan{}, &SnapshotError{Count: s.Budget, Reason: "negative budget"}
 	} else if s.Budget > 0 {
@@ -282,28 +318,31 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 
 	// Claimed counts: validate all, and report namespaces that have claimed
 	// rows but nothing pending.
-	found := 0
+	found, negative := 0, false
 	if len(s.Claimed) > 0 {
 		for i := range ns {
 			if c, ok := s.Claimed[ns[i].Namespace]; ok {
 				ns[i].Claimed = c
 				found++
+				negative = negative || c < 0
 			}
 		}
 	}
 	extra := false
-	for name, c := range s.Claimed {
-		if c < 0 {
-			return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
-		}
-		if found == len(s.Claimed) || c == 0 {
-			continue
-		}
-		if _, ok := slices.BinarySearchFunc(ns[:nPending], name, func(w nsWork, name string) int {
-			return strings.Compare(w.Namespace, name)
-		}); !ok {
-			ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: name, Claimed: c}})
-			extra = true
+	if found < len(s.Claimed) || negative { // else every count is checked and placed
+		for name, c := range s.Claimed {
+			if c < 0 {
+				return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
+			}
+			if found == len(s.Claimed) || c == 0 {
+				continue
+			}
+			if _, ok := slices.BinarySearchFunc(ns[:nPending], name, func(w nsWork, name string) int {
+				return strings.Compare(w.Namespace, name)
+			}); !ok {
+				ns = append(ns, nsWork{NamespaceReport: NamespaceReport{Namespace: name, Claimed: c}})
+				extra = true
+			}
 		}
 	}
 	if extra {
@@ -314,10 +353,15 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 	// Ceilings, headroom and demand.
 	active := sc.active[:0]
 	totalDemand, demandOver := 0, false // demandOver: Σ d_n passed math.MaxInt
+	maxWeight := 1                      // over the namespaces with demand
 	for i := range ns {
 		w := &ns[i]
-		w.Quota = b.Quota(w.Namespace)
-		w.Ceiling = f.CeilingFor(w.Namespace, w.Quota, b.apportion)
+		w.Quota = cfg.quota(w.Namespace)
+		w.Ceiling = st.f.CeilingFor(w.Namespace, w.Quota, st.cfg.apportion)
+		w.Weight = 1
+		if cfg.weights != nil {
+			w.Weight = cfg.weight(w.Namespace)
+		}
 		if w.Ceiling == Unlimited {
 			w.Headroom = Unlimited
 			w.Demand = w.Pending
@@ -328,6 +372,7 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 		if w.Demand > 0 {
 			active = append(active, i)
 			totalDemand, demandOver = addOver(totalDemand, w.Demand, demandOver)
+			maxWeight = max(maxWeight, w.Weight)
 		}
 	}
 	sc.active = active
@@ -352,8 +397,26 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 			}
 		}
 		grants := growInts(sc.grants, len(caps))
-		if last := fill(caps, grants, budget, start); last >= 0 {
-			sc.nsCursor, sc.nsCursorMove = ns[active[last]].Namespace, true
+		last, at := -1, roundPos{}
+		if maxWeight == 1 {
+			// Every turn is at position 0 of its round, so a cursor
+			// inside a round (left by weights set before) is at the
+			// round's end: the next round starts at the first namespace.
+			if b.nsCursorAt.num != 0 {
+				start = 0
+			}
+			last = fill(caps, grants, budget, start)
+		} else {
+			weights := sc.weights[:0]
+			for _, i := range active {
+				weights = append(weights, ns[i].Weight)
+			}
+			sc.weights = weights
+			sc.turns = growInts(sc.turns, len(caps))
+			last, at, sc.cands = fillWeighted(caps, weights, grants, sc.turns, budget, start, b.nsCursorAt, sc.cands[:0])
+		}
+		if last >= 0 {
+			sc.nsCursor, sc.nsCursorAt, sc.nsCursorMove = ns[active[last]].Namespace, at, true
 		}
 		for k, i := range active {
 			ns[i].Granted = grants[k]
@@ -417,48 +480,90 @@ func (b *Backpressure) plan(s Snapshot, f OwnedShardFraction) (Plan, error) {
 // bug and fails the plan; an invalid route is a row written by other
 // means, and fails nothing.
 func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork, sorted bool, _ error) {
-	for i := range routes {
-		rc := &routes[i]
-		if rc.Count < 0 {
-			return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
-		}
-		if len(ns) > 0 && ns[len(ns)-1].hi == i && ns[len(ns)-1].Namespace == rc.Route.Namespace {
-			c := strings.Compare(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue)
-			if c == 0 {
-				return ns, false, &SnapshotError{Namespace: rc.Route.Namespace, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "route listed twice"}
-			}
-			if c > 0 && checkOrder {
-				return ns, false, nil
-			}
-			w := &ns[len(ns)-1]
-			w.hi = i + 1
-			if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
-				w.Pending, w.pendingOver = addOver(w.Pending, rc.Count, w.pendingOver)
-			} else {
-				w.Invalid, _ = addOver(w.Invalid, rc.Count, false)
-			}
-			continue
-		}
-		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= rc.Route.Namespace {
+	for i := 0; i < len(routes); {
+		name := routes[i].Route.Namespace
+		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= name {
 			return ns, false, nil
 		}
+		valid := name != "" && validName(name, MaxNamespaceBytes)
+		lo := i
+		pending, invalid, over := 0, 0, false
+		for ; i < len(routes) && routes[i].Route.Namespace == name; i++ {
+			rc := &routes[i]
+			if rc.Count < 0 {
+				return ns, false, &SnapshotError{Namespace: name, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "negative pending count"}
+			}
+			var validTQ bool
+			if i > lo {
+				c := 0
+				c, validTQ = nextTaskQueue(routes[i-1].Route.TaskQueue, rc.Route.TaskQueue)
+				if c == 0 {
+					return ns, false, &SnapshotError{Namespace: name, TaskQueue: rc.Route.TaskQueue, Count: rc.Count, Reason: "route listed twice"}
+				} else if c > 0 && checkOrder {
+					return ns, false, nil
+				}
+			} else {
+				validTQ = validName(rc.Route.TaskQueue, MaxTaskQueueBytes)
+			}
+			if valid && validTQ {
+				pending, over = addOver(pending, rc.Count, over)
+			} else {
+				invalid, _ = addOver(invalid, rc.Count, false)
+			}
+		}
 		// A namespace whose routes all counted 0 has nothing pending.
-		if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
-			ns = ns[:len(ns)-1]
+		if pending > 0 || invalid > 0 {
+			ns = append(ns, nsWork{
+				NamespaceReport: NamespaceReport{Namespace: name, Pending: pending, Invalid: invalid},
+				lo:              lo, hi: i, pendingOver: over, validName: valid,
+			})
 		}
-		w := nsWork{NamespaceReport: NamespaceReport{Namespace: rc.Route.Namespace}, lo: i, hi: i + 1}
-		w.validName = rc.Route.Namespace != "" && validName(rc.Route.Namespace, MaxNamespaceBytes)
-		if w.validName && validName(rc.Route.TaskQueue, MaxTaskQueueBytes) {
-			w.Pending = rc.Count
-		} else {
-			w.Invalid = rc.Count
-		}
-		ns = append(ns, w)
-	}
-	if len(ns) > 0 && ns[len(ns)-1].Pending == 0 && ns[len(ns)-1].Invalid == 0 {
-		ns = ns[:len(ns)-1]
 	}
 	return ns, true, nil
+}
+
+// nextTaskQueue returns compareNames(prev, tq) and validName(tq,
+// MaxTaskQueueBytes), the two checks of every route but a namespace's
+// first, reading tq's first eight bytes once for both.
+func nextTaskQueue(prev, tq string) (int, bool) {
+	if len(prev) < 8 || len(tq) < 8 || len(tq) > MaxTaskQueueBytes {
+		return compareNames(prev, tq), validName(tq, MaxTaskQueueBytes)
+	}
+	x, y := first8(prev), first8(tq)
+	c := cmp.Compare(x, y)
+	if c == 0 {
+		c = strings.Compare(prev[8:], tq[8:])
+	}
+	// As in validName: no byte ≥ 0x80 and none zero. Then tq is valid if
+	// the rest is.
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	if (y|(y-lo)&^y)&hi != 0 {
+		return c, validName(tq, MaxTaskQueueBytes)
+	}
+	return c, len(tq) == 8 || validName(tq[8:], MaxTaskQueueBytes)
+}
+
+// compareNames is strings.Compare, with a fast path for names of eight
+// bytes or more whose first eight bytes differ, as the task queues of a
+// namespace, listed one after the other in every sweep, often do.
+func compareNames(a, b string) int {
+	if len(a) >= 8 && len(b) >= 8 {
+		if x, y := first8(a), first8(b); x != y {
+			if x < y {
+				return -1
+			}
+			return 1
+		}
+	}
+	return strings.Compare(a, b)
+}
+
+// first8 returns the first eight bytes of s, big-endian, so that the
+// numbers order as the bytes do.
+func first8(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0])<<56 | uint64(s[1])<<48 | uint64(s[2])<<40 | uint64(s[3])<<32 |
+		uint64(s[4])<<24 | uint64(s[5])<<16 | uint64(s[6])<<8 | uint64(s[7])
 }
 
 // splitRoutes splits w.Granted over w's routes into limits and returns the
@@ -513,7 +618,7 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 func (b *Backpressure) advanceCursors(windowed bool) {
 	sc := &b.scratch
 	if sc.nsCursorMove {
-		b.nsCursor, b.nsCursorSet = sc.nsCursor, true
+		b.nsCursor, b.nsCursorAt, b.nsCursorSet = sc.nsCursor, sc.nsCursorAt, true
 	}
 	for _, m := range sc.routeMoves {
 		b.routeCursor[m.namespace] = m.taskQueue
@@ -589,6 +694,143 @@ func fill(caps, grants []int, budget, start int) int {
 		}
 	}
 	return last
+}
+
+// fillWeighted is fill with weights: it shares budget over caps into
+// grants, where Σ caps > budget ≥ 0 and 1 ≤ weights[i] ≤ MaxWeight, as
+// the walk of Plan's rotation does. Index i (in namespace order; start is
+// the first after the cursor's namespace, at the cursor's position at) has
+// its turns at the positions j/weights[i] of an unending sequence of
+// rounds, j = turns[i], turns[i] + 1, …, where turns[i] is its first turn
+// after the cursor: the walk serves turns in (position, index) order, one
+// unit each, skipping indices whose grant has reached their cap.
+//
+// Rather than walk unit by unit, it finds how far the walk gets:
+//
+//  1. whole rounds: each gives index i weights[i] turns, wherever it
+//     starts, so with m the most rounds such that
+//     Σ min(caps[i], m·weights[i]) ≤ budget, grants[i] = min(caps[i],
+//     m·weights[i]), found by binary search;
+//  2. within round m + 1, with R units left: with W the largest weight of
+//     an index below its cap, the turns at positions up to at + x/W,
+//     counted in closed form for an integer x, by binary search on x for
+//     the last x whose turns number fewer than R;
+//  3. the R′ units still left go to the turns between at + x/W and
+//     at + (x+1)/W: at most one per index, as turns of index i are
+//     1/weights[i] ≥ 1/W apart; sorted by position, then index.
+//
+// It returns the index given the last unit of step 3, and the position of
+// its turn, or -1 when whole rounds used the budget (R = 0). cands is
+// scratch, returned for reuse. Positions are compared exactly in int
+// arithmetic: every product stays below 2^61 for weights ≤ MaxWeight = 2^20.
+// Cost: O(len(caps)·(log budget + log W)), plus O(k log k) to sort the k
+// turns of step 3.
+func fillWeighted(caps, weights, grants, turns []int, budget, start int, at roundPos, cands []int) (int, roundPos, []int) {
+	p, q := at.num, max(at.den, 1)
+	for i, w := range weights {
+		// The first turn at or after at: a turn exactly at at comes
+		// after the cursor only for a namespace after the cursor's.
+		j := p * w / q
+		if p*w%q != 0 || i < start {
+			j++
+		}
+		turns[i] = j
+	}
+
+	// 1. Whole rounds.
+	share := func(i, m int) int { // min(caps[i], m·weights[i]), without overflow
+		if c, w := caps[i], weights[i]; m > (c-1)/w {
+			return c
+		}
+		return m * weights[i]
+	}
+	fits := func(m int) bool { // Σ share(i, m) ≤ budget
+		s := 0
+		for i := range caps {
+			g := share(i, m)
+			if g > budget-s {
+				return false
+			}
+			s += g
+		}
+		return true
+	}
+	lo, hi := 0, budget // fits(lo) && !fits(hi), or lo == hi == budget
+	if fits(hi) {
+		lo = hi
+	} else {
+		for hi-lo > 1 {
+			if mid := lo + (hi-lo)/2; fits(mid) {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+	}
+	rem := budget
+	wmax := 1
+	for i := range caps {
+		grants[i] = share(i, lo)
+		rem -= grants[i]
+		if grants[i] < caps[i] {
+			wmax = max(wmax, weights[i])
+		}
+	}
+	if rem == 0 {
+		return -1, roundPos{}, cands
+	}
+
+	// 2. Within the next round: turns of index i at positions ≤ at + x/W,
+	// among the first min(caps[i] − grants[i], weights[i]).
+	upTo := func(i, x int) int {
+		if x < 0 {
+			return 0
+		}
+		w := weights[i]
+		k := (p*wmax+x*q)*w/(q*wmax) - turns[i] + 1
+		return max(0, min(k, caps[i]-grants[i], w))
+	}
+	count := func(x int) int { // < rem when it returns early
+		n := 0
+		for i := range caps {
+			if n += upTo(i, x); n >= rem {
+				break
+			}
+		}
+		return n
+	}
+	// count(lo) < rem ≤ count(hi); count(wmax) = Σ min(caps[i] − grants[i],
+	// weights[i]) > rem, or whole rounds would have fit one more.
+	lo, hi = -1, wmax
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; count(mid) < rem {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+
+	// 3. The turns in (at + lo/W, at + (lo+1)/W].
+	for i := range caps {
+		a, b := upTo(i, lo), upTo(i, lo+1)
+		grants[i] += a
+		rem -= a
+		if b > a {
+			turns[i] += a // the turn's number
+			cands = append(cands, i)
+		}
+	}
+	slices.SortFunc(cands, func(a, b int) int {
+		if c := cmp.Compare(turns[a]*weights[b], turns[b]*weights[a]); c != 0 {
+			return c
+		}
+		return a - b
+	})
+	for _, i := range cands[:rem] {
+		grants[i]++
+	}
+	last := cands[rem-1]
+	return last, roundPos{turns[last] % weights[last], weights[last]}, cands
 }
 
 func growInts(s []int, n int) []int {

@@ -55,11 +55,21 @@ func genWorld(t *rapid.T) world {
 	}
 	w.cfg.Quotas = map[string]int{}
 	w.snap.Claimed = map[string]int{}
+	weighted := rapid.IntRange(0, 2).Draw(t, "weighted") // none, all 1, some above 1
 	nNS := rapid.IntRange(0, 14).Draw(t, "namespaces")
 	for i := 0; i < nNS; i++ {
 		ns := fmt.Sprintf("ns%02d", i)
 		if rapid.Bool().Draw(t, "override") {
 			w.cfg.Quotas[ns] = genQuota(t, "quota")
+		}
+		if weighted > 0 && rapid.Bool().Draw(t, "hasWeight") {
+			if w.cfg.Weights == nil {
+				w.cfg.Weights = map[string]int{}
+			}
+			w.cfg.Weights[ns] = 1
+			if weighted == 2 {
+				w.cfg.Weights[ns] = genWeight(t)
+			}
 		}
 		if c := rapid.IntRange(-10, 30).Draw(t, "claimed"); c > 0 {
 			w.snap.Claimed[ns] = c
@@ -87,6 +97,23 @@ func genWorld(t *rapid.T) world {
 	w.snap.Pending = rapid.Permutation(w.snap.Pending).Draw(t, "order")
 	w.snap.Budget = genBudget(t, w.cfg.BatchSize)
 	return w
+}
+
+// genWeight draws a weight: usually small, now and then up to MaxWeight,
+// where the planner's exact arithmetic is tightest.
+func genWeight(t *rapid.T) int {
+	if rapid.IntRange(0, 9).Draw(t, "bigWeight") == 0 {
+		return rapid.SampledFrom([]int{97, 1000, MaxWeight - 1, MaxWeight}).Draw(t, "weight")
+	}
+	return rapid.IntRange(1, 6).Draw(t, "weight")
+}
+
+// weightOf returns ns's weight in cfg.
+func weightOf(cfg Config, ns string) int {
+	if w, ok := cfg.Weights[ns]; ok {
+		return w
+	}
+	return 1
 }
 
 // genBudget draws a sweep's budget: often 0 (the batch size), else
@@ -156,8 +183,9 @@ func mustNew(t interface {
 
 // verifyPlan checks one plan against the definitions (facts): budget
 // (Σ limits = min(B, Σ d_n)), headroom (Σ limits of n ≤ H_n), pending
-// (1 ≤ limit ≤ P_r, valid routes only), max-min fairness across namespaces
-// and across one namespace's routes, and held accounting with its reason.
+// (1 ≤ limit ≤ P_r, valid routes only), weighted max-min fairness across
+// namespaces (g_i < d_i ⇒ (g_j − 1)/w_j < (g_i + 1)/w_i), max-min fairness
+// across one namespace's routes, and held accounting with its reason.
 func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	fs := facts(w)
 	pend := map[Route]int{}
@@ -205,12 +233,15 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 			t.Fatalf("namespace %s: granted %d > headroom %d", ns, g, fs[ns].headroom)
 		}
 	}
-	// 4. Max-min across namespaces.
+	// 4. Weighted max-min across namespaces, in integers:
+	// (g_j − 1)·w_i < (g_i + 1)·w_j; with weights 1, g_j ≤ g_i + 1.
 	for i, fi := range fs {
 		if grant[i] < fi.demand {
+			wi := weightOf(w.cfg, i)
 			for j := range fs {
-				if grant[j] > grant[i]+1 {
-					t.Fatalf("unsatisfied %s got %d (demand %d) but %s got %d", i, grant[i], fi.demand, j, grant[j])
+				wj := weightOf(w.cfg, j)
+				if (grant[j]-1)*wi >= (grant[i]+1)*wj {
+					t.Fatalf("unsatisfied %s (weight %d) got %d (demand %d) but %s (weight %d) got %d", i, wi, grant[i], fi.demand, j, wj, grant[j])
 				}
 			}
 		}
@@ -245,7 +276,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if r.Granted != grant[ns] || r.Pending != f.pending || r.Held != f.pending-grant[ns] || r.Held < 0 {
 			t.Fatalf("report %+v: want granted %d, pending %d, held %d", r, grant[ns], f.pending, f.pending-grant[ns])
 		}
-		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] || r.Invalid != f.invalid || r.Demand != f.demand {
+		if r.Ceiling != f.ceiling || r.Claimed != w.snap.Claimed[ns] || r.Invalid != f.invalid || r.Demand != f.demand || r.Weight != weightOf(w.cfg, ns) {
 			t.Fatalf("report %+v: want ceiling %d, claimed %d, invalid %d, demand %d", r, f.ceiling, w.snap.Claimed[ns], f.invalid, f.demand)
 		}
 		var want HoldReason
@@ -324,32 +355,40 @@ func TestPlanDeterministic(t *testing.T) {
 
 // TestPlanNoStarvation checks the rotation under steady demand (the same
 // snapshot every sweep: the rows planned are never claimed), each sweep
-// with its own budget: the namespaces no sweep has satisfied yet have
-// cumulative grants within one of each other after every sweep, and with
-// b the smallest budget every namespace is served at least once every
-// ⌈namespaces / b⌉ sweeps.
+// with its own budget, with weights in half the runs: the cumulative grants
+// G_n of the namespaces no sweep has satisfied yet track their weights
+// within one row after every sweep, (G_j − 1)/w_j ≤ G_i/w_i (with weights 1:
+// within one of each other), and with b the smallest budget every namespace
+// is served at least once every ⌈Σ w_n / b⌉ sweeps.
 func TestPlanNoStarvation(t *testing.T) {
 	varied := 0 // runs whose budgets left a namespace unsatisfied in one sweep and not another
 	rapid.Check(t, func(t *rapid.T) {
 		nNS := rapid.IntRange(1, 40).Draw(t, "namespaces")
 		batch := rapid.IntRange(1, 30).Draw(t, "batch")
 		all := allShards(t, 1)
-		b := mustNew(t, Config{BatchSize: batch, DefaultQuota: Unlimited}, all)
+		cfg := Config{BatchSize: batch, DefaultQuota: Unlimited, Weights: map[string]int{}}
+		weighted := rapid.Bool().Draw(t, "weighted")
 		var snap Snapshot
+		totalWeight := 0
 		for i := 0; i < nNS; i++ {
 			ns := fmt.Sprintf("ns%02d", i)
+			if weighted {
+				cfg.Weights[ns] = rapid.IntRange(1, 5).Draw(t, "weight")
+			}
+			totalWeight += weightOf(cfg, ns)
 			for j := rapid.IntRange(1, 4).Draw(t, "routes"); j > 0; j-- {
 				snap.Pending = append(snap.Pending, RouteCount{Route{ns, fmt.Sprint("q", j)}, rapid.IntRange(1, 50).Draw(t, "pending")})
 			}
 		}
-		fs := facts(world{cfg: Config{BatchSize: batch, DefaultQuota: Unlimited}, frac: all, snap: snap})
+		b := mustNew(t, cfg, all)
+		fs := facts(world{cfg: cfg, frac: all, snap: snap})
 		budgets := make([]int, rapid.IntRange(1, 12).Draw(t, "sweeps"))
 		minBudget := batch
 		for i := range budgets {
 			budgets[i] = genBudget(t, batch)
 			minBudget = min(minBudget, budgetOf(Config{BatchSize: batch}, Snapshot{Budget: budgets[i]}))
 		}
-		period := (nNS + minBudget - 1) / minBudget
+		period := (totalWeight + minBudget - 1) / minBudget
 		cum := map[string]int{}
 		lastServed := map[string]int{}
 		satisfied := map[string]bool{} // satisfied in some sweep so far
@@ -371,14 +410,13 @@ func TestPlanNoStarvation(t *testing.T) {
 					unsatisfiedOnce[r.Namespace] = true
 				}
 			}
-			lo, hi := math.MaxInt, 0
-			for ns := range fs {
-				if !satisfied[ns] {
-					lo, hi = min(lo, cum[ns]), max(hi, cum[ns])
+			for i := range fs {
+				for j := range fs {
+					wi, wj := weightOf(cfg, i), weightOf(cfg, j)
+					if !satisfied[i] && !satisfied[j] && (cum[j]-1)*wi > cum[i]*wj {
+						t.Fatalf("sweep %d (budgets %v): never-satisfied %s (weight %d) got %d in all, %s (weight %d) %d: %v", s, budgets[:s], i, wi, cum[i], j, wj, cum[j], cum)
+					}
 				}
-			}
-			if hi > 0 && hi-lo > 1 {
-				t.Fatalf("sweep %d (budgets %v): cumulative grants of never-satisfied namespaces range %d..%d: %v", s, budgets[:s], lo, hi, cum)
 			}
 			if s >= period {
 				for ns := range fs {
@@ -540,18 +578,29 @@ func TestPendingCountCapExact(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := genWorld(t)
 		full, capped := mustNew(t, w.cfg, w.frac), mustNew(t, w.cfg, w.frac)
-		c := capped.pendingCountCap()
-		if c < 1 || c > w.cfg.BatchSize {
-			t.Fatalf("pendingCountCap() = %d, want 1..%d", c, w.cfg.BatchSize)
+		c, deepest := capped.pendingCountCap(), w.cfg.BatchSize
+		if len(capped.Config().Weights) > 0 {
+			deepest++ // see pendingCountCap
 		}
-		// A smaller budget caps the counts further, as SweepN does.
-		c = min(c, budgetOf(w.cfg, w.snap))
-		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
-		for _, rc := range w.snap.Pending {
-			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
+		if c < 1 || c > deepest {
+			t.Fatalf("pendingCountCap() = %d, want 1..%d", c, deepest)
 		}
-		for s := 0; s < 4; s++ {
-			p1, err1 := full.Plan(w.snap)
+		// Namespaces come and go from sweep to sweep (each sweep sees some
+		// of the routes), and each sweep has its own budget: a smaller
+		// budget caps the counts further, as SweepN does.
+		for s := 0; s < 6; s++ {
+			snap := Snapshot{Claimed: w.snap.Claimed, Budget: genBudget(t, w.cfg.BatchSize)}
+			for _, rc := range w.snap.Pending {
+				if rapid.IntRange(0, 3).Draw(t, "routeNow") > 0 {
+					snap.Pending = append(snap.Pending, rc)
+				}
+			}
+			c := capped.current().fullCap(budgetOf(w.cfg, snap))
+			cs := Snapshot{Claimed: snap.Claimed, Budget: snap.Budget}
+			for _, rc := range snap.Pending {
+				cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
+			}
+			p1, err1 := full.Plan(snap)
 			p2, err2 := capped.Plan(cs)
 			if err1 != nil || err2 != nil {
 				t.Fatalf("Plan: %v, %v", err1, err2)
@@ -643,12 +692,12 @@ func TestShallowCountExact(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p2, err := shallow.plan(cs, shallow.OwnedShards())
+			p2, err := shallow.plan(cs, shallow.current())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if maxLimit(p2.Claims) >= c {
-				if p2, err = shallow.plan(w.snap, shallow.OwnedShards()); err != nil {
+				if p2, err = shallow.plan(w.snap, shallow.current()); err != nil {
 					t.Fatal(err)
 				}
 			} else if deeper {
@@ -729,6 +778,281 @@ func TestRouteCompare(t *testing.T) {
 		}
 		if got := b.Compare(a); got != -want {
 			t.Fatalf("%q.Compare(%q) = %d, want %d", b, a, got, -want)
+		}
+	})
+}
+
+// TestFillWeighted checks fillWeighted against refWalk, the rotation walked
+// turn by turn, for any caps, weights up to MaxWeight and cursor positions
+// with denominators up to MaxWeight; and, with every weight 1, against
+// fill, the unweighted rule (from the first index when the cursor is
+// inside a round, as Plan calls it).
+func TestFillWeighted(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 12).Draw(t, "n")
+		ones := rapid.Bool().Draw(t, "ones")
+		caps, weights := make([]int, n), make([]int, n)
+		total := 0
+		for i := range caps {
+			caps[i] = rapid.IntRange(1, 40).Draw(t, "cap")
+			total += caps[i]
+			weights[i] = 1
+			if !ones {
+				weights[i] = genWeight(t)
+			}
+		}
+		budget := rapid.IntRange(0, total-1).Draw(t, "budget")
+		start := rapid.IntRange(0, n).Draw(t, "start")
+		den := rapid.OneOf(rapid.IntRange(1, 7), rapid.IntRange(MaxWeight-3, MaxWeight)).Draw(t, "den")
+		num := rapid.OneOf(rapid.Just(0), rapid.IntRange(0, den-1)).Draw(t, "num")
+
+		grants := make([]int, n)
+		last, at, _ := fillWeighted(caps, weights, grants, make([]int, n), budget, start, roundPos{num, den}, nil)
+		want, wantLast, wantAt := refWalk(caps, weights, budget, start, [2]int{num, den})
+		if !slices.Equal(grants, want) || last != wantLast || last >= 0 && (at.num != wantAt[0] || at.den != wantAt[1]) {
+			t.Fatalf("fillWeighted(caps %v, weights %v, budget %d, start %d, at %d/%d) = %v, last %d at %v; refWalk %v, last %d at %v",
+				caps, weights, budget, start, num, den, grants, last, at, want, wantLast, wantAt)
+		}
+		if ones {
+			s := start
+			if num != 0 || s >= n {
+				s = 0
+			}
+			unweighted := make([]int, n)
+			if l := fill(caps, unweighted, budget, s); !slices.Equal(grants, unweighted) || l != last {
+				t.Fatalf("weights 1: fillWeighted = %v, last %d; fill = %v, last %d", grants, last, unweighted, l)
+			}
+		}
+	})
+}
+
+// TestPlanAllOnesIsUnweighted: a config that weighs every namespace 1
+// plans exactly as the planner before weights did (the reference with
+// refFill for namespaces), sweep after sweep and budget after budget.
+func TestPlanAllOnesIsUnweighted(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		w.cfg.Weights = map[string]int{}
+		for _, rc := range w.snap.Pending {
+			if ValidateRoute(Route{Namespace: rc.Route.Namespace}) == nil { // a key Config accepts
+				w.cfg.Weights[rc.Route.Namespace] = 1
+			}
+		}
+		w.cfg.Weights["not-in-the-snapshot"] = rapid.IntRange(1, 9).Draw(t, "absentWeight")
+		b := mustNew(t, w.cfg, w.frac)
+		ref := newRefPlanner(w.cfg, w.frac)
+		ref.unweighted = true
+		for s := 0; s < rapid.IntRange(1, 5).Draw(t, "sweeps"); s++ {
+			w.snap.Budget = genBudget(t, w.cfg.BatchSize)
+			p, err := b.Plan(w.snap)
+			if err != nil {
+				t.Fatalf("sweep %d: %v", s, err)
+			}
+			if want := ref.plan(w.snap); !slices.Equal(p.Claims, want) {
+				t.Fatalf("sweep %d: Plan claims\n%v\nunweighted reference\n%v", s, p.Claims, want)
+			}
+		}
+	})
+}
+
+// genConfig draws a config for the namespaces ns00… of genWorld: another
+// batch size, default quota, quotas and weights.
+func genConfig(t *rapid.T) Config {
+	cfg := Config{BatchSize: rapid.IntRange(1, 60).Draw(t, "newBatch"), DefaultQuota: genQuota(t, "newDefaultQuota")}
+	if cfg.DefaultQuota == 0 {
+		cfg.DefaultQuota = Unlimited
+	}
+	for i := rapid.IntRange(0, 14).Draw(t, "newOverrides"); i > 0; i-- {
+		ns := fmt.Sprintf("ns%02d", rapid.IntRange(0, 13).Draw(t, "newNS"))
+		if rapid.Bool().Draw(t, "newQuotaOrWeight") {
+			if cfg.Quotas == nil {
+				cfg.Quotas = map[string]int{}
+			}
+			cfg.Quotas[ns] = genQuota(t, "newQuota")
+		} else {
+			if cfg.Weights == nil {
+				cfg.Weights = map[string]int{}
+			}
+			cfg.Weights[ns] = genWeight(t)
+		}
+	}
+	return cfg
+}
+
+// TestPlanReconfigure: SetConfig between any two sweeps. Every plan keeps
+// every invariant under the config it was made with, and matches the
+// reference that carries its cursors over the change: the rotation
+// survives. An invalid config is rejected with a *ConfigError and changes
+// nothing: the plans go on as the reference's, which never saw it.
+// Claimed rows come and go between sweeps, so a lowered quota finds
+// namespaces above their new ceiling.
+func TestPlanReconfigure(t *testing.T) {
+	changes, rejected := 0, 0
+	rapid.Check(t, func(t *rapid.T) {
+		w := genWorld(t)
+		b := mustNew(t, w.cfg, w.frac)
+		ref := newRefPlanner(w.cfg, w.frac)
+		for s := 0; s < rapid.IntRange(2, 6).Draw(t, "sweeps"); s++ {
+			switch rapid.IntRange(0, 3).Draw(t, "change") {
+			case 0, 1:
+				cfg := genConfig(t)
+				if err := b.SetConfig(cfg); err != nil {
+					t.Fatalf("sweep %d: SetConfig(%+v): %v", s, cfg, err)
+				}
+				w.cfg, ref.cfg = cfg, cfg
+				changes++
+			case 2:
+				bad := genConfig(t)
+				switch rapid.IntRange(0, 3).Draw(t, "flaw") {
+				case 0:
+					bad.BatchSize = 0
+				case 1:
+					bad.Weights = map[string]int{"ns00": rapid.SampledFrom([]int{0, -1, MaxWeight + 1}).Draw(t, "badWeight")}
+				case 2:
+					bad.Weights = map[string]int{"a\x00": 2}
+				case 3:
+					bad.Quotas = map[string]int{"ns01": -2}
+				}
+				before := b.Config()
+				var ce *ConfigError
+				if err := b.SetConfig(bad); !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) {
+					t.Fatalf("sweep %d: SetConfig(%+v) = %v, want a *ConfigError", s, bad, err)
+				}
+				if after := b.Config(); fmt.Sprint(after) != fmt.Sprint(before) {
+					t.Fatalf("sweep %d: a rejected SetConfig changed the config: %+v -> %+v", s, before, after)
+				}
+				rejected++
+			}
+			for ns := range w.snap.Claimed {
+				w.snap.Claimed[ns] = rapid.IntRange(0, 30).Draw(t, "claimedNow")
+			}
+			w.snap.Budget = genBudget(t, w.cfg.BatchSize)
+			p, err := b.Plan(w.snap)
+			if err != nil {
+				t.Fatalf("sweep %d: Plan: %v", s, err)
+			}
+			verifyPlan(t, w, p)
+			if want := ref.plan(w.snap); !slices.Equal(p.Claims, want) {
+				t.Fatalf("sweep %d: Plan claims\n%v\nreference\n%v", s, p.Claims, want)
+			}
+		}
+	})
+	if changes == 0 || rejected == 0 {
+		t.Fatalf("%d changes, %d rejected: the generator misses a case", changes, rejected)
+	}
+}
+
+// TestSetConfigLowersQuota: lowering a quota below a namespace's claimed
+// rows revokes nothing (the plan never touches claimed rows) and holds its
+// new claims, at-ceiling, until enough claimed rows settle: headroom is
+// max(0, C − K) for the new ceiling C.
+func TestSetConfigLowersQuota(t *testing.T) {
+	b := mustNew(t, Config{BatchSize: 20, DefaultQuota: 10}, allShards(t, 4))
+	snap := Snapshot{Claimed: map[string]int{"acme": 10}, Pending: []RouteCount{{Route{"acme", "q"}, 30}, {Route{"zeta", "q"}, 5}}}
+	if err := b.SetConfig(Config{BatchSize: 20, DefaultQuota: 10, Quotas: map[string]int{"acme": 4}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, step := range []struct{ claimed, granted, headroom int }{
+		{10, 0, 0}, // above the new ceiling: nothing revoked, nothing new
+		{5, 0, 0},  // still above
+		{4, 0, 0},  // at it
+		{3, 1, 1},  // under it: only up to the new ceiling
+		{0, 4, 4},
+	} {
+		snap.Claimed["acme"] = step.claimed
+		p, err := b.Plan(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := p.Namespace("acme")
+		wantReason := HeldAtCeiling
+		if r.Ceiling != 4 || r.Claimed != step.claimed || r.Headroom != step.headroom || r.Granted != step.granted || r.Held != 30-step.granted || r.Reason != wantReason {
+			t.Errorf("step %d: claimed %d: report %+v, want ceiling 4, headroom %d, granted %d, held %d (%s)", i, step.claimed, r, step.headroom, step.granted, 30-step.granted, wantReason)
+		}
+		if z, _ := p.Namespace("zeta"); z.Granted != 5 {
+			t.Errorf("step %d: zeta granted %d, want 5", i, z.Granted)
+		}
+	}
+}
+
+// TestWeightedCountCapOneDeeper: why a weighted config counts one row past
+// the budget. B = 1, a of weight 2 alone with 5 rows: its grant is 1 either
+// way, but uncapped its demand is unmet and its turn at 0 of the round moves
+// the cursor, while counted at 1 its demand is met and the cursor stays. The
+// next sweep, with b too, then serves b (after a's turn) or a (from the
+// start). Counted at fullCap(1) = 2 both agree.
+func TestWeightedCountCapOneDeeper(t *testing.T) {
+	cfg := Config{BatchSize: 1, DefaultQuota: Unlimited, Weights: map[string]int{"a": 2}}
+	first := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 5}}}
+	second := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 5}, {Route{"b", "q"}, 5}}}
+	capAt := func(s Snapshot, c int) Snapshot {
+		out := Snapshot{}
+		for _, rc := range s.Pending {
+			out.Pending = append(out.Pending, RouteCount{rc.Route, min(rc.Count, c)})
+		}
+		return out
+	}
+	full := mustNew(t, cfg, allShards(t, 1))
+	c := full.current().fullCap(1)
+	if c != 2 {
+		t.Fatalf("fullCap(1) = %d, want 2", c)
+	}
+	for i, tc := range []struct {
+		cap  int
+		want string // who the second sweep serves
+	}{{0, "b"}, {c, "b"}, {1, "a"}} {
+		b := mustNew(t, cfg, allShards(t, 1))
+		plan := func(s Snapshot) Plan {
+			if tc.cap > 0 {
+				s = capAt(s, tc.cap)
+			}
+			p, err := b.Plan(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		if p := plan(first); p.Granted() != 1 {
+			t.Fatalf("step %d: first sweep granted %d", i, p.Granted())
+		}
+		if p := plan(second); len(p.Claims) != 1 || p.Claims[0].Route.Namespace != tc.want {
+			t.Errorf("step %d: counts capped at %d (0: uncapped): second sweep claims %v, want %s", i, tc.cap, p.Claims, tc.want)
+		}
+	}
+}
+
+// TestCompareNames checks compareNames against strings.Compare, with names
+// long and short, sharing prefixes, and holding bytes above 0x7f (which
+// must order as unsigned bytes).
+func TestCompareNames(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		name := rapid.StringOfN(rapid.RuneFrom([]rune{'a', 'b', 'é', 0, 0x7f}), 0, 12, -1)
+		prefix := rapid.SampledFrom([]string{"", "queue-", "12345678"}).Draw(t, "prefix")
+		a, b := prefix+name.Draw(t, "a"), prefix+name.Draw(t, "b")
+		if rapid.Bool().Draw(t, "same") {
+			b = a
+		}
+		if got, want := compareNames(a, b), strings.Compare(a, b); got != want {
+			t.Fatalf("compareNames(%q, %q) = %d, want %d", a, b, got, want)
+		}
+	})
+}
+
+// TestNextTaskQueue checks nextTaskQueue against its definition,
+// (compareNames, validName), on names around eight bytes and the length
+// limit, with NUL, bytes above 0x7f and invalid UTF-8 anywhere.
+func TestNextTaskQueue(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		part := rapid.StringOfN(rapid.SampledFrom([]rune{'a', 'q', 'é', 0, 0x7f, 0x80}), 0, 10, -1)
+		raw := rapid.SampledFrom([]string{"", "\xff", "\xc3", "queue-0", "queue-00", "12345678", strings.Repeat("x", MaxTaskQueueBytes-8)})
+		prev := raw.Draw(t, "prevPrefix") + part.Draw(t, "prev")
+		tq := raw.Draw(t, "tqPrefix") + part.Draw(t, "tq")
+		if rapid.Bool().Draw(t, "related") {
+			tq = prev + part.Draw(t, "more")
+		}
+		c, ok := nextTaskQueue(prev, tq)
+		if wc, wok := strings.Compare(prev, tq), validName(tq, MaxTaskQueueBytes); c != wc || ok != wok {
+			t.Fatalf("nextTaskQueue(%q, %q) = %d, %v; want %d, %v", prev, tq, c, ok, wc, wok)
 		}
 	})
 }

@@ -1,35 +1,44 @@
 package backpressure
 
 import (
+	"math/big"
 	"slices"
 	"strings"
 )
 
 // refPlanner is the naive reference: it hands out the budget one unit at a
-// time, round-robin over the namespaces (and then over each namespace's
-// routes) starting after the rotation cursor, skipping the satisfied. It
-// keeps its own cursors with the same meaning as Backpressure's: the last
-// namespace (route) that got a unit of an incomplete round.
+// time, walking the rotation's rounds turn by turn from the cursor (see
+// refWalk), skipping the satisfied namespaces, and then splits each grant
+// over the namespace's routes round-robin (refFill). It keeps its own
+// cursors with the same meaning as Backpressure's: the last namespace
+// (route) that got a unit of an incomplete round, and for namespaces the
+// position of that unit's turn in its round. With unweighted set it hands
+// out namespaces' units with refFill too: the planner's rule before weights.
 type refPlanner struct {
-	batch       int
-	quota       func(string) int
+	cfg         Config
 	fraction    OwnedShardFraction
+	unweighted  bool
 	nsCursor    *string
+	nsCursorAt  [2]int // num, den
 	routeCursor map[string]string
 }
 
 func newRefPlanner(cfg Config, f OwnedShardFraction) *refPlanner {
-	return &refPlanner{
-		batch: cfg.BatchSize,
-		quota: func(ns string) int {
-			if q, ok := cfg.Quotas[ns]; ok {
-				return q
-			}
-			return cfg.DefaultQuota
-		},
-		fraction:    f,
-		routeCursor: map[string]string{},
+	return &refPlanner{cfg: cfg, fraction: f, nsCursorAt: [2]int{0, 1}, routeCursor: map[string]string{}}
+}
+
+func (r *refPlanner) quota(ns string) int {
+	if q, ok := r.cfg.Quotas[ns]; ok {
+		return q
 	}
+	return r.cfg.DefaultQuota
+}
+
+func (r *refPlanner) weight(ns string) int {
+	if w, ok := r.cfg.Weights[ns]; ok {
+		return w
+	}
+	return 1
 }
 
 func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
@@ -45,7 +54,7 @@ func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 		byNS[rc.Route.Namespace] = append(byNS[rc.Route.Namespace], rc)
 	}
 	var active []string
-	var demand []int
+	var demand, weights []int
 	for _, ns := range names {
 		p := 0
 		for _, rc := range byNS[ns] {
@@ -59,20 +68,35 @@ func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 		if d > 0 {
 			active = append(active, ns)
 			demand = append(demand, d)
+			weights = append(weights, r.weight(ns))
 		}
 	}
+	// The indices after the cursor's namespace are those from start; with
+	// none, start is len(active): every namespace's turn at the cursor's
+	// position has passed.
 	start := 0
 	if r.nsCursor != nil {
-		start = sortedAfter(active, *r.nsCursor)
+		for start < len(active) && active[start] <= *r.nsCursor {
+			start++
+		}
 	}
-	budget := r.batch
+	budget := r.cfg.BatchSize
 	if s.Budget > 0 {
 		budget = min(budget, s.Budget)
 	}
-	grants, last := refFill(demand, budget, start)
+	var grants []int
+	last, at := -1, [2]int{0, 1}
+	if r.unweighted {
+		if r.nsCursorAt[0] != 0 {
+			start = 0
+		}
+		grants, last = refFill(demand, budget, start)
+	} else {
+		grants, last, at = refWalk(demand, weights, budget, start, r.nsCursorAt)
+	}
 	if last >= 0 {
 		c := active[last]
-		r.nsCursor = &c
+		r.nsCursor, r.nsCursorAt = &c, at
 	}
 	var claims []ScopedClaim
 	for k, ns := range active {
@@ -97,6 +121,64 @@ func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 		}
 	}
 	return claims
+}
+
+// refWalk walks the rotation literally, round after round: in each round
+// every index i below its cap has weights[i] turns, the j-th of them at
+// position j/weights[i] of the unending sequence of rounds, and the turns
+// are served in (position, index) order, one unit each, as long as the
+// index is below its cap. The walk starts after the cursor: at position
+// at = at[0]/at[1], before indices ≥ start and after the others. Only an
+// incomplete round moves the cursor, to the last turn served, returned as
+// its index and its position within its round.
+func refWalk(caps, weights []int, budget, start int, at [2]int) ([]int, int, [2]int) {
+	n := len(caps)
+	g := make([]int, n)
+	first := make([]int, n)
+	cursor := big.NewRat(int64(at[0]), int64(at[1]))
+	for i, w := range weights {
+		// The first turn j/w past the cursor, by trying each from just
+		// below the cursor.
+		j := max(0, at[0]*w/at[1]-1)
+		for {
+			c := big.NewRat(int64(j), int64(w)).Cmp(cursor)
+			if c > 0 || c == 0 && i >= start {
+				break
+			}
+			j++
+		}
+		first[i] = j
+	}
+	type turn struct{ i, j int }
+	for round := 0; ; round++ {
+		var turns []turn
+		for i := range caps {
+			for k := 0; k < weights[i] && g[i]+k < caps[i]; k++ {
+				turns = append(turns, turn{i, first[i] + round*weights[i] + k})
+			}
+		}
+		if len(turns) == 0 || budget == 0 {
+			return g, -1, [2]int{0, 1}
+		}
+		slices.SortFunc(turns, func(a, b turn) int {
+			if c := big.NewRat(int64(a.j), int64(weights[a.i])).Cmp(big.NewRat(int64(b.j), int64(weights[b.i]))); c != 0 {
+				return c
+			}
+			return a.i - b.i
+		})
+		if budget >= len(turns) {
+			for _, t := range turns {
+				g[t.i]++
+			}
+			budget -= len(turns)
+			continue
+		}
+		for _, t := range turns[:budget] {
+			g[t.i]++
+		}
+		t := turns[budget-1]
+		return g, t.i, [2]int{t.j % weights[t.i], weights[t.i]}
+	}
 }
 
 // refFill is unit-by-unit water-filling: whole rounds over every index

@@ -16,11 +16,16 @@ import (
 //
 // The claims are exactly those that Plan would make from uncapped counts.
 // To read less, Sweep may count each route only as deep as a plan can use,
-// or only the namespaces the rotation reaches next, so a report's Pending,
+// or only the namespaces the rotation reaches next (not while
+// [Config.Weights] weighs some namespace above 1), so a report's Pending,
 // Demand and Held may be lower bounds: see [NamespaceReport.Capped] and
 // [Plan.Windowed]. It uses the optional [PendingWindowCounter],
 // [SweepCounter] and [TxSweeper] when the store offers them; a sweep costs
 // two or three round trips in steady state, five at most.
+//
+// A sweep runs with the configuration and shards b has when it starts:
+// [Backpressure.SetConfig] and [Backpressure.SetOwnedShards] during a sweep
+// take effect at the next.
 //
 // On error, b's rotation is unchanged and no row is claimed. The error is
 // ctx's if ctx is done before the sweep starts (Sweep waits for a sweep in
@@ -31,14 +36,11 @@ import (
 // negative count, a route listed twice); or one matching [ErrInvalidConfig]
 // if b was not built by [New] or store is nil.
 func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([]R, Plan, error) {
-	if b == nil || b.sem == nil {
-		return nil, Plan{}, errNotNew
-	}
-	return SweepN(ctx, b, store, b.batchSize)
+	return SweepN(ctx, b, store, math.MaxInt)
 }
 
 // SweepN is [Sweep] with a smaller budget for this sweep: it claims at most
-// min(n, b.BatchSize()) rows, as a dispatcher with n idle workers asks for
+// min(n, B) rows, for B the batch size the sweep starts with, as a dispatcher with n idle workers asks for
 // no more rows than it can start (enforced credit). The plan's guarantees
 // hold with that budget in place of the batch size, and the rotation
 // carries over from sweep to sweep whatever the budgets, so cumulative
@@ -54,7 +56,6 @@ func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	if n <= 0 {
 		return nil, Plan{}, nil
 	}
-	budget := min(n, b.batchSize)
 	select {
 	case b.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -65,7 +66,8 @@ func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		return nil, Plan{}, err
 	}
 
-	st := b.currentShards()
+	st := b.current()
+	budget := min(n, st.cfg.batchSize)
 	var (
 		rows []R
 		out  sweepResult
@@ -112,7 +114,8 @@ type sweepResult struct {
 //     over the namespaces this sweep can serve (see windowSize), capped at
 //     1: each of them gets at most one row;
 //     - otherwise CountPendingOutboxRows capped at c = min(full, 2·m + 1),
-//     where full is min(pendingCountCap, budget) and m the largest route
+//     where full is min(pendingCountCap, budget) (budget + 1 with weights:
+//     see pendingCountCap) and m the largest route
 //     limit of the last sweep (see firstCountCap);
 //  3. plan; if a route was granted all c rows it was counted at, it may
 //     have more rows a deeper count would grant it, so count again capped
@@ -127,12 +130,16 @@ type sweepResult struct {
 // known, for the namespaces the last sweep left without headroom (guessK),
 // and trimmed to the window step 2 describes (firstNamespaces); if more
 // namespaces than that have none, the window is counted again.
-func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget int, store OutboxStore[R]) ([]R, sweepResult, error) {
+func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget int, store OutboxStore[R]) ([]R, sweepResult, error) {
 	shards := st.f
 	// No route is granted more than the budget, so counting deeper than it
 	// cannot change the plan (see pendingCountCap).
-	full := max(1, min(st.deepCap, budget))
+	full := st.fullCap(budget)
+	// With weights, a namespace may be granted several rows in a sweep
+	// that serves fewer namespaces than the budget, so the window rule
+	// (see windowSize) does not hold: count every namespace.
 	wc, canWindow := any(store).(PendingWindowCounter)
+	canWindow = canWindow && st.cfg.weights == nil
 	sc, canCombine := any(store).(SweepCounter)
 	var (
 		claimed map[string]int
@@ -180,7 +187,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget 
 			}
 		}
 		if windowed = distinctNamespaces(pending) >= n; windowed {
-			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, st); err != nil {
 				return nil, sweepResult{}, err
 			}
 			// k does not count a namespace whose every route is invalid
@@ -202,7 +209,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st shardState, budget 
 			} else if pending, err = store.CountPendingOutboxRows(ctx, shards, c); err != nil {
 				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 			}
-			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, shards); err != nil {
+			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, st); err != nil {
 				return nil, sweepResult{}, err
 			}
 			plan.countCap = c
@@ -267,20 +274,25 @@ func (h *sweepHints) record(out sweepResult) {
 // pendingCountCap returns the deepest bound Sweep passes to
 // CountPendingOutboxRows (a sweep often counts shallower first: see sweepOn):
 //
-//	cap = max(1, min(B, max_q Ceiling(q)))
+//	cap = max(1, min(B′, max_q Ceiling(q)))
 //
 // over the default quota and every override (a ceiling of Unlimited counts
-// as B; under [ApportionShares], Ceiling(q) stands for a bound on the
-// ceilings of every namespace of quota q). A plan never grants a route more than its namespace's headroom,
+// as B′; under [ApportionShares], Ceiling(q) stands for a bound on the
+// ceilings of every namespace of quota q), where B′ = B, or B + 1 when Config.Weights weighs some namespace
+// above 1. A plan never grants a route more than its namespace's headroom,
 // which is at most its ceiling, nor more than B; so a route counted as
 // min(P_r, cap) rather than P_r yields exactly the same claims and rotation,
-// while the store reads fewer index entries per route. The reports describe
+// while the store reads fewer index entries per route. With weights, the
+// rotation also depends on whether a namespace's demand was met: granted the
+// whole budget B, a namespace of weight w may stop its turns mid-round,
+// which moves the cursor, while one whose demand was exactly B leaves it
+// where it was; a count of B + 1 tells the two apart. The reports describe
 // the counts as the store returned them (see NamespaceReport.Capped): Pending,
 // Demand and Held are lower bounds for a namespace whose backlog passes the
 // cap, so one whose demand the batch met shows Held 0 even if more rows wait
 // behind the cap.
 func (b *Backpressure) pendingCountCap() int {
-	return b.currentShards().deepCap
+	return b.current().deepCap
 }
 
 // windowSize returns the namespaces a windowed pending count must cover for
@@ -293,10 +305,10 @@ func (b *Backpressure) pendingCountCap() int {
 // routes: sweepOn checks), so the plan is max-min fair at level 0: one row
 // each to the first B active namespaces after the rotation cursor, all
 // inside the window. It reports false when n would overflow.
-func (b *Backpressure) windowSize(claimed map[string]int, st shardState, budget int) (int, bool) {
+func (b *Backpressure) windowSize(claimed map[string]int, st settings, budget int) (int, bool) {
 	k := st.zeroCeilings
 	for ns, c := range claimed {
-		if atCeiling(st.f.CeilingFor(ns, b.Quota(ns), b.apportion), c) {
+		if atCeiling(st.cfg.ceiling(st.f, ns), c) {
 			k++
 		}
 	}
@@ -324,7 +336,7 @@ func windowFor(budget, k int) (int, bool) {
 // sweep's k unless some other claimer took rows on the node's shards (or
 // the shards changed); the next sweep then counts its window again, one
 // more round trip.
-func guessK(p Plan, st shardState) int {
+func guessK(p Plan, st settings) int {
 	k := st.zeroCeilings
 	for _, r := range p.Namespaces {
 		if atCeiling(r.Ceiling, r.Claimed+r.Granted) {
@@ -335,9 +347,11 @@ func guessK(p Plan, st shardState) int {
 }
 
 // after returns where the next window starts: the rotation cursor, or ""
-// before the first remainder unit.
+// before the first remainder unit. A window is counted only when no
+// namespace is weighted, and then a cursor left inside a round by weights
+// set before (see roundPos) starts the next round at the first namespace.
 func (b *Backpressure) after() string {
-	if b.nsCursorSet {
+	if b.nsCursorSet && b.nsCursorAt.num == 0 {
 		return b.nsCursor
 	}
 	return ""

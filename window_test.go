@@ -89,13 +89,14 @@ func referenceSweep(b *backpressure.Backpressure, s *memStore, budget int) ([]me
 // swept by referenceSweep, one by Sweep with full counts only, one by Sweep
 // on a store that counts windows, and one on a store that also reads both
 // counts in one call (SweepCounter). Over random enqueues, settles, lease
-// expiries, claims by another claimer, shards moving to and from the node
-// and quotas that hold some namespaces at their ceiling, each sweep with a
+// expiries, claims by another claimer, shards moving to and from the node,
+// config changes (SetConfig: batch size, quotas, weights) and quotas that
+// hold some namespaces at their ceiling, each sweep with a
 // random budget (SweepN's n, often the batch size), every sweep must claim
 // exactly the same rows in all four, whatever shallow counts, windows and
 // guessed window sizes Sweep used to get there.
 func TestSweepSameClaimsAsReference(t *testing.T) {
-	windowCalls, windowedPlans, shallowPlans := 0, 0, 0
+	windowCalls, windowedPlans, shallowPlans, reconfigured := 0, 0, 0, 0
 	budgeted, windowedBudgeted := 0, 0 // sweeps with a budget below B, and of them windowed
 	combinedWindows, recounts, combinedWindowed := 0, 0, 0
 	rapid.Check(t, func(t *rapid.T) {
@@ -129,7 +130,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 		}
 		nNS := rapid.IntRange(1, 14).Draw(t, "namespaces")
 		for step := 0; step < 30; step++ {
-			switch rapid.IntRange(0, 6).Draw(t, "action") {
+			switch rapid.IntRange(0, 7).Draw(t, "action") {
 			case 0, 1:
 				ns := fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "ns"))
 				tq := fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "tq"))
@@ -184,6 +185,24 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+			case 7:
+				// Live reconfiguration: every Backpressure gets the same
+				// new config, weights now and then (a weighted config
+				// counts no window).
+				cfg = backpressure.Config{
+					BatchSize:    rapid.IntRange(1, 5).Draw(t, "newBatch"),
+					DefaultQuota: rapid.SampledFrom([]int{backpressure.Unlimited, 1, 2, 4}).Draw(t, "newDefaultQuota"),
+					Quotas:       map[string]int{"n03": rapid.IntRange(0, 3).Draw(t, "newQ3"), fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "pausedNS")): 0},
+				}
+				if rapid.Bool().Draw(t, "weights") {
+					cfg.Weights = map[string]int{fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "heavyNS")): rapid.IntRange(1, 4).Draw(t, "weight")}
+				}
+				for _, b := range []*backpressure.Backpressure{bp, bw, br, bc} {
+					if err := b.SetConfig(cfg); err != nil {
+						t.Fatal(err)
+					}
+				}
+				reconfigured++
 			case 5:
 				n := cfg.BatchSize
 				if rapid.Bool().Draw(t, "smallerBudget") {
@@ -260,6 +279,9 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 	}
 	if shallowPlans == 0 {
 		t.Fatal("no sweep claimed from a shallow count")
+	}
+	if reconfigured == 0 {
+		t.Fatal("no run changed its config")
 	}
 	if budgeted == 0 || windowedBudgeted == 0 {
 		t.Fatalf("%d sweeps with a budget below B, %d of them windowed", budgeted, windowedBudgeted)
