@@ -21,11 +21,8 @@ import (
 	"github.com/outboxkit/backpressure/outbox"
 )
 
-// Defaults for the zero values of MembershipOptions.
-const (
-	DefaultMembershipLease = 10 * time.Second
-	MaxNodeBytes           = 255
-)
+// MaxNodeBytes is the longest node name, in bytes.
+const MaxNodeBytes = 255
 
 // MembershipOptions configures [Store.Join]. The zero value is valid.
 type MembershipOptions struct {
@@ -37,11 +34,11 @@ type MembershipOptions struct {
 
 	// Lease is the membership and ownership lease: a node that has not
 	// heartbeaten for Lease, on the database's clock, is no longer a
-	// member, and its shards may be taken over. Zero value:
-	// [DefaultMembershipLease]; below [outbox.MinLease] is an error. Keep it
-	// at least the store's claim lease plus Heartbeat, so that a node that
-	// dies still owns its shards (and its ceiling still counts) while its
-	// claimed rows' leases run out.
+	// member, and its shards may be taken over. Zero value: 3/2 of the
+	// store's claim lease (Options.Lease); below [outbox.MinLease] is an
+	// error. Keep it at least the claim lease plus Heartbeat, as the zero
+	// values are, so that a node that dies still owns its shards (and its
+	// ceiling still counts) while its claimed rows' leases run out.
 	Lease time.Duration
 
 	// Heartbeat is how often the node renews its leases and rebalances.
@@ -128,7 +125,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	}
 	switch {
 	case opts.Lease == 0:
-		opts.Lease = DefaultMembershipLease
+		opts.Lease = s.lease * 3 / 2
 	case opts.Lease < outbox.MinLease:
 		return nil, argError(op, "MembershipOptions.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
 	}
