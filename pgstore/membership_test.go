@@ -92,10 +92,10 @@ func TestJoinRefusesBadArguments(t *testing.T) {
 }
 
 // dbClockStore opens a store on schema with the database's clock and a
-// claim lease of 1s.
+// claim lease of 30s: no claimed row comes back during a test.
 func dbClockStore(t *testing.T, schema string) *pgstore.Store {
 	t.Helper()
-	s, err := pgstore.New(t.Context(), newPool(t, nil, 4), pgstore.Options{Schema: schema, Lease: time.Second})
+	s, err := pgstore.New(t.Context(), newPool(t, nil, 4), pgstore.Options{Schema: schema, Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -141,9 +141,11 @@ func TestMembershipFencing(t *testing.T) {
 	if _, err := s.Enqueue(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
+	claimedByAny := 0
 	claim := func(m *pgstore.Membership, limit int) []outbox.Row {
 		t.Helper()
 		rows, err := m.Store().ClaimOutboxRowsUnscoped(ctx, all, limit)
+		claimedByAny += len(rows)
 		if err != nil {
 			t.Fatalf("%s: claim: %v", m.Node(), err)
 		}
@@ -244,6 +246,11 @@ func TestMembershipFencing(t *testing.T) {
 	}
 	if got := len(b.Owned().Owned()); got != s.ShardCount() {
 		t.Fatalf("b owns %d shards after a left, want %d", got, s.ShardCount())
+	}
+	// Claimed counts are per shard, whoever claimed: b's headroom counts
+	// the rows a claimed and still runs.
+	if counts, err := b.Store().CountClaimedOutboxRows(ctx, b.Owned()); err != nil || counts["ns"] != claimedByAny {
+		t.Errorf("b's claimed count after the hand-off = %v, %v; want ns: %d (a's rows and b's)", counts, err, claimedByAny)
 	}
 	select {
 	case f := <-b.Changes():
