@@ -84,12 +84,13 @@ type Membership struct {
 	logger    *slog.Logger
 	manual    bool // tests: no background heartbeats
 
-	mu      sync.Mutex
-	held    map[int32]int64 // shard → epoch, as of the last heartbeat
-	owned   backpressure.OwnedShardFraction
-	changes chan backpressure.OwnedShardFraction // holds the newest unread set
-	lastOK  time.Time                            // local, monotonic: when a heartbeat last succeeded
-	left    bool
+	mu       sync.Mutex
+	held     map[int32]int64 // shard → epoch, as of the last heartbeat: the claims' shards
+	draining []int32         // shards no longer assigned, kept one more heartbeat, not claimed on
+	owned    backpressure.OwnedShardFraction
+	changes  chan backpressure.OwnedShardFraction // holds the newest unread set
+	lastOK   time.Time                            // local, monotonic: when a heartbeat last succeeded
+	left     bool
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -264,7 +265,13 @@ func (m *Membership) Heartbeat(ctx context.Context) error {
 	if left {
 		return closedError(op)
 	}
-	held, err := m.beat(ctx)
+	m.mu.Lock()
+	draining := m.draining
+	m.mu.Unlock()
+	if draining == nil {
+		draining = []int32{} // not NULL to the statement
+	}
+	held, drain, err := m.beat(ctx, draining)
 	if err != nil {
 		m.mu.Lock()
 		if !m.lastOK.IsZero() && time.Since(m.lastOK) >= m.lease {
@@ -279,19 +286,31 @@ func (m *Membership) Heartbeat(ctx context.Context) error {
 		return closedError(op)
 	}
 	m.lastOK = time.Now()
+	m.draining = drain
 	m.setHeld(held)
 	return nil
 }
 
-// beat is Heartbeat's transaction. The ownership rows it will update (the
-// assigned shards and the ones it owns) are locked first, in shard order,
-// so two heartbeats, or a heartbeat and a claim, never deadlock; its time
-// is clock_timestamp() taken after those locks, so an acquisition is
-// stamped after every claim under the previous owner committed.
-func (m *Membership) beat(ctx context.Context) (map[int32]int64, error) {
+// beat is Heartbeat's transaction. It returns the shards the node may claim
+// on, with their epochs, and the ones it drains.
+//
+// A shard no longer assigned to the node is not released at once: the
+// heartbeat that finds it unassigned drops it from the claims' shards (and
+// from the owned set the planner's ceilings come from) but renews its lease
+// one more time, and the next heartbeat releases it. By then the node's
+// sweeps use the smaller owned set, so its ceilings no longer count the
+// shard when the next owner starts claiming on it, and the cluster's
+// running rows stay within the current owners' ceilings.
+//
+// The ownership rows it will update (the assigned shards and the ones it
+// owns) are locked first, in shard order, so two heartbeats, or a
+// heartbeat and a claim, never deadlock; its time is clock_timestamp()
+// taken after those locks, so an acquisition is stamped after every claim
+// under the previous owner committed.
+func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32]int64, drain []int32, err error) {
 	sql := &m.store.sql.membership
-	held := map[int32]int64{}
-	err := pgx.BeginFunc(ctx, m.store.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, m.store.pool, func(tx pgx.Tx) error {
+		held, drain = map[int32]int64{}, []int32{}
 		rows, err := tx.Query(ctx, sql.renew, m.node, m.lease.Microseconds())
 		if err != nil {
 			return err
@@ -304,21 +323,26 @@ func (m *Membership) beat(ctx context.Context) (map[int32]int64, error) {
 		if _, err := tx.Exec(ctx, sql.lock, m.node, assigned); err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, sql.rebalance, m.node, assigned, m.lease.Microseconds())
+		rows, err = tx.Query(ctx, sql.rebalance, m.node, assigned, m.lease.Microseconds(), draining)
 		if err != nil {
 			return err
 		}
 		var (
-			shard int32
-			epoch int64
+			shard   int32
+			epoch   int64
+			keeping bool
 		)
-		_, err = pgx.ForEachRow(rows, []any{&shard, &epoch}, func() error {
-			held[shard] = epoch
+		_, err = pgx.ForEachRow(rows, []any{&shard, &epoch, &keeping}, func() error {
+			if keeping {
+				drain = append(drain, shard)
+			} else {
+				held[shard] = epoch
+			}
 			return nil
 		})
 		return err
 	})
-	return held, err
+	return held, drain, err
 }
 
 // setHeld installs a new held set and publishes the owned set if it
@@ -480,9 +504,15 @@ ON CONFLICT (shard) DO NOTHING`),
 
 		// $1: node, $2: lease µs. Renews (or starts) the node's member
 		// lease, a rejoin after it lapsed counting as a new join, and
-		// returns the live members, the node included.
+		// returns the live members, the node included. Members whose
+		// lease lapsed over an hour ago are deleted, so crashed nodes'
+		// rows do not pile up.
 		renew: x(`
 WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+gone AS (
+	DELETE FROM {schema}.members m USING t
+	WHERE m.lease_expires_at < t.now - interval '1 hour' AND m.node <> $1::text
+),
 me AS (
 	INSERT INTO {schema}.members AS m (node, joined_at, lease_expires_at)
 	SELECT $1::text, t.now, t.now + $2::bigint * interval '1 microsecond' FROM t
@@ -503,18 +533,23 @@ WHERE s.shard = ANY ($2::int4[]) OR s.owner = $1::text
 ORDER BY s.shard
 FOR UPDATE`),
 
-		// $1: node, $2: assigned shards, $3: lease µs. Releases what the
-		// node owns but is not assigned; renews what it owns under a live
-		// lease (same epoch); takes what is assigned and free — unowned,
-		// or its owner's lease expired, this node's own lapsed lease
-		// included — with the epoch incremented, recording the acquisition
-		// in shard_epochs. Returns the shards held and their epochs.
+		// $1: node, $2: assigned shards, $3: lease µs, $4: the shards the
+		// node drained since the last heartbeat. Releases what the node
+		// owns but is not assigned, except the shards it owns under a live
+		// lease that it starts draining now (not assigned, not in $4),
+		// whose leases it renews one more time; renews what it owns under
+		// a live lease (same epoch); takes what is assigned and free —
+		// unowned, or its owner's lease expired, this node's own lapsed
+		// lease included — with the epoch incremented, recording the
+		// acquisition in shard_epochs. Returns the shards held, their
+		// epochs, and whether each is one drained (kept, not assigned).
 		rebalance: x(`
 WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
 released AS (
 	UPDATE {schema}.shard_owners s SET owner = NULL, lease_expires_at = t.now
 	FROM t
 	WHERE s.owner = $1::text AND NOT (s.shard = ANY ($2::int4[]))
+		AND (s.shard = ANY ($4::int4[]) OR s.lease_expires_at <= t.now)
 	RETURNING s.shard
 ),
 held AS (
@@ -524,15 +559,17 @@ held AS (
 		lease_expires_at = t.now + $3::bigint * interval '1 microsecond'
 	FROM t
 	WHERE s.shard = ANY ($2::int4[])
-		AND (s.owner = $1::text OR s.owner IS NULL OR s.lease_expires_at <= t.now)
-	RETURNING s.shard, s.epoch
+			AND (s.owner = $1::text OR s.owner IS NULL OR s.lease_expires_at <= t.now)
+		OR s.owner = $1::text AND s.lease_expires_at > t.now
+			AND NOT (s.shard = ANY ($2::int4[])) AND NOT (s.shard = ANY ($4::int4[]))
+	RETURNING s.shard, s.epoch, NOT (s.shard = ANY ($2::int4[])) AS keeping
 ),
 logged AS (
 	INSERT INTO {schema}.shard_epochs (shard, epoch, owner, acquired_at)
 	SELECT h.shard, h.epoch, $1::text, t.now FROM held h, t
 	ON CONFLICT (shard, epoch) DO NOTHING
 )
-SELECT h.shard, h.epoch FROM held h ORDER BY h.shard`),
+SELECT h.shard, h.epoch, h.keeping FROM held h ORDER BY h.shard`),
 
 		// $1: node.
 		leave: x(`

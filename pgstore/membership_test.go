@@ -204,14 +204,29 @@ func TestMembershipFencing(t *testing.T) {
 	if rows := claim(a, 10); len(rows) != 0 {
 		t.Fatalf("a claimed %d rows owning nothing, want 0", len(rows))
 	}
-	// b sees a, releases a's shards; a takes them at its next heartbeat.
+	// b sees a and drains a's shards: it stops claiming on them (and
+	// counting them in its ceilings) but keeps their leases one more
+	// heartbeat, so a cannot take them yet.
+	want := pgstore.AssignShards([]string{"a", "b"}, s.ShardCount())
+	if err := b.Heartbeat(ctx); err != nil {
+		t.Fatalf("b: Heartbeat: %v", err)
+	}
+	if got, mine := len(b.Owned().Owned()), len(slices.DeleteFunc(slices.Clone(want), func(o string) bool { return o != "b" })); got != mine {
+		t.Fatalf("b owns %d shards after seeing a, want its %d", got, mine)
+	}
+	if err := a.Heartbeat(ctx); err != nil {
+		t.Fatalf("a: Heartbeat: %v", err)
+	}
+	if got := a.Owned().Owned(); len(got) != 0 {
+		t.Fatalf("a took %v while b drained them", got)
+	}
+	// b releases them at its next heartbeat; a takes them at its next.
 	if err := b.Heartbeat(ctx); err != nil {
 		t.Fatalf("b: Heartbeat: %v", err)
 	}
 	if err := a.Heartbeat(ctx); err != nil {
 		t.Fatalf("a: Heartbeat: %v", err)
 	}
-	want := pgstore.AssignShards([]string{"a", "b"}, s.ShardCount())
 	for _, m := range []*pgstore.Membership{a, b} {
 		var mine []int
 		for sh, o := range want {
