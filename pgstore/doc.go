@@ -161,7 +161,9 @@
 // namespace's rows running cluster-wide stay within the sum of the current
 // owners' ceilings. Keep the membership lease at least the claim lease plus
 // a heartbeat, so that a node that dies keeps its shards, and its ceiling,
-// until its claimed rows' leases run out. After a crash, the dead node's
+// until its claimed rows' leases run out. A node drains a shard it is no
+// longer assigned for one heartbeat (no claims on it, out of its owned set)
+// before releasing it. After a crash, the dead node's
 // shards move within a membership lease and a heartbeat; after a join,
 // within a few heartbeats. Tables: members (node, joined_at,
 // lease_expires_at), shard_owners (shard, owner, epoch, lease_expires_at),

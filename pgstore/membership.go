@@ -54,7 +54,10 @@ type MembershipOptions struct {
 // heartbeat renews the node's member lease, computes the assignment of the
 // shards over the live members with [AssignShards] (rendezvous hashing, so a
 // join or a leave moves about 1/n of the shards), releases the shards it
-// owns but is no longer assigned, renews those it still owns, and takes
+// owns but is no longer assigned (after draining them for one heartbeat:
+// it stops claiming on them and drops them from [Membership.Owned] first,
+// so its ceilings stop counting them before another node starts claiming
+// on them), renews those it still owns, and takes
 // the assigned shards that are free: released by their owner, or whose
 // owner's lease expired. Every acquisition increments the shard's epoch, its
 // fencing token. Leases are judged by the database's clock (now() and
@@ -73,7 +76,7 @@ type MembershipOptions struct {
 // is safe for concurrent use.
 //
 // Convergence: after a join, ownership matches the new assignment within
-// about three heartbeats; after a node leaves without Leave (it crashed or
+// about four heartbeats; after a node leaves without Leave (it crashed or
 // is paused), within Lease plus a heartbeat, both on the database's clock.
 type Membership struct {
 	store     *Store // unfenced: the heartbeats
