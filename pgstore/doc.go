@@ -98,6 +98,7 @@
 //	outbox_finished_dead_idx (finished_at) WHERE state = 'dead'   -- PurgeDead
 //	outbox_dead_key_idx     (dispatch_key COLLATE "C") WHERE state = 'dead'  -- ListDead
 //	settings (shard_count)  -- one row, written once
+//	members, shard_owners, shard_epochs  -- the optional membership (see below)
 //	schema_version (version, applied_at)
 //
 // The scoped claim is ONE statement for all scopes: unnest of the routes and
@@ -126,6 +127,48 @@
 // (token, state, live lease), returning each entry's new state; one round
 // trip and one commit per batch rather than per row. ExtendLeases is the
 // same shape.
+//
+// # Many nodes: membership with fenced ownership (optional)
+//
+// Nodes that have a control plane pass their owned shards to
+// backpressure.New and SetOwnedShards as before. Nodes that have none can
+// join a membership kept in the schema: [Store.Join] returns a
+// [Membership] whose heartbeats renew a member lease,
+// assign the shards over the live members by rendezvous hashing
+// ([AssignShards]: a join or a leave moves about 1/n of them), and take,
+// renew or release the node's shards. Every lease is judged by the
+// database's clock, never the nodes'. Each node then sweeps through
+// [Membership.Store], whose claims are fenced, and applies its owned set
+// with [Membership.Follow]:
+//
+//	store, err := pgstore.Open(ctx, url, pgstore.Options{}) // claim lease 30s
+//	m, err := store.Join(ctx, pgstore.MembershipOptions{}) // lease 45s, heartbeat every 11.25s
+//	defer m.Leave(context.Background())
+//	bp, err := backpressure.New(backpressure.Config{BatchSize: 100, DefaultQuota: 10}, m.Owned())
+//	go m.Follow(ctx, bp) // SetOwnedShards at every change
+//	d, err := dispatch.New(bp, m.Store(), handler, dispatch.Options{Workers: 32})
+//	err = d.Run(ctx)
+//
+// Fencing: each shard has one ownership row (owner, epoch, lease); an
+// acquisition increments the epoch, and happens only once the previous
+// owner released the shard or its lease expired. A fenced claim checks,
+// inside the claim statement and at its instant, that the node owns each
+// shard it claims on, at the epoch it acquired, under a live lease; so a
+// node paused or cut off past its lease claims nothing even before it
+// notices, and no two nodes ever claim on one shard at the same time. The
+// claimed counts are per shard, whoever claimed the rows, so a new owner's
+// headroom includes the rows the previous owner still runs, and each
+// namespace's rows running cluster-wide stay within the sum of the current
+// owners' ceilings. Keep the membership lease at least the claim lease plus
+// a heartbeat, so that a node that dies keeps its shards, and its ceiling,
+// until its claimed rows' leases run out. A node drains a shard it is no
+// longer assigned for one heartbeat (no claims on it, out of its owned set)
+// before releasing it. After a crash, the dead node's
+// shards move within a membership lease and a heartbeat; after a join,
+// within a few heartbeats. Tables: members (node, joined_at,
+// lease_expires_at), shard_owners (shard, owner, epoch, lease_expires_at),
+// shard_epochs (shard, epoch, owner, acquired_at: every acquisition, for
+// audit).
 //
 // # Wake-ups
 //

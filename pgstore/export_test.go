@@ -49,3 +49,9 @@ func QueryNoJIT(ctx context.Context, s *Store, sql string) ([]string, error) {
 
 // Channel returns the store's LISTEN/NOTIFY channel.
 func Channel(s *Store) string { return s.channel }
+
+// JoinManual joins without background heartbeats: the test calls
+// Heartbeat.
+func JoinManual(ctx context.Context, s *Store, opts MembershipOptions) (*Membership, error) {
+	return s.Join(context.WithValue(ctx, manualKey{}, true), opts)
+}

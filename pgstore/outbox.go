@@ -459,8 +459,18 @@ func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure
 
 // claim runs one of the claim statements, whose parameters are the clock,
 // the lease, the owned shards and then args.
+// A Membership's store claims with the fenced form of the statement, only
+// on the shards it holds (see [Membership.fence]); if it holds none of
+// them, it claims nothing without a round trip.
 func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args ...any) ([]outbox.Row, error) {
-	claimed, err := collectNoJIT(ctx, s, anyLoss, sql, append([]any{s.clock(), s.lease.Microseconds(), owned}, args...),
+	params := append([]any{s.clock(), s.lease.Microseconds(), owned}, args...)
+	if s.fence != nil {
+		var ok bool
+		if sql, params, ok = s.fence.fence(&s.sql, sql, params); !ok {
+			return nil, nil
+		}
+	}
+	claimed, err := collectNoJIT(ctx, s, anyLoss, sql, params,
 		func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
 	if err != nil {
 		return nil, opError(op, err)

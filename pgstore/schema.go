@@ -180,11 +180,42 @@ CREATE INDEX outbox_dead_key_idx ON {schema}.outbox (dispatch_key COLLATE "C")
 CREATE INDEX outbox_finished_dead_idx ON {schema}.outbox (finished_at)
 	WHERE state = 'dead';
 `,
+
+	// 5: membership (see membership.go). members holds each node's
+	// heartbeat lease; shard_owners one row per shard, its owner, the
+	// epoch (a fencing token that grows by one at every acquisition) and
+	// the ownership lease, all judged by the database's clock; the fenced
+	// claims read shard_owners. shard_epochs records every acquisition, an
+	// audit of hand-offs (one row per shard per hand-off; old rows may be
+	// deleted freely). The shard_owners rows are created by the first
+	// Join, when the shard count is known.
+	`
+CREATE TABLE {schema}.members (
+	node             text        PRIMARY KEY COLLATE "C",
+	joined_at        timestamptz NOT NULL,
+	lease_expires_at timestamptz NOT NULL
+);
+
+CREATE TABLE {schema}.shard_owners (
+	shard            integer     PRIMARY KEY CHECK (shard >= 0),
+	owner            text        COLLATE "C",
+	epoch            bigint      NOT NULL DEFAULT 0,
+	lease_expires_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+
+CREATE TABLE {schema}.shard_epochs (
+	shard       integer     NOT NULL,
+	epoch       bigint      NOT NULL,
+	owner       text        NOT NULL COLLATE "C",
+	acquired_at timestamptz NOT NULL,
+	PRIMARY KEY (shard, epoch)
+);
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

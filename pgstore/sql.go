@@ -1,5 +1,7 @@
 package pgstore
 
+import "strings"
+
 // statements holds the store's SQL with the quoted schema filled in. Every
 // statement takes the clock as $1: coalesce($1, now()) is the injected time,
 // or the database's when the store has no clock.
@@ -8,6 +10,11 @@ type statements struct {
 	sweepCount, sweepCountWindow, claimScoped, claimUnscoped string
 	complete, extend, get, stats, listDead, requeue          string
 	purgeSettled, purgeDead                                  string
+
+	// The claims of a Membership's store (see fenced), and the
+	// membership's own statements (see membership.go).
+	claimScopedFenced, claimUnscopedFenced string
+	membership                             membershipStatements
 }
 
 // routeStep is one step of the pending counts' walk over the routes, a
@@ -207,9 +214,40 @@ UPDATE {schema}.outbox o SET
 WHERE o.id = ANY (ARRAY(SELECT picked.id FROM picked))
 RETURNING ` + rowColumns
 
+// fenced turns a claim statement into its fenced form, for a store a
+// [Membership] returns: the claim may take rows only on the shards of $3
+// that the node (the text parameter node) holds at the epochs given in the
+// parallel array epochs, under an ownership lease that is live at the
+// statement's time. The CTE owned checks it against shard_owners and locks
+// those ownership rows FOR SHARE, in shard order, for the rest of the
+// claim's transaction: a heartbeat that releases or takes over a shard
+// updates its row, so it waits for a claim in progress to commit, and a
+// claim that waited on such an update re-reads the updated row (READ
+// COMMITTED's recheck) and finds the owner or the epoch changed. So a claim
+// on a shard commits before the shard's next acquisition does, and claims
+// on a shard never interleave with another owner's. MATERIALIZED keeps the
+// locking CTE from being folded into its one use.
+func fenced(claim, epochs, node string) string {
+	const head, filter = "WITH picked AS (", "o.shard = ANY ($3::int4[]))"
+	if strings.Count(claim, head) != 1 || strings.Count(claim, filter) != 1 {
+		panic("pgstore: fenced: the claim statement changed shape")
+	}
+	claim = strings.Replace(claim, head, `WITH owned AS MATERIALIZED (
+	SELECT f.shard
+	FROM {schema}.shard_owners f
+	JOIN unnest($3::int4[], `+epochs+`::int8[]) AS m (shard, epoch) ON m.shard = f.shard AND m.epoch = f.epoch
+	WHERE f.owner = `+node+`::text
+		AND f.lease_expires_at > coalesce($1::timestamptz, now())
+	ORDER BY f.shard
+	FOR SHARE OF f
+), picked AS (`, 1)
+	return strings.Replace(claim, filter, filter+`
+		AND o.shard = ANY (ARRAY(SELECT owned.shard FROM owned))`, 1)
+}
+
 func prepare(quotedSchema string) statements {
 	x := func(s string) string { return expand(quotedSchema, s) }
-	return statements{
+	st := statements{
 		// $2..$8: parallel arrays of the messages, in batch order (a NULL
 		// run-at is the statement's time), $9: the schema's channel. Ids are
 		// drawn in batch order, so a batch is claimed oldest first in the
@@ -412,6 +450,12 @@ FROM (SELECT count(*) AS n FROM moved) c`),
 		// Likewise, served by outbox_finished_dead_idx.
 		purgeDead: x(purge("dead")),
 	}
+	// $8 (scoped) or $6 (unscoped): the epochs of the shards in $3, then
+	// the node.
+	st.claimScopedFenced = x(fenced(st.claimScoped, "$8", "$9"))
+	st.claimUnscopedFenced = x(fenced(st.claimUnscoped, "$6", "$7"))
+	st.membership = prepareMembership(x)
+	return st
 }
 
 // purge is the statement that deletes up to $2 rows in state that

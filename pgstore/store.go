@@ -96,6 +96,7 @@ type Store struct {
 	sql         statements
 	channel     string // the LISTEN/NOTIFY channel of the schema
 	listen      listener
+	fence       *Membership // non-nil for a Membership's store: fenced claims
 }
 
 var (

@@ -1,5 +1,7 @@
 // Package sqlitestore is the embedded outbox: an outbox.Store on SQLite
-// (modernc.org/sqlite, pure Go, no cgo), on a file or in memory.
+// (modernc.org/sqlite, pure Go, no cgo), on a file or in memory. It is
+// single-node: one dispatcher process owns every shard; for many nodes with
+// membership and fenced ownership, use pgstore.
 //
 // Most applications open their own database and build the store on it with
 // [New], so a business write and its outbox row commit in one transaction

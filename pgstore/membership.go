@@ -1,0 +1,594 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// MaxNodeBytes is the longest node name, in bytes.
+const MaxNodeBytes = 255
+
+// MembershipOptions configures [Store.Join]. The zero value is valid.
+type MembershipOptions struct {
+	// Node names this node; it must be unique among the nodes sharing the
+	// schema, non-empty, valid UTF-8 without NUL bytes, at most
+	// [MaxNodeBytes] bytes. Zero value: host name, process id and a random
+	// suffix, so a restarted process is a new node.
+	Node string
+
+	// Lease is the membership and ownership lease: a node that has not
+	// heartbeaten for Lease, on the database's clock, is no longer a
+	// member, and its shards may be taken over. Zero value: 3/2 of the
+	// store's claim lease (Options.Lease); below [outbox.MinLease] is an
+	// error. Keep it at least the claim lease plus Heartbeat, as the zero
+	// values are, so that a node that dies still owns its shards (and its
+	// ceiling still counts) while its claimed rows' leases run out.
+	Lease time.Duration
+
+	// Heartbeat is how often the node renews its leases and rebalances.
+	// Zero value: Lease/4. It must be below Lease.
+	Heartbeat time.Duration
+
+	// Logger receives a warning for each failed heartbeat. Nil: none.
+	Logger *slog.Logger
+}
+
+// Membership is one node's membership of the set of dispatcher nodes that
+// share a schema, kept with heartbeat leases in the database. Each
+// heartbeat renews the node's member lease, computes the assignment of the
+// shards over the live members with [AssignShards] (rendezvous hashing, so a
+// join or a leave moves about 1/n of the shards), releases the shards it
+// owns but is no longer assigned (after draining them for one heartbeat:
+// it stops claiming on them and drops them from [Membership.Owned] first,
+// so its ceilings stop counting them before another node starts claiming
+// on them), renews those it still owns, and takes
+// the assigned shards that are free: released by their owner, or whose
+// owner's lease expired. Every acquisition increments the shard's epoch, its
+// fencing token. Leases are judged by the database's clock (now() and
+// clock_timestamp()), never the nodes'.
+//
+// Claims through [Membership.Store] are fenced: a claim takes rows only on
+// shards this node owns, at the epoch it acquired them with, under an
+// ownership lease that is live at the instant the claim statement runs. A
+// node paused or partitioned past its lease claims nothing, and a new owner
+// claims only after the old owner's lease expired or it released the shard:
+// at no instant do two nodes claim on one shard. Completions stay fenced by
+// claim tokens. The claimed counts are per shard, whoever claimed the rows,
+// so a new owner's headroom includes the rows the old owner still runs.
+//
+// Build it with [Store.Join]; end it with [Membership.Leave]. A Membership
+// is safe for concurrent use.
+//
+// Convergence: after a join, ownership matches the new assignment within
+// about four heartbeats; after a node leaves without Leave (it crashed or
+// is paused), within Lease plus a heartbeat, both on the database's clock.
+type Membership struct {
+	store     *Store // unfenced: the heartbeats
+	view      *Store // fenced: the claims
+	node      string
+	lease     time.Duration
+	heartbeat time.Duration
+	logger    *slog.Logger
+	manual    bool // tests: no background heartbeats
+
+	mu       sync.Mutex
+	held     map[int32]int64 // shard → epoch, as of the last heartbeat: the claims' shards
+	draining []int32         // shards no longer assigned, kept one more heartbeat, not claimed on
+	owned    backpressure.OwnedShardFraction
+	changes  chan backpressure.OwnedShardFraction // holds the newest unread set
+	lastOK   time.Time                            // local, monotonic: when a heartbeat last succeeded
+	left     bool
+
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// Join adds this process as a node of the store's schema and runs its
+// first heartbeat before returning, so [Membership.Owned] is meaningful at
+// once (it may still be empty while other nodes hand shards over). Heartbeats
+// then run in the background until [Membership.Leave].
+//
+// Invalid options are an [*outbox.ArgumentError]; so is a store built with
+// Options.Now, since membership leases are judged on the database's clock.
+// A failed first heartbeat is returned, and nothing is left running.
+func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, error) {
+	const op = "Join"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	if s.now != nil {
+		return nil, argError(op, "Store", "built with Options.Now: membership leases are judged on the database's clock")
+	}
+	if s.fence != nil {
+		return nil, argError(op, "Store", "is a Membership's store")
+	}
+	if opts.Node == "" {
+		opts.Node = defaultNode()
+	}
+	switch reason := badText(opts.Node, true); {
+	case reason != "":
+		return nil, argError(op, "MembershipOptions.Node", "%s", reason)
+	case len(opts.Node) > MaxNodeBytes:
+		return nil, argError(op, "MembershipOptions.Node", "%d bytes, above %d", len(opts.Node), MaxNodeBytes)
+	}
+	switch {
+	case opts.Lease == 0:
+		opts.Lease = s.lease * 3 / 2
+	case opts.Lease < outbox.MinLease:
+		return nil, argError(op, "MembershipOptions.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
+	}
+	switch {
+	case opts.Heartbeat == 0:
+		opts.Heartbeat = opts.Lease / 4
+	case opts.Heartbeat < 0 || opts.Heartbeat >= opts.Lease:
+		return nil, argError(op, "MembershipOptions.Heartbeat", "%v is not in (0, Lease = %v)", opts.Heartbeat, opts.Lease)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	none, _ := backpressure.NewOwnedShardFraction(nil, s.shardCount)
+	m := &Membership{
+		store:     s,
+		node:      opts.Node,
+		lease:     opts.Lease,
+		heartbeat: opts.Heartbeat,
+		logger:    opts.Logger,
+		manual:    joinManual(ctx),
+		held:      map[int32]int64{},
+		owned:     none,
+		changes:   make(chan backpressure.OwnedShardFraction, 1),
+		done:      make(chan struct{}),
+	}
+	m.view = &Store{
+		pool:        s.pool,
+		schema:      s.schema,
+		shardCount:  s.shardCount,
+		lease:       s.lease,
+		maxAttempts: s.maxAttempts,
+		sql:         s.sql,
+		channel:     s.channel,
+		fence:       m,
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.membership.seed, int32(s.shardCount)); err != nil {
+		return nil, opError(op, err)
+	}
+	if err := m.Heartbeat(ctx); err != nil {
+		return nil, err
+	}
+	bg, stop := context.WithCancel(context.Background())
+	m.stop = stop
+	if m.manual {
+		close(m.done)
+	} else {
+		go m.loop(bg)
+	}
+	return m, nil
+}
+
+// defaultNode is host-pid-random.
+func defaultNode() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Node returns the node's name.
+func (m *Membership) Node() string { return m.node }
+
+// Store returns the fenced view of the store: the same outbox, whose claims
+// take rows only on shards this node owns under a live ownership lease at
+// the claim statement's instant (see [Membership]). Its other methods are
+// the store's. Closing it does not close the store or its pool.
+func (m *Membership) Store() *Store { return m.view }
+
+// Owned returns the shards the node owned at its last successful
+// heartbeat; none once a heartbeat has not succeeded for a lease (the
+// leases have lapsed by then), or after Leave.
+func (m *Membership) Owned() backpressure.OwnedShardFraction {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.owned
+}
+
+// Changes returns a channel that receives the owned set each time it
+// changes. It holds only the newest unread set: a slow reader skips
+// intermediate ones, never the latest. It is never closed.
+func (m *Membership) Changes() <-chan backpressure.OwnedShardFraction { return m.changes }
+
+// Follow applies the owned set to bp with SetOwnedShards, now and at every
+// change, until ctx is done; it returns ctx's error. Run it beside a
+// dispatcher over the same bp: the next sweep uses the new set.
+func (m *Membership) Follow(ctx context.Context, bp *backpressure.Backpressure) error {
+	if err := bp.SetOwnedShards(m.Owned()); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case f := <-m.changes:
+			if err := bp.SetOwnedShards(f); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// loop heartbeats until ctx is done.
+func (m *Membership) loop(ctx context.Context) {
+	defer close(m.done)
+	t := time.NewTicker(m.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, cancel := context.WithTimeout(ctx, m.heartbeat)
+		err := m.Heartbeat(hctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			m.logger.Warn("pgstore: membership heartbeat failed", "node", m.node, "err", err)
+		}
+	}
+}
+
+// Heartbeat runs one heartbeat now (the background loop runs one every
+// MembershipOptions.Heartbeat): renew the member lease, read the live
+// members, and release, renew and take shards as the assignment says. It
+// is three statements in one transaction. On error the node's view is
+// unchanged, except that a node with no successful heartbeat for a lease
+// owns nothing in its view.
+func (m *Membership) Heartbeat(ctx context.Context) error {
+	const op = "Heartbeat"
+	if err := m.store.begin(ctx, op); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	left := m.left
+	m.mu.Unlock()
+	if left {
+		return closedError(op)
+	}
+	m.mu.Lock()
+	draining := m.draining
+	m.mu.Unlock()
+	if draining == nil {
+		draining = []int32{} // not NULL to the statement
+	}
+	held, drain, err := m.beat(ctx, draining)
+	if err != nil {
+		m.mu.Lock()
+		if !m.lastOK.IsZero() && time.Since(m.lastOK) >= m.lease {
+			m.setHeld(map[int32]int64{})
+		}
+		m.mu.Unlock()
+		return opError(op, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.left {
+		return closedError(op)
+	}
+	m.lastOK = time.Now()
+	m.draining = drain
+	m.setHeld(held)
+	return nil
+}
+
+// beat is Heartbeat's transaction. It returns the shards the node may claim
+// on, with their epochs, and the ones it drains.
+//
+// A shard no longer assigned to the node is not released at once: the
+// heartbeat that finds it unassigned drops it from the claims' shards (and
+// from the owned set the planner's ceilings come from) but renews its lease
+// one more time, and the next heartbeat releases it. By then the node's
+// sweeps use the smaller owned set, so its ceilings no longer count the
+// shard when the next owner starts claiming on it, and the cluster's
+// running rows stay within the current owners' ceilings.
+//
+// The ownership rows it will update (the assigned shards and the ones it
+// owns) are locked first, in shard order, so two heartbeats, or a
+// heartbeat and a claim, never deadlock; its time is clock_timestamp()
+// taken after those locks, so an acquisition is stamped after every claim
+// under the previous owner committed.
+func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32]int64, drain []int32, err error) {
+	sql := &m.store.sql.membership
+	err = pgx.BeginFunc(ctx, m.store.pool, func(tx pgx.Tx) error {
+		held, drain = map[int32]int64{}, []int32{}
+		rows, err := tx.Query(ctx, sql.renew, m.node, m.lease.Microseconds())
+		if err != nil {
+			return err
+		}
+		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		assigned := assignedTo(m.node, live, m.store.shardCount)
+		if _, err := tx.Exec(ctx, sql.lock, m.node, assigned); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, sql.rebalance, m.node, assigned, m.lease.Microseconds(), draining)
+		if err != nil {
+			return err
+		}
+		var (
+			shard   int32
+			epoch   int64
+			keeping bool
+		)
+		_, err = pgx.ForEachRow(rows, []any{&shard, &epoch, &keeping}, func() error {
+			if keeping {
+				drain = append(drain, shard)
+			} else {
+				held[shard] = epoch
+			}
+			return nil
+		})
+		return err
+	})
+	return held, drain, err
+}
+
+// setHeld installs a new held set and publishes the owned set if it
+// changed. m.mu is held.
+func (m *Membership) setHeld(held map[int32]int64) {
+	same := len(held) == len(m.held)
+	for s := range held {
+		if _, ok := m.held[s]; !ok {
+			same = false
+		}
+	}
+	m.held = held
+	if same {
+		return
+	}
+	ids := make([]int, 0, len(held))
+	for s := range held {
+		ids = append(ids, int(s))
+	}
+	slices.Sort(ids)
+	f, err := backpressure.NewOwnedShardFraction(ids, m.store.shardCount)
+	if err != nil {
+		panic("pgstore: membership: " + err.Error()) // shards come from shard_owners, all < shardCount
+	}
+	m.owned = f
+	select {
+	case <-m.changes:
+	default:
+	}
+	m.changes <- f
+}
+
+// Leave stops the heartbeats, releases the node's shards (other nodes take
+// them at their next heartbeat) and removes the node from the members. The
+// fenced store claims nothing afterwards. A second Leave returns nil. If
+// the release fails (ctx, a lost database), the shards come free when
+// their leases expire.
+func (m *Membership) Leave(ctx context.Context) error {
+	m.mu.Lock()
+	if m.left {
+		m.mu.Unlock()
+		return nil
+	}
+	m.left = true
+	m.setHeld(map[int32]int64{})
+	m.mu.Unlock()
+	m.stop()
+	<-m.done
+	if err := m.store.begin(ctx, "Leave"); err != nil {
+		return err
+	}
+	if _, err := m.store.pool.Exec(ctx, m.store.sql.membership.leave, m.node); err != nil {
+		return opError("Leave", err)
+	}
+	return nil
+}
+
+// fence returns the fenced form of a claim: its statement and parameters
+// ($3 the shards of the claim that the node holds, the all flag false, then
+// their epochs and the node), or ok false when it holds none of them.
+func (m *Membership) fence(st *statements, sql string, params []any) (string, []any, bool) {
+	m.mu.Lock()
+	held := maps.Clone(m.held)
+	m.mu.Unlock()
+	var shards []int32
+	if all := params[len(params)-1].(bool); all {
+		shards = slices.Sorted(maps.Keys(held))
+	} else {
+		for _, s := range params[2].([]int32) {
+			if _, ok := held[s]; ok {
+				shards = append(shards, s)
+			}
+		}
+	}
+	if len(shards) == 0 {
+		return "", nil, false
+	}
+	epochs := make([]int64, len(shards))
+	for i, s := range shards {
+		epochs[i] = held[s]
+	}
+	params = slices.Clone(params)
+	params[2], params[len(params)-1] = shards, false
+	params = append(params, epochs, m.node)
+	switch sql {
+	case st.claimScoped:
+		sql = st.claimScopedFenced
+	case st.claimUnscoped:
+		sql = st.claimUnscopedFenced
+	default:
+		panic("pgstore: fence: not a claim statement")
+	}
+	return sql, params, true
+}
+
+// AssignShards returns the owner of each shard in [0, shardCount) among
+// nodes by rendezvous (highest random weight) hashing: shard s goes to the
+// node n with the greatest weight(n, s), ties to the smaller name. The
+// result depends only on the set of nodes, not their order; adding or
+// removing one node of n moves only the shards it gains or loses, about
+// shardCount/n. With no nodes every owner is "". Cost: O(shardCount ×
+// len(nodes)).
+func AssignShards(nodes []string, shardCount int) []string {
+	owners := make([]string, shardCount)
+	best := make([]uint64, shardCount)
+	for _, n := range nodes {
+		seed := nodeSeed(n)
+		for s := range owners {
+			w := weight(seed, s)
+			if owners[s] == "" && n != "" || w > best[s] || w == best[s] && cmp.Less(n, owners[s]) {
+				owners[s], best[s] = n, w
+			}
+		}
+	}
+	return owners
+}
+
+// assignedTo is the shards AssignShards gives node among live.
+func assignedTo(node string, live []string, shardCount int) []int32 {
+	mine := []int32{}
+	for s, owner := range AssignShards(live, shardCount) {
+		if owner == node {
+			mine = append(mine, int32(s))
+		}
+	}
+	return mine
+}
+
+func nodeSeed(node string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(node))
+	return h.Sum64()
+}
+
+// weight mixes a node's seed with a shard through splitmix64's finalizer,
+// so that the weights of one node over the shards, and of the nodes for one
+// shard, are spread independently.
+func weight(seed uint64, shard int) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(shard))
+	z := seed ^ (binary.LittleEndian.Uint64(b[:])+1)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// membershipStatements are the membership's SQL.
+type membershipStatements struct {
+	seed, renew, lock, rebalance, leave string
+}
+
+func prepareMembership(x func(string) string) membershipStatements {
+	return membershipStatements{
+		// $1: shard count. One ownership row per shard, unowned.
+		seed: x(`
+INSERT INTO {schema}.shard_owners (shard)
+SELECT generate_series(0, $1::int4 - 1)
+ON CONFLICT (shard) DO NOTHING`),
+
+		// $1: node, $2: lease µs. Renews (or starts) the node's member
+		// lease, a rejoin after it lapsed counting as a new join, and
+		// returns the live members, the node included. Members whose
+		// lease lapsed over an hour ago are deleted, so crashed nodes'
+		// rows do not pile up.
+		renew: x(`
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+gone AS (
+	DELETE FROM {schema}.members m USING t
+	WHERE m.lease_expires_at < t.now - interval '1 hour' AND m.node <> $1::text
+),
+me AS (
+	INSERT INTO {schema}.members AS m (node, joined_at, lease_expires_at)
+	SELECT $1::text, t.now, t.now + $2::bigint * interval '1 microsecond' FROM t
+	ON CONFLICT (node) DO UPDATE SET
+		lease_expires_at = excluded.lease_expires_at,
+		joined_at = CASE WHEN m.lease_expires_at <= excluded.joined_at THEN excluded.joined_at ELSE m.joined_at END
+	RETURNING m.node
+)
+SELECT m.node FROM {schema}.members m, t WHERE m.lease_expires_at > t.now AND m.node <> $1::text
+UNION ALL
+SELECT me.node FROM me`),
+
+		// $1: node, $2: assigned shards. Locks, in shard order, the
+		// ownership rows rebalance may update.
+		lock: x(`
+SELECT s.shard FROM {schema}.shard_owners s
+WHERE s.shard = ANY ($2::int4[]) OR s.owner = $1::text
+ORDER BY s.shard
+FOR UPDATE`),
+
+		// $1: node, $2: assigned shards, $3: lease µs, $4: the shards the
+		// node drained since the last heartbeat. Releases what the node
+		// owns but is not assigned, except the shards it owns under a live
+		// lease that it starts draining now (not assigned, not in $4),
+		// whose leases it renews one more time; renews what it owns under
+		// a live lease (same epoch); takes what is assigned and free —
+		// unowned, or its owner's lease expired, this node's own lapsed
+		// lease included — with the epoch incremented, recording the
+		// acquisition in shard_epochs. Returns the shards held, their
+		// epochs, and whether each is one drained (kept, not assigned).
+		rebalance: x(`
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+released AS (
+	UPDATE {schema}.shard_owners s SET owner = NULL, lease_expires_at = t.now
+	FROM t
+	WHERE s.owner = $1::text AND NOT (s.shard = ANY ($2::int4[]))
+		AND (s.shard = ANY ($4::int4[]) OR s.lease_expires_at <= t.now)
+	RETURNING s.shard
+),
+held AS (
+	UPDATE {schema}.shard_owners s SET
+		epoch = CASE WHEN s.owner = $1::text AND s.lease_expires_at > t.now THEN s.epoch ELSE s.epoch + 1 END,
+		owner = $1::text,
+		lease_expires_at = t.now + $3::bigint * interval '1 microsecond'
+	FROM t
+	WHERE s.shard = ANY ($2::int4[])
+			AND (s.owner = $1::text OR s.owner IS NULL OR s.lease_expires_at <= t.now)
+		OR s.owner = $1::text AND s.lease_expires_at > t.now
+			AND NOT (s.shard = ANY ($2::int4[])) AND NOT (s.shard = ANY ($4::int4[]))
+	RETURNING s.shard, s.epoch, NOT (s.shard = ANY ($2::int4[])) AS keeping
+),
+logged AS (
+	INSERT INTO {schema}.shard_epochs (shard, epoch, owner, acquired_at)
+	SELECT h.shard, h.epoch, $1::text, t.now FROM held h, t
+	ON CONFLICT (shard, epoch) DO NOTHING
+)
+SELECT h.shard, h.epoch, h.keeping FROM held h ORDER BY h.shard`),
+
+		// $1: node.
+		leave: x(`
+WITH released AS (
+	UPDATE {schema}.shard_owners s SET owner = NULL, lease_expires_at = clock_timestamp()
+	WHERE s.owner = $1::text
+)
+DELETE FROM {schema}.members m WHERE m.node = $1::text`),
+	}
+}
+
+// manualKey, in Join's ctx, makes a Membership without background
+// heartbeats (the tests drive them).
+type manualKey struct{}
+
+func joinManual(ctx context.Context) bool {
+	v, _ := ctx.Value(manualKey{}).(bool)
+	return v
+}
