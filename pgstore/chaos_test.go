@@ -39,9 +39,9 @@ const (
 // shards (and its ceiling still counts) while its claimed rows' leases
 // run out.
 const (
-	chaosClaimLease  = time.Second
-	chaosMemberLease = 2 * time.Second
-	chaosHeartbeat   = 500 * time.Millisecond
+	chaosClaimLease  = 2 * time.Second
+	chaosMemberLease = 4 * time.Second
+	chaosHeartbeat   = time.Second
 	chaosQuota       = 4
 	chaosNamespaces  = 10
 )
