@@ -84,7 +84,8 @@ type PolicyReport struct {
 // TenantReport is one tenant's figures under one policy.
 type TenantReport struct {
 	Name    string
-	Quota   int // cluster-wide quota, or -1 for unlimited
+	Quota   int // cluster-wide quota at the start, or -1 for unlimited
+	Weight  int // weight at the start
 	Queues  int
 	Rows    int // rows the tenant enqueued
 	Claimed int // claims of its rows
@@ -114,6 +115,20 @@ type TenantReport struct {
 	HeldAtCeiling   int
 	SweepsAtCeiling int
 	HeldRowSweeps   int
+
+	// Paused says the tenant's quota is 0 once every change is applied:
+	// the run did not wait for its rows. HeldAtEnd is the tenant's rows
+	// never claimed when the run ended (0 for a tenant not paused).
+	Paused    bool
+	HeldAtEnd int
+
+	// StarvedSweeps is the longest run of consecutive sweep rounds (ticks
+	// in which some node swept) that claimed none of the tenant's rows
+	// while it was backlogged: rows waiting, and fewer in flight than its
+	// quota in force. A tenant held at its quota is not starved, it is
+	// capped. StarvedMax is the same in simulated time.
+	StarvedSweeps int
+	StarvedMax    time.Duration
 }
 
 // Timeline is in-flight rows per tenant over time: rows claimed and not yet
@@ -184,6 +199,7 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Name            string  `json:"name"`
 		Quota           int     `json:"quota"`
+		Weight          int     `json:"weight"`
 		Queues          int     `json:"queues"`
 		Rows            int     `json:"rows"`
 		Claimed         int     `json:"claimed"`
@@ -195,8 +211,13 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 		HeldAtCeiling   int     `json:"heldAtCeiling"`
 		SweepsAtCeiling int     `json:"sweepsAtCeiling"`
 		HeldRowSweeps   int     `json:"heldRowSweeps"`
-	}{t.Name, t.Quota, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
-		t.PeakInflight, t.ClusterCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps})
+		Paused          bool    `json:"paused,omitempty"`
+		HeldAtEnd       int     `json:"heldAtEnd"`
+		StarvedSweeps   int     `json:"longestStarvedSweeps"`
+		StarvedMaxMs    float64 `json:"longestStarvedMs"`
+	}{t.Name, t.Quota, t.Weight, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
+		t.PeakInflight, t.ClusterCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps,
+		t.Paused, t.HeldAtEnd, t.StarvedSweeps, ms(t.StarvedMax)})
 }
 
 func round3(f float64) float64 {
