@@ -21,8 +21,8 @@ type Audit struct {
 	// Held counts rows of tenants paused at the end that were never
 	// claimed: pending, untouched, as a paused tenant's rows must be. The
 	// run does not wait for them.
-	Held int `json:"held"`
-	RunTwice    int `json:"runTwice"`    // read back with more than one claim
+	Held     int `json:"held"`
+	RunTwice int `json:"runTwice"` // read back with more than one claim
 
 	// ClaimedAgain counts claims the run saw of a key it had claimed before
 	// (the database's view is RunTwice; this is the dispatchers').

@@ -587,4 +587,3 @@ func clusterCeiling(nodes []*node, name string, quota int) int {
 	}
 	return sum
 }
-

@@ -192,11 +192,11 @@ func (g *gatedStore) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([
 func (g *gatedStore) Lease() time.Duration { return g.s.Lease() }
 
 // release ends the service of the row claimed with lease: its handler
-// returns and the dispatcher settles it.
+// returns and the dispatcher settles it. The handler may not have started
+// yet, so the closed channel stays for it to find; the handler forgets it.
 func (g *gatedStore) release(lease outbox.Lease) {
 	g.mu.Lock()
 	ch := g.released[lease]
-	delete(g.released, lease)
 	g.mu.Unlock()
 	if ch != nil {
 		close(ch)
@@ -213,6 +213,9 @@ func (g *gatedStore) handler(ctx context.Context, row outbox.Row) error {
 	}
 	select {
 	case <-ch:
+		g.mu.Lock()
+		delete(g.released, row.Lease())
+		g.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -231,14 +231,17 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "== %s: %s\n", p.Policy, p.Description)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "tenant\tqueues\trows\tclaimed\twait p50\twait p99\twait max\tpeak/quota\theld@ceiling\t")
+	fmt.Fprintln(tw, "tenant\tweight\tqueues\trows\tclaimed\twait p50\twait p99\twait max\tstarved\tpeak/quota\theld@ceiling\t")
 	for _, t := range p.Tenants {
 		held := "-"
 		if p.Policy == Backpressure {
 			held = strconv.Itoa(t.HeldAtCeiling)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, t.Queues, t.Rows, t.Claimed,
-			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), peakQuota(p.Policy, t), held)
+		if t.Paused && p.Policy == Backpressure {
+			held += fmt.Sprintf(" (%d paused)", t.HeldAtEnd)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, max(t.Weight, 1), t.Queues, t.Rows, t.Claimed,
+			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), fmtWait(t.StarvedMax), peakQuota(p.Policy, t), held)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -327,7 +330,8 @@ func (r *Report) WriteTables(w io.Writer) error {
 				"     so the cluster-wide cap is their sum, at most quota + nodes − 1: %s.\n", strings.Join(notes, ", "))
 		}
 	}
-	fmt.Fprintln(w, "held@ceiling: rows that a backpressure sweep left pending because their tenant was at its ceiling.")
+	fmt.Fprintln(w, "starved: longest run of sweeps that claimed none of the tenant's rows while it had rows waiting and was under its quota.")
+	fmt.Fprintln(w, "held@ceiling: rows that a backpressure sweep left pending because their tenant was at its ceiling (or paused).")
 	if r.fewRows() {
 		fmt.Fprintln(w, "wait p99: nearest rank, so for a tenant with fewer than 100 rows it is its max.")
 	}

@@ -199,10 +199,12 @@ func DefaultScenario() Scenario {
 		Tick:           100 * time.Millisecond,
 		Duration:       60 * time.Second,
 		Lease:          5 * time.Minute,
+		Apportionment:  "ceil",
 		ServiceTime:    ServiceTime{Min: 1 * time.Second, Max: 3 * time.Second},
 		Tenants: []Tenant{{
 			Name:     "bursty",
 			Quota:    50,
+			Weight:   1,
 			Queues:   20,
 			Arrivals: []Arrival{{Pattern: PatternBurst, Rows: 2000, At: 0}},
 		}},
@@ -211,6 +213,7 @@ func DefaultScenario() Scenario {
 		s.Tenants = append(s.Tenants, Tenant{
 			Name:     fmt.Sprintf("quiet-%d", i),
 			Quota:    10,
+			Weight:   1,
 			Queues:   1,
 			Arrivals: []Arrival{{Pattern: PatternSteady, PerSecond: 1}},
 		})
@@ -344,7 +347,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 			}
 			return nil
 		},
-		"apportionment":  stringField(&j.Apportionment),
+		"apportionment": stringField(&j.Apportionment),
 		"changes": arrayField(func(raw json.RawMessage, at string) error {
 			var c changeJSON
 			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
@@ -633,6 +636,7 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 		BatchSize:      orInt(j.BatchSize, def.BatchSize),
 		WorkersPerNode: orInt(j.WorkersPerNode, 0),
 		ServiceTime:    def.ServiceTime,
+		Apportionment:  def.Apportionment,
 	}
 	var err error
 	if s.Tick, err = parseDuration("tick", j.Tick, def.Tick); err != nil {
