@@ -60,12 +60,13 @@ type PolicyReport struct {
 	Throughput float64       // rows settled per simulated second over Makespan
 
 	// Fairness is Jain's fairness index, averaged over the FairnessTicks
-	// ticks in which at least two tenants had rows in flight or waiting and
-	// at least one had rows in flight, of
-	// x = in-flight ÷ min(quota, in-flight + waiting) per such tenant:
-	// 1 when every tenant holds what its demand and quota entitle it to.
-	// With no such tick (one tenant, say) there is no index: FairnessTicks
-	// is 0 and the report says "n/a".
+	// ticks in which at least two tenants were entitled to rows and at
+	// least one held some, of x = min(1, in-flight ÷ entitlement) per such
+	// tenant, the entitlement being its weighted max-min fair share of the
+	// cluster's workers capped by min(quota, in-flight + waiting) (see
+	// entitlement.jain): 1 when every tenant holds what its demand, quota
+	// and weight entitle it to. With no such tick there is no index:
+	// FairnessTicks is 0 and the report says "n/a".
 	Fairness      float64
 	FairnessTicks int
 
