@@ -9,6 +9,7 @@ require (
 	github.com/outboxkit/backpressure/sqlitestore v0.1.0
 	golang.org/x/term v0.45.0
 	gonum.org/v1/plot v0.17.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -62,20 +62,26 @@ many tenants, and runs the same seeded workload under three claim policies:
 
   unscoped      one oldest-first batch per sweep, whoever owns the rows
   round-robin   an equal share of the batch per task queue (fair per queue, not per tenant)
-  backpressure  backpressure.Sweep: an equal share per tenant, each capped at its quota
+  backpressure  dispatch.Dispatcher nodes: a weighted share per tenant, each capped at its quota
 
 It prints, per policy and tenant, rows claimed, wait from enqueue to claim
 (p50, p99, max), peak rows claimed at once against the quota and rows held at
 the ceiling; overall throughput and Jain's fairness index; and an exactly-once
 verdict read back from the database. It writes a chart per policy of rows in
-flight per tenant, a combined chart, and report.json with every figure.
+flight per tenant, a combined chart, and report.json with every figure,
+including per tenant the longest run of sweeps that claimed none of its rows
+while it waited under its quota (starvation).
 
-Time is simulated: every node sweeps once a tick, and the stores read the
-simulated clock, so a run is reproducible from its scenario and -seed. Jain's
-index (1 = fair) is averaged over the ticks in which two or more tenants want
-rows and one at least holds some, of x = in-flight ÷ min(quota, in-flight +
-waiting) per such tenant: what each holds against what its demand and quota
-entitle it to; with no such tick (one tenant) it is n/a.
+Time is simulated: every node sweeps at most once a tick, and the stores read
+the simulated clock, so a run is reproducible from its scenario and -seed.
+Under backpressure each node is the shipped dispatch.Dispatcher, its sweeps
+and settles stepped in lockstep with the simulated clock. Jain's index (1 =
+fair) is averaged over the ticks in which two or more tenants are entitled to
+rows and one at least holds some, of x = min(1, in-flight ÷ entitlement) per
+such tenant, the entitlement being its weighted max-min fair share of the
+cluster's workers capped by min(quota, in-flight + waiting): an unlimited
+tenant is entitled to what the workers can run after the others' shares, a
+tenant over its entitlement counts 1, a paused one takes no part.
 
 Usage: bpsim [flags]
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Audit is the exactly-once verdict of one policy run, read back from the
@@ -16,7 +18,11 @@ type Audit struct {
 	SettledOnce int `json:"settledOnce"` // read back settled, with exactly one claim
 	Lost        int `json:"lost"`        // not in the database at all
 	Unsettled   int `json:"unsettled"`   // in the database but not settled
-	RunTwice    int `json:"runTwice"`    // read back with more than one claim
+	// Held counts rows of tenants paused at the end that were never
+	// claimed: pending, untouched, as a paused tenant's rows must be. The
+	// run does not wait for them.
+	Held     int `json:"held"`
+	RunTwice int `json:"runTwice"` // read back with more than one claim
 
 	// ClaimedAgain counts claims the run saw of a key it had claimed before
 	// (the database's view is RunTwice; this is the dispatchers').
@@ -40,15 +46,19 @@ type Audit struct {
 // OK reports whether exactly-once held: every key settled once, none lost,
 // none run twice, and redelivery inserted nothing.
 func (a Audit) OK() bool {
-	return a.SettledOnce == a.Keys && a.Lost == 0 && a.Unsettled == 0 && a.RunTwice == 0 &&
+	return a.SettledOnce+a.Held == a.Keys && a.Lost == 0 && a.Unsettled == 0 && a.RunTwice == 0 &&
 		a.ClaimedAgain == 0 && a.LeaseLost == 0 && a.RedeliveredInserted == 0
 }
 
 // String states the verdict in one line.
 func (a Audit) String() string {
 	if a.OK() {
-		return fmt.Sprintf("exactly-once: ok — %d of %d dispatch keys settled once, none lost; %d re-enqueued as duplicates, %d inserted again",
-			a.SettledOnce, a.Keys, a.Redelivered, a.RedeliveredInserted)
+		held := ""
+		if a.Held > 0 {
+			held = fmt.Sprintf(" (%d of a paused tenant held pending, untouched)", a.Held)
+		}
+		return fmt.Sprintf("exactly-once: ok — %d of %d dispatch keys settled once%s, none lost; %d re-enqueued as duplicates, %d inserted again",
+			a.SettledOnce, a.Keys, held, a.Redelivered, a.RedeliveredInserted)
 	}
 	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d lost, %d unsettled, %d run twice, %d claimed again while running, %d settles refused (lease lost), %d of %d duplicates inserted again; e.g. %v",
 		a.SettledOnce, a.Keys, a.Lost, a.Unsettled, a.RunTwice, a.ClaimedAgain, a.LeaseLost, a.RedeliveredInserted, a.Redelivered, a.Examples)
@@ -57,13 +67,19 @@ func (a Audit) String() string {
 const maxExamples = 5
 
 // audit re-enqueues every key, then reads each one back.
-func audit(ctx context.Context, ob outbox, s Scenario, w *workload, a *Audit) error {
+// auditStore is what the audit reads and writes: a [*simStore].
+type auditStore interface {
+	Enqueue(ctx context.Context, msgs []outbox.Message) (int, error)
+	Inspect(ctx context.Context, key string) (rowState, error)
+}
+
+func audit(ctx context.Context, ob auditStore, s Scenario, w *workload, held []bool, a *Audit) error {
 	a.Keys = len(w.arrivals)
 	for lo := 0; lo < len(w.arrivals); lo += enqueueChunk {
 		batch := w.arrivals[lo:min(lo+enqueueChunk, len(w.arrivals))]
-		msgs := make([]message, len(batch))
+		msgs := make([]outbox.Message, len(batch))
 		for i, r := range batch {
-			msgs[i] = message{Key: r.key, Namespace: s.Tenants[r.tenant].Name, TaskQueue: r.queue}
+			msgs[i] = outbox.Message{DispatchKey: r.key, Namespace: s.Tenants[r.tenant].Name, TaskQueue: r.queue}
 		}
 		n, err := ob.Enqueue(ctx, msgs)
 		if err != nil {
@@ -87,6 +103,10 @@ func audit(ctx context.Context, ob outbox, s Scenario, w *workload, a *Audit) er
 			if st.Attempts > 1 {
 				a.RunTwice++
 				bad = append(bad, fmt.Sprintf("%d claims", st.Attempts))
+			}
+			if !st.Settled && held[r.tenant] && st.Attempts == 0 && st.State == string(outbox.StatePending) {
+				a.Held++
+				continue
 			}
 			if !st.Settled {
 				a.Unsettled++

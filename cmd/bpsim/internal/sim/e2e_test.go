@@ -234,12 +234,12 @@ func TestRunIsReproducible(t *testing.T) {
 
 func TestRunRejectsBadScenario(t *testing.T) {
 	s := smallScenario()
-	s.Tenants[1].Quota = 0
+	s.Tenants[1].Quota = -2
 	dir := filepath.Join(t.TempDir(), "out")
 	_, err := Run(context.Background(), Config{Scenario: s, OutDir: dir}, &bytes.Buffer{})
 	var se *ScenarioError
 	if !errors.As(err, &se) || se.Field != "tenants[1].quota" {
-		t.Fatalf("Run(quota 0) = %v, want a ScenarioError for tenants[1].quota", err)
+		t.Fatalf("Run(quota -2) = %v, want a ScenarioError for tenants[1].quota", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a rejected run created %s", dir)

@@ -9,22 +9,39 @@ error, not the default. Unknown fields are errors. The sample file
 cmd/bpsim/scenario.sample.json is the default scenario.
 
   {
-    "nodes": 3,              dispatcher nodes, 1..64; shard s is owned by node s mod nodes
+    "nodes": 3,              dispatcher nodes, 1..64; shard s is owned by node s mod nodes;
+                             or an array, one object per node:
+                               [{"shards": [0], "workers": 10},
+                                {"shards": ["1-7"]}, {"shards": ["8-63"], "workers": 80}]
+                             "shards" (numbers or "lo-hi" ranges; every node or none,
+                             together each shard exactly once), "workers" (≥ 1; left
+                             out: workersPerNode)
     "shardCount": 64,        virtual shards, 1..4096, ≥ nodes
     "batchSize": 10,         most rows one node claims per sweep, under every policy
-    "workersPerNode": 40,    rows a node runs at once; it sweeps only when a whole
-                             batch of workers is free; 0 = unlimited, else ≥ batchSize
+    "workersPerNode": 40,    rows a node runs at once; it sweeps only when
+                             min(workers, batchSize) are free, for that many rows
+                             (the dispatcher's credit); 0 = unlimited
     "tick": "100ms",         simulated time per step; every node sweeps once a tick
     "duration": "60s",       arrival window; the run then goes on until all rows settle
     "lease": "5m",           claim lease; must exceed the longest service time
     "serviceTime": {"min": "1s", "max": "3s"},
                              time a worker runs a row: uniform in [min, max],
                              rounded up to whole ticks
-    "tenants": [             1..100 tenants (namespaces)
+    "apportionment": "ceil", how a node turns a quota into its ceiling: "ceil"
+                             (⌈q × owned/shards⌉) or "shares" (tighter cluster-wide)
+    "changes": [             optional: quotas and weights changed at a simulated time,
+                             applied with SetConfig on every node before that tick's
+                             sweeps; in time order
+      {"at": "20s", "quotas": {"bursty": 10}, "weights": {"quiet-1": 3}}
+    ],
+    "tenants": [             1..10000 tenants (namespaces)
       {
         "name": "bursty",    letters, digits, - _ . ; unique
-        "quota": 50,         cluster-wide ceiling on claimed rows: ≥ 1, or -1 = unlimited
-                             (enforced by the backpressure policy only)
+        "quota": 50,         cluster-wide ceiling on claimed rows: ≥ 1, -1 = unlimited,
+                             0 = paused (enforced by the backpressure policy only); the
+                             run does not wait for a tenant paused at the end: it ends
+                             when every other row is settled and reports the rest held
+        "weight": 1,         share of each sweep against other tenants (default 1)
         "queues": 20,        task queues q00, q01, … (default 1), 1..1000
         "serviceTime": {…},  optional override of the scenario's service time
         "arrivals": [        one or more patterns:
@@ -37,6 +54,8 @@ cmd/bpsim/scenario.sample.json is the default scenario.
       }
     ]
   }
+
+Example scenarios, one per feature, are in cmd/bpsim/scenarios/.
 
 The arrivals and service times are drawn from -seed, once, and replayed
 unchanged under every policy. At most 1,000,000 rows and 1,000,000 ticks in the

@@ -18,9 +18,10 @@ const (
 	// with pending rows, in rotating order, ignoring quotas: fair per queue,
 	// not per tenant, so a tenant with many queues takes most of the batch.
 	RoundRobin Policy = "round-robin"
-	// Backpressure runs backpressure.Sweep: equal shares per tenant first,
-	// then per queue within a tenant, each tenant capped at its per-node
-	// ceiling ⌈quota × owned/shardCount⌉ of concurrently claimed rows.
+	// Backpressure runs each node as a dispatch.Dispatcher over
+	// backpressure.SweepN: weighted shares per tenant first, then per queue
+	// within a tenant, each tenant capped at its per-node ceiling of
+	// concurrently claimed rows.
 	Backpressure Policy = "backpressure"
 )
 
@@ -35,7 +36,7 @@ func (p Policy) Describe() string {
 	case RoundRobin:
 		return "an equal share of the batch per task queue, quotas ignored"
 	case Backpressure:
-		return "backpressure.Sweep: equal share per tenant, capped at its ceiling"
+		return "dispatch.Dispatcher: weighted share per tenant, capped at its ceiling"
 	}
 	return string(p)
 }

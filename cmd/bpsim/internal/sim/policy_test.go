@@ -88,7 +88,7 @@ func TestPoliciesAreDescribed(t *testing.T) {
 }
 
 func TestNodeShardsPartition(t *testing.T) {
-	fs, err := nodeShards(3, 64)
+	fs, _, err := nodeShards(Scenario{Nodes: 3, ShardCount: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +108,40 @@ func TestNodeShardsPartition(t *testing.T) {
 		t.Errorf("owned counts = %v, want [22 21 21]", got)
 	}
 	// The per-node ceilings of quota 50 round up: 18 + 17 + 17.
-	if got := clusterCeiling(fs, 50); got != 52 {
+	nodes := make([]*node, len(fs))
+	for i, f := range fs {
+		bp, err := backpressure.New(backpressure.Config{BatchSize: 1, DefaultQuota: 50}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = &node{bp: bp}
+	}
+	if got := clusterCeiling(nodes, "t", 50); got != 52 {
 		t.Errorf("clusterCeiling(50) = %d, want 52", got)
 	}
-	if got := clusterCeiling(fs, backpressure.Unlimited); got != backpressure.Unlimited {
+	if got := clusterCeiling(nodes, "t", backpressure.Unlimited); got != backpressure.Unlimited {
 		t.Errorf("clusterCeiling(Unlimited) = %d", got)
+	}
+}
+
+// TestNodeShardsFromTheMap checks that an explicit shard map is what the
+// nodes own: 1, 7 and 56 of 64, which dealing in turn cannot make.
+func TestNodeShardsFromTheMap(t *testing.T) {
+	s := Scenario{Nodes: 3, ShardCount: 64, NodeList: []NodeSpec{{Shards: []int{0}}, {Shards: []int{1, 2, 3, 4, 5, 6, 7}}, {}}}
+	for sh := 8; sh < 64; sh++ {
+		s.NodeList[2].Shards = append(s.NodeList[2].Shards, sh)
+	}
+	if err := s.validateNodes(); err != nil {
+		t.Fatal(err)
+	}
+	fs, owner, err := nodeShards(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []int{fs[0].OwnedCount(), fs[1].OwnedCount(), fs[2].OwnedCount()}; fmt.Sprint(got) != "[1 7 56]" {
+		t.Errorf("owned counts = %v, want [1 7 56]", got)
+	}
+	if owner[0] != 0 || owner[7] != 1 || owner[8] != 2 {
+		t.Errorf("owner = %v", owner)
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxkit/backpressure"
-	obx "github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 )
 
@@ -79,7 +77,7 @@ func CheckDSN(dsn string) error {
 	return nil
 }
 
-func (d *pgDatabase) Open(ctx context.Context, policy string, opts storeOptions) (outbox, error) {
+func (d *pgDatabase) Open(ctx context.Context, policy string, opts storeOptions) (*simStore, error) {
 	schema := d.schema(policy)
 	d.schemas = append(d.schemas, schema)
 	name := d.name + " schema " + schema
@@ -87,7 +85,7 @@ func (d *pgDatabase) Open(ctx context.Context, policy string, opts storeOptions)
 	if err != nil {
 		return nil, fmt.Errorf("bpsim: %s: %w", name, err)
 	}
-	return &pgOutbox{s: s, name: name}, nil
+	return newSimStore(s, name)
 }
 
 // Close drops every schema Open made, even when the run was cancelled, and
@@ -103,67 +101,4 @@ func (d *pgDatabase) Close() error {
 	}
 	d.pool.Close()
 	return errors.Join(errs...)
-}
-
-// pgOutbox adapts a pgstore.Store to outbox.
-type pgOutbox struct {
-	s    *pgstore.Store
-	name string
-}
-
-func (o *pgOutbox) Name() string { return o.name }
-
-func (o *pgOutbox) Enqueue(ctx context.Context, msgs []message) (int, error) {
-	m := make([]obx.Message, len(msgs))
-	for i, x := range msgs {
-		m[i] = obx.Message{DispatchKey: x.Key, Namespace: x.Namespace, TaskQueue: x.TaskQueue}
-	}
-	return o.s.Enqueue(ctx, m)
-}
-
-func (o *pgOutbox) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
-	return o.s.CountClaimedOutboxRows(ctx, shards)
-}
-
-func (o *pgOutbox) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
-	return o.s.CountPendingOutboxRows(ctx, shards, capPerRoute)
-}
-
-func (o *pgOutbox) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]row, error) {
-	rs, err := o.s.ClaimOutboxRowsScoped(ctx, shards, claims)
-	return pgRows(rs), err
-}
-
-func (o *pgOutbox) ClaimUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]row, error) {
-	rs, err := o.s.ClaimOutboxRowsUnscoped(ctx, shards, limit)
-	return pgRows(rs), err
-}
-
-func (o *pgOutbox) Settle(ctx context.Context, key string, token int64) error {
-	err := o.s.Settle(ctx, obx.Lease{DispatchKey: key, Token: token})
-	if errors.Is(err, obx.ErrLeaseLost) {
-		return fmt.Errorf("%w: %w", errLeaseLost, err)
-	}
-	return err
-}
-
-func (o *pgOutbox) Inspect(ctx context.Context, key string) (rowState, error) {
-	r, err := o.s.Get(ctx, key)
-	switch {
-	case errors.Is(err, obx.ErrNotFound):
-		return rowState{}, nil
-	case err != nil:
-		return rowState{}, err
-	}
-	return rowState{Found: true, Settled: r.State == obx.StateSettled, State: string(r.State), Attempts: r.Attempts}, nil
-}
-
-func (o *pgOutbox) Close() error { return o.s.Close() }
-
-func pgRows(rs []obx.Row) []row {
-	out := make([]row, len(rs))
-	for i, r := range rs {
-		out[i] = row{Key: r.DispatchKey, Token: r.Token, EnqueuedAt: r.EnqueuedAt, ClaimedAt: r.ClaimedAt}
-	}
-	return out
 }

@@ -47,11 +47,17 @@ func TestProgressTerminalRedraws(t *testing.T) {
 	}
 }
 
+// TestProgressNil checks that progress with no writer reads no clock and
+// changes nothing, whatever it is told.
 func TestProgressNil(t *testing.T) {
-	p := &progress{now: time.Now}
+	p := &progress{now: func() time.Time { t.Fatal("progress with no writer read the clock"); return time.Time{} }, terminal: true}
 	p.start(Unscoped, 1, 1, 1)
 	p.tick(1, 1)
+	p.abort()
 	p.done(&PolicyReport{})
+	if p.policy != "" || p.total != 0 || p.drawn || !p.started.IsZero() {
+		t.Errorf("progress with no writer changed its state: %+v", p)
+	}
 }
 
 // TestProgressAbortClearsTheLine checks that a run ending in an error

@@ -60,12 +60,13 @@ type PolicyReport struct {
 	Throughput float64       // rows settled per simulated second over Makespan
 
 	// Fairness is Jain's fairness index, averaged over the FairnessTicks
-	// ticks in which at least two tenants had rows in flight or waiting and
-	// at least one had rows in flight, of
-	// x = in-flight ÷ min(quota, in-flight + waiting) per such tenant:
-	// 1 when every tenant holds what its demand and quota entitle it to.
-	// With no such tick (one tenant, say) there is no index: FairnessTicks
-	// is 0 and the report says "n/a".
+	// ticks in which at least two tenants were entitled to rows and at
+	// least one held some, of x = min(1, in-flight ÷ entitlement) per such
+	// tenant, the entitlement being its weighted max-min fair share of the
+	// cluster's workers capped by min(quota, in-flight + waiting) (see
+	// entitlement.jain): 1 when every tenant holds what its demand, quota
+	// and weight entitle it to. With no such tick there is no index:
+	// FairnessTicks is 0 and the report says "n/a".
 	Fairness      float64
 	FairnessTicks int
 
@@ -84,7 +85,8 @@ type PolicyReport struct {
 // TenantReport is one tenant's figures under one policy.
 type TenantReport struct {
 	Name    string
-	Quota   int // cluster-wide quota, or -1 for unlimited
+	Quota   int // cluster-wide quota at the start, or -1 for unlimited
+	Weight  int // weight at the start
 	Queues  int
 	Rows    int // rows the tenant enqueued
 	Claimed int // claims of its rows
@@ -114,6 +116,20 @@ type TenantReport struct {
 	HeldAtCeiling   int
 	SweepsAtCeiling int
 	HeldRowSweeps   int
+
+	// Paused says the tenant's quota is 0 once every change is applied:
+	// the run did not wait for its rows. HeldAtEnd is the tenant's rows
+	// never claimed when the run ended (0 for a tenant not paused).
+	Paused    bool
+	HeldAtEnd int
+
+	// StarvedSweeps is the longest run of consecutive sweep rounds (ticks
+	// in which some node swept) that claimed none of the tenant's rows
+	// while it was backlogged: rows waiting, and fewer in flight than its
+	// quota in force. A tenant held at its quota is not starved, it is
+	// capped. StarvedMax is the same in simulated time.
+	StarvedSweeps int
+	StarvedMax    time.Duration
 }
 
 // Timeline is in-flight rows per tenant over time: rows claimed and not yet
@@ -184,6 +200,7 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Name            string  `json:"name"`
 		Quota           int     `json:"quota"`
+		Weight          int     `json:"weight"`
 		Queues          int     `json:"queues"`
 		Rows            int     `json:"rows"`
 		Claimed         int     `json:"claimed"`
@@ -195,8 +212,13 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 		HeldAtCeiling   int     `json:"heldAtCeiling"`
 		SweepsAtCeiling int     `json:"sweepsAtCeiling"`
 		HeldRowSweeps   int     `json:"heldRowSweeps"`
-	}{t.Name, t.Quota, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
-		t.PeakInflight, t.ClusterCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps})
+		Paused          bool    `json:"paused,omitempty"`
+		HeldAtEnd       int     `json:"heldAtEnd"`
+		StarvedSweeps   int     `json:"longestStarvedSweeps"`
+		StarvedMaxMs    float64 `json:"longestStarvedMs"`
+	}{t.Name, t.Quota, t.Weight, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
+		t.PeakInflight, t.ClusterCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps,
+		t.Paused, t.HeldAtEnd, t.StarvedSweeps, ms(t.StarvedMax)})
 }
 
 func round3(f float64) float64 {
@@ -210,14 +232,17 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "== %s: %s\n", p.Policy, p.Description)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "tenant\tqueues\trows\tclaimed\twait p50\twait p99\twait max\tpeak/quota\theld@ceiling\t")
+	fmt.Fprintln(tw, "tenant\tweight\tqueues\trows\tclaimed\twait p50\twait p99\twait max\tstarved\tpeak/quota\theld@ceiling\t")
 	for _, t := range p.Tenants {
 		held := "-"
 		if p.Policy == Backpressure {
 			held = strconv.Itoa(t.HeldAtCeiling)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, t.Queues, t.Rows, t.Claimed,
-			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), peakQuota(p.Policy, t), held)
+		if t.Paused && p.Policy == Backpressure {
+			held += fmt.Sprintf(" (%d paused)", t.HeldAtEnd)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, max(t.Weight, 1), t.Queues, t.Rows, t.Claimed,
+			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), fmtWait(t.StarvedMax), peakQuota(p.Policy, t), held)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -306,7 +331,8 @@ func (r *Report) WriteTables(w io.Writer) error {
 				"     so the cluster-wide cap is their sum, at most quota + nodes − 1: %s.\n", strings.Join(notes, ", "))
 		}
 	}
-	fmt.Fprintln(w, "held@ceiling: rows that a backpressure sweep left pending because their tenant was at its ceiling.")
+	fmt.Fprintln(w, "starved: longest run of sweeps that claimed none of the tenant's rows while it had rows waiting and was under its quota.")
+	fmt.Fprintln(w, "held@ceiling: rows that a backpressure sweep left pending because their tenant was at its ceiling (or paused).")
 	if r.fewRows() {
 		fmt.Fprintln(w, "wait p99: nearest rank, so for a tenant with fewer than 100 rows it is its max.")
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -19,7 +20,7 @@ const (
 	maxNodes      = 64
 	maxShardCount = 4096
 	maxBatchSize  = 10_000
-	maxTenants    = 100
+	maxTenants    = 10_000
 	maxQueues     = 1000
 	maxRows       = 1_000_000 // rows over all tenants and arrivals
 	maxTicks      = 1_000_000 // ticks in the arrival window
@@ -50,10 +51,28 @@ func (e *ScenarioError) Is(target error) bool { return target == ErrScenario }
 // [ParseScenario] or start from [DefaultScenario]; [Scenario.Validate]
 // checks it. Durations are simulated time.
 type Scenario struct {
-	// Nodes is the number of dispatcher nodes. The shards are dealt out to
-	// them in turn (shard s goes to node s mod Nodes), so they own disjoint
-	// sets that together cover every shard. 1 ≤ Nodes ≤ min(64, ShardCount).
+	// Nodes is the number of dispatcher nodes. Unless NodeList says
+	// otherwise, the shards are dealt out to them in turn (shard s goes to
+	// node s mod Nodes), so they own disjoint sets that together cover
+	// every shard. 1 ≤ Nodes ≤ min(64, ShardCount).
 	Nodes int
+
+	// NodeList, when not empty, describes each node (len(NodeList) =
+	// Nodes): its shards and its workers. Either every node lists its
+	// shards, and together they partition 0..ShardCount−1, or none does.
+	NodeList []NodeSpec
+
+	// Apportionment is how a node turns a quota into its ceiling:
+	// "ceil" (the default, ⌈q × owned/shards⌉) or "shares"
+	// (backpressure.ApportionShares).
+	Apportionment string
+
+	// Changes are configuration changes at given simulated times, applied
+	// with Backpressure.SetConfig on every node before the sweeps of the
+	// tick they fall in, in order. The other policies ignore them for
+	// claiming, but the report measures every policy against the quotas
+	// and weights in force.
+	Changes []Change
 
 	// ShardCount is the size of the virtual shard space, 1..4096.
 	ShardCount int
@@ -62,10 +81,11 @@ type Scenario struct {
 	// policy (backpressure's Config.BatchSize). 1..10000.
 	BatchSize int
 
-	// WorkersPerNode is how many claimed rows one node runs at once. A node
-	// sweeps only when at least BatchSize workers are free, under every
-	// policy, so it never claims a row it cannot start. 0 means unlimited;
-	// otherwise it must be ≥ BatchSize.
+	// WorkersPerNode is how many claimed rows one node runs at once, unless
+	// its NodeSpec says otherwise. A node sweeps only when
+	// min(workers, BatchSize) workers are free, and then asks for that
+	// many rows, under every policy, so it never claims a row it cannot
+	// start (the dispatcher's credit). 0 means unlimited.
 	WorkersPerNode int
 
 	// Tick is the simulated time one step of the run stands for: in each
@@ -88,6 +108,24 @@ type Scenario struct {
 	Tenants []Tenant
 }
 
+// NodeSpec is one node of [Scenario.NodeList].
+type NodeSpec struct {
+	// Shards are the shards the node owns; nil when the shards are dealt
+	// out in turn.
+	Shards []int
+	// Workers is the node's worker count: ≥ 1, or 0 for the scenario's
+	// WorkersPerNode.
+	Workers int
+}
+
+// Change is a configuration change at simulated time At: new quotas and
+// weights for the tenants named (the others keep theirs).
+type Change struct {
+	At      time.Duration
+	Quotas  map[string]int // ≥ 0 or -1
+	Weights map[string]int // 1..backpressure.MaxWeight
+}
+
 // ServiceTime is a uniform distribution of the time a worker runs one row,
 // rounded up to whole ticks (at least one).
 type ServiceTime struct {
@@ -102,9 +140,16 @@ type Tenant struct {
 	Name string
 
 	// Quota is the tenant's cluster-wide ceiling on concurrently claimed
-	// rows: ≥ 1, or -1 ([backpressure.Unlimited]) for none. Only the
-	// backpressure policy enforces it; the others are measured against it.
+	// rows: ≥ 1, 0 to pause the tenant, or -1 ([backpressure.Unlimited])
+	// for none. Only the backpressure policy enforces it; the others are
+	// measured against it. The run does not wait for the rows of a tenant
+	// paused at the end (after every Change): it ends when every other
+	// row is settled, and reports the paused rows still held.
 	Quota int
+
+	// Weight is the tenant's weight (backpressure's Config.Weights):
+	// 1..backpressure.MaxWeight; 0 means 1.
+	Weight int
 
 	// Queues is the number of task queues (routes) the tenant's rows are
 	// spread over, 1..1000. They are named "q00", "q01", …
@@ -154,10 +199,12 @@ func DefaultScenario() Scenario {
 		Tick:           100 * time.Millisecond,
 		Duration:       60 * time.Second,
 		Lease:          5 * time.Minute,
+		Apportionment:  "ceil",
 		ServiceTime:    ServiceTime{Min: 1 * time.Second, Max: 3 * time.Second},
 		Tenants: []Tenant{{
 			Name:     "bursty",
 			Quota:    50,
+			Weight:   1,
 			Queues:   20,
 			Arrivals: []Arrival{{Pattern: PatternBurst, Rows: 2000, At: 0}},
 		}},
@@ -166,6 +213,7 @@ func DefaultScenario() Scenario {
 		s.Tenants = append(s.Tenants, Tenant{
 			Name:     fmt.Sprintf("quiet-%d", i),
 			Quota:    10,
+			Weight:   1,
 			Queues:   1,
 			Arrivals: []Arrival{{Pattern: PatternSteady, PerSecond: 1}},
 		})
@@ -179,7 +227,9 @@ func DefaultScenario() Scenario {
 // Validate rejects an explicit 0 rather than a default silently replacing
 // it.
 type scenarioJSON struct {
-	Nodes          *int             `json:"nodes"`
+	Nodes          any              `json:"nodes"` // *int, or []nodeJSON
+	Apportionment  *string          `json:"apportionment,omitempty"`
+	Changes        []changeJSON     `json:"changes,omitempty"`
 	ShardCount     *int             `json:"shardCount"`
 	BatchSize      *int             `json:"batchSize"`
 	WorkersPerNode *int             `json:"workersPerNode"`
@@ -190,6 +240,19 @@ type scenarioJSON struct {
 	Tenants        []tenantJSON     `json:"tenants"`
 }
 
+// nodeJSON is one node of "nodes" given as an array. Shards are numbers
+// or "lo-hi" ranges; the JSON writer writes ranges where they are runs.
+type nodeJSON struct {
+	Shards  []any `json:"shards,omitempty"`
+	Workers *int  `json:"workers,omitempty"`
+}
+
+type changeJSON struct {
+	At      *string        `json:"at"`
+	Quotas  map[string]int `json:"quotas,omitempty"`
+	Weights map[string]int `json:"weights,omitempty"`
+}
+
 type serviceTimeJSON struct {
 	Min *string `json:"min,omitempty"`
 	Max *string `json:"max,omitempty"`
@@ -198,6 +261,7 @@ type serviceTimeJSON struct {
 type tenantJSON struct {
 	Name        *string          `json:"name"`
 	Quota       *int             `json:"quota"`
+	Weight      *int             `json:"weight,omitempty"`
 	Queues      *int             `json:"queues"`
 	ServiceTime *serviceTimeJSON `json:"serviceTime,omitempty"`
 	Arrivals    []arrivalJSON    `json:"arrivals"`
@@ -267,8 +331,33 @@ func DecodeScenario(data []byte) (Scenario, error) {
 		return Scenario{}, &ScenarioError{Problem: "unexpected data after the JSON object"}
 	}
 	var j scenarioJSON
+	var nodes *int
+	var nodeList []NodeSpec
 	if err := decodeObject(raw, "", map[string]func(json.RawMessage, string) error{
-		"nodes":          intField(&j.Nodes),
+		"nodes": func(raw json.RawMessage, at string) error {
+			if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
+				return arrayField(func(raw json.RawMessage, at string) error {
+					n, err := decodeNode(raw, at)
+					nodeList = append(nodeList, n)
+					return err
+				}, func() { nodeList = []NodeSpec{} })(raw, at)
+			}
+			if err := intField(&nodes)(raw, at); err != nil {
+				return &ScenarioError{Field: at, Problem: "want an integer or an array of nodes, got " + describe(raw)}
+			}
+			return nil
+		},
+		"apportionment": stringField(&j.Apportionment),
+		"changes": arrayField(func(raw json.RawMessage, at string) error {
+			var c changeJSON
+			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+				"at":      stringField(&c.At),
+				"quotas":  intMapField(&c.Quotas),
+				"weights": intMapField(&c.Weights),
+			})
+			j.Changes = append(j.Changes, c)
+			return err
+		}, func() { j.Changes = []changeJSON{} }),
 		"shardCount":     intField(&j.ShardCount),
 		"batchSize":      intField(&j.BatchSize),
 		"workersPerNode": intField(&j.WorkersPerNode),
@@ -281,6 +370,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
 				"name":        stringField(&t.Name),
 				"quota":       intField(&t.Quota),
+				"weight":      intField(&t.Weight),
 				"queues":      intField(&t.Queues),
 				"serviceTime": serviceTimeField(&t.ServiceTime),
 				"arrivals": arrayField(func(raw json.RawMessage, at string) error {
@@ -303,7 +393,79 @@ func DecodeScenario(data []byte) (Scenario, error) {
 	}); err != nil {
 		return Scenario{}, err
 	}
-	return j.scenario()
+	s, err := j.scenario()
+	if err != nil {
+		return Scenario{}, err
+	}
+	switch {
+	case nodeList != nil:
+		s.Nodes, s.NodeList = len(nodeList), nodeList
+	case nodes != nil:
+		s.Nodes = *nodes
+	}
+	return s, nil
+}
+
+// decodeNode decodes one element of "nodes" given as an array.
+func decodeNode(raw json.RawMessage, at string) (NodeSpec, error) {
+	var n NodeSpec
+	var workers *int
+	err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+		"workers": intField(&workers),
+		"shards": arrayField(func(raw json.RawMessage, at string) error {
+			var v *int
+			if intField(&v)(raw, at) == nil {
+				n.Shards = append(n.Shards, *v)
+				return nil
+			}
+			var r *string
+			if stringField(&r)(raw, at) == nil {
+				var lo, hi int
+				if _, err := fmt.Sscanf(*r, "%d-%d", &lo, &hi); err == nil && lo <= hi && hi-lo < maxShardCount && fmt.Sprintf("%d-%d", lo, hi) == *r {
+					for s := lo; s <= hi; s++ {
+						n.Shards = append(n.Shards, s)
+					}
+					return nil
+				}
+			}
+			return &ScenarioError{Field: at, Problem: `want a shard number or a range "lo-hi", got ` + describe(raw)}
+		}, func() { n.Shards = []int{} }),
+	})
+	if workers != nil {
+		n.Workers = *workers
+		if n.Workers == 0 {
+			return n, &ScenarioError{Field: at + ".workers", Problem: "0: want ≥ 1, or leave it out for workersPerNode"}
+		}
+	}
+	return n, err
+}
+
+// intMapField decodes an object of integers into *dst.
+func intMapField(dst *map[string]int) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		m := map[string]int{}
+		fields := map[string]func(json.RawMessage, string) error{}
+		// decodeObject wants the names first: collect them.
+		var names map[string]json.RawMessage
+		if json.Unmarshal(raw, &names) != nil {
+			return &ScenarioError{Field: at, Problem: "want an object of tenant names to integers, got " + describe(raw)}
+		}
+		for name := range names {
+			fields[name] = func(raw json.RawMessage, at string) error {
+				var v *int
+				if err := intField(&v)(raw, at); err != nil {
+					return err
+				}
+				m[name] = *v
+				return nil
+			}
+		}
+		if err := decodeObject(raw, at, fields); err != nil {
+			return err
+		}
+		*dst = m
+		return nil
+	}
 }
 
 // jsonError turns a syntax error into a *ScenarioError.
@@ -469,11 +631,12 @@ func arrayField(elem func(json.RawMessage, string) error, empty func()) func(jso
 func (j scenarioJSON) scenario() (Scenario, error) {
 	def := DefaultScenario()
 	s := Scenario{
-		Nodes:          orInt(j.Nodes, def.Nodes),
+		Nodes:          def.Nodes,
 		ShardCount:     orInt(j.ShardCount, def.ShardCount),
 		BatchSize:      orInt(j.BatchSize, def.BatchSize),
 		WorkersPerNode: orInt(j.WorkersPerNode, 0),
 		ServiceTime:    def.ServiceTime,
+		Apportionment:  def.Apportionment,
 	}
 	var err error
 	if s.Tick, err = parseDuration("tick", j.Tick, def.Tick); err != nil {
@@ -490,6 +653,20 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 			return Scenario{}, err
 		}
 	}
+	if j.Apportionment != nil {
+		s.Apportionment = *j.Apportionment
+	}
+	for i, cj := range j.Changes {
+		at := fmt.Sprintf("changes[%d]", i)
+		if cj.At == nil {
+			return Scenario{}, &ScenarioError{Field: at + ".at", Problem: "missing: want the simulated time of the change"}
+		}
+		d, err := parseDuration(at+".at", cj.At, 0)
+		if err != nil {
+			return Scenario{}, err
+		}
+		s.Changes = append(s.Changes, Change{At: d, Quotas: cj.Quotas, Weights: cj.Weights})
+	}
 	if j.Tenants == nil {
 		return Scenario{}, &ScenarioError{Field: "tenants", Problem: "missing: want at least one tenant"}
 	}
@@ -503,6 +680,7 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 			return Scenario{}, &ScenarioError{Field: at + ".quota", Problem: "missing: want ≥ 1, or -1 for unlimited"}
 		}
 		t.Quota = *tj.Quota
+		t.Weight = orInt(tj.Weight, 0)
 		if tj.ServiceTime != nil {
 			st, err := tj.ServiceTime.serviceTime(at + ".serviceTime")
 			if err != nil {
@@ -583,6 +761,7 @@ func ptr[T any](v T) *T { return &v }
 func (s Scenario) MarshalJSON() ([]byte, error) {
 	j := scenarioJSON{
 		Nodes:          ptr(s.Nodes),
+		Changes:        nil,
 		ShardCount:     ptr(s.ShardCount),
 		BatchSize:      ptr(s.BatchSize),
 		WorkersPerNode: ptr(s.WorkersPerNode),
@@ -592,8 +771,27 @@ func (s Scenario) MarshalJSON() ([]byte, error) {
 		ServiceTime:    &serviceTimeJSON{Min: ptr(s.ServiceTime.Min.String()), Max: ptr(s.ServiceTime.Max.String())},
 		Tenants:        []tenantJSON{},
 	}
+	if s.NodeList != nil {
+		nodes := make([]nodeJSON, len(s.NodeList))
+		for i, n := range s.NodeList {
+			nodes[i].Shards = shardRanges(n.Shards)
+			if n.Workers != 0 {
+				nodes[i].Workers = ptr(n.Workers)
+			}
+		}
+		j.Nodes = nodes
+	}
+	if s.Apportionment != "" {
+		j.Apportionment = ptr(s.Apportionment)
+	}
+	for _, c := range s.Changes {
+		j.Changes = append(j.Changes, changeJSON{At: ptr(c.At.String()), Quotas: c.Quotas, Weights: c.Weights})
+	}
 	for _, t := range s.Tenants {
 		tj := tenantJSON{Name: ptr(t.Name), Quota: ptr(t.Quota), Queues: ptr(t.Queues)}
+		if t.Weight != 0 {
+			tj.Weight = ptr(t.Weight)
+		}
 		if t.ServiceTime != nil {
 			tj.ServiceTime = &serviceTimeJSON{Min: ptr(t.ServiceTime.Min.String()), Max: ptr(t.ServiceTime.Max.String())}
 		}
@@ -615,6 +813,30 @@ func (s Scenario) MarshalJSON() ([]byte, error) {
 	return json.MarshalIndent(j, "", "  ")
 }
 
+// shardRanges writes shards as numbers, and runs of three or more as
+// "lo-hi" ranges.
+func shardRanges(shards []int) []any {
+	if shards == nil {
+		return nil
+	}
+	out := []any{}
+	for i := 0; i < len(shards); {
+		k := i
+		for k+1 < len(shards) && shards[k+1] == shards[k]+1 {
+			k++
+		}
+		if k-i >= 2 {
+			out = append(out, fmt.Sprintf("%d-%d", shards[i], shards[k]))
+		} else {
+			for x := i; x <= k; x++ {
+				out = append(out, shards[x])
+			}
+		}
+		i = k + 1
+	}
+	return out
+}
+
 // Validate checks every field of s and returns a *[ScenarioError] for the
 // first one that is wrong, in the order of the file format.
 func (s Scenario) Validate() error {
@@ -632,8 +854,8 @@ func (s Scenario) Validate() error {
 		return bad("batchSize", "%d is out of range: want 1..%d", s.BatchSize, maxBatchSize)
 	case s.WorkersPerNode < 0:
 		return bad("workersPerNode", "%d is negative: want 0 (unlimited) or ≥ batchSize", s.WorkersPerNode)
-	case s.WorkersPerNode > 0 && s.WorkersPerNode < s.BatchSize:
-		return bad("workersPerNode", "%d is below batchSize %d: a node sweeps only when a whole batch of workers is free, so it would never sweep", s.WorkersPerNode, s.BatchSize)
+	case s.Apportionment != "" && s.Apportionment != "ceil" && s.Apportionment != "shares":
+		return bad("apportionment", "%q: want \"ceil\" or \"shares\"", s.Apportionment)
 	case s.Tick <= 0 || s.Tick > time.Hour:
 		return bad("tick", "%v is out of range: want > 0 and ≤ 1h", s.Tick)
 	case s.Duration <= 0:
@@ -644,6 +866,9 @@ func (s Scenario) Validate() error {
 		return bad("duration", "%v is %d ticks of %v: want at most %d", s.Duration, s.Duration/s.Tick, s.Tick, maxTicks)
 	}
 	if err := s.ServiceTime.validate("serviceTime"); err != nil {
+		return err
+	}
+	if err := s.validateNodes(); err != nil {
 		return err
 	}
 	if len(s.Tenants) == 0 {
@@ -665,10 +890,10 @@ func (s Scenario) Validate() error {
 		}
 		seen[t.Name] = i
 		switch {
-		case t.Quota == 0:
-			return bad(at+".quota", "0 would pause the tenant and its rows would never drain: want ≥ 1, or -1 for unlimited")
 		case t.Quota < 0 && t.Quota != backpressure.Unlimited:
-			return bad(at+".quota", "%d: want ≥ 1, or -1 for unlimited", t.Quota)
+			return bad(at+".quota", "%d: want ≥ 0 (0 pauses), or -1 for unlimited", t.Quota)
+		case t.Weight < 0 || t.Weight > backpressure.MaxWeight:
+			return bad(at+".weight", "%d is out of range: want 1..%d (0 or left out: 1)", t.Weight, backpressure.MaxWeight)
 		case t.Queues < 1 || t.Queues > maxQueues:
 			return bad(at+".queues", "%d is out of range: want 1..%d", t.Queues, maxQueues)
 		}
@@ -693,10 +918,96 @@ func (s Scenario) Validate() error {
 	if rows > maxRows {
 		return bad("tenants", "the arrivals add up to about %.0f rows: want at most %d", rows, maxRows)
 	}
+	for i, c := range s.Changes {
+		at := fmt.Sprintf("changes[%d]", i)
+		if c.At < 0 || c.At/s.Tick > maxTicks {
+			return bad(at+".at", "%v: want ≥ 0 and at most %d ticks", c.At, maxTicks)
+		}
+		if i > 0 && c.At < s.Changes[i-1].At {
+			return bad(at+".at", "%v is before changes[%d] (%v): list changes in time order", c.At, i-1, s.Changes[i-1].At)
+		}
+		if len(c.Quotas) == 0 && len(c.Weights) == 0 {
+			return bad(at, "changes nothing: want \"quotas\" or \"weights\"")
+		}
+		for _, name := range sortedKeys(c.Quotas) {
+			q := c.Quotas[name]
+			if _, ok := seen[name]; !ok {
+				return bad(at+".quotas."+name, "no tenant has this name")
+			}
+			if q < 0 && q != backpressure.Unlimited {
+				return bad(at+".quotas."+name, "%d: want ≥ 0 (0 pauses), or -1 for unlimited", q)
+			}
+		}
+		for _, name := range sortedKeys(c.Weights) {
+			w := c.Weights[name]
+			if _, ok := seen[name]; !ok {
+				return bad(at+".weights."+name, "no tenant has this name")
+			}
+			if w < 1 || w > backpressure.MaxWeight {
+				return bad(at+".weights."+name, "%d is out of range: want 1..%d", w, backpressure.MaxWeight)
+			}
+		}
+	}
 	if s.Lease <= ceilTicks(longest, s.Tick)*s.Tick {
 		return bad("lease", "%v is not longer than the longest service time %v rounded up to ticks of %v: a running row would be claimed again", s.Lease, longest, s.Tick)
 	}
 	return nil
+}
+
+// validateNodes checks NodeList.
+func (s Scenario) validateNodes() error {
+	if len(s.NodeList) == 0 {
+		return nil
+	}
+	bad := func(field, format string, args ...any) error {
+		return &ScenarioError{Field: field, Problem: fmt.Sprintf(format, args...)}
+	}
+	if len(s.NodeList) != s.Nodes {
+		return bad("nodes", "%d nodes listed for %d nodes", len(s.NodeList), s.Nodes)
+	}
+	listed := s.NodeList[0].Shards != nil
+	owner := make([]int, s.ShardCount)
+	for i := range owner {
+		owner[i] = -1
+	}
+	for i, n := range s.NodeList {
+		at := fmt.Sprintf("nodes[%d]", i)
+		if n.Workers < 0 {
+			return bad(at+".workers", "%d is negative", n.Workers)
+		}
+		if (n.Shards != nil) != listed {
+			return bad(at+".shards", "either every node lists its shards or none does")
+		}
+		if listed && len(n.Shards) == 0 {
+			return bad(at+".shards", "empty: a node must own at least one shard")
+		}
+		for _, sh := range n.Shards {
+			switch {
+			case sh < 0 || sh >= s.ShardCount:
+				return bad(at+".shards", "shard %d is out of range 0..%d", sh, s.ShardCount-1)
+			case owner[sh] >= 0:
+				return bad(at+".shards", "shard %d is also owned by nodes[%d]", sh, owner[sh])
+			}
+			owner[sh] = i
+		}
+	}
+	if listed {
+		for sh, o := range owner {
+			if o < 0 {
+				return bad("nodes", "shard %d is owned by no node: its rows would never be claimed", sh)
+			}
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func (st ServiceTime) validate(field string) error {

@@ -3,6 +3,8 @@ package sim
 import (
 	"math"
 	"testing"
+
+	"pgregory.net/rapid"
 	"time"
 )
 
@@ -68,26 +70,76 @@ func TestJain(t *testing.T) {
 	}
 }
 
-func TestEntitledShare(t *testing.T) {
+// TestWaterFill checks the weighted max-min fair shares against a naive
+// reference that hands out capacity in small equal steps per unit of
+// weight.
+func TestWaterFill(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(1, 8).Draw(t, "n")
+		caps := make([]float64, n)
+		weights := make([]int, n)
+		idx := make([]int, n)
+		for i := range n {
+			caps[i] = float64(rapid.IntRange(1, 50).Draw(t, "cap"))
+			weights[i] = rapid.IntRange(1, 4).Draw(t, "weight")
+			idx[i] = i
+		}
+		capacity := float64(rapid.IntRange(1, 200).Draw(t, "capacity"))
+		ent := make([]float64, n)
+		waterFill(idx, caps, weights, capacity, true, ent)
+
+		naive := make([]float64, n)
+		const step = 1.0 / 64
+		left := capacity
+		for left > 1e-9 {
+			gave := false
+			for i := range n {
+				d := min(step*float64(weights[i]), caps[i]-naive[i], left)
+				if d > 0 {
+					naive[i] += d
+					left -= d
+					gave = true
+				}
+			}
+			if !gave {
+				break
+			}
+		}
+		for i := range n {
+			if math.Abs(ent[i]-naive[i]) > 4*step*float64(weights[i])+1e-9 {
+				t.Fatalf("caps %v weights %v capacity %v: waterFill %v, naive %v", caps, weights, capacity, ent, naive)
+			}
+		}
+	})
+}
+
+// TestEntitlementJain checks the per-tick index: capped at 1, weighted,
+// unlimited tenants bounded by the cluster, paused tenants left out.
+func TestEntitlementJain(t *testing.T) {
 	tests := []struct {
-		inflight, waiting, quota int
-		want                     float64
-		ok                       bool
+		inflight, waiting, quotas, weights []int
+		capacity                           int
+		want                               float64
+		ok                                 bool
 	}{
-		{0, 0, 10, 0, false},  // no demand: not counted
-		{0, 5, 10, 0, true},   // waiting while under quota
-		{10, 90, 10, 1, true}, // at its quota with a backlog
-		{3, 0, 10, 1, true},   // everything it wants
-		{20, 0, 10, 2, true},  // twice its quota
-		{5, 5, -1, 0.5, true}, // unlimited: entitled to its whole demand
-		{2, 3, 4, 0.5, true},  // demand 5 capped at quota 4
-		{12, 38, 50, 0.24, true},
+		// Two unlimited tenants with backlogs, weights 1 and 3, 120
+		// workers: entitled to 30 and 90. Holding exactly that is fair.
+		{[]int{30, 90}, []int{500, 500}, []int{-1, -1}, []int{1, 3}, 120, 1, true},
+		// The same split unweighted is not: x = 0.5 and 1.
+		{[]int{30, 90}, []int{500, 500}, []int{-1, -1}, []int{1, 1}, 120, 0.9, true},
+		// Over its quota counts 1, not 2: x = 1 and 1.
+		{[]int{20, 5}, []int{0, 0}, []int{10, 10}, []int{1, 1}, 0, 1, true},
+		// A paused tenant takes no part: one tenant left, no index.
+		{[]int{5, 0}, []int{0, 9}, []int{10, 0}, []int{1, 1}, 100, 0, false},
+		// Nobody holds anything: no index.
+		{[]int{0, 0}, []int{3, 3}, []int{10, 10}, []int{1, 1}, 100, 0, false},
 	}
 	for i, tt := range tests {
-		got, ok := entitledShare(tt.inflight, tt.waiting, tt.quota)
+		e := newEntitlement(len(tt.inflight))
+		got, ok := e.jain(tt.inflight, tt.waiting, tenantConfig{quotas: tt.quotas, weights: tt.weights}, tt.capacity)
 		if ok != tt.ok || math.Abs(got-tt.want) > 1e-12 {
-			t.Errorf("step %d: entitledShare(%d, %d, %d) = %v, %v, want %v, %v",
-				i, tt.inflight, tt.waiting, tt.quota, got, ok, tt.want, tt.ok)
+			t.Errorf("step %d: jain(%v, %v, quotas %v, weights %v, C %d) = %v, %v, want %v, %v",
+				i, tt.inflight, tt.waiting, tt.quotas, tt.weights, tt.capacity, got, ok, tt.want, tt.ok)
 		}
 	}
 }

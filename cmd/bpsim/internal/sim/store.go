@@ -3,24 +3,44 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
-// row is a claimed outbox row, whichever store claimed it.
-type row struct {
-	Key        string
-	Token      int64
-	EnqueuedAt time.Time
-	ClaimedAt  time.Time
+// unscopedClaimer is the one call bpsim needs beyond [outbox.Store]: the
+// unscoped oldest-first claim the unscoped policy measures. Both stores
+// have it.
+type unscopedClaimer interface {
+	ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error)
 }
 
-// message is one row to enqueue.
-type message struct {
-	Key       string
-	Namespace string
-	TaskQueue string
+// simStore is one fresh outbox a policy runs on: any [outbox.Store] that
+// can also claim unscoped, with a name for errors.
+type simStore struct {
+	outbox.Store
+	unscoped unscopedClaimer
+	name     string // the database (and schema or file), for errors
+}
+
+// newSimStore wraps s, which must also claim unscoped.
+func newSimStore(s outbox.Store, name string) (*simStore, error) {
+	u, ok := s.(unscopedClaimer)
+	if !ok {
+		s.Close()
+		return nil, fmt.Errorf("bpsim: %s: the store has no ClaimOutboxRowsUnscoped", name)
+	}
+	return &simStore{Store: s, unscoped: u, name: name}, nil
+}
+
+// Name names the database (and schema or file) in errors.
+func (o *simStore) Name() string { return o.name }
+
+// ClaimUnscoped claims up to limit of the oldest claimable rows on shards.
+func (o *simStore) ClaimUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+	return o.unscoped.ClaimOutboxRowsUnscoped(ctx, shards, limit)
 }
 
 // rowState is what the audit reads back of one dispatch key.
@@ -31,25 +51,16 @@ type rowState struct {
 	Attempts int // claims of the row, 1 when it ran exactly once
 }
 
-// errLeaseLost is what an adapter's Settle returns when the store says the
-// token no longer holds the row: the row was claimed again while a worker
-// was still running it.
-var errLeaseLost = errors.New("lease lost")
-
-// outbox is what the simulator needs of a store: the planner's
-// OutboxStore plus enqueue, the unscoped claim, settle and a read-back for
-// the audit. One adapter per store package implements it.
-type outbox interface {
-	backpressure.OutboxStore[row]
-	// Name names the database (and schema or file) in errors.
-	Name() string
-	Enqueue(ctx context.Context, msgs []message) (inserted int, err error)
-	ClaimUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]row, error)
-	// Settle settles the row; it returns an error matching errLeaseLost
-	// when token is no longer the row's live claim.
-	Settle(ctx context.Context, key string, token int64) error
-	Inspect(ctx context.Context, key string) (rowState, error)
-	Close() error
+// Inspect reads back the row of key for the audit.
+func (o *simStore) Inspect(ctx context.Context, key string) (rowState, error) {
+	r, err := o.Get(ctx, key)
+	switch {
+	case errors.Is(err, outbox.ErrNotFound):
+		return rowState{}, nil
+	case err != nil:
+		return rowState{}, err
+	}
+	return rowState{Found: true, Settled: r.State == outbox.StateSettled, State: string(r.State), Attempts: r.Attempts}, nil
 }
 
 // storeOptions are what every store is opened with.
@@ -65,7 +76,7 @@ type database interface {
 	// Name names the database in errors and in the report, with no secret.
 	Name() string
 	// Open returns a fresh, empty outbox named after the policy.
-	Open(ctx context.Context, policy string, opts storeOptions) (outbox, error)
+	Open(ctx context.Context, policy string, opts storeOptions) (*simStore, error)
 	// ReportName is what the report says the policy ran on, once Close
 	// has removed it: "" when there is nothing left worth naming.
 	ReportName(policy string) string

@@ -1,0 +1,118 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// shrink makes a shipped scenario small enough for a test: a tenth of each
+// burst, a tenth of the tenants beyond the first ten, and an arrival window
+// of at most 10s (changes keep their times).
+func shrink(s Scenario) Scenario {
+	if s.Duration > 10*time.Second {
+		s.Duration = 10 * time.Second
+	}
+	if len(s.Tenants) > 10 {
+		s.Tenants = append(s.Tenants[:10:10], s.Tenants[10:10+(len(s.Tenants)-10)/10]...)
+	}
+	for i := range s.Tenants {
+		arr := append([]Arrival(nil), s.Tenants[i].Arrivals...)
+		for k := range arr {
+			switch arr[k].Pattern {
+			case PatternBurst:
+				arr[k].Rows = max(1, arr[k].Rows/10)
+				arr[k].At = min(arr[k].At, s.Duration-s.Tick)
+			case PatternSteady:
+				arr[k].From = min(arr[k].From, s.Duration-s.Tick)
+				arr[k].Until = min(arr[k].Until, s.Duration)
+			}
+		}
+		s.Tenants[i].Arrivals = arr
+	}
+	return s
+}
+
+// TestShippedScenarios parses every scenario in cmd/bpsim/scenarios and
+// runs a small variant of it under the backpressure policy (the e2e tests
+// cover the other two), checking the verdict and what the scenario is
+// there to show.
+func TestShippedScenarios(t *testing.T) {
+	paths, err := filepath.Glob("../../scenarios/*.json")
+	if err != nil || len(paths) < 5 {
+		t.Fatalf("scenarios: %v, %v", paths, err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			s, err := LoadScenario(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = shrink(s)
+			if err := s.Validate(); err != nil {
+				t.Fatalf("shrunk: %v", err)
+			}
+			rep, err := Run(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{Backpressure}}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			bp := rep.Policy(Backpressure)
+			for _, tr := range bp.Tenants {
+				if tr.Paused && (tr.Claimed != 0 || tr.HeldAtEnd != tr.Rows) {
+					t.Errorf("paused tenant %s: claimed %d, held at the end %d of %d", tr.Name, tr.Claimed, tr.HeldAtEnd, tr.Rows)
+				}
+				if tr.Quota >= 0 && len(s.Changes) == 0 && tr.PeakInflight > tr.ClusterCeiling {
+					t.Errorf("tenant %s: peak %d over its cluster ceiling %d", tr.Name, tr.PeakInflight, tr.ClusterCeiling)
+				}
+			}
+			if bp.Audit.Held != heldRows(bp) {
+				t.Errorf("audit held %d, paused tenants' rows %d", bp.Audit.Held, heldRows(bp))
+			}
+		})
+	}
+}
+
+func heldRows(p *PolicyReport) int {
+	n := 0
+	for _, t := range p.Tenants {
+		if t.Paused {
+			n += t.HeldAtEnd
+		}
+	}
+	return n
+}
+
+// TestWeightsShareTheBatch checks the weights scenario's point: with every
+// tenant backlogged and unlimited, backpressure keeps in flight in
+// proportion to the weights 1:2:4 while all three wait, within a row of
+// rounding per node and weight.
+func TestWeightsShareTheBatch(t *testing.T) {
+	s, err := LoadScenario("../../scenarios/weights.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = shrink(s)
+	for i := range s.Tenants {
+		s.Tenants[i].Arrivals[0].Rows = 200
+	}
+	rep, err := Run(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{Backpressure}}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := rep.Policy(Backpressure).Timeline
+	if tl.Tick != s.Tick {
+		t.Fatalf("timeline merged samples (tick %v): the test wants every tick", tl.Tick)
+	}
+	// Sample after the first service times end and long before anyone's
+	// backlog can run out: 200 rows at 48 workers and 1.5s each last
+	// over 6s for the weight-4 tenant.
+	at := int(3 * time.Second / s.Tick)
+	free, pro, ent := tl.Inflight[0][at], tl.Inflight[1][at], tl.Inflight[2][at]
+	if free+pro+ent < 24 || abs(pro-2*free) > 2*s.Nodes || abs(ent-4*free) > 4*s.Nodes {
+		t.Errorf("in flight at %v: free %d, pro %d, enterprise %d; want them split 1:2:4", time.Duration(at)*s.Tick, free, pro, ent)
+	}
+}
+
+func abs(x int) int { return max(x, -x) }
