@@ -10,7 +10,7 @@ RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
-.PHONY: test fmt-check vet staticcheck unit bench-smoke bench bench-drain fuzz tools chart clean
+.PHONY: test fmt-check vet staticcheck unit bench-smoke bench bench-drain chaos fuzz tools chart clean
 
 test: fmt-check vet staticcheck unit bench-smoke
 
@@ -55,6 +55,11 @@ bench-drain:
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime=3x
 	cd pgstore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
 	cd sqlitestore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
+
+# The large membership chaos run (20,000 rows, nodes killed, paused, restarted
+# and added); make test runs a smaller one.
+chaos:
+	cd pgstore && PGSTORE_CHAOS=1 $(GO) test -race -count=1 -run '^TestChaosMembership$$' -v -timeout 9m .
 
 # Coverage-guided fuzzing of the planner and the gate, FUZZTIME each.
 fuzz:
