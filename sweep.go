@@ -150,8 +150,8 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	var (
 		claimed map[string]int
 		pending []RouteCount
-		read    *CountParams // the pending count read with claimed, if any
-		both    bool         // whether claimed was read with a pending count
+		read    CountParams // the pending count read with claimed, if both
+		both    bool        // whether claimed was read with a pending count
 		err     error
 	)
 	if isCounter {
@@ -168,7 +168,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		}
 		switch {
 		case err == nil:
-			read, both = &p, true
+			read, both = p, true
 		case !errors.Is(err, ErrNotSupported):
 			return nil, sweepResult{}, &StoreError{Op: "CountOutboxRows", Err: err}
 		}
@@ -182,7 +182,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	// the last sweep's count says whether there were. Full counts already
 	// read serve as well.
 	n, useWindow := 0, false
-	if canWindow && (read == nil || read.Namespaces > 0) {
+	if canWindow && (!both || read.Namespaces > 0) {
 		n, useWindow = b.windowSize(claimed, st, budget)
 		useWindow = useWindow && b.hints.seenNamespaces >= n
 	}
@@ -191,7 +191,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		windowed bool
 	)
 	if useWindow {
-		if read != nil && read.Namespaces >= n {
+		if both && read.Namespaces >= n {
 			// A window of more namespaces than needed starts with the
 			// window needed.
 			pending = firstNamespaces(pending, read.After, n)
@@ -224,8 +224,8 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	if !windowed {
 		c := b.hints.firstCountCap(full)
 		for {
-			if read != nil && read.Namespaces == 0 && read.CapPerRoute == c {
-				read = nil // counted with claimed: use it once
+			if both && read.Namespaces == 0 && read.CapPerRoute == c {
+				read.CapPerRoute = 0 // counted with claimed: use it once
 			} else if pending, err = store.CountPendingOutboxRows(ctx, shards, c); err != nil {
 				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 			}
