@@ -145,7 +145,8 @@ type Counter interface {
 	// A p.CapPerRoute below 1 or a negative p.Namespaces is an error. For
 	// a combination of p.Claimed and window-or-not that the store does not
 	// serve, it returns an error matching [ErrNotSupported] at once,
-	// whatever ctx and the other fields, and [Sweep] counts without it.
+	// without I/O, whatever ctx, the store's state and p's other fields;
+	// [Sweep] then counts without it.
 	CountOutboxRows(ctx context.Context, shards OwnedShardFraction, p CountParams) (claimed map[string]int, pending []RouteCount, err error)
 }
 
