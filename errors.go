@@ -16,6 +16,10 @@ var (
 	ErrInvalidSnapshot = errors.New("backpressure: invalid snapshot")
 	// ErrStore wraps every error a store returned during Sweep.
 	ErrStore = errors.New("backpressure: store failed")
+	// ErrNotSupported is what a store returns from an optional extension
+	// (see [Counter]) for a request it does not serve; Sweep then does
+	// without the extension. It never reaches Sweep's caller.
+	ErrNotSupported = errors.New("backpressure: not supported by the store")
 )
 
 // ShardError describes an invalid owned-shard set. It matches
@@ -77,7 +81,7 @@ func (e *SnapshotError) Is(target error) bool { return target == ErrInvalidSnaps
 // the call that failed. It matches [ErrStore] and unwraps to the store's
 // error, so errors.Is(err, context.Canceled) works through it.
 type StoreError struct {
-	Op  string // the failed call: "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountPendingOutboxRowsWindow", "CountSweep", "ClaimOutboxRowsScoped" or "InSweepTx"
+	Op  string // the failed call: "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountOutboxRows" ([Counter]), "ClaimOutboxRowsScoped" or "InSweepTx" ([TxSweeper])
 	Err error
 }
 

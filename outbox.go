@@ -52,8 +52,15 @@ type ScopedClaim struct {
 // row is claimed while its lease is live; a claimed row whose lease expired
 // is claimable again. A settled row is never claimed again.
 //
-// The package's conformance suite, storetest, checks this contract against
-// a real implementation; run it from the implementation's tests.
+// Two optional extensions make a sweep cheaper; a store implements those
+// that fit it. [Counter] counts only the namespaces a sweep can serve (fewer
+// probes with many namespaces) and, for a store over a network, both counts
+// in one round trip. [TxSweeper] runs a sweep's counts and claim in one
+// transaction, which suits an in-process store.
+//
+// The package's conformance suite, storetest, checks this contract and the
+// extensions against a real implementation; run it from the
+// implementation's tests.
 type OutboxStore[R any] interface {
 	// CountClaimedOutboxRows returns, per namespace, the number of rows on
 	// the owned shards that hold a live lease now. Pending, expired and
@@ -77,66 +84,70 @@ type OutboxStore[R any] interface {
 	ClaimOutboxRowsScoped(ctx context.Context, shards OwnedShardFraction, claims []ScopedClaim) ([]R, error)
 }
 
-// PendingWindow asks a [PendingWindowCounter] for the pending counts of a
-// window of namespaces rather than of all of them.
-type PendingWindow struct {
-	// CapPerRoute caps each route's count, as in CountPendingOutboxRows
-	// (≥ 1).
+// CountParams says what a [Counter] counts: the pending counts of every
+// namespace or of a window of them, and, if asked, the claimed counts in
+// the same round trip. It is a struct so that the extension can grow
+// without a new interface per optimisation.
+type CountParams struct {
+	// CapPerRoute caps each route's pending count, as capPerRoute does in
+	// CountPendingOutboxRows (≥ 1).
 	CapPerRoute int
 
-	// After is where the walk starts: namespaces are taken in ascending
-	// byte order from the first one greater than After, wrapping around to
-	// the smallest after the largest, so After itself (if it has rows)
-	// comes last. "" starts at the smallest.
+	// Namespaces is the most namespaces the pending counts cover (≥ 0).
+	// 0 means every namespace: the counts CountPendingOutboxRows returns,
+	// and After is ignored. n ≥ 1 means a window: walking namespaces in
+	// the cyclic order After describes, the first n of them that have at
+	// least one claimable row on the owned shards (all of them, when
+	// fewer have).
+	Namespaces int
+
+	// After is where a window's walk starts: namespaces are taken in
+	// ascending byte order from the first one greater than After,
+	// wrapping around to the smallest after the largest, so After itself
+	// (if it has rows) comes last. "" starts at the smallest.
 	After string
 
-	// Namespaces is the most namespaces the window holds (≥ 1): the walk
-	// stops once it has this many namespaces with at least one claimable
-	// row on the owned shards. [SweepCounter.CountSweep] also takes 0, for
-	// no window: every namespace.
-	Namespaces int
+	// Claimed asks for the claimed counts too: what CountClaimedOutboxRows
+	// returns, from the same round trip (and the same snapshot of the
+	// outbox, when the store can give one).
+	Claimed bool
 }
 
-// PendingWindowCounter is an optional extension of [OutboxStore] that lets
-// a sweep count only the namespaces it can serve. With many namespaces a
-// full CountPendingOutboxRows probes every route; when more namespaces are
-// active than the batch has rows, a sweep only ever serves the next B of
-// them after its rotation cursor, so [Sweep] asks for a window of
-// B + k + 1 namespaces (k: the namespaces it knows to be at their ceiling
-// or paused) and gets exactly the plan the full counts would give.
+// Counter is an optional extension of [OutboxStore]: one call that counts
+// more than the base interface's counts do, which [Sweep] uses where the
+// store serves it. A store gains from it in two ways:
 //
-// The storetest suite checks a store's window against its full counts.
-type PendingWindowCounter interface {
-	// CountPendingOutboxRowsWindow returns what CountPendingOutboxRows
-	// (ctx, shards, w.CapPerRoute) returns, restricted to the namespaces of
-	// the window: walking namespaces in the cyclic order w.After describes,
-	// the first w.Namespaces of them that have at least one claimable row
-	// on the owned shards (all of them, when fewer have). For each such
-	// namespace it returns every route with claimable rows, sorted by
-	// namespace then task queue. One round trip (one statement or one
-	// read transaction).
-	CountPendingOutboxRowsWindow(ctx context.Context, shards OwnedShardFraction, w PendingWindow) ([]RouteCount, error)
-}
-
-// SweepCounter is an optional extension of [OutboxStore] for a store that
-// can read both of a sweep's counts, the live claimed rows and the pending
-// rows, in one round trip rather than two. [Sweep] then reads them with
-// one call. It pays where a round trip costs more than the statement, as
-// over a network: a store whose calls are in-process gains nothing.
+//   - Windows (Namespaces ≥ 1): with many namespaces a full
+//     CountPendingOutboxRows probes every route, but when more namespaces
+//     are active than the batch has rows, a sweep only ever serves the
+//     next B of them after its rotation cursor. Sweep then counts a window
+//     of B + k + 1 namespaces (k: those it knows to be at their ceiling or
+//     paused) and plans exactly what the full counts would give.
+//   - Claimed: both of a sweep's counts in one round trip rather than two.
+//     This pays where a round trip costs more than the statement, as over
+//     a network; a store whose calls are in-process gains nothing.
 //
-// The storetest suite checks a store's combined counts against its own
-// separate ones.
-type SweepCounter interface {
-	// CountSweep returns what CountClaimedOutboxRows(ctx, shards) and, in
-	// the same round trip, the pending count w describes return:
-	// CountPendingOutboxRows(ctx, shards, w.CapPerRoute) when w.Namespaces
-	// is 0 (w.After is then ignored), else
-	// CountPendingOutboxRowsWindow(ctx, shards, w). Sweep asks for a window
-	// only of a store that implements [PendingWindowCounter]; a store that
-	// does not may reject one. A w.CapPerRoute below 1 or a negative
-	// w.Namespaces is an error. Both counts should come from one snapshot
-	// of the outbox when the store can give one.
-	CountSweep(ctx context.Context, shards OwnedShardFraction, w PendingWindow) (claimed map[string]int, pending []RouteCount, err error)
+// A store over a network should serve every combination of params; an
+// in-process store should serve windows and may answer Claimed with
+// [ErrNotSupported], implementing [TxSweeper] instead. The storetest suite
+// checks a store's Counter against its own CountClaimedOutboxRows and
+// CountPendingOutboxRows.
+type Counter interface {
+	// CountOutboxRows returns the pending counts p describes, each capped
+	// at p.CapPerRoute, and, when p.Claimed, the claimed counts
+	// CountClaimedOutboxRows(ctx, shards) returns (else claimed is nil).
+	// With p.Namespaces 0 the pending counts are those
+	// CountPendingOutboxRows(ctx, shards, p.CapPerRoute) returns; with a
+	// window, they are every route with claimable rows of each of the
+	// window's namespaces, sorted by namespace then task queue. One round
+	// trip (one statement or one read transaction).
+	//
+	// A p.CapPerRoute below 1 or a negative p.Namespaces is an error. For
+	// a combination of p.Claimed and window-or-not that the store does not
+	// serve, it returns an error matching [ErrNotSupported] at once,
+	// without I/O, whatever ctx, the store's state and p's other fields;
+	// [Sweep] then counts without it.
+	CountOutboxRows(ctx context.Context, shards OwnedShardFraction, p CountParams) (claimed map[string]int, pending []RouteCount, err error)
 }
 
 // TxSweeper is an optional extension of [OutboxStore] for a store that can
@@ -158,7 +169,7 @@ type TxSweeper[R any] interface {
 	// through tx. It returns fn's error as is, or the store's own. tx must
 	// not be used after fn returns, and fn must not call the store itself
 	// (a store may hold a lock or its only connection for the
-	// transaction). If the store implements [PendingWindowCounter], so
-	// does tx.
+	// transaction). If the store implements [Counter], so does tx,
+	// serving the same params.
 	InSweepTx(ctx context.Context, fn func(tx OutboxStore[R]) error) error
 }

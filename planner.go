@@ -165,7 +165,7 @@ type Plan struct {
 	// Namespaces reports every namespace of the snapshot, sorted by name.
 	Namespaces []NamespaceReport
 	// Windowed is set by Sweep when the store counted only a window of the
-	// namespaces (PendingWindowCounter) and the window was full, so there
+	// namespaces (see [Counter]) and the window was full, so there
 	// may be more beyond it: the claims are the same as a full count's, but
 	// Namespaces then covers the window, and a namespace outside it
 	// appears only if it has claimed rows, with Pending 0.

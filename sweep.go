@@ -19,9 +19,9 @@ import (
 // or only the namespaces the rotation reaches next (not while
 // [Config.Weights] weighs some namespace above 1), so a report's Pending,
 // Demand and Held may be lower bounds: see [NamespaceReport.Capped] and
-// [Plan.Windowed]. It uses the optional [PendingWindowCounter],
-// [SweepCounter] and [TxSweeper] when the store offers them; a sweep costs
-// two or three round trips in steady state, five at most.
+// [Plan.Windowed]. It uses the optional [Counter] and [TxSweeper] when the
+// store offers them; a sweep costs two or three round trips in steady
+// state, five at most.
 //
 // A sweep runs with the configuration and shards b has when it starts:
 // [Backpressure.SetConfig] and [Backpressure.SetOwnedShards] during a sweep
@@ -95,8 +95,8 @@ func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 }
 
 // sweepResult is what a sweep commits to b once its claim has succeeded:
-// the plan, how many namespaces its counts saw, and, for a SweepCounter,
-// the k the next window is sized for.
+// the plan, how many namespaces its counts saw, and, for a Counter that
+// serves Claimed, the k the next window is sized for.
 type sweepResult struct {
 	plan  Plan
 	seen  int
@@ -109,8 +109,8 @@ type sweepResult struct {
 //  1. CountClaimedOutboxRows: live claimed rows per namespace;
 //  2. the pending counts, each route's count capped so the store reads no
 //     more of a route than the plan can use:
-//     - when the store implements PendingWindowCounter and the last sweep
-//     saw more namespaces than a window holds, CountPendingOutboxRowsWindow
+//     - when the store implements Counter and the last sweep saw more
+//     namespaces than a window holds, a window count (CountOutboxRows)
 //     over the namespaces this sweep can serve (see windowSize), capped at
 //     1: each of them gets at most one row;
 //     - otherwise CountPendingOutboxRows capped at c = min(full, 2·m + 1),
@@ -125,47 +125,64 @@ type sweepResult struct {
 //  4. one ClaimOutboxRowsScoped with the plan's claims (skipped when the
 //     plan claims nothing).
 //
-// With a SweepCounter, steps 1 and 2 are one CountSweep: two round trips in
-// steady state. Its window is then sized before the claimed counts are
-// known, for the namespaces the last sweep left without headroom (guessK),
-// and trimmed to the window step 2 describes (firstNamespaces); if more
-// namespaces than that have none, the window is counted again.
+// With a Counter that serves Claimed, steps 1 and 2 are one CountOutboxRows:
+// two round trips in steady state. Its window is then sized before the
+// claimed counts are known, for the namespaces the last sweep left without
+// headroom (guessK), and trimmed to the window step 2 describes
+// (firstNamespaces); if more namespaces than that have none, the window is
+// counted again.
+//
+// What a Counter serves is learnt by asking: a request it answers with
+// ErrNotSupported costs no I/O, so each sweep asks afresh (a window with
+// Claimed, then full counts with Claimed, then a window alone) and falls
+// back to the base calls, rather than remembering a store's answers on b,
+// which may sweep more than one store.
 func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget int, store OutboxStore[R]) ([]R, sweepResult, error) {
 	shards := st.f
 	// No route is granted more than the budget, so counting deeper than it
 	// cannot change the plan (see pendingCountCap).
 	full := st.fullCap(budget)
+	counter, isCounter := any(store).(Counter)
 	// With weights, a namespace may be granted several rows in a sweep
 	// that serves fewer namespaces than the budget, so the window rule
 	// (see windowSize) does not hold: count every namespace.
-	wc, canWindow := any(store).(PendingWindowCounter)
-	canWindow = canWindow && st.cfg.weights == nil
-	sc, canCombine := any(store).(SweepCounter)
+	canWindow := isCounter && st.cfg.weights == nil
 	var (
 		claimed map[string]int
 		pending []RouteCount
-		read    *PendingWindow // the pending count read with claimed, if any
+		read    CountParams // the pending count read with claimed, if both
+		both    bool        // whether claimed was read with a pending count
 		err     error
 	)
-	if canCombine {
+	if isCounter {
 		// The window is sized before the claimed counts are known, for
 		// the k guessK expects; see below if it falls short.
-		w := PendingWindow{CapPerRoute: b.hints.firstCountCap(full)}
+		p := CountParams{CapPerRoute: b.hints.firstCountCap(full), Claimed: true}
 		if n, ok := windowFor(budget, b.hints.nextK); canWindow && ok && b.hints.seenNamespaces >= n {
-			w = PendingWindow{CapPerRoute: 1, After: b.after(), Namespaces: n}
+			p = CountParams{CapPerRoute: 1, After: b.after(), Namespaces: n, Claimed: true}
 		}
-		if claimed, pending, err = sc.CountSweep(ctx, shards, w); err != nil {
-			return nil, sweepResult{}, &StoreError{Op: "CountSweep", Err: err}
+		claimed, pending, err = counter.CountOutboxRows(ctx, shards, p)
+		if p.Namespaces > 0 && errors.Is(err, ErrNotSupported) {
+			p = CountParams{CapPerRoute: b.hints.firstCountCap(full), Claimed: true}
+			claimed, pending, err = counter.CountOutboxRows(ctx, shards, p)
 		}
-		read = &w
-	} else if claimed, err = store.CountClaimedOutboxRows(ctx, shards); err != nil {
-		return nil, sweepResult{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
+		switch {
+		case err == nil:
+			read, both = p, true
+		case !errors.Is(err, ErrNotSupported):
+			return nil, sweepResult{}, &StoreError{Op: "CountOutboxRows", Err: err}
+		}
+	}
+	if !both {
+		if claimed, err = store.CountClaimedOutboxRows(ctx, shards); err != nil {
+			return nil, sweepResult{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
+		}
 	}
 	// A window helps only when there are more namespaces than it holds;
 	// the last sweep's count says whether there were. Full counts already
 	// read serve as well.
 	n, useWindow := 0, false
-	if canWindow && (read == nil || read.Namespaces > 0) {
+	if canWindow && (!both || read.Namespaces > 0) {
 		n, useWindow = b.windowSize(claimed, st, budget)
 		useWindow = useWindow && b.hints.seenNamespaces >= n
 	}
@@ -174,19 +191,22 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		windowed bool
 	)
 	if useWindow {
-		if read != nil && read.Namespaces >= n {
+		if both && read.Namespaces >= n {
 			// A window of more namespaces than needed starts with the
 			// window needed.
 			pending = firstNamespaces(pending, read.After, n)
 		} else {
 			// In a full window every grant is 0 or 1 (see windowSize), so
 			// whether a route has a claimable row is all the plan needs.
-			pending, err = wc.CountPendingOutboxRowsWindow(ctx, shards, PendingWindow{CapPerRoute: 1, After: b.after(), Namespaces: n})
-			if err != nil {
-				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRowsWindow", Err: err}
+			_, pending, err = counter.CountOutboxRows(ctx, shards, CountParams{CapPerRoute: 1, After: b.after(), Namespaces: n})
+			if errors.Is(err, ErrNotSupported) {
+				// No windows: the full counts below.
+				useWindow, pending = false, nil
+			} else if err != nil {
+				return nil, sweepResult{}, &StoreError{Op: "CountOutboxRows", Err: err}
 			}
 		}
-		if windowed = distinctNamespaces(pending) >= n; windowed {
+		if windowed = useWindow && distinctNamespaces(pending) >= n; windowed {
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, st); err != nil {
 				return nil, sweepResult{}, err
 			}
@@ -204,8 +224,8 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	if !windowed {
 		c := b.hints.firstCountCap(full)
 		for {
-			if read != nil && read.Namespaces == 0 && read.CapPerRoute == c {
-				read = nil // counted with claimed: use it once
+			if both && read.Namespaces == 0 && read.CapPerRoute == c {
+				read.CapPerRoute = 0 // counted with claimed: use it once
 			} else if pending, err = store.CountPendingOutboxRows(ctx, shards, c); err != nil {
 				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 			}
@@ -226,7 +246,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	if !windowed {
 		out.seen = distinctNamespaces(pending)
 	}
-	if canCombine && canWindow {
+	if both && canWindow {
 		out.nextK = guessK(plan, st)
 	}
 	if len(plan.Claims) == 0 {
@@ -245,7 +265,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 type sweepHints struct {
 	seenNamespaces int  // namespaces with pending rows at the last sweep (MaxInt: more than its window)
 	lastMaxLimit   int  // the largest route limit of the last sweep
-	nextK          int  // for a SweepCounter: the k the next sweep's window is sized for (see guessK)
+	nextK          int  // for a Counter serving Claimed: the k the next sweep's window is sized for (see guessK)
 	sweptOnce      bool // whether a sweep has succeeded
 }
 
@@ -328,8 +348,8 @@ func windowFor(budget, k int) (int, bool) {
 	return budget + k + 1, true
 }
 
-// guessK returns, after a sweep planned p, the k a [SweepCounter]'s next
-// window is sized for, before the sweep knows its claimed counts: the
+// guessK returns, after a sweep planned p, the k the next window counted
+// with the claimed counts ([CountParams.Claimed]) is sized for, before the sweep knows its claimed counts: the
 // paused namespaces (zeroCeilings) plus those with a ceiling c > 0 whose
 // claimed rows and grant together reach it, Σ [0 < c ≤ Claimed + Granted].
 // Claimed rows grow only by this node's claims, so that bounds the next
@@ -359,7 +379,7 @@ func (b *Backpressure) after() string {
 
 // firstNamespaces trims a window's counts, sorted by namespace, to those of
 // its first n namespaces in the cyclic order after after: the window
-// [PendingWindowCounter] would have returned for n. It filters in place.
+// [Counter] would have returned for n. It filters in place.
 func firstNamespaces(pending []RouteCount, after string, n int) []RouteCount {
 	above, total := 0, 0
 	for i, rc := range pending {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -12,56 +13,94 @@ import (
 	"pgregory.net/rapid"
 )
 
-// memWindowStore adds a naive PendingWindowCounter to memStore: the full
-// counts, filtered to the window's namespaces.
+// memWindowStore adds a naive Counter to memStore, as an in-process store
+// would have one: windows and full counts, but not the claimed counts
+// (ErrNotSupported); a window is the full counts filtered to the window's
+// namespaces.
 type memWindowStore struct {
 	*memStore
-	windows int // calls of CountPendingOutboxRowsWindow
+	windows     int // window counts served
+	unsupported int // requests answered with ErrNotSupported
 }
 
-func (s *memWindowStore) CountPendingOutboxRowsWindow(ctx context.Context, f backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
-	s.windows++
-	all, err := s.CountPendingOutboxRows(ctx, f, w.CapPerRoute)
-	if err != nil {
-		return nil, err
+func (s *memWindowStore) CountOutboxRows(ctx context.Context, f backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	if p.Claimed {
+		s.unsupported++
+		return nil, nil, backpressure.ErrNotSupported
 	}
+	pending, err := s.pending(ctx, f, p)
+	return nil, pending, err
+}
+
+// pending returns the pending counts p describes.
+func (s *memWindowStore) pending(ctx context.Context, f backpressure.OwnedShardFraction, p backpressure.CountParams) ([]backpressure.RouteCount, error) {
+	if p.CapPerRoute < 1 || p.Namespaces < 0 {
+		return nil, fmt.Errorf("invalid params %+v", p)
+	}
+	all, err := s.CountPendingOutboxRows(ctx, f, p.CapPerRoute)
+	if err != nil || p.Namespaces == 0 {
+		return all, err
+	}
+	s.windows++
 	var names []string // sorted, since all is
 	for _, rc := range all {
 		if len(names) == 0 || names[len(names)-1] != rc.Route.Namespace {
 			names = append(names, rc.Route.Namespace)
 		}
 	}
-	start, _ := slices.BinarySearch(names, w.After)
-	if start < len(names) && names[start] == w.After {
+	start, _ := slices.BinarySearch(names, p.After)
+	if start < len(names) && names[start] == p.After {
 		start++
 	}
 	keep := map[string]bool{}
-	for k := 0; k < len(names) && k < w.Namespaces; k++ {
+	for k := 0; k < len(names) && k < p.Namespaces; k++ {
 		keep[names[(start+k)%len(names)]] = true
 	}
 	return slices.DeleteFunc(all, func(rc backpressure.RouteCount) bool { return !keep[rc.Route.Namespace] }), nil
 }
 
-// memSweepCounter adds a SweepCounter to memWindowStore: both counts by
-// the separate calls.
-type memSweepCounter struct {
+// memFullCounter is memWindowStore serving every CountParams, as a store
+// over a network would: the claimed counts too, by the separate calls.
+type memFullCounter struct {
 	*memWindowStore
-	combined, combinedWindows int // calls of CountSweep, and of them with a window
+	combined, combinedWindows int // counts with Claimed, and of them windows
 }
 
-func (s *memSweepCounter) CountSweep(ctx context.Context, f backpressure.OwnedShardFraction, w backpressure.PendingWindow) (map[string]int, []backpressure.RouteCount, error) {
+func (s *memFullCounter) CountOutboxRows(ctx context.Context, f backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	if !p.Claimed {
+		return s.memWindowStore.CountOutboxRows(ctx, f, p)
+	}
 	s.combined++
 	claimed, err := s.CountClaimedOutboxRows(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}
-	if w.Namespaces == 0 {
-		pending, err := s.CountPendingOutboxRows(ctx, f, w.CapPerRoute)
-		return claimed, pending, err
+	if p.Namespaces > 0 {
+		s.combinedWindows++
+		s.windows-- // counted below, but not a window of its own
 	}
-	s.combinedWindows++
-	s.windows-- // counted below, but not a window of its own
-	pending, err := s.CountPendingOutboxRowsWindow(ctx, f, w)
+	pending, err := s.pending(ctx, f, p)
+	return claimed, pending, err
+}
+
+// memClaimedCounter is a Counter that serves only full counts with the
+// claimed counts: every other request is ErrNotSupported, so Sweep must
+// fall back from a window to full counts, and count claimed rows itself
+// when it asks for a window alone.
+type memClaimedCounter struct {
+	*memWindowStore
+}
+
+func (s *memClaimedCounter) CountOutboxRows(ctx context.Context, f backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	if !p.Claimed || p.Namespaces > 0 {
+		s.unsupported++
+		return nil, nil, backpressure.ErrNotSupported
+	}
+	claimed, err := s.CountClaimedOutboxRows(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	pending, err := s.pending(ctx, f, p)
 	return claimed, pending, err
 }
 
@@ -85,26 +124,30 @@ func referenceSweep(b *backpressure.Backpressure, s *memStore, budget int) ([]me
 	return rows, p, err
 }
 
-// TestSweepSameClaimsAsReference runs four outboxes in lockstep: one
+// TestSweepSameClaimsAsReference runs five outboxes in lockstep: one
 // swept by referenceSweep, one by Sweep with full counts only, one by Sweep
-// on a store that counts windows, and one on a store that also reads both
-// counts in one call (SweepCounter). Over random enqueues, settles, lease
+// on a store that counts windows (a Counter without Claimed), one on a
+// store that also reads both counts in one call (a Counter serving every
+// CountParams), and one whose Counter serves only full counts with Claimed
+// (every window request is ErrNotSupported). Over random enqueues, settles, lease
 // expiries, claims by another claimer, shards moving to and from the node,
 // config changes (SetConfig: batch size, quotas, weights) and quotas that
 // hold some namespaces at their ceiling, each sweep with a
 // random budget (SweepN's n, often the batch size), every sweep must claim
-// exactly the same rows in all four, whatever shallow counts, windows and
+// exactly the same rows in all five, whatever shallow counts, windows and
 // guessed window sizes Sweep used to get there.
 func TestSweepSameClaimsAsReference(t *testing.T) {
 	windowCalls, windowedPlans, shallowPlans, reconfigured := 0, 0, 0, 0
 	budgeted, windowedBudgeted := 0, 0 // sweeps with a budget below B, and of them windowed
 	combinedWindows, recounts, combinedWindowed := 0, 0, 0
+	refused := 0 // windows the claimed-only counter refused
 	rapid.Check(t, func(t *rapid.T) {
 		nShards := rapid.IntRange(1, 8).Draw(t, "shards")
 		ref := newMemStore(nShards)
 		plain, win := newMemStore(nShards), &memWindowStore{memStore: newMemStore(nShards)}
-		comb := &memSweepCounter{memWindowStore: &memWindowStore{memStore: newMemStore(nShards)}}
-		stores := []*memStore{ref, plain, win.memStore, comb.memStore}
+		comb := &memFullCounter{memWindowStore: &memWindowStore{memStore: newMemStore(nShards)}}
+		only := &memClaimedCounter{memWindowStore: &memWindowStore{memStore: newMemStore(nShards)}}
+		stores := []*memStore{ref, plain, win.memStore, comb.memStore, only.memStore}
 		var owned []int
 		for s := 0; s < nShards; s++ {
 			if rapid.IntRange(0, 3).Draw(t, "own") > 0 {
@@ -125,8 +168,9 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 		bw, err2 := backpressure.New(cfg, f)
 		br, err3 := backpressure.New(cfg, f)
 		bc, err4 := backpressure.New(cfg, f)
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
-			t.Fatal(err1, err2, err3, err4)
+		bo, err5 := backpressure.New(cfg, f)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
+			t.Fatal(err1, err2, err3, err4, err5)
 		}
 		nNS := rapid.IntRange(1, 14).Draw(t, "namespaces")
 		for step := 0; step < 30; step++ {
@@ -180,7 +224,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 				if f, err = backpressure.NewOwnedShardFraction(moved, nShards); err != nil {
 					t.Fatal(err)
 				}
-				for _, b := range []*backpressure.Backpressure{bp, bw, br, bc} {
+				for _, b := range []*backpressure.Backpressure{bp, bw, br, bc, bo} {
 					if err := b.SetOwnedShards(f); err != nil {
 						t.Fatal(err)
 					}
@@ -197,7 +241,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 				if rapid.Bool().Draw(t, "weights") {
 					cfg.Weights = map[string]int{fmt.Sprintf("n%02d", rapid.IntRange(0, nNS-1).Draw(t, "heavyNS")): rapid.IntRange(1, 4).Draw(t, "weight")}
 				}
-				for _, b := range []*backpressure.Backpressure{bp, bw, br, bc} {
+				for _, b := range []*backpressure.Backpressure{bp, bw, br, bc, bo} {
 					if err := b.SetConfig(cfg); err != nil {
 						t.Fatal(err)
 					}
@@ -214,17 +258,24 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 				r2, p2, err2 := backpressure.SweepN(context.Background(), bw, win, n)
 				windowsBefore := comb.windows
 				r3, p3, err3 := backpressure.SweepN(context.Background(), bc, comb, n)
-				if err0 != nil || err1 != nil || err2 != nil || err3 != nil {
-					t.Fatalf("step %d: %v, %v, %v, %v", step, err0, err1, err2, err3)
+				r4, p4, err4 := backpressure.SweepN(context.Background(), bo, only, n)
+				if err0 != nil || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+					t.Fatalf("step %d: %v, %v, %v, %v, %v", step, err0, err1, err2, err3, err4)
 				}
-				if !slices.Equal(p0.Claims, p1.Claims) || !slices.Equal(p0.Claims, p2.Claims) || !slices.Equal(p0.Claims, p3.Claims) {
-					t.Fatalf("step %d: claims differ:\nreference %v\nfull      %v (count cap %d)\nwindowed  %v (windowed=%v, count cap %d)\ncombined  %v (windowed=%v, count cap %d)",
-						step, p0.Claims, p1.Claims, p1.CountCap(), p2.Claims, p2.Windowed, p2.CountCap(), p3.Claims, p3.Windowed, p3.CountCap())
+				if !slices.Equal(p0.Claims, p1.Claims) || !slices.Equal(p0.Claims, p2.Claims) || !slices.Equal(p0.Claims, p3.Claims) || !slices.Equal(p0.Claims, p4.Claims) {
+					t.Fatalf("step %d: claims differ:\nreference %v\nfull      %v (count cap %d)\nwindowed  %v (windowed=%v, count cap %d)\ncombined  %v (windowed=%v, count cap %d)\nclaimed   %v (count cap %d)",
+						step, p0.Claims, p1.Claims, p1.CountCap(), p2.Claims, p2.Windowed, p2.CountCap(), p3.Claims, p3.Windowed, p3.CountCap(), p4.Claims, p4.CountCap())
+				}
+				// Falling back from every window, the claimed-only
+				// counter reads what full counts with claimed read: the
+				// full-count sweep's plan, reports and all.
+				if !reflect.DeepEqual(p1, p4) {
+					t.Fatalf("step %d: plans differ:\nfull    %+v\nclaimed %+v", step, p1, p4)
 				}
 				if p3.Windowed {
 					combinedWindowed++
 					// The same window as the window store's, however
-					// large a window CountSweep read.
+					// large a window the combined count read.
 					if p2.Windowed && !slices.Equal(p2.Namespaces, p3.Namespaces) {
 						t.Fatalf("step %d: reports differ:\nwindow store %+v\ncombined     %+v", step, p2.Namespaces, p3.Namespaces)
 					}
@@ -232,7 +283,7 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 				if comb.windows > windowsBefore {
 					recounts++
 				}
-				for _, r := range [][]memRow{r1, r2, r3} {
+				for _, r := range [][]memRow{r1, r2, r3, r4} {
 					if len(r) != len(r0) {
 						t.Fatalf("step %d: claimed %d rows, reference %d", step, len(r), len(r0))
 					}
@@ -271,6 +322,10 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 		}
 		windowCalls += win.windows
 		combinedWindows += comb.combinedWindows
+		if only.windows != 0 {
+			t.Fatalf("the claimed-only counter served %d windows", only.windows)
+		}
+		refused += only.unsupported
 	})
 	// The generator must reach the case that matters: sweeps that counted
 	// a window with more namespaces beyond it.
@@ -288,10 +343,13 @@ func TestSweepSameClaimsAsReference(t *testing.T) {
 	}
 	// And for the combined counter: windows read with the claimed counts
 	// and windowed plans from them. (Windows counted again when the guess
-	// fell short are rarer: TestSweepCounterGuessFallsShort makes one.)
+	// fell short are rarer: TestCombinedCountGuessFallsShort makes one.)
 	t.Logf("combined counts: %d windows, %d windowed plans, %d windows counted again", combinedWindows, combinedWindowed, recounts)
 	if combinedWindows == 0 || combinedWindowed == 0 {
 		t.Fatalf("combined counts: %d windows, %d windowed plans", combinedWindows, combinedWindowed)
+	}
+	if refused == 0 {
+		t.Fatal("the claimed-only counter never refused a window")
 	}
 }
 
@@ -337,15 +395,16 @@ func TestSweepWindowedKeepsRouteCursors(t *testing.T) {
 	}
 }
 
-// TestSweepCounterGuessFallsShort: a SweepCounter's window is sized before
-// the sweep knows its claimed counts. When another claimer has taken rows
+// TestCombinedCountGuessFallsShort: a window counted with the claimed
+// counts (CountParams.Claimed) is sized before the sweep knows its claimed
+// counts. When another claimer has taken rows
 // the Backpressure does not know of, more namespaces are at their ceiling
 // than the window allowed for: the sweep must count its window again and
 // still claim what a sweep on a plain window store claims. Otherwise the
-// one CountSweep is the sweep's only count.
-func TestSweepCounterGuessFallsShort(t *testing.T) {
+// one CountOutboxRows is the sweep's only count.
+func TestCombinedCountGuessFallsShort(t *testing.T) {
 	win := &memWindowStore{memStore: newMemStore(1)}
-	comb := &memSweepCounter{memWindowStore: &memWindowStore{memStore: newMemStore(1)}}
+	comb := &memFullCounter{memWindowStore: &memWindowStore{memStore: newMemStore(1)}}
 	for i := 0; i < 50; i++ {
 		win.enqueue(fmt.Sprintf("n%02d", i), "q", 5)
 		comb.enqueue(fmt.Sprintf("n%02d", i), "q", 5)
@@ -374,7 +433,7 @@ func TestSweepCounterGuessFallsShort(t *testing.T) {
 			t.Fatalf("step %d: not windowed", step)
 		}
 		if comb.combined != calls+1 || comb.windows != windows {
-			t.Fatalf("step %d: %d CountSweep calls and %d more windows, want 1 and none", step, comb.combined-calls, comb.windows-windows)
+			t.Fatalf("step %d: %d combined counts and %d more windows, want 1 and none", step, comb.combined-calls, comb.windows-windows)
 		}
 	}
 	// Another claimer fills ten namespaces to their ceiling of 2.
@@ -395,14 +454,14 @@ func TestSweepCounterGuessFallsShort(t *testing.T) {
 	}
 }
 
-// TestSweepCounterWindowsWithPausedNamespace: a paused namespace (quota 0)
-// is counted once in the k a SweepCounter's window is sized for, as in
+// TestCombinedCountWindowsWithPausedNamespace: a paused namespace (quota 0)
+// is counted once in the k a combined count's window is sized for, as in
 // the window store's: counted twice, the guessed window outgrew the
 // namespaces seen, and the combined sweeps never windowed while the window
 // store's did.
-func TestSweepCounterWindowsWithPausedNamespace(t *testing.T) {
+func TestCombinedCountWindowsWithPausedNamespace(t *testing.T) {
 	win := &memWindowStore{memStore: newMemStore(1)}
-	comb := &memSweepCounter{memWindowStore: &memWindowStore{memStore: newMemStore(1)}}
+	comb := &memFullCounter{memWindowStore: &memWindowStore{memStore: newMemStore(1)}}
 	for _, ns := range []string{"a", "b", "p"} {
 		win.enqueue(ns, "q", 50)
 		comb.enqueue(ns, "q", 50)
@@ -418,7 +477,7 @@ func TestSweepCounterWindowsWithPausedNamespace(t *testing.T) {
 			t.Fatal(err1, err2)
 		}
 		if !slices.Equal(p1.Claims, p2.Claims) || p1.Windowed != p2.Windowed {
-			t.Fatalf("sweep %d: window store %v (windowed %v), SweepCounter %v (windowed %v)", i, p1.Claims, p1.Windowed, p2.Claims, p2.Windowed)
+			t.Fatalf("sweep %d: window store %v (windowed %v), combined %v (windowed %v)", i, p1.Claims, p1.Windowed, p2.Claims, p2.Windowed)
 		}
 		if i > 0 && !p2.Windowed {
 			t.Fatalf("sweep %d: not windowed", i)

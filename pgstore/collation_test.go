@@ -238,7 +238,7 @@ func checkByteOrder(t *testing.T, s *pgstore.Store, all backpressure.OwnedShardF
 	}
 	for _, after := range []string{"", "A", "B", "C", "Z", "_", "a", "b", "c", "é", "z"} {
 		for n := 1; n <= 9; n++ {
-			got, err := s.CountPendingOutboxRowsWindow(ctx, all, backpressure.PendingWindow{CapPerRoute: 10, After: after, Namespaces: n})
+			got, err := pendingOf(s.CountOutboxRows(ctx, all, backpressure.CountParams{CapPerRoute: 10, After: after, Namespaces: n}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -120,8 +120,9 @@
 // alone decides when that earliest row is on an owned shard (always, on a
 // node that owns every shard). So no count reads a
 // whole backlog. The window walks the routes from its start, carrying how
-// many namespaces it has filled, and stops at the last one. [Store.CountSweep]
-// returns the claimed counts and either pending count in one statement.
+// many namespaces it has filled, and stops at the last one.
+// [Store.CountOutboxRows] returns either pending count, with the claimed
+// counts when asked, in one statement.
 // [Store.Complete] is one UPDATE … FROM unnest of the completions' arrays,
 // through the dispatch key's unique index, fenced on the updated row itself
 // (token, state, live lease), returning each entry's new state; one round

@@ -218,70 +218,60 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	return counts, nil
 }
 
-// CountPendingOutboxRowsWindow returns what [Store.CountPendingOutboxRows]
-// returns for the namespaces of the window w describes (see
-// [backpressure.PendingWindowCounter]): walking the namespaces in ascending
-// byte order from the first one above w.After, wrapping around to the smallest,
-// the first w.Namespaces of them with at least one claimable row on the
-// owned shards, each with all its routes that have claimable rows, each
-// count capped at w.CapPerRoute, in (namespace, task queue) order. One
-// statement.
+// CountOutboxRows returns, in one statement (one round trip, one
+// snapshot), the pending counts p describes and, when p.Claimed, what
+// [Store.CountClaimedOutboxRows] returns (see [backpressure.Counter]; it
+// serves every CountParams). [backpressure.Sweep] uses it to count only the
+// namespaces it can serve, and to make a sweep's counts one round trip
+// rather than two.
 //
-// Namespaces are compared in byte order, as the contract asks, whatever
-// the database's collation: the namespace and task_queue columns are
-// COLLATE "C" (schema version 3).
+// With p.Namespaces 0 the pending counts are what
+// [Store.CountPendingOutboxRows] returns for p.CapPerRoute, at its cost, and
+// p.After is ignored. With p.Namespaces ≥ 1 they are those of a window:
+// walking the namespaces in ascending byte order from the first one above
+// p.After, wrapping around to the smallest, the first p.Namespaces of them
+// with at least one claimable row on the owned shards, each with all its
+// routes that have claimable rows, each count capped at p.CapPerRoute, in
+// (namespace, task queue) order. Namespaces are compared in byte order, as
+// the contract asks, whatever the database's collation: the namespace and
+// task_queue columns are COLLATE "C" (schema version 3).
 //
-// A w.CapPerRoute or w.Namespaces below 1 is an [*outbox.ArgumentError]; w.After
-// must be valid UTF-8 without NUL bytes (it may be empty).
+// A p.CapPerRoute below 1 or a negative p.Namespaces is an
+// [*outbox.ArgumentError]; for a window, p.After must be valid UTF-8
+// without NUL bytes (it may be empty).
 //
-// Cost: one index descent per route of the namespaces walked, plus, per
-// route with a claimable row, the capped range of
-// [Store.CountPendingOutboxRows] — skipped when w.CapPerRoute is 1, as a
+// A window's cost: one index descent per route of the namespaces walked,
+// plus, per route with a claimable row, the capped range of
+// [Store.CountPendingOutboxRows] — skipped when p.CapPerRoute is 1, as a
 // sweep's window asks, and the route's earliest claimable row, which the
 // descent found, is on an owned shard (always, on a node that owns every
-// shard). The walk stops at the w.Namespaces-th
-// namespace with claimable rows, so it reads the window's namespaces and
-// those between them with none claimable, never the routes of the
-// namespaces beyond the window.
-func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
-	const op = "CountPendingOutboxRowsWindow"
-	if err := s.begin(ctx, op); err != nil {
-		return nil, err
-	}
-	args, err := s.countArgs(op, shards, w, 1)
-	if err != nil {
-		return nil, err
-	}
-	counts, err := collectNoJIT(ctx, s, anyLoss, s.sql.countPendingWindow, args, scanRouteCount)
-	if err != nil {
-		return nil, opError(op, err)
-	}
-	return counts, nil
-}
-
-// CountSweep returns, in one statement (one round trip, one snapshot),
-// what [Store.CountClaimedOutboxRows] and either
-// [Store.CountPendingOutboxRows] (w.Namespaces 0: w.CapPerRoute caps each
-// route, w.After is ignored) or [Store.CountPendingOutboxRowsWindow] (w
-// with w.Namespaces ≥ 1) return, at their costs. See
-// [backpressure.SweepCounter]: [backpressure.Sweep] uses it to make a
-// sweep's counts one round trip rather than two.
-//
-// A w.CapPerRoute below 1 or a negative w.Namespaces is an
-// [*outbox.ArgumentError]; for a window, w.After must be valid UTF-8 without NUL
-// bytes.
-func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
-	const op = "CountSweep"
+// shard). The walk stops at the p.Namespaces-th namespace with claimable
+// rows, so it reads the window's namespaces and those between them with
+// none claimable, never the routes of the namespaces beyond the window.
+// The claimed counts add the cost of [Store.CountClaimedOutboxRows].
+func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
+	const op = "CountOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, nil, err
+	}
+	args, err := s.countArgs(op, shards, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !p.Claimed {
+		sql := s.sql.countPending
+		if p.Namespaces > 0 {
+			sql = s.sql.countPendingWindow
+		}
+		pending, err := collectNoJIT(ctx, s, anyLoss, sql, args, scanRouteCount)
+		if err != nil {
+			return nil, nil, opError(op, err)
+		}
+		return nil, pending, nil
 	}
 	sql := s.sql.sweepCount
-	if w.Namespaces > 0 {
+	if p.Namespaces > 0 {
 		sql = s.sql.sweepCountWindow
-	}
-	args, err := s.countArgs(op, shards, w, 0)
-	if err != nil {
-		return nil, nil, err
 	}
 	var (
 		kind int32
@@ -306,34 +296,29 @@ func (s *Store) CountSweep(ctx context.Context, shards backpressure.OwnedShardFr
 	return claimed, pending, nil
 }
 
-// countArgs validates w for op, which takes w.Namespaces ≥ least, and
-// returns the parameters of the pending-count statements that take a
-// PendingWindow: $1 the clock, $2 the owned shards, $3 the cap, then, for a
-// window (w.Namespaces > 0), $4 After and $5 Namespaces, and last the flag
-// that every shard is owned.
-func (s *Store) countArgs(op string, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, least int) ([]any, error) {
-	if w.CapPerRoute < 1 {
-		return nil, argError(op, "w.CapPerRoute", "%d is below 1", w.CapPerRoute)
+// countArgs validates p for op and returns the parameters of the count
+// statements that take CountParams: $1 the clock, $2 the owned shards, $3
+// the cap, then, for a window (p.Namespaces > 0), $4 After and $5
+// Namespaces, and last the flag that every shard is owned.
+func (s *Store) countArgs(op string, shards backpressure.OwnedShardFraction, p backpressure.CountParams) ([]any, error) {
+	if p.CapPerRoute < 1 {
+		return nil, argError(op, "p.CapPerRoute", "%d is below 1", p.CapPerRoute)
 	}
-	if w.Namespaces < least {
-		reason := fmt.Sprintf("%d is below %d", w.Namespaces, least)
-		if least == 0 {
-			reason = fmt.Sprintf("%d is negative", w.Namespaces)
-		}
-		return nil, argError(op, "w.Namespaces", "%s", reason)
+	if p.Namespaces < 0 {
+		return nil, argError(op, "p.Namespaces", "%d is negative", p.Namespaces)
 	}
-	if w.Namespaces > 0 {
-		if reason := badText(w.After, false); reason != "" {
-			return nil, argError(op, "w.After", "%s", reason)
+	if p.Namespaces > 0 {
+		if reason := badText(p.After, false); reason != "" {
+			return nil, argError(op, "p.After", "%s", reason)
 		}
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	args := []any{s.clock(), owned, int64(w.CapPerRoute)}
-	if w.Namespaces > 0 {
-		args = append(args, w.After, int64(w.Namespaces))
+	args := []any{s.clock(), owned, int64(p.CapPerRoute)}
+	if p.Namespaces > 0 {
+		args = append(args, p.After, int64(p.Namespaces))
 	}
 	return append(args, all), nil
 }

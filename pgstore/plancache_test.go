@@ -49,15 +49,15 @@ func TestCountsUseGenericPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, capPerRoute := range []int{1, 5 + i} {
-			w := backpressure.PendingWindow{CapPerRoute: capPerRoute, After: fmt.Sprint("ns", i%10), Namespaces: 3}
-			if _, err := s.CountPendingOutboxRowsWindow(ctx, all, w); err != nil {
+			w := backpressure.CountParams{CapPerRoute: capPerRoute, After: fmt.Sprint("ns", i%10), Namespaces: 3}
+			if _, err := pendingOf(s.CountOutboxRows(ctx, all, w)); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.CountSweep(ctx, all, w); err != nil {
+			if _, _, err := s.CountOutboxRows(ctx, all, withClaimed(w)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, _, err := s.CountSweep(ctx, all, backpressure.PendingWindow{CapPerRoute: 5 + i}); err != nil {
+		if _, _, err := s.CountOutboxRows(ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 5 + i})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -21,8 +21,8 @@ import (
 // all, some or no shards owned, at caps 1, 2 and 5. The reference reads
 // state, visible_at and lease_expires_at, not the generated claimable_at.
 // The full counts, the windows (After before, on, between and past the
-// namespaces, every size up to past all of them) and CountSweep in both
-// forms must all equal it.
+// namespaces, every size up to past all of them) and CountOutboxRows with the
+// claimed counts in both forms must all equal it.
 func TestCountsMatchNaiveSQL(t *testing.T) {
 	ctx := t.Context()
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -114,21 +114,21 @@ GROUP BY 1, 2 ORDER BY 1, 2`, now, ids, capPerRoute)
 			if err != nil || !slices.Equal(got, full) {
 				t.Fatalf("%s: CountPendingOutboxRows = %v, %v; want %v", where, got, err, full)
 			}
-			claimed, pending, err := s.CountSweep(ctx, f, backpressure.PendingWindow{CapPerRoute: capPerRoute})
+			claimed, pending, err := s.CountOutboxRows(ctx, f, withClaimed(backpressure.CountParams{CapPerRoute: capPerRoute}))
 			if err != nil || !slices.Equal(pending, full) || !maps.Equal(claimed, claimedRef) {
-				t.Fatalf("%s: CountSweep = %v, %v, %v; want %v, %v", where, claimed, pending, err, claimedRef, full)
+				t.Fatalf("%s: CountOutboxRows(claimed) = %v, %v, %v; want %v, %v", where, claimed, pending, err, claimedRef, full)
 			}
 			for _, after := range afters {
 				for n := 1; n <= len(names)+1; n++ {
-					w := backpressure.PendingWindow{CapPerRoute: capPerRoute, After: after, Namespaces: n}
+					w := backpressure.CountParams{CapPerRoute: capPerRoute, After: after, Namespaces: n}
 					want := windowReference(full, after, n)
-					got, err := s.CountPendingOutboxRowsWindow(ctx, f, w)
+					got, err := pendingOf(s.CountOutboxRows(ctx, f, w))
 					if err != nil || !slices.Equal(got, want) {
-						t.Fatalf("%s: CountPendingOutboxRowsWindow(%+v) = %v, %v; want %v (full %v)", where, w, got, err, want, full)
+						t.Fatalf("%s: CountOutboxRows(%+v) = %v, %v; want %v (full %v)", where, w, got, err, want, full)
 					}
-					claimed, pending, err := s.CountSweep(ctx, f, w)
+					claimed, pending, err := s.CountOutboxRows(ctx, f, withClaimed(w))
 					if err != nil || !slices.Equal(pending, want) || !maps.Equal(claimed, claimedRef) {
-						t.Fatalf("%s: CountSweep(%+v) = %v, %v, %v; want %v, %v", where, w, claimed, pending, err, claimedRef, want)
+						t.Fatalf("%s: CountOutboxRows(claimed, %+v) = %v, %v, %v; want %v, %v", where, w, claimed, pending, err, claimedRef, want)
 					}
 				}
 			}

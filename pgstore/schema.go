@@ -122,7 +122,7 @@ CREATE INDEX outbox_route_claimable_idx ON {schema}.outbox (namespace, task_queu
 `,
 
 	// 3: namespace and task_queue in byte order. The root package's
-	// planner and the PendingWindowCounter contract order namespaces (and
+	// planner and the Counter contract order namespaces (and
 	// routes) by bytes, as Go's strings.Compare does; under the database's
 	// collation (say en_US, where "a" < "B") the walks of the counts and of
 	// the window would follow another order, and the window would not be

@@ -181,9 +181,9 @@ WHERE o.state = 'claimed'
 GROUP BY o.namespace`
 }
 
-// sweepCounts is CountSweep's statement: the pending count q and the
-// claimed counts, all the parameter of q that says every shard is owned,
-// in one result of (kind, namespace, task_queue, n) rows: kind 0 for a
+// sweepCounts is CountOutboxRows's statement with Claimed: the pending
+// count q and the claimed counts, all the parameter of q that says every
+// shard is owned, in one result of (kind, namespace, task_queue, n) rows: kind 0 for a
 // namespace's claimed rows (with an empty task_queue), then kind 1 for the
 // pending counts, in q's order. One statement, so one snapshot.
 func sweepCounts(q countQuery, all string) string {

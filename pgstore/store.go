@@ -100,10 +100,9 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store                      = (*Store)(nil)
-	_ outbox.Notifier                   = (*Store)(nil)
-	_ backpressure.PendingWindowCounter = (*Store)(nil)
-	_ backpressure.SweepCounter         = (*Store)(nil)
+	_ outbox.Store         = (*Store)(nil)
+	_ outbox.Notifier      = (*Store)(nil)
+	_ backpressure.Counter = (*Store)(nil)
 )
 
 // New returns a store over pool, after validating opts and opening the

@@ -591,16 +591,16 @@ func TestClaimsAndCountsRunWithoutJIT(t *testing.T) {
 	f := newFixture(t)
 	f.enqueue(message("a", "q", "k1"), message("a", "q", "k2"), message("b", "q", "k3"))
 	all := f.all
-	w := backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1}
+	w := backpressure.CountParams{CapPerRoute: 1, Namespaces: 1}
 	for _, c := range []struct {
 		name string
 		call func() error
 	}{
 		{"CountPendingOutboxRows", func() error { _, err := f.s.CountPendingOutboxRows(f.ctx, all, 5); return err }},
-		{"CountPendingOutboxRowsWindow", func() error { _, err := f.s.CountPendingOutboxRowsWindow(f.ctx, all, w); return err }},
-		{"CountSweep", func() error { _, _, err := f.s.CountSweep(f.ctx, all, w); return err }},
-		{"CountSweep (full)", func() error {
-			_, _, err := f.s.CountSweep(f.ctx, all, backpressure.PendingWindow{CapPerRoute: 5})
+		{"CountOutboxRows (window)", func() error { _, err := pendingOf(f.s.CountOutboxRows(f.ctx, all, w)); return err }},
+		{"CountOutboxRows (window, claimed)", func() error { _, _, err := f.s.CountOutboxRows(f.ctx, all, withClaimed(w)); return err }},
+		{"CountOutboxRows (claimed)", func() error {
+			_, _, err := f.s.CountOutboxRows(f.ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 5}))
 			return err
 		}},
 		{"ClaimOutboxRowsScoped", func() error {
@@ -678,12 +678,12 @@ func storeCalls(s *pgstore.Store, all backpressure.OwnedShardFraction, now time.
 		"Subscribe":    func(ctx context.Context) error { _, err := s.Subscribe(ctx); return err },
 		"CountClaimed": func(ctx context.Context) error { _, err := s.CountClaimedOutboxRows(ctx, all); return err },
 		"CountPending": func(ctx context.Context) error { _, err := s.CountPendingOutboxRows(ctx, all, 1); return err },
-		"CountSweep": func(ctx context.Context) error {
-			_, _, err := s.CountSweep(ctx, all, backpressure.PendingWindow{CapPerRoute: 1})
+		"CountOutboxRows (claimed)": func(ctx context.Context) error {
+			_, _, err := s.CountOutboxRows(ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 1}))
 			return err
 		},
 		"Window": func(ctx context.Context) error {
-			_, err := s.CountPendingOutboxRowsWindow(ctx, all, backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1})
+			_, err := pendingOf(s.CountOutboxRows(ctx, all, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1}))
 			return err
 		},
 		"Scoped": func(ctx context.Context) error {

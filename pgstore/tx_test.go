@@ -77,9 +77,9 @@ func TestEnqueueTx(t *testing.T) {
 	if c, err := s.CountPendingOutboxRows(ctx, all, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
 		t.Errorf("pending counts with an open transaction = %v, %v; want the committed row only", c, err)
 	}
-	for _, w := range []backpressure.PendingWindow{{CapPerRoute: 10}, {CapPerRoute: 1, Namespaces: 5}} {
-		if _, p, err := s.CountSweep(ctx, all, w); err != nil || len(p) != 1 {
-			t.Errorf("CountSweep(%+v) with an open transaction = %v, %v; want the committed route only", w, p, err)
+	for _, w := range []backpressure.CountParams{{CapPerRoute: 10}, {CapPerRoute: 1, Namespaces: 5}} {
+		if _, p, err := s.CountOutboxRows(ctx, all, withClaimed(w)); err != nil || len(p) != 1 {
+			t.Errorf("CountOutboxRows(%+v) with an open transaction = %v, %v; want the committed route only", w, p, err)
 		}
 	}
 	if rows, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("b", "q", 10)}); err != nil || len(rows) != 0 {

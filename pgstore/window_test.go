@@ -13,7 +13,7 @@ import (
 )
 
 // windowReference computes the window from the full counts, as the
-// contract of backpressure.PendingWindowCounter describes it: namespaces in
+// contract of backpressure.CountParams describes it: namespaces in
 // byte order from the first above after, wrapping around, the first n of
 // them that have counts.
 func windowReference(full []backpressure.RouteCount, after string, n int) []backpressure.RouteCount {
@@ -98,7 +98,7 @@ func TestPendingWindowMatchesFullCounts(t *testing.T) {
 			for _, after := range afters {
 				for _, n := range []int{1, 2, 3, 5, 8, 100} {
 					before := f.tr.queries.Load()
-					got, err := f.s.CountPendingOutboxRowsWindow(f.ctx, shards.f, backpressure.PendingWindow{CapPerRoute: capPerRoute, After: after, Namespaces: n})
+					got, err := pendingOf(f.s.CountOutboxRows(f.ctx, shards.f, backpressure.CountParams{CapPerRoute: capPerRoute, After: after, Namespaces: n}))
 					if err != nil {
 						t.Fatalf("%s shards, cap %d, after %q, %d namespaces: %v", shards.name, capPerRoute, after, n, err)
 					}
@@ -117,7 +117,7 @@ func TestPendingWindowMatchesFullCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.s.CountPendingOutboxRowsWindow(f.ctx, f.all, backpressure.PendingWindow{CapPerRoute: 2, After: "m", Namespaces: 1 << 30})
+	got, err := pendingOf(f.s.CountOutboxRows(f.ctx, f.all, backpressure.CountParams{CapPerRoute: 2, After: "m", Namespaces: 1 << 30}))
 	if err != nil || !slices.Equal(got, full) {
 		t.Errorf("widest window = %v, %v; want the full counts %v", got, err, full)
 	}
@@ -128,23 +128,25 @@ func TestPendingWindowMatchesFullCounts(t *testing.T) {
 // empty store.
 func TestPendingWindowErrors(t *testing.T) {
 	f := newFixture(t)
-	w := backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1}
-	if got, err := f.s.CountPendingOutboxRowsWindow(f.ctx, f.all, w); err != nil || len(got) != 0 {
+	w := backpressure.CountParams{CapPerRoute: 1, Namespaces: 1}
+	if got, err := pendingOf(f.s.CountOutboxRows(f.ctx, f.all, w)); err != nil || len(got) != 0 {
 		t.Errorf("window of an empty store = %v, %v; want none", got, err)
 	}
 	before := f.tr.queries.Load()
-	for _, bad := range []backpressure.PendingWindow{
+	for _, bad := range []backpressure.CountParams{
 		{CapPerRoute: 0, Namespaces: 1},
 		{CapPerRoute: -1, Namespaces: 1},
-		{CapPerRoute: 1, Namespaces: 0},
+		{CapPerRoute: 0},
 		{CapPerRoute: 1, Namespaces: -5},
+		{CapPerRoute: 0, Claimed: true},
+		{CapPerRoute: 1, Namespaces: -1, Claimed: true},
 		{CapPerRoute: 1, Namespaces: 1, After: "a\x00"},
-		{CapPerRoute: 1, Namespaces: 1, After: "\xff"},
+		{CapPerRoute: 1, Namespaces: 1, After: "\xff", Claimed: true},
 	} {
-		_, err := f.s.CountPendingOutboxRowsWindow(f.ctx, f.all, bad)
+		_, _, err := f.s.CountOutboxRows(f.ctx, f.all, bad)
 		var ae *outbox.ArgumentError
-		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) {
-			t.Errorf("window %+v: error %v, want a pgstore *ArgumentError", bad, err)
+		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) || ae.Op != "CountOutboxRows" {
+			t.Errorf("CountOutboxRows(%+v): error %v, want a pgstore *ArgumentError of CountOutboxRows", bad, err)
 		}
 	}
 	other, err := backpressure.AllShards(f.s.ShardCount() * 2)
@@ -152,12 +154,12 @@ func TestPendingWindowErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var se *outbox.ShardCountError
-	if _, err := f.s.CountPendingOutboxRowsWindow(f.ctx, other, w); !errors.As(err, &se) {
+	if _, err := pendingOf(f.s.CountOutboxRows(f.ctx, other, w)); !errors.As(err, &se) {
 		t.Errorf("window with a fraction of %d shards: error %v, want a *ShardCountError", other.ShardCount(), err)
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	cancel()
-	if _, err := f.s.CountPendingOutboxRowsWindow(ctx, f.all, w); !errors.Is(err, context.Canceled) {
+	if _, err := pendingOf(f.s.CountOutboxRows(ctx, f.all, w)); !errors.Is(err, context.Canceled) {
 		t.Errorf("window with a cancelled context: error %v, want context.Canceled", err)
 	}
 	if n := f.tr.queries.Load() - before; n != 0 {
@@ -166,7 +168,19 @@ func TestPendingWindowErrors(t *testing.T) {
 	if err := f.s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.CountPendingOutboxRowsWindow(f.ctx, f.all, w); !errors.Is(err, outbox.ErrClosed) {
+	if _, err := pendingOf(f.s.CountOutboxRows(f.ctx, f.all, w)); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("window after Close: error %v, want ErrClosed", err)
 	}
+}
+
+// pendingOf returns CountOutboxRows's pending counts and error, for a call
+// without Claimed.
+func pendingOf(_ map[string]int, pending []backpressure.RouteCount, err error) ([]backpressure.RouteCount, error) {
+	return pending, err
+}
+
+// withClaimed returns p asking for the claimed counts too.
+func withClaimed(p backpressure.CountParams) backpressure.CountParams {
+	p.Claimed = true
+	return p
 }

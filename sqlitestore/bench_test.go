@@ -97,7 +97,7 @@ func (c *claimTimer) InSweepTx(ctx context.Context, fn func(tx backpressure.Outb
 // sweepStore is what the sweep transaction's view implements.
 type sweepStore interface {
 	backpressure.OutboxStore[outbox.Row]
-	backpressure.PendingWindowCounter
+	backpressure.Counter
 }
 
 // timedView is a sweep transaction's view whose claims the claimTimer times.

@@ -134,7 +134,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	if err := s.ready(); err != nil {
 		return nil, s.fail("CountPendingOutboxRows", err)
 	}
-	return s.countPending(ctx, s.reader, nil, shards, capPerRoute, nanos(s.now()), nil)
+	return s.countPending(ctx, "CountPendingOutboxRows", s.reader, nil, shards, capPerRoute, nanos(s.now()), nil)
 }
 
 // countFilter is the pending counts' shard filter (reading ?3), recorded
@@ -148,11 +148,11 @@ func (s *Store) countFilter(ctx context.Context, shards backpressure.OwnedShardF
 }
 
 // countPending is CountPendingOutboxRows at now, on db or in tx on db,
-// recording the rows counted in rec (when not nil). It counts a
-// round trip when tx is nil.
-func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
+// recording the rows counted in rec (when not nil), for the store method
+// op. It counts a round trip when tx is nil.
+func (s *Store) countPending(ctx context.Context, op string, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
 	if capPerRoute < 1 {
-		return nil, argError("CountPendingOutboxRows", "capPerRoute", fmt.Sprintf("%d is below 1", capPerRoute))
+		return nil, argError(op, "capPerRoute", fmt.Sprintf("%d is below 1", capPerRoute))
 	}
 	cond, sarg, none, err := s.countFilter(ctx, shards, rec)
 	if err != nil {
@@ -169,14 +169,14 @@ func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 	mode, ids := modeFor(rec, capPerRoute), rec.byRoute()
 	rows, err := s.query(ctx, db, tx, routeCountsSQL(cond, "", mode), withShards([]any{now, capPerRoute}, sarg)...)
 	if err != nil {
-		return nil, s.fail("CountPendingOutboxRows", err)
+		return nil, s.fail(op, err)
 	}
 	defer rows.Close()
 	counts := []backpressure.RouteCount{}
 	for rows.Next() {
 		c, err := scanRouteCount(rows, mode, ids)
 		if err != nil {
-			return nil, s.fail("CountPendingOutboxRows", err)
+			return nil, s.fail(op, err)
 		}
 		// Filtering here rather than in SQL keeps SQLite from evaluating
 		// the count subquery twice. A route no claim can name (one that
@@ -188,7 +188,7 @@ func (s *Store) countPending(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail("CountPendingOutboxRows", err)
+		return nil, s.fail(op, err)
 	}
 	return counts, nil
 }

@@ -41,9 +41,10 @@
 // outbox.ErrLeaseLost for that row and changes nothing. Errors are the
 // outbox package's (errors.Is and errors.As), plus [ErrReadOnly].
 //
-// The store implements the optional backpressure.PendingWindowCounter
-// ([Store.CountPendingOutboxRowsWindow]), so a sweep over many namespaces
-// counts only the routes of the namespaces it can serve;
+// The store implements the optional backpressure.Counter
+// ([Store.CountOutboxRows]) for windows and full counts, not the claimed
+// counts, so a sweep over many namespaces counts only the routes of the
+// namespaces it can serve;
 // backpressure.TxSweeper ([Store.InSweepTx]), so a whole Sweep is one
 // write transaction whose counts and claim see one state of the outbox;
 // and outbox.Notifier ([Store.Subscribe]). It passes the storetest

@@ -61,7 +61,7 @@ func everyMethod(ctx context.Context, s *Store) map[string]error {
 	errs["EnqueueTx"] = second(s.EnqueueTx(ctx, nil, []outbox.Message{msg("k")}))
 	errs["CountClaimedOutboxRows"] = second(s.CountClaimedOutboxRows(ctx, f))
 	errs["CountPendingOutboxRows"] = second(s.CountPendingOutboxRows(ctx, f, 1))
-	errs["CountPendingOutboxRowsWindow"] = second(s.CountPendingOutboxRowsWindow(ctx, f, backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1}))
+	_, _, errs["CountOutboxRows"] = s.CountOutboxRows(ctx, f, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1})
 	errs["ClaimOutboxRowsScoped"] = second(s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n"}, Limit: 1}}))
 	errs["ClaimOutboxRowsUnscoped"] = second(s.ClaimOutboxRowsUnscoped(ctx, f, 1))
 	errs["InSweepTx"] = s.InSweepTx(ctx, func(backpressure.OutboxStore[outbox.Row]) error { return nil })

@@ -31,13 +31,13 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			{"ClaimOutboxRowsUnscoped", unscopedClaimSQL(cond), 7, []string{
 				"SCAN outbox USING COVERING INDEX outbox_claimable",
 				"SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"}},
-			{"CountPendingOutboxRowsWindow (after)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowAfter, countOnly), 4, []string{
+			{"CountOutboxRows's window (after)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowAfter, countOnly), 4, []string{
 				"SEARCH r USING PRIMARY KEY (namespace>?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
-			{"CountPendingOutboxRowsWindow (up to)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowUpTo, countOnly), 4, []string{
+			{"CountOutboxRows's window (up to)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowUpTo, countOnly), 4, []string{
 				"SEARCH r USING PRIMARY KEY (namespace<?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
-			{"CountPendingOutboxRowsWindow (rest of a namespace)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowRestOf, countOnly), 5, []string{
+			{"CountOutboxRows's window (rest of a namespace)", countPendingWindowSQL(strings.ReplaceAll(cond, "?7", "?3"), windowRestOf, countOnly), 5, []string{
 				"SEARCH r USING PRIMARY KEY (namespace=? AND task_queue>?)",
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
 			{"InSweepTx's pending count", routeCountsSQL(strings.ReplaceAll(cond, "?7", "?3"), "", countIDs), 3,

@@ -35,7 +35,7 @@ var _ backpressure.TxSweeper[outbox.Row] = (*Store)(nil)
 // leaving the outbox unchanged even if fn claimed rows through the view.
 // InSweepTx returns fn's error as is, or the store's own (wrapped). The
 // view returns ErrSweepTxDone if used after fn returned, and implements
-// backpressure.PendingWindowCounter.
+// backpressure.Counter as the store does.
 func (s *Store) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[outbox.Row]) error) error {
 	if err := s.writable(); err != nil {
 		return s.fail("InSweepTx", err)
@@ -99,7 +99,7 @@ func (r *countedRows) byRoute() map[backpressure.Route][]int64 {
 	return r.ids
 }
 
-var _ backpressure.PendingWindowCounter = (*sweepView)(nil)
+var _ backpressure.Counter = (*sweepView)(nil)
 
 func (v *sweepView) check(ctx context.Context) error {
 	if v.done {
@@ -120,17 +120,21 @@ func (v *sweepView) CountPendingOutboxRows(ctx context.Context, shards backpress
 		return nil, err
 	}
 	rec := newCountedRows()
-	counts, err := v.s.countPending(ctx, v.s.writer, v.tx, shards, capPerRoute, v.now, rec)
+	counts, err := v.s.countPending(ctx, "CountPendingOutboxRows", v.s.writer, v.tx, shards, capPerRoute, v.now, rec)
 	return v.record(rec, counts, err)
 }
 
-func (v *sweepView) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
+func (v *sweepView) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	if p.Claimed {
+		return nil, nil, backpressure.ErrNotSupported
+	}
 	if err := v.check(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rec := newCountedRows()
-	counts, err := v.s.countWindow(ctx, v.s.writer, v.tx, shards, w, v.now, rec)
-	return v.record(rec, counts, err)
+	counts, err := v.s.countOutboxRows(ctx, v.s.writer, v.tx, shards, p, v.now, rec)
+	counts, err = v.record(rec, counts, err)
+	return nil, counts, err
 }
 
 // record keeps what a pending count recorded, if it succeeded.

@@ -9,50 +9,65 @@ import (
 	"github.com/outboxkit/backpressure"
 )
 
-var _ backpressure.PendingWindowCounter = (*Store)(nil)
+var _ backpressure.Counter = (*Store)(nil)
 
-// CountPendingOutboxRowsWindow returns what CountPendingOutboxRows(ctx,
-// shards, w.CapPerRoute) returns, restricted to the window w describes: in
-// the cyclic namespace order that starts after w.After (ascending byte
-// order, wrapping around so w.After itself comes last), the first
-// w.Namespaces namespaces with at least one claimable row on the owned
-// shards, or all of them when fewer have. Every route of those namespaces
-// with claimable rows is returned, its count capped at w.CapPerRoute, sorted
-// by namespace and task queue. Routes CountPendingOutboxRows leaves out
-// (names ClaimOutboxRowsScoped would refuse) are left out here too, and do
-// not make their namespace count towards the window.
+// CountOutboxRows returns the pending counts p describes (see
+// backpressure.Counter). With p.Namespaces 0 they are what
+// CountPendingOutboxRows(ctx, shards, p.CapPerRoute) returns. With
+// p.Namespaces ≥ 1 they are restricted to a window: in the cyclic namespace
+// order that starts after p.After (ascending byte order, wrapping around
+// so p.After itself comes last), the first p.Namespaces namespaces with at
+// least one claimable row on the owned shards, or all of them when fewer
+// have. Every route of those namespaces with claimable rows is returned,
+// its count capped at p.CapPerRoute, sorted by namespace and task queue.
+// Routes CountPendingOutboxRows leaves out (names ClaimOutboxRowsScoped
+// would refuse) are left out here too, and do not make their namespace
+// count towards the window.
 //
-// It fails with an *outbox.ArgumentError when w.CapPerRoute or
-// w.Namespaces is < 1, and with an *outbox.ShardCountError when shards does
+// It does not serve p.Claimed: with it set, it returns
+// backpressure.ErrNotSupported at once. Its calls are in-process, so one
+// call would save nothing over two, and [Store.InSweepTx] already runs a
+// sweep's counts and claim in one transaction.
+//
+// It fails with an *outbox.ArgumentError when p.CapPerRoute is < 1 or
+// p.Namespaces < 0, and with an *outbox.ShardCountError when shards does
 // not split the store's shard count, before any query.
 //
-// One read transaction (one round trip). It walks outbox_routes in
-// (namespace, task queue) order from the first namespace after w.After,
+// One read transaction (one round trip). A window walks outbox_routes in
+// (namespace, task queue) order from the first namespace after p.After,
 // computing each route's capped count as CountPendingOutboxRows does, and
-// stops at the route that completes the window: once w.Namespaces
+// stops at the route that completes the window: once p.Namespaces
 // namespaces qualified, only the remaining routes of the last one are
 // counted (by a second statement bounded to that namespace), so no route of
 // a namespace beyond the window is probed. If the walk reaches the end of
 // the namespaces before the window is full, it continues from the smallest
-// namespace up to w.After. Its cost is that of CountPendingOutboxRows
+// namespace up to p.After. Its cost is that of CountPendingOutboxRows
 // restricted to the routes of the namespaces it walks: those of the window
 // and those of the namespaces without claimable rows it passes on the way.
-func (s *Store) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
-	if err := s.ready(); err != nil {
-		return nil, s.fail("CountPendingOutboxRowsWindow", err)
+func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	if p.Claimed {
+		return nil, nil, backpressure.ErrNotSupported
 	}
-	return s.countWindow(ctx, s.reader, nil, shards, w, nanos(s.now()), nil)
+	if err := s.ready(); err != nil {
+		return nil, nil, s.fail("CountOutboxRows", err)
+	}
+	pending, err := s.countOutboxRows(ctx, s.reader, nil, shards, p, nanos(s.now()), nil)
+	return nil, pending, err
 }
 
-// countWindow is CountPendingOutboxRowsWindow at now, in its own read
-// transaction on db (counting a round trip) when tx is nil, else in tx on
-// db, recording the rows counted in rec (when not nil).
-func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
-	if w.CapPerRoute < 1 {
-		return nil, argError("CountPendingOutboxRowsWindow", "w.CapPerRoute", fmt.Sprintf("%d is below 1", w.CapPerRoute))
+// countOutboxRows is CountOutboxRows's pending counts at now, in its own
+// read transaction on db (counting a round trip) when tx is nil, else in tx
+// on db, recording the rows counted in rec (when not nil).
+func (s *Store) countOutboxRows(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, p backpressure.CountParams, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
+	const op = "CountOutboxRows"
+	if p.CapPerRoute < 1 {
+		return nil, argError(op, "p.CapPerRoute", fmt.Sprintf("%d is below 1", p.CapPerRoute))
 	}
-	if w.Namespaces < 1 {
-		return nil, argError("CountPendingOutboxRowsWindow", "w.Namespaces", fmt.Sprintf("%d is below 1", w.Namespaces))
+	if p.Namespaces < 0 {
+		return nil, argError(op, "p.Namespaces", fmt.Sprintf("%d is negative", p.Namespaces))
+	}
+	if p.Namespaces == 0 {
+		return s.countPending(ctx, op, db, tx, shards, p.CapPerRoute, now, rec)
 	}
 	cond, sarg, none, err := s.countFilter(ctx, shards, rec)
 	if err != nil {
@@ -64,12 +79,12 @@ func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards 
 	}
 	if tx == nil {
 		if err := s.step(ctx); err != nil {
-			return nil, s.fail("CountPendingOutboxRowsWindow", err)
+			return nil, s.fail(op, err)
 		}
 		s.trips.Add(1)
 		tx, err = db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 		if err != nil {
-			return nil, s.fail("CountPendingOutboxRowsWindow", err)
+			return nil, s.fail(op, err)
 		}
 		// Read only: rolling back ends the transaction whatever happened.
 		defer func() { _ = tx.Rollback() }()
@@ -80,22 +95,22 @@ func (s *Store) countWindow(ctx context.Context, db *sql.DB, tx *sql.Tx, shards 
 		s:    s,
 		db:   db,
 		tx:   tx,
-		mode: modeFor(rec, w.CapPerRoute),
+		mode: modeFor(rec, p.CapPerRoute),
 		ids:  rec.byRoute(),
 		cond: cond,
 		// ?3 is bound even when cond does not read it, so ?4 and ?5 keep
 		// their numbers.
-		args: []any{now, w.CapPerRoute, sarg},
-		want: w.Namespaces,
+		args: []any{now, p.CapPerRoute, sarg},
+		want: p.Namespaces,
 		out:  counts,
 	}
-	if err := walk.run(w.After); err != nil {
-		return nil, s.fail("CountPendingOutboxRowsWindow", err)
+	if err := walk.run(p.After); err != nil {
+		return nil, s.fail(op, err)
 	}
 	return walk.out, nil
 }
 
-// windowWalk is one CountPendingOutboxRowsWindow walk over outbox_routes
+// windowWalk is one CountOutboxRows window walk over outbox_routes
 // inside its read transaction.
 type windowWalk struct {
 	ctx  context.Context

@@ -119,24 +119,36 @@ func TestWindowProbesOnlyWalkedNamespaces(t *testing.T) {
 	}
 }
 
-// TestWindowErrors checks CountPendingOutboxRowsWindow's typed errors.
-func TestWindowErrors(t *testing.T) {
+// TestCountOutboxRowsErrors checks CountOutboxRows's typed errors, and that
+// it refuses the claimed counts with backpressure.ErrNotSupported at once,
+// even on a closed store.
+func TestCountOutboxRowsErrors(t *testing.T) {
 	s := openT(t, ":memory:", Options{})
 	all := allShards(t, s)
-	for _, w := range []backpressure.PendingWindow{{CapPerRoute: 0, Namespaces: 1}, {CapPerRoute: 1, Namespaces: 0}} {
-		_, err := s.CountPendingOutboxRowsWindow(t.Context(), all, w)
+	for _, p := range []backpressure.CountParams{{CapPerRoute: 0, Namespaces: 1}, {CapPerRoute: 0}, {CapPerRoute: 1, Namespaces: -1}} {
+		_, _, err := s.CountOutboxRows(t.Context(), all, p)
 		var ae *outbox.ArgumentError
-		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) {
-			t.Errorf("CountPendingOutboxRowsWindow(%+v) = %v, want an *outbox.ArgumentError", w, err)
+		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) || ae.Op != "CountOutboxRows" {
+			t.Errorf("CountOutboxRows(%+v) = %v, want an *outbox.ArgumentError of CountOutboxRows", p, err)
 		}
 	}
 	other, err := backpressure.AllShards(s.ShardCount() + 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.CountPendingOutboxRowsWindow(t.Context(), other, backpressure.PendingWindow{CapPerRoute: 1, Namespaces: 1})
-	var se *outbox.ShardCountError
-	if !errors.As(err, &se) || !errors.Is(err, outbox.ErrShardCountMismatch) {
-		t.Errorf("CountPendingOutboxRowsWindow(shard count mismatch) = %v, want a *outbox.ShardCountError", err)
+	for _, p := range []backpressure.CountParams{{CapPerRoute: 1, Namespaces: 1}, {CapPerRoute: 1}} {
+		_, _, err = s.CountOutboxRows(t.Context(), other, p)
+		var se *outbox.ShardCountError
+		if !errors.As(err, &se) || !errors.Is(err, outbox.ErrShardCountMismatch) {
+			t.Errorf("CountOutboxRows(shard count mismatch, %+v) = %v, want a *outbox.ShardCountError", p, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []backpressure.CountParams{{CapPerRoute: 1, Claimed: true}, {CapPerRoute: 1, Namespaces: 3, Claimed: true}} {
+		if claimed, pending, err := s.CountOutboxRows(t.Context(), all, p); !errors.Is(err, backpressure.ErrNotSupported) || claimed != nil || pending != nil {
+			t.Errorf("CountOutboxRows(%+v) on a closed store = %v, %v, %v; want ErrNotSupported", p, claimed, pending, err)
+		}
 	}
 }

@@ -58,17 +58,14 @@ func (o *ox) everyCall(live []outbox.Lease) []namedCall {
 	if n, ok := s.(outbox.Notifier); ok {
 		calls = append(calls, namedCall{"Subscribe", func(ctx context.Context) error { _, err := n.Subscribe(ctx); return err }})
 	}
-	if wc, ok := s.(backpressure.PendingWindowCounter); ok {
-		calls = append(calls, namedCall{"CountPendingOutboxRowsWindow", func(ctx context.Context) error {
-			_, err := wc.CountPendingOutboxRowsWindow(ctx, all, backpressure.PendingWindow{CapPerRoute: 10, Namespaces: 1})
-			return err
-		}})
-	}
-	if sc, ok := s.(backpressure.SweepCounter); ok {
-		calls = append(calls, namedCall{"CountSweep", func(ctx context.Context) error {
-			_, _, err := sc.CountSweep(ctx, all, backpressure.PendingWindow{CapPerRoute: 10})
-			return err
-		}})
+	if c, ok := s.(backpressure.Counter); ok {
+		for _, sh := range servedShapes(cancelled(o.ctx), c, all) {
+			p := sh.params(10, "", 1)
+			calls = append(calls, namedCall{"CountOutboxRows (" + sh.String() + ")", func(ctx context.Context) error {
+				_, _, err := c.CountOutboxRows(ctx, all, p)
+				return err
+			}})
+		}
 	}
 	if ts, ok := s.(backpressure.TxSweeper[outbox.Row]); ok {
 		calls = append(calls, namedCall{"InSweepTx", func(ctx context.Context) error {

@@ -38,8 +38,8 @@
 // odd text and "" task queues included, is claimed in full, each row once,
 // by repeated [backpressure.Sweep]s), Complete, Extend, DeadLetters,
 // Scheduled, Retention, Stats, Notifier, Closed and Context check the rest
-// of [outbox.Store]; Window, SweepCounter and SweepTx check the optional
-// planner extensions. A store that implements only
+// of [outbox.Store]; Counter and SweepTx check the optional planner
+// extensions. A store that implements only
 // [backpressure.OutboxStore] fills in the harness's Enqueue, Settle, Retry,
 // Inspect and Key itself, and the outbox areas are skipped, saying so; so
 // are the optional areas of extensions a store does not implement.
@@ -79,21 +79,20 @@
 //     but Close returns an error matching [outbox.ErrClosed], and a second
 //     Close returns nil.
 //
-// When the store also implements the optional
-// [backpressure.PendingWindowCounter], the Window area checks it against
-// the store's own CountPendingOutboxRows: for many windows (After before,
-// on, between and after the namespaces, Namespaces from 1 past the number
-// of namespaces with claimable rows, several caps, all or part of the
-// shards), the window must be exactly the full counts restricted to the
-// first Namespaces namespaces with claimable rows in the cyclic order after
-// After, sorted by namespace then task queue, in one round trip; invalid
-// windows, a cancelled context and a mismatched shard count must fail.
-//
-// Likewise for [backpressure.SweepCounter], the SweepCounter area: its
-// claimed counts must equal CountClaimedOutboxRows, and its pending counts
-// CountPendingOutboxRows (or, for a window, CountPendingOutboxRowsWindow),
-// in one round trip; invalid arguments, a cancelled context and a
-// mismatched shard count must fail.
+// When the store also implements the optional [backpressure.Counter], the
+// Counter area checks it against the store's own CountClaimedOutboxRows
+// and CountPendingOutboxRows, for each shape of CountParams it serves (with
+// or without Claimed, a window or every namespace; at least one): for many
+// params (After before, on, between and after the namespaces, Namespaces
+// from 1 past the number of namespaces with claimable rows, several caps,
+// all or part of the shards), a window must be exactly the full counts
+// restricted to the first Namespaces namespaces with claimable rows in the
+// cyclic order after After, sorted by namespace then task queue, and the
+// claimed counts CountClaimedOutboxRows's, in one round trip; invalid
+// params, a cancelled context and a mismatched shard count must fail; a
+// shape it does not serve must be refused with
+// [backpressure.ErrNotSupported] at once, whatever the context, without a
+// round trip.
 //
 // And for [backpressure.TxSweeper], the SweepTx area: the view's
 // counts must equal the store's own; its claim must take exactly the rows
@@ -243,8 +242,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Retry", testRetry[R]},
 		{"Concurrency", testConcurrency[R]},
 		{"RoundTrips", testRoundTrips[R]},
-		{"Window", testWindow[R]},
-		{"SweepCounter", testSweepCounter[R]},
+		{"Counter", testCounter[R]},
 		{"SweepTx", testSweepTx[R]},
 		{"Messages", testMessages[R]},
 		{"Complete", testComplete[R]},

@@ -35,11 +35,23 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			for _, c := range []int{1, 2, 1000} {
 				wantPending[c] = e.fullCounts(f, c)
 			}
-			w := backpressure.PendingWindow{CapPerRoute: 2, After: "beta", Namespaces: 3}
-			storeWC, storeCounts := any(e.h.Store).(backpressure.PendingWindowCounter)
-			var wantWindow []backpressure.RouteCount
-			if storeCounts {
-				wantWindow = e.window(storeWC, f, w)
+			// For each shape the store's Counter serves, what it
+			// returns; the view must serve the same and return the same.
+			storeCounter, isCounter := any(e.h.Store).(backpressure.Counter)
+			type counted struct {
+				p       backpressure.CountParams
+				claimed map[string]int
+				pending []backpressure.RouteCount
+			}
+			var wantCounts []counted
+			var storeShapes []countShape
+			if isCounter {
+				storeShapes = servedShapes(cancelled(e.ctx), storeCounter, f)
+				for _, sh := range storeShapes {
+					p := sh.params(2, "beta", 3)
+					claimed, pending := e.count(storeCounter, f, p)
+					wantCounts = append(wantCounts, counted{p, claimed, pending})
+				}
 			}
 			e.inTx(ts, func(tx backpressure.OutboxStore[R]) error {
 				claimed, err := tx.CountClaimedOutboxRows(e.ctx, f)
@@ -63,16 +75,33 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 						t.Errorf("view CountPendingOutboxRows(cap %d) = %v, store's %v", c, got, want)
 					}
 				}
-				if wc, ok := tx.(backpressure.PendingWindowCounter); ok && storeCounts {
-					got, err := wc.CountPendingOutboxRowsWindow(e.ctx, f, w)
+				vc, ok := tx.(backpressure.Counter)
+				if !ok {
+					if isCounter {
+						t.Errorf("the store implements Counter but its view (%T) does not", tx)
+					}
+					return nil
+				}
+				if got := servedShapes(e.ctx, vc, f); !slices.Equal(got, storeShapes) {
+					t.Errorf("the view's Counter serves %v, the store's %v", got, storeShapes)
+				}
+				for _, w := range wantCounts {
+					claimed, pending, err := vc.CountOutboxRows(e.ctx, f, w.p)
 					if err != nil {
-						return fmt.Errorf("view CountPendingOutboxRowsWindow: %w", err)
+						return fmt.Errorf("view CountOutboxRows(%+v): %w", w.p, err)
 					}
-					if !slices.Equal(got, wantWindow) {
-						t.Errorf("view CountPendingOutboxRowsWindow(%+v) = %v, store's %v", w, got, wantWindow)
+					if w.p.Namespaces == 0 {
+						slices.SortFunc(pending, compareRouteCounts)
+						slices.SortFunc(w.pending, compareRouteCounts)
 					}
-				} else if storeCounts {
-					t.Errorf("the store implements PendingWindowCounter but its view (%T) does not", tx)
+					for ns, n := range claimed {
+						if n == 0 {
+							delete(claimed, ns)
+						}
+					}
+					if !slices.Equal(pending, w.pending) || !maps.Equal(claimed, w.claimed) || (claimed == nil) != (w.claimed == nil) {
+						t.Errorf("view CountOutboxRows(%+v) = %v, %v; store's %v, %v", w.p, claimed, pending, w.claimed, w.pending)
+					}
 				}
 				return nil
 			})
@@ -388,14 +417,14 @@ func seedMixed[R any](e *env[R]) ([]string, []backpressure.ScopedClaim) {
 	return messageKeys(ms), []backpressure.ScopedClaim{scope("a", "q1", 2), scope("a", "q2", 2), scope("b", "q", 4), scope("c", "q", 5)}
 }
 
-// hideTx returns s without its TxSweeper method, keeping its
-// PendingWindowCounter if it has one.
+// hideTx returns s without its TxSweeper method, keeping its Counter if it
+// has one.
 func hideTx[R any](s backpressure.OutboxStore[R]) backpressure.OutboxStore[R] {
-	if wc, ok := s.(backpressure.PendingWindowCounter); ok {
+	if c, ok := s.(backpressure.Counter); ok {
 		return struct {
 			backpressure.OutboxStore[R]
-			backpressure.PendingWindowCounter
-		}{s, wc}
+			backpressure.Counter
+		}{s, c}
 	}
 	return struct{ backpressure.OutboxStore[R] }{s}
 }
