@@ -121,38 +121,18 @@ func (g *gatedStore) CountPendingOutboxRows(ctx context.Context, shards backpres
 	return g.s.CountPendingOutboxRows(ctx, shards, capPerRoute)
 }
 
-// CountPendingOutboxRowsWindow forwards backpressure.PendingWindowCounter.
-func (g *gatedStore) CountPendingOutboxRowsWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) ([]backpressure.RouteCount, error) {
-	if err := g.enter(ctx); err != nil {
-		return nil, err
-	}
-	wc, ok := g.s.Store.(backpressure.PendingWindowCounter)
+// CountOutboxRows forwards backpressure.Counter, so sweeps take each
+// store's own fast path; a store without it refuses every combination, and
+// the sweep falls back to the plain counts.
+func (g *gatedStore) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	c, ok := g.s.Store.(backpressure.Counter)
 	if !ok {
-		return nil, errors.New("bpsim: the store counts no pending window")
+		return nil, nil, backpressure.ErrNotSupported
 	}
-	return wc.CountPendingOutboxRowsWindow(ctx, shards, w)
-}
-
-// CountSweep forwards backpressure.SweepCounter, or makes the two plain
-// calls for a store without it.
-func (g *gatedStore) CountSweep(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.PendingWindow) (map[string]int, []backpressure.RouteCount, error) {
 	if err := g.enter(ctx); err != nil {
 		return nil, nil, err
 	}
-	if sc, ok := g.s.Store.(backpressure.SweepCounter); ok {
-		return sc.CountSweep(ctx, shards, w)
-	}
-	claimed, err := g.s.CountClaimedOutboxRows(ctx, shards)
-	if err != nil {
-		return nil, nil, err
-	}
-	var pending []backpressure.RouteCount
-	if w.Namespaces > 0 {
-		pending, err = g.CountPendingOutboxRowsWindow(ctx, shards, w)
-	} else {
-		pending, err = g.s.CountPendingOutboxRows(ctx, shards, w.CapPerRoute)
-	}
-	return claimed, pending, err
+	return c.CountOutboxRows(ctx, shards, p)
 }
 
 func (g *gatedStore) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
