@@ -22,16 +22,19 @@ func databaseURL() string {
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
 
-// openPool connects to the test database, or skips the benchmark with one
-// line saying how to enable it.
-func openPool(tb testing.TB) *pgxpool.Pool {
+// openPool connects to the test database with at most maxConns
+// connections (0: pgxpool's default), or skips the benchmark with one line
+// saying how to enable it.
+func openPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(databaseURL())
 	if err != nil {
 		tb.Fatalf("TEST_DATABASE_URL: %v", err)
 	}
-	cfg.MaxConns = 40
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err == nil {
 		err = pool.Ping(ctx)
