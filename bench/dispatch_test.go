@@ -128,8 +128,34 @@ func adminExec(ctx context.Context, d *dispatchSetup, sql string) (int64, error)
 // namespace, with no counts. It reports the backlog as one route as deep
 // as the sweep may count (no round trip), so the planner grants the whole
 // budget to it, and claims that budget with ClaimOutboxRowsUnscoped.
-// Completion, lease extension and wake-ups are the store's own.
-type unscopedStore struct{ *pgstore.Store }
+// Completion, lease extension and wake-ups are the store's own. It holds
+// the store in a field rather than embedding it, so that the sweep does
+// not find the store's count extensions (SweepCounter,
+// PendingWindowCounter) through it.
+type unscopedStore struct{ s *pgstore.Store }
+
+var (
+	_ dispatch.Store  = unscopedStore{}
+	_ outbox.Notifier = unscopedStore{}
+)
+
+// Complete is the store's.
+func (u unscopedStore) Complete(ctx context.Context, cs []outbox.Completion) ([]outbox.Result, error) {
+	return u.s.Complete(ctx, cs)
+}
+
+// ExtendLeases is the store's.
+func (u unscopedStore) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
+	return u.s.ExtendLeases(ctx, leases)
+}
+
+// Subscribe is the store's.
+func (u unscopedStore) Subscribe(ctx context.Context) (<-chan struct{}, error) {
+	return u.s.Subscribe(ctx)
+}
+
+// Lease is the store's.
+func (u unscopedStore) Lease() time.Duration { return u.s.Lease() }
 
 // backlogRoute is the one route the unscoped counts report.
 var backlogRoute = backpressure.Route{Namespace: "backlog"}
@@ -152,5 +178,5 @@ func (u unscopedStore) ClaimOutboxRowsScoped(ctx context.Context, shards backpre
 	for _, c := range claims {
 		limit += c.Limit
 	}
-	return u.ClaimOutboxRowsUnscoped(ctx, shards, limit)
+	return u.s.ClaimOutboxRowsUnscoped(ctx, shards, limit)
 }
