@@ -29,6 +29,8 @@ type arm struct {
 	name  string
 	drain func(tb testing.TB, rows int) time.Duration
 	total time.Duration
+	trips *tripCounter // the dispatcher's pool's, nil for River
+	tripN int64        // round trips during this arm's drains
 }
 
 func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() }
@@ -61,7 +63,8 @@ func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() 
 func BenchmarkDrain(b *testing.B) {
 	rows := drainBacklog()
 	riverPool := openPool(b, 40)
-	dispatchPool := openPool(b, 0)
+	trips := &tripCounter{}
+	dispatchPool := openTracedPool(b, 0, trips)
 	r := newRiver(b, riverPool)
 	arms := []*arm{
 		{name: "river-default", drain: func(tb testing.TB, rows int) time.Duration { return r.drain(tb, rows, 10, 100, 0) }},
@@ -71,8 +74,8 @@ func BenchmarkDrain(b *testing.B) {
 		fair := newDispatchSetup(b, dispatchPool, ns, false)
 		unscoped := newDispatchSetup(b, dispatchPool, ns, true)
 		arms = append(arms,
-			&arm{name: fmt.Sprintf("fair-%d", ns), drain: fair.drain},
-			&arm{name: fmt.Sprintf("unscoped-%d", ns), drain: unscoped.drain})
+			&arm{name: fmt.Sprintf("fair-%d", ns), drain: fair.drain, trips: trips},
+			&arm{name: fmt.Sprintf("unscoped-%d", ns), drain: unscoped.drain, trips: trips})
 	}
 	byName := make(map[string]*arm, len(arms))
 	for _, a := range arms {
@@ -83,13 +86,24 @@ func BenchmarkDrain(b *testing.B) {
 	for b.Loop() {
 		for k := range arms {
 			a := arms[(iter+k)%len(arms)]
+			var before int64
+			if a.trips != nil {
+				before = a.trips.n.Load()
+			}
 			a.total += a.drain(b, rows)
+			if a.trips != nil {
+				a.tripN += a.trips.n.Load() - before
+			}
 		}
 		iter++
 	}
 	perArm := rows * iter
 	for _, a := range arms {
 		b.ReportMetric(a.rate(perArm), a.name+"-rows/s")
+		if a.trips != nil {
+			// The enqueue's, TRUNCATE's and ANALYZE's few trips included.
+			b.ReportMetric(float64(a.tripN)/float64(perArm), a.name+"-trips/row")
+		}
 	}
 	river := max(byName["river-default"].rate(perArm), byName["river-1ms"].rate(perArm))
 	for _, ns := range []int{10, 1000} {
