@@ -44,12 +44,21 @@ func newDispatchSetup(tb testing.TB, pool *pgxpool.Pool, namespaces int, unscope
 	return &dispatchSetup{pool: pool, store: s, namespaces: namespaces, unscoped: unscoped}
 }
 
-// settledCounter closes done once want rows are settled.
+// settledCounter closes done once want rows are settled, and sums the
+// sweeps' time.
 type settledCounter struct {
 	dispatch.NopMetrics
 	want    int64
 	settled atomic.Int64
 	done    chan struct{}
+	sweeps  atomic.Int64
+	swept   atomic.Int64 // ns spent in sweeps
+}
+
+// Swept is called from the one sweep loop.
+func (c *settledCounter) Swept(e dispatch.SweepEvent) {
+	c.sweeps.Add(1)
+	c.swept.Add(int64(e.Duration))
 }
 
 func (c *settledCounter) Completed(e dispatch.CompletionEvent) {
@@ -58,11 +67,23 @@ func (c *settledCounter) Completed(e dispatch.CompletionEvent) {
 	}
 }
 
+// drainStats is what a dispatcher drain's sweeps did.
+type drainStats struct {
+	sweeps int64         // sweeps run
+	swept  time.Duration // time spent in them
+}
+
 // drain enqueues rows no-op rows over d's namespaces (taskQueues task
 // queues each), then runs a dispatcher on them and returns how long it
 // took from Run until the last row's settle was written (enqueue not
 // included, as for River).
 func (d *dispatchSetup) drain(tb testing.TB, rows int) time.Duration {
+	elapsed, _ := d.drainStats(tb, rows)
+	return elapsed
+}
+
+// drainStats is drain, also returning what the sweeps did.
+func (d *dispatchSetup) drainStats(tb testing.TB, rows int) (time.Duration, drainStats) {
 	tb.Helper()
 	ctx := context.Background()
 	table := pgx.Identifier{d.store.Schema(), "outbox"}.Sanitize()
@@ -110,11 +131,12 @@ func (d *dispatchSetup) drain(tb testing.TB, rows int) time.Duration {
 		tb.Fatalf("dispatch: %d of %d rows settled after 2 minutes", c.settled.Load(), rows)
 	}
 	elapsed := time.Since(start)
+	st := drainStats{sweeps: c.sweeps.Load(), swept: time.Duration(c.swept.Load())}
 	stop()
 	if err := <-ran; err != nil {
 		tb.Fatalf("dispatch Run: %v", err)
 	}
-	return elapsed
+	return elapsed, st
 }
 
 // adminExec runs an untimed statement of the benchmark's own on d's pool.

@@ -31,6 +31,9 @@ type arm struct {
 	total time.Duration
 	trips *tripCounter // the dispatcher's pool's, nil for River
 	tripN int64        // round trips during this arm's drains
+	// A dispatcher's drain with its sweeps' stats; nil for River.
+	stats func(tb testing.TB, rows int) (time.Duration, drainStats)
+	drainStats
 }
 
 func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() }
@@ -74,8 +77,8 @@ func BenchmarkDrain(b *testing.B) {
 		fair := newDispatchSetup(b, dispatchPool, ns, false)
 		unscoped := newDispatchSetup(b, dispatchPool, ns, true)
 		arms = append(arms,
-			&arm{name: fmt.Sprintf("fair-%d", ns), drain: fair.drain, trips: trips},
-			&arm{name: fmt.Sprintf("unscoped-%d", ns), drain: unscoped.drain, trips: trips})
+			&arm{name: fmt.Sprintf("fair-%d", ns), stats: fair.drainStats, trips: trips},
+			&arm{name: fmt.Sprintf("unscoped-%d", ns), stats: unscoped.drainStats, trips: trips})
 	}
 	byName := make(map[string]*arm, len(arms))
 	for _, a := range arms {
@@ -90,19 +93,28 @@ func BenchmarkDrain(b *testing.B) {
 			if a.trips != nil {
 				before = a.trips.n.Load()
 			}
-			a.total += a.drain(b, rows)
-			if a.trips != nil {
-				a.tripN += a.trips.n.Load() - before
+			if a.stats == nil {
+				a.total += a.drain(b, rows)
+				continue
 			}
+			d, st := a.stats(b, rows)
+			a.total += d
+			a.sweeps += st.sweeps
+			a.swept += st.swept
+			a.tripN += a.trips.n.Load() - before
 		}
 		iter++
 	}
 	perArm := rows * iter
 	for _, a := range arms {
 		b.ReportMetric(a.rate(perArm), a.name+"-rows/s")
-		if a.trips != nil {
+		if a.stats != nil {
 			// The enqueue's, TRUNCATE's and ANALYZE's few trips included.
 			b.ReportMetric(float64(a.tripN)/float64(perArm), a.name+"-trips/row")
+			// The mean sweep, and the share of the drain the one sweep
+			// loop spent sweeping: near 1, sweep latency bounds the rate.
+			b.ReportMetric(float64(a.swept.Microseconds())/1000/float64(a.sweeps), a.name+"-sweep-ms")
+			b.ReportMetric(a.swept.Seconds()/a.total.Seconds(), a.name+"-sweeping")
 		}
 	}
 	river := max(byName["river-default"].rate(perArm), byName["river-1ms"].rate(perArm))
