@@ -136,6 +136,10 @@ func (d *dispatchSetup) drainStats(tb testing.TB, rows int) (time.Duration, drai
 	if err := <-ran; err != nil {
 		tb.Fatalf("dispatch Run: %v", err)
 	}
+	// Untimed: every row settled exactly once, none left behind.
+	if stats, err := d.store.Stats(ctx); err != nil || stats.Settled != rows || stats.Total != rows {
+		tb.Fatalf("after the drain: %+v, %v; want %d rows, all settled", stats, err, rows)
+	}
 	return elapsed, st
 }
 

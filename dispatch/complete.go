@@ -94,12 +94,11 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 		}
 		buf = append(w.batch, buf...)
 		failures++
-		if r.storeCtx.Err() != nil {
-			return
-		}
-		r.m.StoreFailed("Complete", w.err)
 		delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
-		r.log.Warn("dispatch: writing results failed", "err", w.err, "results", len(buf), "failures", failures, "retry_in", delay)
+		if r.storeCtx.Err() == nil {
+			r.m.StoreFailed("Complete", w.err)
+			r.log.Warn("dispatch: writing results failed", "err", w.err, "results", len(buf), "failures", failures, "retry_in", delay)
+		}
 		hold, due = true, true
 		disarm()
 		arm(delay)
