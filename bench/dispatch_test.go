@@ -23,6 +23,10 @@ const (
 	dispatchWorkers = 100 // Options.Workers
 	dispatchBatch   = 100 // backpressure.Config.BatchSize: one sweep's claim budget
 	taskQueues      = 2   // task queues per namespace
+
+	// wideWorkers is Workers and BatchSize of the wide arms: River's 10
+	// queues × 100 workers.
+	wideWorkers = 1000
 )
 
 // dispatchSetup is one pgstore schema that a dispatcher drains.
@@ -31,6 +35,8 @@ type dispatchSetup struct {
 	store      *pgstore.Store
 	namespaces int
 	unscoped   bool
+	workers    int // Options.Workers
+	batch      int // backpressure.Config.BatchSize
 }
 
 // newDispatchSetup opens a pgstore in a fresh schema on pool.
@@ -41,7 +47,7 @@ func newDispatchSetup(tb testing.TB, pool *pgxpool.Pool, namespaces int, unscope
 		tb.Fatalf("pgstore.New: %v", err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
-	return &dispatchSetup{pool: pool, store: s, namespaces: namespaces, unscoped: unscoped}
+	return &dispatchSetup{pool: pool, store: s, namespaces: namespaces, unscoped: unscoped, workers: dispatchWorkers, batch: dispatchBatch}
 }
 
 // settledCounter closes done once want rows are settled, and sums the
@@ -107,7 +113,7 @@ func (d *dispatchSetup) drainStats(tb testing.TB, rows int) (time.Duration, drai
 		tb.Fatalf("analyze: %v", err)
 	}
 	all, _ := backpressure.AllShards(d.store.ShardCount())
-	bp, err := backpressure.New(backpressure.Config{BatchSize: dispatchBatch, DefaultQuota: backpressure.Unlimited}, all)
+	bp, err := backpressure.New(backpressure.Config{BatchSize: d.batch, DefaultQuota: backpressure.Unlimited}, all)
 	if err != nil {
 		tb.Fatalf("backpressure.New: %v", err)
 	}
@@ -117,7 +123,7 @@ func (d *dispatchSetup) drainStats(tb testing.TB, rows int) (time.Duration, drai
 	}
 	c := &settledCounter{want: int64(rows), done: make(chan struct{})}
 	noop := func(context.Context, outbox.Row) error { return nil }
-	disp, err := dispatch.New(bp, store, noop, dispatch.Options{Workers: dispatchWorkers, Metrics: c, Logger: quietLogger()})
+	disp, err := dispatch.New(bp, store, noop, dispatch.Options{Workers: d.workers, Metrics: c, Logger: quietLogger()})
 	if err != nil {
 		tb.Fatalf("dispatch.New: %v", err)
 	}

@@ -51,13 +51,20 @@ func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() 
 //     and the pool size (pgxpool's default) left at their defaults;
 //   - unscoped-N: the same dispatcher, store, workers and completion path,
 //     claiming oldest first whatever the namespace, with no counts (see
-//     unscopedStore).
+//     unscopedStore);
+//   - fair-10-wide, unscoped-10-wide: the same at 10 namespaces with
+//     River's concurrency, Workers 1,000 and BatchSize 1,000: a
+//     sensitivity figure (a sweep's round trips cost about the same for
+//     100 rows as for 1,000), not the headline.
 //
 // Every iteration runs every arm once, in an order that rotates from
 // iteration to iteration, so that the machine's noise falls on all alike.
 // It reports each arm's rows/s (rows over the summed drain times), the
 // ratios dispatch/river (fair-N over the faster River arm; target ≥ 1.3)
-// and fair/unscoped at each N (target ≥ 0.9).
+// and fair/unscoped at each N (target ≥ 0.9); for each dispatcher arm, its
+// round trips per row, its mean sweep time, and the share of the drain its
+// one sweep loop spent sweeping (near 1: the rate is sweep latency bound,
+// as sweeps on one Backpressure run one at a time).
 //
 //	cd bench && go test -run '^$' -bench Drain -benchtime 3x
 //
@@ -79,6 +86,19 @@ func BenchmarkDrain(b *testing.B) {
 		arms = append(arms,
 			&arm{name: fmt.Sprintf("fair-%d", ns), stats: fair.drainStats, trips: trips},
 			&arm{name: fmt.Sprintf("unscoped-%d", ns), stats: unscoped.drainStats, trips: trips})
+	}
+	// The same dispatcher with River's concurrency: 1,000 workers, and
+	// sweeps of up to 1,000 rows (a sweep claims at most min(idle workers,
+	// BatchSize)). A sensitivity figure, not the headline: it shows how
+	// far the sweep's fixed cost per round trip is what bounds the rate.
+	for _, unscoped := range []bool{false, true} {
+		s := newDispatchSetup(b, dispatchPool, 10, unscoped)
+		s.workers, s.batch = wideWorkers, wideWorkers
+		name := "fair-10-wide"
+		if unscoped {
+			name = "unscoped-10-wide"
+		}
+		arms = append(arms, &arm{name: name, stats: s.drainStats, trips: trips})
 	}
 	byName := make(map[string]*arm, len(arms))
 	for _, a := range arms {
@@ -123,4 +143,7 @@ func BenchmarkDrain(b *testing.B) {
 		b.ReportMetric(fair.rate(perArm)/river, fmt.Sprintf("fair-%d/river", ns))
 		b.ReportMetric(fair.rate(perArm)/unscoped.rate(perArm), fmt.Sprintf("fair/unscoped-%d", ns))
 	}
+	fair, unscoped := byName["fair-10-wide"], byName["unscoped-10-wide"]
+	b.ReportMetric(fair.rate(perArm)/river, "fair-10-wide/river")
+	b.ReportMetric(fair.rate(perArm)/unscoped.rate(perArm), "fair/unscoped-10-wide")
 }
