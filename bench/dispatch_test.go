@@ -82,14 +82,8 @@ type drainStats struct {
 // drain enqueues rows no-op rows over d's namespaces (taskQueues task
 // queues each), then runs a dispatcher on them and returns how long it
 // took from Run until the last row's settle was written (enqueue not
-// included, as for River).
-func (d *dispatchSetup) drain(tb testing.TB, rows int) time.Duration {
-	elapsed, _ := d.drainStats(tb, rows)
-	return elapsed
-}
-
-// drainStats is drain, also returning what the sweeps did.
-func (d *dispatchSetup) drainStats(tb testing.TB, rows int) (time.Duration, drainStats) {
+// included, as for River), and what its sweeps did.
+func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStats) {
 	tb.Helper()
 	ctx := context.Background()
 	table := pgx.Identifier{d.store.Schema(), "outbox"}.Sanitize()

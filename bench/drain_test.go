@@ -84,8 +84,8 @@ func BenchmarkDrain(b *testing.B) {
 		fair := newDispatchSetup(b, dispatchPool, ns, false)
 		unscoped := newDispatchSetup(b, dispatchPool, ns, true)
 		arms = append(arms,
-			&arm{name: fmt.Sprintf("fair-%d", ns), stats: fair.drainStats, trips: trips},
-			&arm{name: fmt.Sprintf("unscoped-%d", ns), stats: unscoped.drainStats, trips: trips})
+			&arm{name: fmt.Sprintf("fair-%d", ns), stats: fair.drain, trips: trips},
+			&arm{name: fmt.Sprintf("unscoped-%d", ns), stats: unscoped.drain, trips: trips})
 	}
 	// The same dispatcher with River's concurrency: 1,000 workers, and
 	// sweeps of up to 1,000 rows (a sweep claims at most min(idle workers,
@@ -98,7 +98,7 @@ func BenchmarkDrain(b *testing.B) {
 		if unscoped {
 			name = "unscoped-10-wide"
 		}
-		arms = append(arms, &arm{name: name, stats: s.drainStats, trips: trips})
+		arms = append(arms, &arm{name: name, stats: s.drain, trips: trips})
 	}
 	byName := make(map[string]*arm, len(arms))
 	for _, a := range arms {
