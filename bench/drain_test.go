@@ -66,7 +66,7 @@ func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() 
 // one sweep loop spent sweeping (near 1: the rate is sweep latency bound,
 // as sweeps on one Backpressure run one at a time).
 //
-//	cd bench && go test -run '^$' -bench Drain -benchtime 3x
+//	cd bench && go test -run '^$' -bench Drain -benchtime 3x -count 3 -timeout 30m
 //
 // Under -benchtime=1x the backlog is 2,000 rows rather than 20,000 (see
 // drainBacklog).
