@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -22,16 +23,26 @@ func databaseURL() string {
 	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 }
 
-// openPool connects to the test database, or skips the benchmark with one
-// line saying how to enable it.
-func openPool(tb testing.TB) *pgxpool.Pool {
+// openPool connects to the test database with at most maxConns
+// connections (0: pgxpool's default), or skips the benchmark with one line
+// saying how to enable it.
+func openPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	return openTracedPool(tb, maxConns, nil)
+}
+
+// openTracedPool is openPool with tr tracing every connection's
+// statements (nil: none).
+func openTracedPool(tb testing.TB, maxConns int32, tr pgx.QueryTracer) *pgxpool.Pool {
 	tb.Helper()
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(databaseURL())
 	if err != nil {
 		tb.Fatalf("TEST_DATABASE_URL: %v", err)
 	}
-	cfg.MaxConns = 40
+	cfg.ConnConfig.Tracer = tr
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err == nil {
 		err = pool.Ping(ctx)
@@ -61,5 +72,26 @@ func freshSchema(tb testing.TB, pool *pgxpool.Pool, prefix string) string {
 	})
 	return schema
 }
+
+// tripCounter counts round trips: statements sent alone and batches (a
+// batch, as pgstore sends its claims and counts, is one round trip and one
+// transaction).
+type tripCounter struct{ n atomic.Int64 }
+
+func (t *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+
+func (*tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	t.n.Add(1)
+	return ctx
+}
+
+func (*tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

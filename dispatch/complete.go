@@ -15,17 +15,40 @@ type flushOutcome struct {
 	err       error // the last store error, if any
 }
 
+// completeWriters is the most Complete calls the completer keeps in
+// flight at once. A Complete's time is mostly its commit's wait for the
+// log to reach disk; with a second call in flight, the store can write one
+// batch while the other's commit waits (and, on PostgreSQL, commits that
+// wait together share one flush), so results are written about as fast as
+// sweeps claim rows, rather than at one commit per batch. Batches in
+// flight together hold distinct rows, so they never wait on each other.
+const completeWriters = 2
+
+// written is what one Complete call in flight came back with.
+type written struct {
+	batch []*job
+	res   []outbox.Result
+	err   error
+}
+
 // completer writes results in batches: as soon as CompleteBatch are
-// waiting, or FlushInterval after the first of a batch arrived. A failed
-// Complete is retried after ErrorBackoff, the results staying in the
-// buffer; while the buffer holds CompletionBacklog results it takes no
-// more, so workers block. When stop is closed it takes what is left and
+// waiting, or FlushInterval after the first of a batch arrived, with up to
+// completeWriters calls in flight. A failed Complete is retried after
+// ErrorBackoff, its results back at the head of the buffer, and nothing
+// else is written meanwhile; while the buffer and the calls in flight hold
+// CompletionBacklog results it takes no more, so workers block. When stop
+// is closed it waits for the calls in flight, takes what is left and
 // writes it with a context that outlives Run's, for up to ShutdownTimeout.
 func (r *run) completer(stop <-chan struct{}) flushOutcome {
 	var (
 		buf      []*job
 		failures int
+		inflight int  // Complete calls in flight
+		held     int  // results in those calls
+		due      bool // the interval of the oldest buffered result has passed
+		hold     bool // a failed write's backoff is running: write nothing
 	)
+	done := make(chan written, completeWriters)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
@@ -33,46 +56,79 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 		timer.Reset(d)
 		armed = true
 	}
-	flush := func(ctx context.Context) {
-		var err error
-		buf, err = r.write(ctx, buf)
-		switch {
-		case err != nil:
-			failures++
-			if ctx.Err() == nil {
-				r.m.StoreFailed("Complete", err)
-				delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
-				r.log.Warn("dispatch: writing results failed", "err", err, "results", len(buf), "failures", failures, "retry_in", delay)
-				arm(delay)
-			}
-		default:
-			failures = 0
-			if armed {
-				timer.Stop()
-				armed = false
-			}
+	disarm := func() {
+		if armed {
+			timer.Stop()
+			armed = false
 		}
+	}
+	// pump starts the writes the buffer, the writers and a backoff allow.
+	pump := func() {
+		for !hold && inflight < completeWriters && len(buf) > 0 && (due || len(buf) >= r.o.CompleteBatch) {
+			batch, rest := splitBatch(buf, r.o.CompleteBatch)
+			buf = rest
+			inflight++
+			held += len(batch)
+			go func() {
+				res, err := r.completeBatch(r.storeCtx, batch)
+				done <- written{batch: batch, res: res, err: err}
+			}()
+		}
+		switch {
+		case hold:
+		case len(buf) == 0:
+			due = false
+			disarm()
+		case !due && !armed:
+			arm(r.o.FlushInterval)
+		}
+	}
+	// settle takes back one call's outcome.
+	settle := func(w written) {
+		inflight--
+		held -= len(w.batch)
+		if w.err == nil {
+			failures = 0
+			r.applied(w.batch, w.res)
+			return
+		}
+		buf = append(w.batch, buf...)
+		failures++
+		delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
+		if r.storeCtx.Err() == nil {
+			r.m.StoreFailed("Complete", w.err)
+			r.log.Warn("dispatch: writing results failed", "err", w.err, "results", len(buf), "failures", failures, "retry_in", delay)
+		}
+		hold, due = true, true
+		disarm()
+		arm(delay)
 	}
 	for {
 		in := r.completions
-		if len(buf) >= r.o.CompletionBacklog {
+		if len(buf)+held >= r.o.CompletionBacklog {
 			in = nil
 		}
 		select {
 		case j := <-in:
 			buf = append(buf, j)
-			if len(buf) >= r.o.CompleteBatch && failures == 0 {
-				flush(r.storeCtx)
-			} else if !armed {
-				arm(r.o.FlushInterval)
-			}
+		case w := <-done:
+			settle(w)
 		case <-timer.C:
 			armed = false
-			flush(r.storeCtx)
+			hold, due = false, true
 		case <-stop:
-			timer.Stop()
+			disarm()
+			for ; inflight > 0; inflight-- {
+				w := <-done
+				if w.err == nil {
+					r.applied(w.batch, w.res)
+				} else {
+					buf = append(w.batch, buf...)
+				}
+			}
 			return r.finalFlush(buf)
 		}
+		pump()
 	}
 }
 
@@ -122,14 +178,7 @@ func (r *run) finalFlush(buf []*job) flushOutcome {
 func (r *run) write(ctx context.Context, buf []*job) ([]*job, error) {
 	for len(buf) > 0 {
 		batch, rest := splitBatch(buf, r.o.CompleteBatch)
-		cs := make([]outbox.Completion, len(batch))
-		for i, j := range batch {
-			cs[i] = j.completion
-		}
-		res, err := r.d.store.Complete(ctx, cs)
-		if err == nil && len(res) != len(cs) {
-			err = errors.New("dispatch: store's Complete returned " + itoa(len(res)) + " results for " + itoa(len(cs)) + " completions")
-		}
+		res, err := r.completeBatch(ctx, batch)
 		if err != nil {
 			return append(batch, rest...), err
 		}
@@ -137,6 +186,19 @@ func (r *run) write(ctx context.Context, buf []*job) ([]*job, error) {
 		buf = rest
 	}
 	return buf, nil
+}
+
+// completeBatch writes batch in one Complete call.
+func (r *run) completeBatch(ctx context.Context, batch []*job) ([]outbox.Result, error) {
+	cs := make([]outbox.Completion, len(batch))
+	for i, j := range batch {
+		cs[i] = j.completion
+	}
+	res, err := r.d.store.Complete(ctx, cs)
+	if err == nil && len(res) != len(cs) {
+		err = errors.New("dispatch: store's Complete returned " + itoa(len(res)) + " results for " + itoa(len(cs)) + " completions")
+	}
+	return res, err
 }
 
 // splitBatch returns up to n jobs of buf whose dispatch keys are distinct

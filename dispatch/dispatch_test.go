@@ -643,6 +643,55 @@ func TestCompletionsBatchedByCount(t *testing.T) {
 	require.Equal(t, []int{25, 25, 25, 25}, cs.sizes)
 }
 
+// pairedCompleter holds each Complete call until a second one is in
+// flight beside it (or, if none comes, a while), and records the most
+// calls it saw in flight at once.
+type pairedCompleter struct {
+	*memstore.Store
+	mu       sync.Mutex
+	inflight int
+	most     int
+	both     chan struct{}
+	once     sync.Once
+}
+
+func (p *pairedCompleter) Complete(ctx context.Context, cs []outbox.Completion) ([]outbox.Result, error) {
+	p.mu.Lock()
+	p.inflight++
+	p.most = max(p.most, p.inflight)
+	if p.inflight == 2 {
+		p.once.Do(func() { close(p.both) })
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.both:
+	case <-time.After(2 * time.Second): // one writer: no second call comes
+	}
+	p.mu.Lock()
+	p.inflight--
+	p.mu.Unlock()
+	return p.Store.Complete(ctx, cs)
+}
+
+// While one Complete call waits on the store, the next full batch is
+// written beside it: two calls in flight at once, each a full batch.
+func TestCompletionsWrittenTwoAtOnce(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 50, 5)
+	pc := &pairedCompleter{Store: s, both: make(chan struct{})}
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 100, nil), pc, noop, dispatch.Options{
+		Workers: 7, Metrics: rec, Logger: quietLogger(), CompleteBatch: 25, FlushInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 50 })
+	require.NoError(t, stop())
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	require.Equal(t, 2, pc.most, "Complete calls in flight at once")
+}
+
 // A batch that does not fill is written after FlushInterval.
 func TestCompletionsFlushedByInterval(t *testing.T) {
 	s := newStore(t, memstore.Options{})

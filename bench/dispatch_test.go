@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/dispatch"
+	"github.com/outboxkit/backpressure/outbox"
+	"github.com/outboxkit/backpressure/pgstore"
+)
+
+// Dispatcher settings of the drain: what a user running no-op-cheap
+// handlers would pick, not tuned to the benchmark. Everything else is the
+// dispatcher's and the store's default (CompleteBatch 100, FlushInterval
+// 10ms, RefillDelay 1ms, a 30s lease, the pool's default size).
+const (
+	dispatchWorkers = 100 // Options.Workers
+	dispatchBatch   = 100 // backpressure.Config.BatchSize: one sweep's claim budget
+	taskQueues      = 2   // task queues per namespace
+
+	// wideWorkers is Workers and BatchSize of the wide arms: River's 10
+	// queues × 100 workers.
+	wideWorkers = 1000
+)
+
+// dispatchSetup is one pgstore schema that a dispatcher drains.
+type dispatchSetup struct {
+	pool       *pgxpool.Pool
+	store      *pgstore.Store
+	namespaces int
+	unscoped   bool
+	workers    int // Options.Workers
+	batch      int // backpressure.Config.BatchSize
+}
+
+// newDispatchSetup opens a pgstore in a fresh schema on pool.
+func newDispatchSetup(tb testing.TB, pool *pgxpool.Pool, namespaces int, unscoped bool) *dispatchSetup {
+	tb.Helper()
+	s, err := pgstore.New(context.Background(), pool, pgstore.Options{Schema: freshSchema(tb, pool, "dispatch")})
+	if err != nil {
+		tb.Fatalf("pgstore.New: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return &dispatchSetup{pool: pool, store: s, namespaces: namespaces, unscoped: unscoped, workers: dispatchWorkers, batch: dispatchBatch}
+}
+
+// settledCounter closes done once want rows are settled, and sums the
+// sweeps' time.
+type settledCounter struct {
+	dispatch.NopMetrics
+	want    int64
+	settled atomic.Int64
+	done    chan struct{}
+	sweeps  atomic.Int64
+	swept   atomic.Int64 // ns spent in sweeps
+}
+
+// Swept is called from the one sweep loop.
+func (c *settledCounter) Swept(e dispatch.SweepEvent) {
+	c.sweeps.Add(1)
+	c.swept.Add(int64(e.Duration))
+}
+
+func (c *settledCounter) Completed(e dispatch.CompletionEvent) {
+	if e.State == outbox.StateSettled && c.settled.Add(1) == c.want {
+		close(c.done)
+	}
+}
+
+// drainStats is what a dispatcher drain's sweeps did.
+type drainStats struct {
+	sweeps int64         // sweeps run
+	swept  time.Duration // time spent in them
+}
+
+// drain enqueues rows no-op rows over d's namespaces (taskQueues task
+// queues each), then runs a dispatcher on them and returns how long it
+// took from Run until the last row's settle was written (enqueue not
+// included, as for River), and what its sweeps did.
+func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStats) {
+	tb.Helper()
+	ctx := context.Background()
+	table := pgx.Identifier{d.store.Schema(), "outbox"}.Sanitize()
+	if _, err := adminExec(ctx, d, "TRUNCATE "+table); err != nil {
+		tb.Fatalf("truncate: %v", err)
+	}
+	msgs := make([]outbox.Message, rows)
+	for i := range msgs {
+		msgs[i] = outbox.Message{
+			DispatchKey: fmt.Sprintf("k%09d", i),
+			Namespace:   fmt.Sprintf("ns%04d", i%d.namespaces),
+			TaskQueue:   fmt.Sprintf("q%d", (i/d.namespaces)%taskQueues),
+		}
+	}
+	for lo := 0; lo < rows; lo += 5000 {
+		if _, err := d.store.Enqueue(ctx, msgs[lo:min(lo+5000, rows)]); err != nil {
+			tb.Fatalf("Enqueue: %v", err)
+		}
+	}
+	if _, err := adminExec(ctx, d, "ANALYZE "+table); err != nil {
+		tb.Fatalf("analyze: %v", err)
+	}
+	all, _ := backpressure.AllShards(d.store.ShardCount())
+	bp, err := backpressure.New(backpressure.Config{BatchSize: d.batch, DefaultQuota: backpressure.Unlimited}, all)
+	if err != nil {
+		tb.Fatalf("backpressure.New: %v", err)
+	}
+	var store dispatch.Store = d.store
+	if d.unscoped {
+		store = unscopedStore{d.store}
+	}
+	c := &settledCounter{want: int64(rows), done: make(chan struct{})}
+	noop := func(context.Context, outbox.Row) error { return nil }
+	disp, err := dispatch.New(bp, store, noop, dispatch.Options{Workers: d.workers, Metrics: c, Logger: quietLogger()})
+	if err != nil {
+		tb.Fatalf("dispatch.New: %v", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	start := time.Now()
+	go func() { ran <- disp.Run(runCtx) }()
+	select {
+	case <-c.done:
+	case <-time.After(2 * time.Minute):
+		tb.Fatalf("dispatch: %d of %d rows settled after 2 minutes", c.settled.Load(), rows)
+	}
+	elapsed := time.Since(start)
+	st := drainStats{sweeps: c.sweeps.Load(), swept: time.Duration(c.swept.Load())}
+	stop()
+	if err := <-ran; err != nil {
+		tb.Fatalf("dispatch Run: %v", err)
+	}
+	// Untimed: every row settled exactly once, none left behind.
+	if stats, err := d.store.Stats(ctx); err != nil || stats.Settled != rows || stats.Total != rows {
+		tb.Fatalf("after the drain: %+v, %v; want %d rows, all settled", stats, err, rows)
+	}
+	return elapsed, st
+}
+
+// adminExec runs an untimed statement of the benchmark's own on d's pool.
+func adminExec(ctx context.Context, d *dispatchSetup, sql string) (int64, error) {
+	tag, err := d.pool.Exec(ctx, sql)
+	return tag.RowsAffected(), err
+}
+
+// unscopedStore is the same pgstore behind the same dispatcher, claiming
+// as a dispatcher without backpressure would: oldest first whatever the
+// namespace, with no counts. It reports the backlog as one route as deep
+// as the sweep may count (no round trip), so the planner grants the whole
+// budget to it, and claims that budget with ClaimOutboxRowsUnscoped.
+// Completion, lease extension and wake-ups are the store's own. It holds
+// the store in a field rather than embedding it, so that the sweep does
+// not find the store's count extensions (SweepCounter,
+// PendingWindowCounter) through it.
+type unscopedStore struct{ s *pgstore.Store }
+
+var (
+	_ dispatch.Store  = unscopedStore{}
+	_ outbox.Notifier = unscopedStore{}
+)
+
+// Complete is the store's.
+func (u unscopedStore) Complete(ctx context.Context, cs []outbox.Completion) ([]outbox.Result, error) {
+	return u.s.Complete(ctx, cs)
+}
+
+// ExtendLeases is the store's.
+func (u unscopedStore) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
+	return u.s.ExtendLeases(ctx, leases)
+}
+
+// Subscribe is the store's.
+func (u unscopedStore) Subscribe(ctx context.Context) (<-chan struct{}, error) {
+	return u.s.Subscribe(ctx)
+}
+
+// Lease is the store's.
+func (u unscopedStore) Lease() time.Duration { return u.s.Lease() }
+
+// backlogRoute is the one route the unscoped counts report.
+var backlogRoute = backpressure.Route{Namespace: "backlog"}
+
+// CountClaimedOutboxRows reports nothing claimed: no ceiling is enforced.
+func (unscopedStore) CountClaimedOutboxRows(context.Context, backpressure.OwnedShardFraction) (map[string]int, error) {
+	return nil, nil
+}
+
+// CountPendingOutboxRows reports the backlog as one route, capPerRoute
+// deep: as much as the sweep can use.
+func (unscopedStore) CountPendingOutboxRows(_ context.Context, _ backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	return []backpressure.RouteCount{{Route: backlogRoute, Count: capPerRoute}}, nil
+}
+
+// ClaimOutboxRowsScoped claims the budget granted to the one route, oldest
+// first over every namespace.
+func (u unscopedStore) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+	limit := 0
+	for _, c := range claims {
+		limit += c.Limit
+	}
+	return u.s.ClaimOutboxRowsUnscoped(ctx, shards, limit)
+}
