@@ -30,6 +30,7 @@ type ShardError struct {
 	Reason     string
 }
 
+// Error names the shard (or the shard count) and why the set cannot exist.
 func (e *ShardError) Error() string {
 	if e.Shard < 0 {
 		return fmt.Sprintf("backpressure: invalid owned shards: %s (shard count %d)", e.Reason, e.ShardCount)
@@ -48,6 +49,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error names the Config field, its value and why New rejects it.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("backpressure: invalid config: %s = %d: %s", e.Field, e.Value, e.Reason)
 }
@@ -64,6 +66,7 @@ type SnapshotError struct {
 	Reason    string
 }
 
+// Error names the offending entry of the snapshot and why Plan rejects it.
 func (e *SnapshotError) Error() string {
 	if e.Namespace == "" && e.TaskQueue == "" {
 		return fmt.Sprintf("backpressure: invalid snapshot: %s (%d)", e.Reason, e.Count)
@@ -85,6 +88,7 @@ type StoreError struct {
 	Err error
 }
 
+// Error names the store call that failed and the store's error.
 func (e *StoreError) Error() string { return "backpressure: " + e.Op + ": " + e.Err.Error() }
 
 // Unwrap returns the store's error.

@@ -34,6 +34,7 @@ type GateError struct {
 	Err error
 }
 
+// Error names the field or argument and why the gate cannot exist.
 func (e *GateError) Error() string {
 	return fmt.Sprintf("backpressure: invalid gate: %s = %d: %s", e.Field, e.Value, e.Reason)
 }

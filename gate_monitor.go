@@ -21,6 +21,7 @@ type MonitorError struct {
 	Reason string
 }
 
+// Error names the setting and why it cannot hold.
 func (e *MonitorError) Error() string {
 	return fmt.Sprintf("backpressure: invalid compliance monitor: %s = %v: %s", e.Field, e.Value, e.Reason)
 }

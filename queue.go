@@ -18,6 +18,7 @@ type QueueError struct {
 	Reason string
 }
 
+// Error names the field or depth and why the queue model cannot exist.
 func (e *QueueError) Error() string {
 	return fmt.Sprintf("backpressure: invalid queue model: %s = %v: %s", e.Field, e.Value, e.Reason)
 }

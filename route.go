@@ -28,6 +28,7 @@ type RouteError struct {
 	Reason string
 }
 
+// Error names the route, the field and why no row may have it.
 func (e *RouteError) Error() string {
 	return fmt.Sprintf("backpressure: invalid route %q: %s %s", e.Route.String(), e.Field, e.Reason)
 }

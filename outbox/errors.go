@@ -47,6 +47,7 @@ type LeaseLostError struct {
 	Token       int64 // the token offered
 }
 
+// Error names the call, the row and the token offered.
 func (e *LeaseLostError) Error() string {
 	return fmt.Sprintf("outbox: %s: lease lost: row %q, token %d", e.Op, e.DispatchKey, e.Token)
 }
@@ -63,6 +64,7 @@ type MessageError struct {
 	Err         error // the route rule's *backpressure.RouteError, when it decided
 }
 
+// Error names the message's index, the field and why it breaks a limit.
 func (e *MessageError) Error() string {
 	at := ""
 	if e.Index >= 0 {
@@ -86,6 +88,7 @@ type ArgumentError struct {
 	Reason string
 }
 
+// Error names the call, the argument and why it was rejected.
 func (e *ArgumentError) Error() string {
 	return fmt.Sprintf("outbox: %s: invalid argument %s: %s", e.Op, e.Arg, e.Reason)
 }
@@ -99,6 +102,7 @@ type ShardCountError struct {
 	Given int // the shard count offered
 }
 
+// Error names both shard counts.
 func (e *ShardCountError) Error() string {
 	return fmt.Sprintf("outbox: shard count mismatch: store places rows over %d shards, given %d", e.Store, e.Given)
 }
@@ -112,6 +116,7 @@ type SchemaVersionError struct {
 	Package  int // the newest version the running store knows
 }
 
+// Error names the database's schema version and the newest the store knows.
 func (e *SchemaVersionError) Error() string {
 	return fmt.Sprintf("outbox: schema too new: database is at version %d, this store knows up to %d", e.Database, e.Package)
 }
