@@ -75,11 +75,3 @@ func (m *membership) owners(t, shardCount int) []int {
 	}
 	return out
 }
-
-// lastEvent is the tick of the last change of membership, or 0.
-func (m *membership) lastEvent() int {
-	if len(m.events) == 0 {
-		return 0
-	}
-	return m.events[len(m.events)-1]
-}

@@ -281,6 +281,29 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "throughput %.1f rows/s (%d rows in %s simulated) · Jain's fairness %s · exactly-once %s\n",
 		p.Throughput, p.Settled, fmtWait(p.Makespan), p.fairnessText(), verdict)
+	if len(p.Events) > 0 {
+		fmt.Fprintf(&b, "membership: %s\n", strings.Join(p.Events, "; "))
+	}
+	if len(p.Events) > 0 && p.Policy == Backpressure {
+		var parts []string
+		held := true
+		for _, t := range p.Tenants {
+			if t.Quota == backpressure.Unlimited {
+				continue
+			}
+			rel := "≤"
+			if t.PeakInflight > t.PeakCeiling {
+				rel = ">"
+			}
+			parts = append(parts, fmt.Sprintf("%s peak %d %s %d", t.Name, t.PeakInflight, rel, t.PeakCeiling))
+			held = held && t.OverAtClaim == 0 && t.OverNodeCeiling == 0
+		}
+		verdict := "no claim took a tenant over them, no sweep left a node over its ceiling"
+		if !held {
+			verdict = "BROKEN: a claim went over them or a sweep left a node over its ceiling (see report.json)"
+		}
+		fmt.Fprintf(&b, "quotas across the hand-off, against Σ current owners' ceilings: %s; %s\n", strings.Join(parts, ", "), verdict)
+	}
 	if p.GaveUp {
 		fmt.Fprintf(&b, "gave up after %d ticks: every running claim kept outliving its lease (%d of %d rows settled)\n",
 			p.Ticks, p.Settled, p.Audit.Keys)
