@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"slices"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -91,6 +92,9 @@ func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, er
 		pl.Legend.Add(s.Tenants[i].Name, line)
 	}
 	pl.X.Min, pl.X.Max = 0, xMax
+	if err := addMembershipMarks(pl, s, yMax); err != nil {
+		return nil, err
+	}
 
 	// One dashed line per distinct quota, labelled with who has it.
 	var quotas []int
@@ -184,4 +188,42 @@ func writeCombinedPNG(w io.Writer, r *Report) error {
 	}
 	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
+}
+
+// addMembershipMarks draws a vertical line at each failure, hand-over and
+// join of the scenario's nodes, labelled in the legend.
+func addMembershipMarks(pl *plot.Plot, s Scenario, yMax float64) error {
+	if !s.dynamic() {
+		return nil
+	}
+	m := newMembership(s)
+	type mark struct {
+		tick  int
+		label string
+		dash  []vg.Length
+	}
+	var marks []mark
+	for i := range s.NodeList {
+		if m.fail[i] >= 0 {
+			marks = append(marks,
+				mark{m.fail[i], fmt.Sprintf("node-%d fails", i), []vg.Length{vg.Points(6), vg.Points(3)}},
+				mark{m.handover[i], fmt.Sprintf("its shards move (membership lease %v)", s.membershipLease()), []vg.Length{vg.Points(2), vg.Points(3)}})
+		}
+		if m.join[i] > 0 {
+			marks = append(marks, mark{m.join[i], fmt.Sprintf("node-%d joins", i), nil})
+		}
+	}
+	for _, mk := range marks {
+		x := float64(mk.tick) * s.Tick.Seconds()
+		line, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: yMax}})
+		if err != nil {
+			return err
+		}
+		line.Color = color.Gray{Y: 40}
+		line.Width = vg.Points(1.2)
+		line.Dashes = mk.dash
+		pl.Add(line)
+		pl.Legend.Add(fmt.Sprintf("%v %s", time.Duration(mk.tick)*s.Tick, mk.label), line)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ func (c *simClock) Now() time.Time { return epoch.Add(time.Duration(c.ticks.Load
 type node struct {
 	id      int
 	shards  backpressure.OwnedShardFraction
+	owned   []int                      // shards.Owned()
 	workers int                        // 0: unlimited
 	bp      *backpressure.Backpressure // every policy: the ceilings; backpressure's planner
 	rr      routeRobin                 // RoundRobin policy only
@@ -52,10 +54,43 @@ func (n *node) full(batch int) int {
 
 // job is a claimed row a worker is running.
 type job struct {
-	idx    int // index into workload.arrivals
-	lease  outbox.Lease
-	tenant int
-	node   *node
+	idx     int // index into workload.arrivals
+	lease   outbox.Lease
+	tenant  int
+	shard   int
+	expires int // first tick at which the claim's lease has run out
+	node    *node
+}
+
+// Orphan states of a row (see runPolicy): claimed by a node that failed
+// while running it, and then past its lease.
+const (
+	notOrphan = iota
+	orphanLeased
+	orphanExpired
+)
+
+// ownerSnap is the shard owners from tick from on.
+type ownerSnap struct {
+	from  int
+	owner []int
+}
+
+// fractions turns shard owners into each of nodes nodes' owned shards.
+func fractions(owner []int, nodes, shardCount int) ([]backpressure.OwnedShardFraction, error) {
+	owned := make([][]int, nodes)
+	for sh, o := range owner {
+		owned[o] = append(owned[o], sh)
+	}
+	out := make([]backpressure.OwnedShardFraction, nodes)
+	for i := range owned {
+		f, err := backpressure.NewOwnedShardFraction(owned[i], shardCount)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = f
+	}
+	return out, nil
 }
 
 // enqueueChunk bounds one Enqueue call, to stay far below any database's
@@ -196,15 +231,19 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 	}
 	nextChange := 0
 
-	fractions, owner, err := nodeShards(s)
+	mem := newMembership(s)
+	owner := mem.owners(0, s.ShardCount)
+	history := []ownerSnap{{0, owner}}
+	fracs, err := fractions(owner, s.Nodes, s.ShardCount)
 	if err != nil {
 		return nil, err
 	}
+	nextEvent := 0 // index into mem.events
 	nodes := make([]*node, s.Nodes)
 	capacity := 0 // workers over the cluster; 0 when some node has no bound
 	bounded := true
-	for i, f := range fractions {
-		n := &node{id: i, shards: f, workers: s.nodeWorkers(i), atCeiling: make([][]int, nt)}
+	for i, f := range fracs {
+		n := &node{id: i, shards: f, owned: f.Owned(), workers: s.nodeWorkers(i), atCeiling: make([][]int, nt)}
 		nodes[i] = n
 		if n.workers == 0 {
 			bounded = false
@@ -270,6 +309,30 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 	stuckAfter := int(ceilTicks(s.Lease, s.Tick)) + w.maxService + 1
 	ent := newEntitlement(nt)
 
+	// A failed node's claims are orphans until their leases run out: still
+	// claimed (in flight, counted by the owner's headroom), then pending
+	// again, and claimed anew by whoever owns the shard. expected counts
+	// the claims a row should see: one, plus one per orphaned claim.
+	orphans := map[int][]job{} // by the tick the lease runs out
+	orphanCount := 0
+	orphan := make([]int8, len(w.arrivals))
+	expected := make([]int, len(w.arrivals))
+	// claimedOn counts, per tenant and shard, rows under a live claim,
+	// whoever holds it: what a node's headroom counts.
+	claimedOn := make([][]int, nt)
+	for i := range claimedOn {
+		claimedOn[i] = make([]int, s.ShardCount)
+	}
+	// bound is, per tenant, Σ over nodes of the node's ceiling (0 on a node
+	// that owns no shard): the most the current owners let it hold.
+	bound := make([]int, nt)
+	setBound := func() {
+		for i, t := range s.Tenants {
+			bound[i] = clusterCeiling(nodes, t.Name, cfg.quotas[i])
+		}
+	}
+	setBound()
+
 	settle := func(t int, j job, err error) error {
 		switch {
 		case errors.Is(err, outbox.ErrLeaseLost):
@@ -293,6 +356,7 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		}
 		j.node.running--
 		inflight[j.tenant]--
+		claimedOn[j.tenant][j.shard]--
 		running--
 		return nil
 	}
@@ -315,6 +379,70 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 				}
 			}
 			nextChange++
+			setBound()
+		}
+
+		// 0b. Membership: nodes that fail now stop, before this tick's
+		// settles, leaving their claims to run out; then leases that ran
+		// out put orphans back; then ownership moves as the members
+		// changed, before the tick's sweeps.
+		if nextEvent < len(mem.events) && mem.events[nextEvent] == t {
+			for _, n := range nodes {
+				if mem.fail[n.id] != t {
+					continue
+				}
+				for at, js := range due {
+					kept := js[:0]
+					for _, j := range js {
+						if j.node != n {
+							kept = append(kept, j)
+							continue
+						}
+						orphans[j.expires] = append(orphans[j.expires], j)
+						orphan[j.idx] = orphanLeased
+						orphanCount++
+						running--
+					}
+					due[at] = kept
+				}
+				n.running = 0
+				if n.d != nil {
+					n.d.crash()
+				}
+				rep.Events = append(rep.Events, fmt.Sprintf("%v node-%d fails", time.Duration(t)*s.Tick, n.id))
+			}
+		}
+		for _, j := range orphans[t] {
+			if orphan[j.idx] != orphanLeased {
+				continue // claimed again already
+			}
+			orphan[j.idx] = orphanExpired
+			orphanCount--
+			inflight[j.tenant]--
+			claimedOn[j.tenant][j.shard]--
+			waiting[j.tenant]++
+			waitingTotal++
+		}
+		delete(orphans, t)
+		if nextEvent < len(mem.events) && mem.events[nextEvent] == t {
+			nextEvent++
+			owner = mem.owners(t, s.ShardCount)
+			history = append(history, ownerSnap{t, owner})
+			fracs, err := fractions(owner, s.Nodes, s.ShardCount)
+			if err != nil {
+				return nil, err
+			}
+			for i, n := range nodes {
+				if n.shards.Equal(fracs[i]) {
+					continue
+				}
+				rep.Events = append(rep.Events, fmt.Sprintf("%v node-%d: %d → %d shards", time.Duration(t)*s.Tick, n.id, len(n.owned), fracs[i].OwnedCount()))
+				n.shards, n.owned = fracs[i], fracs[i].Owned()
+				if err := n.bp.SetOwnedShards(fracs[i]); err != nil {
+					return nil, fmt.Errorf("node %d: %w", n.id, err)
+				}
+			}
+			setBound()
 		}
 
 		// 1. Workers finish: settle the rows whose service time is over.
@@ -378,6 +506,9 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		clear(claimedTick)
 		claimedNow, swept := 0, false
 		for _, n := range nodes {
+			if !mem.live(n.id, t) {
+				continue
+			}
 			full := n.full(s.BatchSize)
 			if n.workers > 0 && n.workers-n.running < full {
 				continue
@@ -393,9 +524,24 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 					return nil, fmt.Errorf("%s: node %d claimed %q, a key the run never enqueued", ob.Name(), n.id, r.DispatchKey)
 				}
 				a := w.arrivals[i]
-				if claimedKey[i] {
+				switch {
+				case claimedKey[i] && orphan[i] != notOrphan:
+					// A failed node's row, claimed anew.
+					rep.Audit.Recovered++
+					expected[i]++
+					if orphan[i] == orphanExpired {
+						waiting[a.tenant]--
+						waitingTotal--
+					} else {
+						orphanCount--
+						inflight[a.tenant]--
+						claimedOn[a.tenant][r.Shard]--
+					}
+					orphan[i] = notOrphan
+				case claimedKey[i]:
 					rep.Audit.ClaimedAgain++
-				} else {
+				default:
+					expected[i] = 1
 					claimedKey[i] = true
 					claimTick[i] = t
 					waiting[a.tenant]--
@@ -406,11 +552,34 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 				rep.Tenants[a.tenant].Claimed++
 				waits[a.tenant] = append(waits[a.tenant], r.ClaimedAt.Sub(r.EnqueuedAt))
 				inflight[a.tenant]++
+				claimedOn[a.tenant][r.Shard]++
 				n.running++
 				running++
-				due[t+a.service] = append(due[t+a.service], job{idx: i, lease: r.Lease(), tenant: a.tenant, node: n})
+				expires := int(ceilTicks(r.LeaseExpiresAt.Sub(epoch), s.Tick))
+				due[t+a.service] = append(due[t+a.service], job{idx: i, lease: r.Lease(), tenant: a.tenant, shard: r.Shard, expires: expires, node: n})
 			}
 			claimedNow += len(rows)
+			if p == Backpressure {
+				// The planner's promise, node by node: after a sweep that
+				// claimed a tenant's rows, the rows claimed on the node's
+				// shards, whoever claimed them, are within its ceiling.
+				mine := map[int]bool{}
+				for _, r := range rows {
+					mine[w.arrivals[w.byKey[r.DispatchKey]].tenant] = true
+				}
+				for i := range mine {
+					if cfg.quotas[i] == backpressure.Unlimited {
+						continue
+					}
+					k := 0
+					for _, sh := range n.owned {
+						k += claimedOn[i][sh]
+					}
+					if k > n.bp.Ceiling(s.Tenants[i].Name) {
+						rep.Tenants[i].OverNodeCeiling++
+					}
+				}
+			}
 		}
 		if swept {
 			for i := range nt {
@@ -427,7 +596,17 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		measure := func() {
 			timeline.add(inflight)
 			for i := range nt {
-				rep.Tenants[i].PeakInflight = max(rep.Tenants[i].PeakInflight, inflight[i])
+				tr := &rep.Tenants[i]
+				if inflight[i] > tr.PeakInflight {
+					tr.PeakInflight, tr.PeakCeiling = inflight[i], bound[i]
+				}
+				if cfg.quotas[i] != backpressure.Unlimited {
+					over := inflight[i] - bound[i]
+					tr.OverOwnersCeiling = max(tr.OverOwnersCeiling, over)
+					if claimedTick[i] > 0 {
+						tr.OverAtClaim = max(tr.OverAtClaim, over)
+					}
+				}
 			}
 			if j, ok := ent.jain(inflight, waiting, cfg, capacity); ok {
 				jainSum += j
@@ -441,8 +620,8 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 
 		// 5. The end: nothing running, every row the run waits for
 		// settled, nothing more to arrive and no change to come.
-		changesDone := nextChange == len(changeTicks)
-		if t >= w.lastTick && running == 0 && changesDone {
+		changesDone := nextChange == len(changeTicks) && nextEvent == len(mem.events)
+		if t >= w.lastTick && running == 0 && orphanCount == 0 && changesDone {
 			if settledWanted == wanted {
 				break
 			}
@@ -462,8 +641,11 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		// nothing but the timeline, so they are recorded without sweeping.
 		if running == 0 && waitingTotal == 0 && settled == claimedTotal {
 			next := w.nextArrival(t + 1)
-			if !changesDone {
+			if nextChange < len(changeTicks) {
 				next = min(next, changeTicks[nextChange])
+			}
+			if nextEvent < len(mem.events) {
+				next = min(next, mem.events[nextEvent])
 			}
 			for ; t+1 < next; t++ {
 				measure()
@@ -494,9 +676,11 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 	// that owns its shard held its tenant at the ceiling.
 	if p == Backpressure {
 		for i, a := range w.arrivals {
-			ticks := nodes[owner[backpressure.ShardFor(a.key, s.ShardCount)]].atCeiling[a.tenant]
-			k, _ := slices.BinarySearch(ticks, a.tick)
-			if k < len(ticks) && (!claimedKey[i] || ticks[k] < claimTick[i]) {
+			end := math.MaxInt
+			if claimedKey[i] {
+				end = claimTick[i]
+			}
+			if heldAtCeiling(nodes, history, backpressure.ShardFor(a.key, s.ShardCount), a.tenant, a.tick, end) {
 				rep.Tenants[a.tenant].HeldAtCeiling++
 			}
 		}
@@ -509,10 +693,30 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 			n.d.stop()
 		}
 	}
-	if err := audit(ctx, ob, s, w, paused, &rep.Audit); err != nil {
+	if err := audit(ctx, ob, s, w, paused, expected, &rep.Audit); err != nil {
 		return nil, fmt.Errorf("%s: audit: %w", ob.Name(), err)
 	}
 	return rep, nil
+}
+
+// heldAtCeiling reports whether, in [from, end), a sweep of the node that
+// owned shard then held tenant at its ceiling.
+func heldAtCeiling(nodes []*node, history []ownerSnap, shard, tenant, from, end int) bool {
+	for k, snap := range history {
+		lo, hi := max(snap.from, from), end
+		if k+1 < len(history) {
+			hi = min(hi, history[k+1].from)
+		}
+		if lo >= hi {
+			continue
+		}
+		ticks := nodes[snap.owner[shard]].atCeiling[tenant]
+		j, _ := slices.BinarySearch(ticks, lo)
+		if j < len(ticks) && ticks[j] < hi {
+			return true
+		}
+	}
+	return false
 }
 
 // sweep makes node n's one sweep under policy p, asking for budget rows,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -18,11 +19,19 @@ import (
 // clock and takes no clock of its own, so the simulation does not try to
 // fake its timers; it makes them irrelevant instead:
 //
-//   - Sweeps are gated. The dispatcher's store is a gatedStore whose first
-//     planner call of a sweep blocks until the driver grants the node its
-//     sweep of the tick; the sweep ends with the Swept metric, which hands
-//     the driver the rows the sweep claimed. So a node sweeps at most once
-//     a tick, exactly when the old loop swept it.
+//   - Sweeps are gated. A sweep ends with the Swept metric, which hands the
+//     driver the rows the sweep claimed and then blocks until the driver
+//     grants the node its next sweep; the first sweep waits for its grant
+//     in the store's first planner call instead. So a node sweeps at most
+//     once a tick, exactly when the old loop swept it, and it reads the
+//     planner's settings (SweepN reads them before its first store call)
+//     only after the grant: a SetConfig or SetOwnedShards the driver makes
+//     before granting the tick's sweeps is the one that sweep uses.
+//   - A crash is a gate that never opens again. The node is never granted
+//     another sweep nor released a row, and its store refuses every write
+//     from then on (completions, lease extensions), as a killed process
+//     writes nothing: its claimed rows stay claimed until their leases run
+//     out.
 //   - The budget is deterministic. With RefillDelay longer than any run, a
 //     dispatcher whose workers are busy waits for min(Workers, BatchSize)
 //     of them to be free before it sweeps (or for all to be idle), and then
@@ -72,6 +81,12 @@ type gatedStore struct {
 	// inSweep says a granted sweep is under way. Only the dispatcher's
 	// sweep loop touches it: its planner calls and its Swept metric.
 	inSweep bool
+	// stopped is closed when the dispatcher's context ends, so that a
+	// Swept waiting for the next grant returns.
+	stopped <-chan struct{}
+	// crashed makes every later store call fail without touching the
+	// store (see crash).
+	crashed atomic.Bool
 
 	mu       sync.Mutex
 	claimed  []outbox.Row                   // rows of the sweep under way
@@ -95,6 +110,9 @@ func newGatedStore(s *simStore, rows int) *gatedStore {
 
 // enter waits, on the first planner call of a sweep, for the sweep's grant.
 func (g *gatedStore) enter(ctx context.Context) error {
+	if g.crashed.Load() {
+		return errCrashed
+	}
 	if g.inSweep {
 		return nil
 	}
@@ -106,6 +124,9 @@ func (g *gatedStore) enter(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// errCrashed is what a crashed node's store calls return.
+var errCrashed = errors.New("bpsim: node crashed")
 
 func (g *gatedStore) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
 	if err := g.enter(ctx); err != nil {
@@ -154,6 +175,9 @@ func (g *gatedStore) ClaimOutboxRowsScoped(ctx context.Context, shards backpress
 
 // Complete writes the dispatcher's results and reports each to the driver.
 func (g *gatedStore) Complete(ctx context.Context, cs []outbox.Completion) ([]outbox.Result, error) {
+	if g.crashed.Load() {
+		return nil, errCrashed
+	}
 	res, err := g.s.Complete(ctx, cs)
 	if err != nil {
 		return nil, err
@@ -165,6 +189,9 @@ func (g *gatedStore) Complete(ctx context.Context, cs []outbox.Completion) ([]ou
 }
 
 func (g *gatedStore) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
+	if g.crashed.Load() {
+		return nil, errCrashed
+	}
 	return g.s.ExtendLeases(ctx, leases)
 }
 
@@ -216,6 +243,13 @@ func (m gateMetrics) Swept(e dispatch.SweepEvent) {
 	g.claimed = nil
 	g.mu.Unlock()
 	g.swept <- sweepDone{event: e, rows: rows}
+	// Hold the loop until the next grant, so that the next sweep reads the
+	// planner's settings after the driver's changes for its tick.
+	select {
+	case <-g.grant:
+		g.inSweep = true
+	case <-g.stopped:
+	}
 }
 
 func (m gateMetrics) StoreFailed(op string, err error) {
@@ -242,6 +276,7 @@ func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *si
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	g.stopped = ctx.Done()
 	n := &dispatchNode{store: g, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- d.Run(ctx) }()
 	return n, nil
@@ -298,6 +333,15 @@ func (n *dispatchNode) settle(ctx context.Context, leases []outbox.Lease) ([]com
 		}
 	}
 	return out, nil
+}
+
+// crash kills the node: from now on its store writes nothing, and its
+// dispatcher is stopped. Rows it had claimed keep their leases, which run
+// out in simulated time; a completion its dispatcher attempts on the way
+// down is refused, as a killed process's would never arrive.
+func (n *dispatchNode) crash() {
+	n.store.crashed.Store(true)
+	n.stop()
 }
 
 // stop shuts the dispatcher down and waits for it.

@@ -15,7 +15,19 @@ cmd/bpsim/scenario.sample.json is the default scenario.
                                 {"shards": ["1-7"]}, {"shards": ["8-63"], "workers": 80}]
                              "shards" (numbers or "lo-hi" ranges; every node or none,
                              together each shard exactly once), "workers" (≥ 1; left
-                             out: workersPerNode)
+                             out: workersPerNode),
+                             "failAt": "15s" (the node crashes: it stops sweeping and
+                             completing; its claimed rows come back when their leases
+                             run out), "joinAt": "35s" (the node starts then, owning
+                             nothing before). With a failAt or joinAt no node lists
+                             shards: they follow rendezvous hashing over the members
+                             (pgstore.AssignShards), applied with SetOwnedShards on
+                             every node; at least one node is there throughout
+    "membershipLease": "15s", with failAt: how long after a failure its shards move
+                             (the others notice it gone); left out: 3/2 of "lease",
+                             pgstore's default, so the failed node's claims run out
+                             first. Shorter hands over shards whose rows are still
+                             claimed: the new owners' headroom counts them
     "shardCount": 64,        virtual shards, 1..4096, ≥ nodes
     "batchSize": 10,         most rows one node claims per sweep, under every policy
     "workersPerNode": 40,    rows a node runs at once; it sweeps only when
@@ -55,7 +67,8 @@ cmd/bpsim/scenario.sample.json is the default scenario.
     ]
   }
 
-Example scenarios, one per feature, are in cmd/bpsim/scenarios/.
+Example scenarios, one per feature, are in cmd/bpsim/scenarios/ (a node that
+fails and one that joins: handoff.json).
 
 The arrivals and service times are drawn from -seed, once, and replayed
 unchanged under every policy. At most 1,000,000 rows and 1,000,000 ticks in the

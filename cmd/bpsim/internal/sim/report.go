@@ -77,6 +77,10 @@ type PolicyReport struct {
 	// that; the audit then reports the rows run twice and left unsettled.
 	GaveUp bool
 
+	// Events lists, in time order, the nodes that failed and the shards
+	// that moved ("12s node-2 fails", "15s node-0 owns 21 → 32 shards").
+	Events []string
+
 	Timeline Timeline
 	Audit    Audit
 	Wall     time.Duration // wall-clock time of the run
@@ -103,6 +107,25 @@ type TenantReport struct {
 	// backpressure lets the tenant hold cluster-wide. Each node rounds up,
 	// so it is between the quota and quota + nodes − 1.
 	ClusterCeiling int
+
+	// PeakCeiling is the sum of the current owners' ceilings at the first
+	// tick of PeakInflight: the bound that peak was measured against when
+	// quotas or ownership change during the run.
+	PeakCeiling int
+
+	// OverOwnersCeiling is the most rows in flight above the sum of the
+	// current owners' ceilings, at any tick (0: never above). Rows claimed
+	// before a quota was cut stay above it while they finish; under
+	// backpressure nothing else takes a tenant there. OverAtClaim is the
+	// same over the ticks in which some of the tenant's rows were claimed.
+	OverOwnersCeiling int
+	OverAtClaim       int
+
+	// OverNodeCeiling counts backpressure sweeps after which the node that
+	// swept held more of the tenant's rows claimed on its shards, whoever
+	// claimed them, than its ceiling: 0 is the planner's promise, across
+	// a hand-off too (0 under the other policies, which are not checked).
+	OverNodeCeiling int
 
 	// HeldAtCeiling counts the tenant's rows that a backpressure sweep left
 	// pending at least once because the tenant was at its ceiling on the
@@ -150,6 +173,7 @@ func (p *PolicyReport) MarshalJSON() ([]byte, error) {
 		Description  string           `json:"description"`
 		Database     string           `json:"database,omitempty"`
 		Tenants      []TenantReport   `json:"tenants"`
+		Events       []string         `json:"events,omitempty"`
 		Ticks        int              `json:"ticks"`
 		Settled      int              `json:"settled"`
 		GaveUp       bool             `json:"gaveUp,omitempty"`
@@ -162,7 +186,7 @@ func (p *PolicyReport) MarshalJSON() ([]byte, error) {
 		TickMs       float64          `json:"timelineTickMs"`
 		InflightByTn map[string][]int `json:"inflightTimeline"`
 	}{
-		p.Policy, p.Description, p.Database, p.Tenants, p.Ticks, p.Settled, p.GaveUp, ms(p.Makespan),
+		p.Policy, p.Description, p.Database, p.Tenants, p.Events, p.Ticks, p.Settled, p.GaveUp, ms(p.Makespan),
 		round3(p.Throughput), p.fairnessJSON(), p.Audit.OK(), p.Audit, ms(p.Wall), ms(p.Timeline.Tick),
 		p.inflightByName(),
 	})
@@ -209,6 +233,10 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 		WaitMaxMs       float64 `json:"waitMaxMs"`
 		PeakInflight    int     `json:"peakInflight"`
 		ClusterCeiling  int     `json:"clusterCeiling"`
+		PeakCeiling     int     `json:"peakCeiling"`
+		OverOwners      int     `json:"overOwnersCeiling"`
+		OverAtClaim     int     `json:"overAtClaim"`
+		OverNode        int     `json:"overNodeCeiling"`
 		HeldAtCeiling   int     `json:"heldAtCeiling"`
 		SweepsAtCeiling int     `json:"sweepsAtCeiling"`
 		HeldRowSweeps   int     `json:"heldRowSweeps"`
@@ -217,7 +245,7 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 		StarvedSweeps   int     `json:"longestStarvedSweeps"`
 		StarvedMaxMs    float64 `json:"longestStarvedMs"`
 	}{t.Name, t.Quota, t.Weight, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
-		t.PeakInflight, t.ClusterCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps,
+		t.PeakInflight, t.ClusterCeiling, t.PeakCeiling, t.OverOwnersCeiling, t.OverAtClaim, t.OverNodeCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps,
 		t.Paused, t.HeldAtEnd, t.StarvedSweeps, ms(t.StarvedMax)})
 }
 
@@ -253,6 +281,29 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "throughput %.1f rows/s (%d rows in %s simulated) · Jain's fairness %s · exactly-once %s\n",
 		p.Throughput, p.Settled, fmtWait(p.Makespan), p.fairnessText(), verdict)
+	if len(p.Events) > 0 {
+		fmt.Fprintf(&b, "membership: %s\n", strings.Join(p.Events, "; "))
+	}
+	if len(p.Events) > 0 && p.Policy == Backpressure {
+		var parts []string
+		held := true
+		for _, t := range p.Tenants {
+			if t.Quota == backpressure.Unlimited {
+				continue
+			}
+			rel := "≤"
+			if t.PeakInflight > t.PeakCeiling {
+				rel = ">"
+			}
+			parts = append(parts, fmt.Sprintf("%s peak %d %s %d", t.Name, t.PeakInflight, rel, t.PeakCeiling))
+			held = held && t.OverAtClaim == 0 && t.OverNodeCeiling == 0
+		}
+		verdict := "no claim took a tenant over them, no sweep left a node over its ceiling"
+		if !held {
+			verdict = "BROKEN: a claim went over them or a sweep left a node over its ceiling (see report.json)"
+		}
+		fmt.Fprintf(&b, "quotas across the hand-off, against Σ current owners' ceilings: %s; %s\n", strings.Join(parts, ", "), verdict)
+	}
 	if p.GaveUp {
 		fmt.Fprintf(&b, "gave up after %d ticks: every running claim kept outliving its lease (%d of %d rows settled)\n",
 			p.Ticks, p.Settled, p.Audit.Keys)
@@ -277,7 +328,7 @@ func peakMark(p Policy, t TenantReport) string {
 	switch {
 	case t.Quota == backpressure.Unlimited:
 		return "  "
-	case p == Backpressure && t.PeakInflight > t.ClusterCeiling:
+	case p == Backpressure && (t.OverAtClaim > 0 || t.OverNodeCeiling > 0):
 		return " !"
 	case p == Backpressure && t.PeakInflight > t.Quota:
 		return " *"

@@ -58,9 +58,24 @@ type Scenario struct {
 	Nodes int
 
 	// NodeList, when not empty, describes each node (len(NodeList) =
-	// Nodes): its shards and its workers. Either every node lists its
-	// shards, and together they partition 0..ShardCount−1, or none does.
+	// Nodes): its shards, its workers, and when it fails or joins. Either
+	// every node lists its shards, and together they partition
+	// 0..ShardCount−1, or none does. When a node fails or joins, none may
+	// list shards: ownership then follows the membership rule (see
+	// MembershipLease).
 	NodeList []NodeSpec
+
+	// MembershipLease matters only when a node fails or joins. Shards are
+	// then owned by rendezvous hashing (pgstore.AssignShards) over the
+	// members: the nodes that have joined, and a failed node until
+	// MembershipLease after its failure, when the others notice it is gone
+	// and take its shards over. Every node applies a change of ownership
+	// with SetOwnedShards before the sweeps of the tick it falls in. 0
+	// means 3/2 of Lease, pgstore's default, under which a failed node's
+	// claimed rows expire before its shards move; a shorter one hands them
+	// over while those rows are still claimed, which the new owners'
+	// headroom counts (claimed counts are per shard).
+	MembershipLease time.Duration
 
 	// Apportionment is how a node turns a quota into its ceiling:
 	// "ceil" (the default, ⌈q × owned/shards⌉) or "shares"
@@ -116,6 +131,32 @@ type NodeSpec struct {
 	// Workers is the node's worker count: ≥ 1, or 0 for the scenario's
 	// WorkersPerNode.
 	Workers int
+	// FailAt, when > 0, is when the node crashes: from then on it neither
+	// sweeps nor completes, and the rows it had claimed come back only when
+	// their leases run out. 0: it never fails.
+	FailAt time.Duration
+	// JoinAt, when > 0, is when the node starts: before it, it is no
+	// member, owns no shard and does not sweep. 0: from the start.
+	JoinAt time.Duration
+}
+
+// dynamic reports whether a node of s fails or joins, so that ownership
+// follows the membership rule rather than a fixed map.
+func (s Scenario) dynamic() bool {
+	for _, n := range s.NodeList {
+		if n.FailAt > 0 || n.JoinAt > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// membershipLease is MembershipLease with its default applied.
+func (s Scenario) membershipLease() time.Duration {
+	if s.MembershipLease > 0 {
+		return s.MembershipLease
+	}
+	return s.Lease * 3 / 2
 }
 
 // Change is a configuration change at simulated time At: new quotas and
@@ -227,24 +268,27 @@ func DefaultScenario() Scenario {
 // Validate rejects an explicit 0 rather than a default silently replacing
 // it.
 type scenarioJSON struct {
-	Nodes          any              `json:"nodes"` // *int, or []nodeJSON
-	Apportionment  *string          `json:"apportionment,omitempty"`
-	Changes        []changeJSON     `json:"changes,omitempty"`
-	ShardCount     *int             `json:"shardCount"`
-	BatchSize      *int             `json:"batchSize"`
-	WorkersPerNode *int             `json:"workersPerNode"`
-	Tick           *string          `json:"tick"`
-	Duration       *string          `json:"duration"`
-	Lease          *string          `json:"lease"`
-	ServiceTime    *serviceTimeJSON `json:"serviceTime"`
-	Tenants        []tenantJSON     `json:"tenants"`
+	Nodes           any              `json:"nodes"` // *int, or []nodeJSON
+	MembershipLease *string          `json:"membershipLease,omitempty"`
+	Apportionment   *string          `json:"apportionment,omitempty"`
+	Changes         []changeJSON     `json:"changes,omitempty"`
+	ShardCount      *int             `json:"shardCount"`
+	BatchSize       *int             `json:"batchSize"`
+	WorkersPerNode  *int             `json:"workersPerNode"`
+	Tick            *string          `json:"tick"`
+	Duration        *string          `json:"duration"`
+	Lease           *string          `json:"lease"`
+	ServiceTime     *serviceTimeJSON `json:"serviceTime"`
+	Tenants         []tenantJSON     `json:"tenants"`
 }
 
 // nodeJSON is one node of "nodes" given as an array. Shards are numbers
 // or "lo-hi" ranges; the JSON writer writes ranges where they are runs.
 type nodeJSON struct {
-	Shards  []any `json:"shards,omitempty"`
-	Workers *int  `json:"workers,omitempty"`
+	Shards  []any   `json:"shards,omitempty"`
+	Workers *int    `json:"workers,omitempty"`
+	FailAt  *string `json:"failAt,omitempty"`
+	JoinAt  *string `json:"joinAt,omitempty"`
 }
 
 type changeJSON struct {
@@ -347,7 +391,8 @@ func DecodeScenario(data []byte) (Scenario, error) {
 			}
 			return nil
 		},
-		"apportionment": stringField(&j.Apportionment),
+		"membershipLease": stringField(&j.MembershipLease),
+		"apportionment":   stringField(&j.Apportionment),
 		"changes": arrayField(func(raw json.RawMessage, at string) error {
 			var c changeJSON
 			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
@@ -410,8 +455,11 @@ func DecodeScenario(data []byte) (Scenario, error) {
 func decodeNode(raw json.RawMessage, at string) (NodeSpec, error) {
 	var n NodeSpec
 	var workers *int
+	var failAt, joinAt *string
 	err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
 		"workers": intField(&workers),
+		"failAt":  stringField(&failAt),
+		"joinAt":  stringField(&joinAt),
 		"shards": arrayField(func(raw json.RawMessage, at string) error {
 			var v *int
 			if intField(&v)(raw, at) == nil {
@@ -431,13 +479,28 @@ func decodeNode(raw json.RawMessage, at string) (NodeSpec, error) {
 			return &ScenarioError{Field: at, Problem: `want a shard number or a range "lo-hi", got ` + describe(raw)}
 		}, func() { n.Shards = []int{} }),
 	})
+	if err != nil {
+		return n, err
+	}
 	if workers != nil {
 		n.Workers = *workers
 		if n.Workers == 0 {
 			return n, &ScenarioError{Field: at + ".workers", Problem: "0: want ≥ 1, or leave it out for workersPerNode"}
 		}
 	}
-	return n, err
+	if n.FailAt, err = parseDuration(at+".failAt", failAt, 0); err != nil {
+		return n, err
+	}
+	if failAt != nil && n.FailAt <= 0 {
+		return n, &ScenarioError{Field: at + ".failAt", Problem: fmt.Sprintf("%v: want a time > 0, or leave it out for a node that never fails", n.FailAt)}
+	}
+	if n.JoinAt, err = parseDuration(at+".joinAt", joinAt, 0); err != nil {
+		return n, err
+	}
+	if joinAt != nil && n.JoinAt <= 0 {
+		return n, &ScenarioError{Field: at + ".joinAt", Problem: fmt.Sprintf("%v: want a time > 0, or leave it out for a node there from the start", n.JoinAt)}
+	}
+	return n, nil
 }
 
 // intMapField decodes an object of integers into *dst.
@@ -656,6 +719,12 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 	if j.Apportionment != nil {
 		s.Apportionment = *j.Apportionment
 	}
+	if s.MembershipLease, err = parseDuration("membershipLease", j.MembershipLease, 0); err != nil {
+		return Scenario{}, err
+	}
+	if j.MembershipLease != nil && s.MembershipLease <= 0 {
+		return Scenario{}, &ScenarioError{Field: "membershipLease", Problem: fmt.Sprintf("%v: want > 0, or leave it out for 3/2 of the lease", s.MembershipLease)}
+	}
 	for i, cj := range j.Changes {
 		at := fmt.Sprintf("changes[%d]", i)
 		if cj.At == nil {
@@ -778,11 +847,20 @@ func (s Scenario) MarshalJSON() ([]byte, error) {
 			if n.Workers != 0 {
 				nodes[i].Workers = ptr(n.Workers)
 			}
+			if n.FailAt != 0 {
+				nodes[i].FailAt = ptr(n.FailAt.String())
+			}
+			if n.JoinAt != 0 {
+				nodes[i].JoinAt = ptr(n.JoinAt.String())
+			}
 		}
 		j.Nodes = nodes
 	}
 	if s.Apportionment != "" {
 		j.Apportionment = ptr(s.Apportionment)
+	}
+	if s.MembershipLease != 0 {
+		j.MembershipLease = ptr(s.MembershipLease.String())
 	}
 	for _, c := range s.Changes {
 		j.Changes = append(j.Changes, changeJSON{At: ptr(c.At.String()), Quotas: c.Quotas, Weights: c.Weights})
@@ -966,6 +1044,31 @@ func (s Scenario) validateNodes() error {
 		return bad("nodes", "%d nodes listed for %d nodes", len(s.NodeList), s.Nodes)
 	}
 	listed := s.NodeList[0].Shards != nil
+	if s.MembershipLease < 0 {
+		return bad("membershipLease", "%v is negative", s.MembershipLease)
+	}
+	if s.dynamic() {
+		survivor := false
+		for i, n := range s.NodeList {
+			at := fmt.Sprintf("nodes[%d]", i)
+			switch {
+			case n.Shards != nil:
+				return bad(at+".shards", "a scenario in which a node fails or joins takes no shard map: the shards follow the membership (leave \"shards\" out)")
+			case n.FailAt < 0 || n.FailAt/s.Tick > maxTicks:
+				return bad(at+".failAt", "%v: want > 0 and at most %d ticks", n.FailAt, maxTicks)
+			case n.JoinAt < 0 || n.JoinAt/s.Tick > maxTicks:
+				return bad(at+".joinAt", "%v: want > 0 and at most %d ticks", n.JoinAt, maxTicks)
+			case n.FailAt > 0 && n.FailAt/s.Tick <= n.JoinAt/s.Tick:
+				return bad(at+".failAt", "%v is not after joinAt %v (in ticks of %v)", n.FailAt, n.JoinAt, s.Tick)
+			}
+			if n.FailAt == 0 && n.JoinAt == 0 {
+				survivor = true
+			}
+		}
+		if !survivor {
+			return bad("nodes", "every node fails or joins later: want at least one node there from the start that never fails")
+		}
+	}
 	owner := make([]int, s.ShardCount)
 	for i := range owner {
 		owner[i] = -1

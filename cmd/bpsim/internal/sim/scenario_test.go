@@ -46,6 +46,25 @@ func TestScenarioJSONRoundTrip(t *testing.T) {
 	}
 }
 
+// TestHandoffScenarioRoundTrip checks that failAt, joinAt and
+// membershipLease survive MarshalJSON and ParseScenario.
+func TestHandoffScenarioRoundTrip(t *testing.T) {
+	s := handoffScenario()
+	s.MembershipLease = 1500 * time.Millisecond
+	s.Apportionment = "ceil"
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseScenario(b)
+	if err != nil {
+		t.Fatalf("ParseScenario(MarshalJSON(s)): %v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Errorf("round trip changed the scenario:\n got %+v\nwant %+v", got, s)
+	}
+}
+
 func TestParseScenarioDefaults(t *testing.T) {
 	s, err := ParseScenario([]byte(`{"tenants": [{"name": "a", "quota": -1, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`))
 	if err != nil {
@@ -122,6 +141,12 @@ func TestParseScenarioErrors(t *testing.T) {
 		{with(`"shardCount": 4, "nodes": [{"shards": ["0-2"]}, {"shards": [2, 3]}],`), "nodes[1].shards", "also owned by nodes[0]"},
 		{with(`"shardCount": 4, "nodes": [{"shards": ["0-3"]}, {}],`), "nodes[1].shards", "every node lists its shards or none"},
 		{with(`"shardCount": 4, "nodes": [{"shards": [0, 1, 2, 4]}],`), "nodes[0].shards", "out of range"},
+		{with(`"nodes": [{}, {"failAt": "0s"}],`), "nodes[1].failAt", "want a time > 0"},
+		{with(`"nodes": [{}, {"joinAt": "soon"}],`), "nodes[1].joinAt", "not a duration"},
+		{with(`"nodes": [{}, {"joinAt": "5s", "failAt": "5s"}],`), "nodes[1].failAt", "not after joinAt"},
+		{with(`"nodes": [{"failAt": "5s"}, {"joinAt": "1s"}],`), "nodes", "at least one node there from the start"},
+		{with(`"shardCount": 2, "nodes": [{"shards": [0]}, {"shards": [1], "failAt": "5s"}],`), "nodes[0].shards", "no shard map"},
+		{with(`"membershipLease": "0s",`), "membershipLease", "want > 0"},
 		{with(`"changes": [{"at": "1s", "quotas": {"nobody": 1}}],`), "changes[0].quotas.nobody", "no tenant"},
 		{with(`"changes": [{"at": "1s", "weights": {"a": 0}}],`), "changes[0].weights.a", "out of range"},
 		{with(`"changes": [{"at": "1s"}],`), "changes[0]", "changes nothing"},
