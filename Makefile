@@ -69,7 +69,11 @@ fuzz:
 clean:
 	rm -rf $(BIN) bpsim-out
 
-# Redraw the README's chart from the default bpsim scenario.
+# Redraw the README's charts from bpsim's default, weights and hand-off scenarios.
 chart:
 	$(GO) run ./cmd/bpsim -quiet -out $${TMPDIR:-/tmp}/bpsim-docs
 	cp $${TMPDIR:-/tmp}/bpsim-docs/bpsim.png docs/bpsim.png
+	$(GO) run ./cmd/bpsim -quiet -scenario cmd/bpsim/scenarios/weights.json -out $${TMPDIR:-/tmp}/bpsim-weights
+	cp $${TMPDIR:-/tmp}/bpsim-weights/backpressure.png docs/bpsim-weights.png
+	$(GO) run ./cmd/bpsim -quiet -scenario cmd/bpsim/scenarios/handoff.json -out $${TMPDIR:-/tmp}/bpsim-handoff
+	cp $${TMPDIR:-/tmp}/bpsim-handoff/backpressure.png docs/bpsim-handoff.png
