@@ -777,3 +777,22 @@ func TestShutdownReportsUnwrittenResults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Claimed)
 }
+
+// A PermanentError built by hand with a nil Err dead-letters its row: its
+// Error does not panic outside the handler's recover.
+func TestPermanentErrorNilErr(t *testing.T) {
+	require.Equal(t, "permanent: <nil>", (&dispatch.PermanentError{}).Error())
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "nil", 1, 1)
+	handler := func(context.Context, outbox.Row) error { return &dispatch.PermanentError{} }
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 5, nil), s, handler, dispatch.Options{Workers: 1, Metrics: rec, Logger: quietLogger()})
+	require.NoError(t, err)
+	stop := start(t, d)
+	rec.waitUntil(t, "the dead letter", func(r *recorder) bool { return len(r.completed) == 1 })
+	require.NoError(t, stop())
+	row, err := s.Get(context.Background(), "nil-0")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateDead, row.State)
+	require.Equal(t, "permanent: <nil>", row.LastError)
+}

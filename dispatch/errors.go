@@ -66,10 +66,17 @@ func (e *ShutdownError) Is(target error) bool { return target == ErrUncleanShutd
 func (e *ShutdownError) Unwrap() error { return e.Err }
 
 // PermanentError marks a handler error that retrying cannot fix: the
-// dispatcher dead-letters the row at once. Build it with [Permanent].
+// dispatcher dead-letters the row at once. Build it with [Permanent]; one
+// built by hand with a nil Err still dead-letters its row, recorded as
+// "permanent: <nil>".
 type PermanentError struct{ Err error }
 
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return "permanent: <nil>"
+	}
+	return "permanent: " + e.Err.Error()
+}
 
 // Unwrap returns Err.
 func (e *PermanentError) Unwrap() error { return e.Err }
