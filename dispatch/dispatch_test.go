@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -795,4 +796,86 @@ func TestPermanentErrorNilErr(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, outbox.StateDead, row.State)
 	require.Equal(t, "permanent: <nil>", row.LastError)
+}
+
+// losingStore reports the lease of key lost in every ExtendLeases call,
+// once ready is closed, and records the calls that offered it after that.
+type losingStore struct {
+	*memstore.Store
+	key   string
+	ready chan struct{}
+
+	mu        sync.Mutex
+	reported  int // calls that reported key's lease lost
+	offered   int // calls that offered key's lease after one reported it lost
+	callsSeen int // calls after one reported key's lease lost
+}
+
+func (l *losingStore) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
+	l.mu.Lock()
+	if l.reported > 0 {
+		l.callsSeen++
+	}
+	l.mu.Unlock()
+	res, err := l.Store.ExtendLeases(ctx, leases)
+	if err != nil {
+		return res, err
+	}
+	for i, le := range leases {
+		if le.DispatchKey != l.key {
+			continue
+		}
+		<-l.ready
+		res[i] = outbox.Result{Err: &outbox.LeaseLostError{Op: "ExtendLeases", DispatchKey: le.DispatchKey, Token: le.Token}}
+		l.mu.Lock()
+		if l.reported > 0 {
+			l.offered++
+		}
+		l.reported++
+		l.mu.Unlock()
+	}
+	return res, nil
+}
+
+// A lease an extension reports lost is never offered again, even when its
+// handler had already finished and its result waits to be written.
+func TestLostLeaseNotExtendedAfterHandlerFinished(t *testing.T) {
+	s := newStore(t, memstore.Options{Lease: 3 * outbox.MinLease})
+	enqueue(t, s, "a", 1, 1)
+	enqueue(t, s, "b", 1, 1)
+	ls := &losingStore{Store: s, key: "a-0", ready: make(chan struct{})}
+	release := make(chan struct{})
+	handler := func(ctx context.Context, row outbox.Row) error {
+		if row.DispatchKey == "a-0" {
+			return errors.New("fail") // done at once; its result waits for the flush
+		}
+		select { // b keeps the extender extending
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	var once sync.Once
+	logger := slog.New(hookHandler{on: func(r slog.Record) {
+		if r.Message == retryLogged {
+			once.Do(func() { close(ls.ready) }) // a's job is done
+		}
+	}})
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 5, nil), ls, handler, dispatch.Options{
+		Workers: 2, Metrics: rec, Logger: logger, CompleteBatch: 1000, FlushInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	waitFor(t, "three extensions after a's lease was reported lost", func() bool {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		return ls.callsSeen >= 3
+	}, rec)
+	close(release)
+	_ = stop()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	require.Equal(t, 1, ls.reported)
+	require.Zero(t, ls.offered, "calls that offered a lease already reported lost")
 }

@@ -28,6 +28,9 @@ type job struct {
 	row   outbox.Row
 	lease time.Duration // the lease's length, as the store set it
 	state atomic.Int32
+	// leaseLost is set when an extension reports the lease lost, whatever
+	// the state: the extender never offers the lease again.
+	leaseLost atomic.Bool
 
 	// Guarded by run.mu.
 	extendAt time.Time          // when the extender next extends the lease
