@@ -879,3 +879,41 @@ func TestLostLeaseNotExtendedAfterHandlerFinished(t *testing.T) {
 	require.Equal(t, 1, ls.reported)
 	require.Zero(t, ls.offered, "calls that offered a lease already reported lost")
 }
+
+// In queue mode a sweep never asks for more rows than the queue has room
+// for, even after bp.SetConfig raises the batch above what New's gate
+// verified.
+func TestQueueCreditBoundedByRoomAfterSetConfig(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 40, 1)
+	const queue = 4
+	release := make(chan struct{})
+	handler := func(ctx context.Context, row outbox.Row) error {
+		<-release
+		return nil
+	}
+	bp := newBP(t, 2, 100, nil)
+	rec := newRecorder()
+	d, err := dispatch.New(bp, s, handler, dispatch.Options{
+		Workers: 1, Queue: queue, QueueHighWatermark: 2, Metrics: rec, Logger: quietLogger(),
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	claimed := func(r *recorder) int {
+		n := 0
+		for _, e := range r.sweeps {
+			n += e.Claimed
+		}
+		return n
+	}
+	rec.waitUntil(t, "one running and three queued", func(r *recorder) bool { return claimed(r) == 4 })
+	require.NoError(t, bp.SetConfig(backpressure.Config{BatchSize: 50, DefaultQuota: 100}))
+	close(release)
+	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 40 })
+	require.NoError(t, stop())
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i, e := range rec.sweeps {
+		require.LessOrEqual(t, e.Asked, queue, "sweep %d", i)
+	}
+}

@@ -213,12 +213,14 @@ func (r *run) run(ctx context.Context) error {
 }
 
 // credit returns how many rows the next sweep may claim: the idle workers,
-// or with a queue a full batch while the queue is at or below its
-// watermark.
+// or with a queue, while it is at or below its watermark, a full batch but
+// never more than the queue's free room (bp.SetConfig may have raised the
+// batch above what New's gate verified). Only the sweep loop adds to
+// r.rows, so the room can only grow until hand; hand never blocks.
 func (r *run) credit() int {
 	if r.o.Queue > 0 {
-		if len(r.rows) <= r.o.QueueHighWatermark {
-			return r.d.bp.BatchSize()
+		if queued := len(r.rows); queued <= r.o.QueueHighWatermark {
+			return min(r.d.bp.BatchSize(), r.o.Queue-queued)
 		}
 		return 0
 	}
@@ -335,7 +337,7 @@ func (r *run) busy() bool {
 
 // hand registers claimed rows for lease extension and hands them to the
 // workers. The channel has room for them all: credit never exceeds the
-// free slots, and a queue's gate guarantees its headroom.
+// free slots or the queue's free room.
 func (r *run) hand(rows []outbox.Row) {
 	if len(rows) == 0 {
 		return

@@ -15,7 +15,8 @@ type Options struct {
 
 	// Queue, when > 0, switches the hand-off from credit to a prefetch
 	// queue: claimed rows wait in a queue of Queue rows for a worker, and
-	// the dispatcher sweeps a full batch (the Backpressure's BatchSize)
+	// the dispatcher sweeps a full batch (the Backpressure's BatchSize, but
+	// never more than the queue's free room, should SetConfig raise it)
 	// whenever the queue holds at most QueueHighWatermark rows. Workers
 	// then never wait for a sweep, but queued rows wait for workers while
 	// their leases run (the dispatcher extends them). This hand-off is
