@@ -917,3 +917,48 @@ func TestQueueCreditBoundedByRoomAfterSetConfig(t *testing.T) {
 		require.LessOrEqual(t, e.Asked, queue, "sweep %d", i)
 	}
 }
+
+// In queue mode, once Run's ctx is done, queued rows are not started: the
+// running handler finishes and its result is written, the queued rows are
+// counted abandoned and stay claimed until their leases expire.
+func TestQueueShutdownStartsNoQueuedRow(t *testing.T) {
+	c := newClock()
+	const lease = time.Second
+	s := newStore(t, memstore.Options{Now: c.Now, Lease: lease})
+	enqueue(t, s, "k", 4, 1)
+	entered := make(chan string, 4)
+	release := make(chan struct{})
+	handler := func(ctx context.Context, row outbox.Row) error {
+		entered <- row.DispatchKey
+		<-release
+		return nil
+	}
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 2, 100, nil), s, handler, dispatch.Options{
+		Workers: 1, Queue: 4, QueueHighWatermark: 2, Metrics: rec, Logger: quietLogger(), ShutdownTimeout: failsafe,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	first := <-entered
+	rec.waitUntil(t, "every row claimed", func(r *recorder) bool {
+		n := 0
+		for _, e := range r.sweeps {
+			n += e.Claimed
+		}
+		return n == 4
+	})
+	cancel()
+	close(release)
+	err = <-done
+	var se *dispatch.ShutdownError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, dispatch.ShutdownError{Abandoned: 3}, *se)
+	require.Len(t, entered, 0, "handlers started after ctx was done")
+	require.Len(t, rec.completed, 1)
+	require.Equal(t, first, rec.completed[0].Row.DispatchKey)
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{Claimed: 3, Settled: 1, Total: 4}, st)
+}

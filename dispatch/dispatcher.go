@@ -124,9 +124,11 @@ type run struct {
 	kick        chan struct{} // new leases for the extender
 	closed      chan struct{} // closed when Run stops accepting results
 
+	// stopCtx is Run's ctx: once it is done, queued rows are not started.
 	// workCtx is the handlers' parent, cancelled at the shutdown deadline;
 	// storeCtx is the completer's and extender's, cancelled when Run
 	// returns. Both outlive Run's ctx.
+	stopCtx     context.Context
 	workCtx     context.Context
 	workCancel  context.CancelFunc
 	storeCtx    context.Context
@@ -135,6 +137,8 @@ type run struct {
 	mu          sync.Mutex
 	jobs        map[outbox.Lease]*job // every row held: queued, running, or result unwritten
 	outstanding int                   // rows claimed whose worker has not let go of them
+
+	unstarted atomic.Int64 // queued rows released unstarted at shutdown, counted as abandoned
 }
 
 func newRun(d *Dispatcher, ctx context.Context) *run {
@@ -155,6 +159,7 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 		kick:        make(chan struct{}, 1),
 		closed:      make(chan struct{}),
 		jobs:        make(map[outbox.Lease]*job),
+		stopCtx:     ctx,
 	}
 	base := context.WithoutCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(base)
@@ -199,6 +204,7 @@ func (r *run) run(ctx context.Context) error {
 		r.workCancel()
 		r.log.Warn("dispatch: shutdown deadline passed; abandoning running handlers", "abandoned", abandoned, "timeout", r.o.ShutdownTimeout)
 	}
+	abandoned += int(r.unstarted.Load()) // final: every worker has let go, or abandonRunning marked the rest
 	r.workCancel()
 	close(stopExtender)
 	<-extenderDone

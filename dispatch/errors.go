@@ -42,7 +42,8 @@ func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions
 type ShutdownError struct {
 	// Abandoned counts the handlers still running at the shutdown
 	// deadline, whose ctx Run cancelled without waiting for them, plus the
-	// claimed rows that never reached a worker.
+	// claimed rows never started (with Options.Queue, every row still
+	// queued when Run's ctx was done).
 	Abandoned int
 	// Unwritten counts the results that could not be written before the
 	// deadline (the store failed or was too slow); Err is the last store

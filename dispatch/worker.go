@@ -42,12 +42,17 @@ type job struct {
 }
 
 // worker runs jobs until the hand-off is closed and drained; past the
-// shutdown deadline it starts none.
+// shutdown deadline it starts none, nor, with a queue, once Run's ctx is
+// done. A row it does not start is released, its lease left to expire, and
+// counted as abandoned: by abandonRunning past the deadline, else here (a
+// job is counted by whichever marks it abandoned first).
 func (r *run) worker() {
 	for j := range r.rows {
 		r.signalFreed()
-		if r.workCtx.Err() != nil {
-			j.state.CompareAndSwap(jobActive, jobAbandoned)
+		if r.workCtx.Err() != nil || (r.o.Queue > 0 && r.stopCtx.Err() != nil) {
+			if j.state.CompareAndSwap(jobActive, jobAbandoned) {
+				r.unstarted.Add(1)
+			}
 			r.release(j)
 			continue
 		}
