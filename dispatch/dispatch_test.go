@@ -962,3 +962,40 @@ func TestQueueShutdownStartsNoQueuedRow(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, outbox.Stats{Claimed: 3, Settled: 1, Total: 4}, st)
 }
+
+// hangingCompleter's Complete calls never return on their own, whatever
+// their ctx: each signals entered, then waits for release.
+type hangingCompleter struct {
+	*memstore.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h hangingCompleter) Complete(context.Context, []outbox.Completion) ([]outbox.Result, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return nil, errors.New("released")
+}
+
+// A Complete call in flight at shutdown cannot hold Run past the flush
+// phase's ShutdownTimeout: its results are counted unwritten.
+func TestShutdownBoundedWhileCompleteHangs(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 1, 1)
+	hc := hangingCompleter{Store: s, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(hc.release) })
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 5, nil), hc, noop, dispatch.Options{
+		Workers: 1, Metrics: rec, Logger: quietLogger(), ShutdownTimeout: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	<-hc.entered
+	err = stop()
+	var se *dispatch.ShutdownError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, 0, se.Abandoned)
+	require.Equal(t, 1, se.Unwritten)
+	require.ErrorIs(t, se.Err, context.Canceled)
+	require.Empty(t, rec.completed)
+}

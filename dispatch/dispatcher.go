@@ -126,13 +126,17 @@ type run struct {
 
 	// stopCtx is Run's ctx: once it is done, queued rows are not started.
 	// workCtx is the handlers' parent, cancelled at the shutdown deadline;
-	// storeCtx is the completer's and extender's, cancelled when Run
-	// returns. Both outlive Run's ctx.
-	stopCtx     context.Context
-	workCtx     context.Context
-	workCancel  context.CancelFunc
-	storeCtx    context.Context
-	storeCancel context.CancelFunc
+	// extendCtx is the extender's, cancelled when it is stopped; writeCtx
+	// is the completer's, cancelled ShutdownTimeout after the completer is
+	// stopped (so a Complete call in flight cannot hold the shutdown up),
+	// or when Run returns. All three outlive Run's ctx.
+	stopCtx      context.Context
+	workCtx      context.Context
+	workCancel   context.CancelFunc
+	extendCtx    context.Context
+	extendCancel context.CancelFunc
+	writeCtx     context.Context
+	writeCancel  context.CancelFunc
 
 	mu          sync.Mutex
 	jobs        map[outbox.Lease]*job // every row held: queued, running, or result unwritten
@@ -163,7 +167,8 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 	}
 	base := context.WithoutCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(base)
-	r.storeCtx, r.storeCancel = context.WithCancel(base)
+	r.extendCtx, r.extendCancel = context.WithCancel(base)
+	r.writeCtx, r.writeCancel = context.WithCancel(base)
 	return r
 }
 
@@ -207,11 +212,12 @@ func (r *run) run(ctx context.Context) error {
 	abandoned += int(r.unstarted.Load()) // final: every worker has let go, or abandonRunning marked the rest
 	r.workCancel()
 	close(stopExtender)
+	r.extendCancel() // an extension in flight is of no use now
 	<-extenderDone
 	close(stopCompleter)
 	out := <-completerDone
 	close(r.closed)
-	r.storeCancel()
+	r.writeCancel()
 	if abandoned == 0 && out.unwritten == 0 {
 		return nil
 	}

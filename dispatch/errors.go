@@ -45,9 +45,10 @@ type ShutdownError struct {
 	// claimed rows never started (with Options.Queue, every row still
 	// queued when Run's ctx was done).
 	Abandoned int
-	// Unwritten counts the results that could not be written before the
-	// deadline (the store failed or was too slow); Err is the last store
-	// error, if any.
+	// Unwritten counts the results not known to be written when the
+	// flush phase's deadline passed (the store failed or was too slow); Err
+	// is the last store error, or the cancelled context of a write still in
+	// flight.
 	Unwritten int
 	Err       error
 }

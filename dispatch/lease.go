@@ -33,7 +33,7 @@ func (r *run) extender(stop <-chan struct{}) {
 		due := r.dueJobs(now)
 		if len(due) > 0 {
 			if err := r.extend(due); err != nil {
-				if r.storeCtx.Err() != nil {
+				if r.extendCtx.Err() != nil {
 					return
 				}
 				failures++
@@ -92,7 +92,7 @@ func (r *run) extend(due []*job) error {
 			leases[i] = j.row.Lease()
 		}
 		sent := time.Now()
-		res, err := r.d.store.ExtendLeases(r.storeCtx, leases)
+		res, err := r.d.store.ExtendLeases(r.extendCtx, leases)
 		if err == nil && len(res) != len(leases) {
 			err = errors.New("dispatch: store's ExtendLeases returned " + itoa(len(res)) + " results for " + itoa(len(leases)) + " leases")
 		}

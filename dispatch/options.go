@@ -64,7 +64,8 @@ type Options struct {
 
 	// ShutdownTimeout bounds each of the two phases of a shutdown: the
 	// running handlers get this long to finish, then the results get this
-	// long to be written. Default 10s.
+	// long to be written (Complete calls still in flight then have their
+	// ctx cancelled, and their results count as unwritten). Default 10s.
 	ShutdownTimeout time.Duration
 
 	// Backoff is the delay before a row whose handler failed is claimable
