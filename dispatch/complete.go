@@ -43,8 +43,9 @@ type written struct {
 // (including those of calls still in flight) is counted unwritten.
 func (r *run) completer(stop <-chan struct{}) flushOutcome {
 	var (
-		buf      []*job
-		failures int
+		buf       []*job
+		collected int // results taken from r.completions
+		failures  int
 		inflight int  // Complete calls in flight
 		held     int  // results in those calls
 		due      bool // the interval of the oldest buffered result has passed
@@ -113,6 +114,7 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 		select {
 		case j := <-in:
 			buf = append(buf, j)
+			collected++
 		case w := <-done:
 			settle(w)
 		case <-timer.C:
@@ -140,7 +142,7 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 				}
 				break
 			}
-			out := r.finalFlush(r.writeCtx, buf)
+			out := r.finalFlush(r.writeCtx, buf, collected)
 			out.unwritten += held
 			if out.unwritten > 0 {
 				if out.err == nil {
@@ -154,18 +156,27 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 	}
 }
 
-// finalFlush takes the results still on their way and writes them all,
-// retrying failures until ctx is done.
-func (r *run) finalFlush(ctx context.Context, buf []*job) flushOutcome {
-	for {
+// finalFlush takes the results still on their way, waiting until ctx is
+// done for those of jobs done but not yet sent (collected of them have
+// been taken so far), and writes them all, retrying failures until ctx is
+// done. A result never taken counts as unwritten.
+func (r *run) finalFlush(ctx context.Context, buf []*job, collected int) flushOutcome {
+	// Final: no job is active any more (every worker has let go, or
+	// abandonRunning marked the rest under r.mu).
+	r.mu.Lock()
+	want := r.done
+	r.mu.Unlock()
+	for collected < want {
 		select {
 		case j := <-r.completions:
 			buf = append(buf, j)
+			collected++
 			continue
-		default:
+		case <-ctx.Done():
 		}
 		break
 	}
+	unsent := want - collected
 	var lastErr error
 	for failures := 1; len(buf) > 0 && ctx.Err() == nil; failures++ {
 		var err error
@@ -184,7 +195,7 @@ func (r *run) finalFlush(ctx context.Context, buf []*job) flushOutcome {
 		}
 		t.Stop()
 	}
-	return flushOutcome{unwritten: len(buf), err: lastErr}
+	return flushOutcome{unwritten: len(buf) + unsent, err: lastErr}
 }
 
 // write writes buf in Complete calls of at most CompleteBatch results, each

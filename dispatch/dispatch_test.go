@@ -999,3 +999,35 @@ func TestShutdownBoundedWhileCompleteHangs(t *testing.T) {
 	require.ErrorIs(t, se.Err, context.Canceled)
 	require.Empty(t, rec.completed)
 }
+
+// A result whose job was done before the shutdown deadline but not yet
+// handed to the completer is waited for during the flush phase and, if it
+// never arrives, counted unwritten: never dropped silently.
+func TestShutdownCountsResultNotYetHandedOver(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 1, 1)
+	handler := func(context.Context, outbox.Row) error { return errors.New("fail") }
+	held := make(chan struct{}) // the worker is held between done and the hand-over
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	logger := slog.New(hookHandler{on: func(r slog.Record) {
+		if r.Message == retryLogged {
+			close(held)
+			<-release
+		}
+	}})
+	d, err := dispatch.New(newBP(t, 10, 5, nil), s, handler, dispatch.Options{
+		Workers: 1, Logger: logger, ShutdownTimeout: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	<-held
+	err = stop()
+	var se *dispatch.ShutdownError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, 0, se.Abandoned)
+	require.Equal(t, 1, se.Unwritten)
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Claimed, "the row stays claimed until its lease expires")
+}

@@ -141,6 +141,7 @@ type run struct {
 	mu          sync.Mutex
 	jobs        map[outbox.Lease]*job // every row held: queued, running, or result unwritten
 	outstanding int                   // rows claimed whose worker has not let go of them
+	done        int                   // jobs marked done: each one's result is sent to the completer
 
 	unstarted atomic.Int64 // queued rows released unstarted at shutdown, counted as abandoned
 }

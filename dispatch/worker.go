@@ -88,7 +88,15 @@ func (r *run) runJob(j *job) {
 		// lease expires, rather than spend an attempt on a retry.
 		j.state.CompareAndSwap(jobActive, jobAbandoned)
 	}
-	if !j.state.CompareAndSwap(jobActive, jobDone) {
+	// Under r.mu, so that r.done is final once abandonRunning has run: the
+	// final flush waits for that many results.
+	r.mu.Lock()
+	ok := j.state.CompareAndSwap(jobActive, jobDone)
+	if ok {
+		r.done++
+	}
+	r.mu.Unlock()
+	if !ok {
 		r.release(j) // lost or abandoned meanwhile
 		return
 	}
