@@ -46,10 +46,10 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 		buf       []*job
 		collected int // results taken from r.completions
 		failures  int
-		inflight int  // Complete calls in flight
-		held     int  // results in those calls
-		due      bool // the interval of the oldest buffered result has passed
-		hold     bool // a failed write's backoff is running: write nothing
+		inflight  int  // Complete calls in flight
+		held      int  // results in those calls
+		due       bool // the interval of the oldest buffered result has passed
+		hold      bool // a failed write's backoff is running: write nothing
 	)
 	done := make(chan written, completeWriters)
 	timer := time.NewTimer(time.Hour)
