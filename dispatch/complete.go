@@ -37,16 +37,19 @@ type written struct {
 // ErrorBackoff, its results back at the head of the buffer, and nothing
 // else is written meanwhile; while the buffer and the calls in flight hold
 // CompletionBacklog results it takes no more, so workers block. When stop
-// is closed it waits for the calls in flight, takes what is left and
-// writes it with a context that outlives Run's, for up to ShutdownTimeout.
+// is closed, it has ShutdownTimeout to wait for the calls in flight, take
+// what is left and write it, with a context that outlives Run's; at the
+// deadline that context is cancelled, and every result not known written
+// (including those of calls still in flight) is counted unwritten.
 func (r *run) completer(stop <-chan struct{}) flushOutcome {
 	var (
-		buf      []*job
-		failures int
-		inflight int  // Complete calls in flight
-		held     int  // results in those calls
-		due      bool // the interval of the oldest buffered result has passed
-		hold     bool // a failed write's backoff is running: write nothing
+		buf       []*job
+		collected int // results taken from r.completions
+		failures  int
+		inflight  int  // Complete calls in flight
+		held      int  // results in those calls
+		due       bool // the interval of the oldest buffered result has passed
+		hold      bool // a failed write's backoff is running: write nothing
 	)
 	done := make(chan written, completeWriters)
 	timer := time.NewTimer(time.Hour)
@@ -70,7 +73,7 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 			inflight++
 			held += len(batch)
 			go func() {
-				res, err := r.completeBatch(r.storeCtx, batch)
+				res, err := r.completeBatch(r.writeCtx, batch)
 				done <- written{batch: batch, res: res, err: err}
 			}()
 		}
@@ -95,7 +98,7 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 		buf = append(w.batch, buf...)
 		failures++
 		delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
-		if r.storeCtx.Err() == nil {
+		if r.writeCtx.Err() == nil {
 			r.m.StoreFailed("Complete", w.err)
 			r.log.Warn("dispatch: writing results failed", "err", w.err, "results", len(buf), "failures", failures, "retry_in", delay)
 		}
@@ -111,6 +114,7 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 		select {
 		case j := <-in:
 			buf = append(buf, j)
+			collected++
 		case w := <-done:
 			settle(w)
 		case <-timer.C:
@@ -118,36 +122,63 @@ func (r *run) completer(stop <-chan struct{}) flushOutcome {
 			hold, due = false, true
 		case <-stop:
 			disarm()
-			for ; inflight > 0; inflight-- {
-				w := <-done
-				if w.err == nil {
-					r.applied(w.batch, w.res)
-				} else {
-					buf = append(w.batch, buf...)
+			deadline := time.AfterFunc(r.o.ShutdownTimeout, r.writeCancel)
+			defer deadline.Stop()
+			for inflight > 0 {
+				select {
+				case w := <-done:
+					inflight--
+					held -= len(w.batch)
+					if w.err == nil {
+						r.applied(w.batch, w.res)
+					} else {
+						buf = append(w.batch, buf...)
+					}
+					continue
+				case <-r.writeCtx.Done():
+					// A call that ignores its ctx: stop waiting. Its
+					// goroutine's send cannot block (done has room for
+					// every writer).
 				}
+				break
 			}
-			return r.finalFlush(buf)
+			out := r.finalFlush(r.writeCtx, buf, collected)
+			out.unwritten += held
+			if out.unwritten > 0 {
+				if out.err == nil {
+					out.err = r.writeCtx.Err()
+				}
+				r.log.Warn("dispatch: shutdown left results unwritten; their rows come back when their leases expire", "results", out.unwritten, "err", out.err)
+			}
+			return out
 		}
 		pump()
 	}
 }
 
-// finalFlush takes the results still on their way and writes them all,
-// retrying failures until ShutdownTimeout has passed.
-func (r *run) finalFlush(buf []*job) flushOutcome {
-	for {
+// finalFlush takes the results still on their way, waiting until ctx is
+// done for those of jobs done but not yet sent (collected of them have
+// been taken so far), and writes them all, retrying failures until ctx is
+// done. A result never taken counts as unwritten.
+func (r *run) finalFlush(ctx context.Context, buf []*job, collected int) flushOutcome {
+	// Final: no job is active any more (every worker has let go, or
+	// abandonRunning marked the rest under r.mu).
+	r.mu.Lock()
+	want := r.done
+	r.mu.Unlock()
+	for collected < want {
 		select {
 		case j := <-r.completions:
 			buf = append(buf, j)
+			collected++
 			continue
-		default:
+		case <-ctx.Done():
 		}
 		break
 	}
-	ctx, cancel := context.WithTimeout(r.storeCtx, r.o.ShutdownTimeout)
-	defer cancel()
+	unsent := want - collected
 	var lastErr error
-	for failures := 1; len(buf) > 0; failures++ {
+	for failures := 1; len(buf) > 0 && ctx.Err() == nil; failures++ {
 		var err error
 		if buf, err = r.write(ctx, buf); err == nil {
 			break
@@ -164,11 +195,7 @@ func (r *run) finalFlush(buf []*job) flushOutcome {
 		}
 		t.Stop()
 	}
-	if len(buf) > 0 {
-		r.log.Warn("dispatch: shutdown left results unwritten; their rows come back when their leases expire", "results", len(buf), "err", lastErr)
-		return flushOutcome{unwritten: len(buf), err: lastErr}
-	}
-	return flushOutcome{}
+	return flushOutcome{unwritten: len(buf) + unsent, err: lastErr}
 }
 
 // write writes buf in Complete calls of at most CompleteBatch results, each

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -776,4 +777,257 @@ func TestShutdownReportsUnwrittenResults(t *testing.T) {
 	st, err := s.Stats(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Claimed)
+}
+
+// A PermanentError built by hand with a nil Err dead-letters its row: its
+// Error does not panic outside the handler's recover.
+func TestPermanentErrorNilErr(t *testing.T) {
+	require.Equal(t, "permanent: <nil>", (&dispatch.PermanentError{}).Error())
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "nil", 1, 1)
+	handler := func(context.Context, outbox.Row) error { return &dispatch.PermanentError{} }
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 5, nil), s, handler, dispatch.Options{Workers: 1, Metrics: rec, Logger: quietLogger()})
+	require.NoError(t, err)
+	stop := start(t, d)
+	rec.waitUntil(t, "the dead letter", func(r *recorder) bool { return len(r.completed) == 1 })
+	require.NoError(t, stop())
+	row, err := s.Get(context.Background(), "nil-0")
+	require.NoError(t, err)
+	require.Equal(t, outbox.StateDead, row.State)
+	require.Equal(t, "permanent: <nil>", row.LastError)
+}
+
+// losingStore reports the lease of key lost in every ExtendLeases call,
+// once ready is closed, and records the calls that offered it after that.
+type losingStore struct {
+	*memstore.Store
+	key   string
+	ready chan struct{}
+
+	mu        sync.Mutex
+	reported  int // calls that reported key's lease lost
+	offered   int // calls that offered key's lease after one reported it lost
+	callsSeen int // calls after one reported key's lease lost
+}
+
+func (l *losingStore) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
+	l.mu.Lock()
+	if l.reported > 0 {
+		l.callsSeen++
+	}
+	l.mu.Unlock()
+	res, err := l.Store.ExtendLeases(ctx, leases)
+	if err != nil {
+		return res, err
+	}
+	for i, le := range leases {
+		if le.DispatchKey != l.key {
+			continue
+		}
+		<-l.ready
+		res[i] = outbox.Result{Err: &outbox.LeaseLostError{Op: "ExtendLeases", DispatchKey: le.DispatchKey, Token: le.Token}}
+		l.mu.Lock()
+		if l.reported > 0 {
+			l.offered++
+		}
+		l.reported++
+		l.mu.Unlock()
+	}
+	return res, nil
+}
+
+// A lease an extension reports lost is never offered again, even when its
+// handler had already finished and its result waits to be written.
+func TestLostLeaseNotExtendedAfterHandlerFinished(t *testing.T) {
+	s := newStore(t, memstore.Options{Lease: 3 * outbox.MinLease})
+	enqueue(t, s, "a", 1, 1)
+	enqueue(t, s, "b", 1, 1)
+	ls := &losingStore{Store: s, key: "a-0", ready: make(chan struct{})}
+	release := make(chan struct{})
+	handler := func(ctx context.Context, row outbox.Row) error {
+		if row.DispatchKey == "a-0" {
+			return errors.New("fail") // done at once; its result waits for the flush
+		}
+		select { // b keeps the extender extending
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	var once sync.Once
+	logger := slog.New(hookHandler{on: func(r slog.Record) {
+		if r.Message == retryLogged {
+			once.Do(func() { close(ls.ready) }) // a's job is done
+		}
+	}})
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 5, nil), ls, handler, dispatch.Options{
+		Workers: 2, Metrics: rec, Logger: logger, CompleteBatch: 1000, FlushInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	waitFor(t, "three extensions after a's lease was reported lost", func() bool {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		return ls.callsSeen >= 3
+	}, rec)
+	close(release)
+	_ = stop()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	require.Equal(t, 1, ls.reported)
+	require.Zero(t, ls.offered, "calls that offered a lease already reported lost")
+}
+
+// In queue mode a sweep never asks for more rows than the queue has room
+// for, even after bp.SetConfig raises the batch above what New's gate
+// verified.
+func TestQueueCreditBoundedByRoomAfterSetConfig(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 40, 1)
+	const queue = 4
+	release := make(chan struct{})
+	handler := func(ctx context.Context, row outbox.Row) error {
+		<-release
+		return nil
+	}
+	bp := newBP(t, 2, 100, nil)
+	rec := newRecorder()
+	d, err := dispatch.New(bp, s, handler, dispatch.Options{
+		Workers: 1, Queue: queue, QueueHighWatermark: 2, Metrics: rec, Logger: quietLogger(),
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	claimed := func(r *recorder) int {
+		n := 0
+		for _, e := range r.sweeps {
+			n += e.Claimed
+		}
+		return n
+	}
+	rec.waitUntil(t, "one running and three queued", func(r *recorder) bool { return claimed(r) == 4 })
+	require.NoError(t, bp.SetConfig(backpressure.Config{BatchSize: 50, DefaultQuota: 100}))
+	close(release)
+	rec.waitUntil(t, "every row settled", func(r *recorder) bool { return r.settled() == 40 })
+	require.NoError(t, stop())
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i, e := range rec.sweeps {
+		require.LessOrEqual(t, e.Asked, queue, "sweep %d", i)
+	}
+}
+
+// In queue mode, once Run's ctx is done, queued rows are not started: the
+// running handler finishes and its result is written, the queued rows are
+// counted abandoned and stay claimed until their leases expire.
+func TestQueueShutdownStartsNoQueuedRow(t *testing.T) {
+	c := newClock()
+	const lease = time.Second
+	s := newStore(t, memstore.Options{Now: c.Now, Lease: lease})
+	enqueue(t, s, "k", 4, 1)
+	entered := make(chan string, 4)
+	release := make(chan struct{})
+	handler := func(ctx context.Context, row outbox.Row) error {
+		entered <- row.DispatchKey
+		<-release
+		return nil
+	}
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 2, 100, nil), s, handler, dispatch.Options{
+		Workers: 1, Queue: 4, QueueHighWatermark: 2, Metrics: rec, Logger: quietLogger(), ShutdownTimeout: failsafe,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	first := <-entered
+	rec.waitUntil(t, "every row claimed", func(r *recorder) bool {
+		n := 0
+		for _, e := range r.sweeps {
+			n += e.Claimed
+		}
+		return n == 4
+	})
+	cancel()
+	close(release)
+	err = <-done
+	var se *dispatch.ShutdownError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, dispatch.ShutdownError{Abandoned: 3}, *se)
+	require.Len(t, entered, 0, "handlers started after ctx was done")
+	require.Len(t, rec.completed, 1)
+	require.Equal(t, first, rec.completed[0].Row.DispatchKey)
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, outbox.Stats{Claimed: 3, Settled: 1, Total: 4}, st)
+}
+
+// hangingCompleter's Complete calls never return on their own, whatever
+// their ctx: each signals entered, then waits for release.
+type hangingCompleter struct {
+	*memstore.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h hangingCompleter) Complete(context.Context, []outbox.Completion) ([]outbox.Result, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return nil, errors.New("released")
+}
+
+// A Complete call in flight at shutdown cannot hold Run past the flush
+// phase's ShutdownTimeout: its results are counted unwritten.
+func TestShutdownBoundedWhileCompleteHangs(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 1, 1)
+	hc := hangingCompleter{Store: s, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(hc.release) })
+	rec := newRecorder()
+	d, err := dispatch.New(newBP(t, 10, 5, nil), hc, noop, dispatch.Options{
+		Workers: 1, Metrics: rec, Logger: quietLogger(), ShutdownTimeout: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	<-hc.entered
+	err = stop()
+	var se *dispatch.ShutdownError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, 0, se.Abandoned)
+	require.Equal(t, 1, se.Unwritten)
+	require.ErrorIs(t, se.Err, context.Canceled)
+	require.Empty(t, rec.completed)
+}
+
+// A result whose job was done before the shutdown deadline but not yet
+// handed to the completer is waited for during the flush phase and, if it
+// never arrives, counted unwritten: never dropped silently.
+func TestShutdownCountsResultNotYetHandedOver(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	enqueue(t, s, "k", 1, 1)
+	handler := func(context.Context, outbox.Row) error { return errors.New("fail") }
+	held := make(chan struct{}) // the worker is held between done and the hand-over
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	logger := slog.New(hookHandler{on: func(r slog.Record) {
+		if r.Message == retryLogged {
+			close(held)
+			<-release
+		}
+	}})
+	d, err := dispatch.New(newBP(t, 10, 5, nil), s, handler, dispatch.Options{
+		Workers: 1, Logger: logger, ShutdownTimeout: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	stop := start(t, d)
+	<-held
+	err = stop()
+	var se *dispatch.ShutdownError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, 0, se.Abandoned)
+	require.Equal(t, 1, se.Unwritten)
+	st, err := s.Stats(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Claimed, "the row stays claimed until its lease expires")
 }

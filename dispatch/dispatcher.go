@@ -124,17 +124,26 @@ type run struct {
 	kick        chan struct{} // new leases for the extender
 	closed      chan struct{} // closed when Run stops accepting results
 
+	// stopCtx is Run's ctx: once it is done, queued rows are not started.
 	// workCtx is the handlers' parent, cancelled at the shutdown deadline;
-	// storeCtx is the completer's and extender's, cancelled when Run
-	// returns. Both outlive Run's ctx.
-	workCtx     context.Context
-	workCancel  context.CancelFunc
-	storeCtx    context.Context
-	storeCancel context.CancelFunc
+	// extendCtx is the extender's, cancelled when it is stopped; writeCtx
+	// is the completer's, cancelled ShutdownTimeout after the completer is
+	// stopped (so a Complete call in flight cannot hold the shutdown up),
+	// or when Run returns. All three outlive Run's ctx.
+	stopCtx      context.Context
+	workCtx      context.Context
+	workCancel   context.CancelFunc
+	extendCtx    context.Context
+	extendCancel context.CancelFunc
+	writeCtx     context.Context
+	writeCancel  context.CancelFunc
 
 	mu          sync.Mutex
 	jobs        map[outbox.Lease]*job // every row held: queued, running, or result unwritten
 	outstanding int                   // rows claimed whose worker has not let go of them
+	done        int                   // jobs marked done: each one's result is sent to the completer
+
+	unstarted atomic.Int64 // queued rows released unstarted at shutdown, counted as abandoned
 }
 
 func newRun(d *Dispatcher, ctx context.Context) *run {
@@ -155,10 +164,12 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 		kick:        make(chan struct{}, 1),
 		closed:      make(chan struct{}),
 		jobs:        make(map[outbox.Lease]*job),
+		stopCtx:     ctx,
 	}
 	base := context.WithoutCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(base)
-	r.storeCtx, r.storeCancel = context.WithCancel(base)
+	r.extendCtx, r.extendCancel = context.WithCancel(base)
+	r.writeCtx, r.writeCancel = context.WithCancel(base)
 	return r
 }
 
@@ -199,13 +210,15 @@ func (r *run) run(ctx context.Context) error {
 		r.workCancel()
 		r.log.Warn("dispatch: shutdown deadline passed; abandoning running handlers", "abandoned", abandoned, "timeout", r.o.ShutdownTimeout)
 	}
+	abandoned += int(r.unstarted.Load()) // final: every worker has let go, or abandonRunning marked the rest
 	r.workCancel()
 	close(stopExtender)
+	r.extendCancel() // an extension in flight is of no use now
 	<-extenderDone
 	close(stopCompleter)
 	out := <-completerDone
 	close(r.closed)
-	r.storeCancel()
+	r.writeCancel()
 	if abandoned == 0 && out.unwritten == 0 {
 		return nil
 	}
@@ -213,12 +226,14 @@ func (r *run) run(ctx context.Context) error {
 }
 
 // credit returns how many rows the next sweep may claim: the idle workers,
-// or with a queue a full batch while the queue is at or below its
-// watermark.
+// or with a queue, while it is at or below its watermark, a full batch but
+// never more than the queue's free room (bp.SetConfig may have raised the
+// batch above what New's gate verified). Only the sweep loop adds to
+// r.rows, so the room can only grow until hand; hand never blocks.
 func (r *run) credit() int {
 	if r.o.Queue > 0 {
-		if len(r.rows) <= r.o.QueueHighWatermark {
-			return r.d.bp.BatchSize()
+		if queued := len(r.rows); queued <= r.o.QueueHighWatermark {
+			return min(r.d.bp.BatchSize(), r.o.Queue-queued)
 		}
 		return 0
 	}
@@ -335,7 +350,7 @@ func (r *run) busy() bool {
 
 // hand registers claimed rows for lease extension and hands them to the
 // workers. The channel has room for them all: credit never exceeds the
-// free slots, and a queue's gate guarantees its headroom.
+// free slots or the queue's free room.
 func (r *run) hand(rows []outbox.Row) {
 	if len(rows) == 0 {
 		return

@@ -32,9 +32,11 @@
 //   - Shutdown. When Run's ctx is done, the dispatcher stops claiming, lets
 //     the running handlers finish for up to Options.ShutdownTimeout, writes
 //     their results with a context that outlives ctx, then cancels the rest:
-//     their rows come back when their leases expire. Nothing is lost; a row
-//     whose handler was abandoned runs again (at-least-once activities,
-//     settled at most once).
+//     their rows come back when their leases expire. With Options.Queue,
+//     rows still queued when ctx is done are not started: they too come
+//     back when their leases expire, and Run counts them as abandoned.
+//     Nothing is lost; a row whose handler was abandoned runs again
+//     (at-least-once activities, settled at most once).
 //   - Shard changes. Run sweeps through the Backpressure it was given, so a
 //     [backpressure.Backpressure.SetOwnedShards] takes effect at the next
 //     sweep; rows already claimed finish normally.

@@ -42,11 +42,13 @@ func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions
 type ShutdownError struct {
 	// Abandoned counts the handlers still running at the shutdown
 	// deadline, whose ctx Run cancelled without waiting for them, plus the
-	// claimed rows that never reached a worker.
+	// claimed rows never started (with Options.Queue, every row still
+	// queued when Run's ctx was done).
 	Abandoned int
-	// Unwritten counts the results that could not be written before the
-	// deadline (the store failed or was too slow); Err is the last store
-	// error, if any.
+	// Unwritten counts the results not known to be written when the
+	// flush phase's deadline passed (the store failed or was too slow); Err
+	// is the last store error, or the cancelled context of a write still in
+	// flight.
 	Unwritten int
 	Err       error
 }
@@ -66,10 +68,17 @@ func (e *ShutdownError) Is(target error) bool { return target == ErrUncleanShutd
 func (e *ShutdownError) Unwrap() error { return e.Err }
 
 // PermanentError marks a handler error that retrying cannot fix: the
-// dispatcher dead-letters the row at once. Build it with [Permanent].
+// dispatcher dead-letters the row at once. Build it with [Permanent]; one
+// built by hand with a nil Err still dead-letters its row, recorded as
+// "permanent: <nil>".
 type PermanentError struct{ Err error }
 
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return "permanent: <nil>"
+	}
+	return "permanent: " + e.Err.Error()
+}
 
 // Unwrap returns Err.
 func (e *PermanentError) Unwrap() error { return e.Err }

@@ -217,3 +217,26 @@ func (r *recorder) lostAt(i int) dispatch.LeaseLostEvent {
 	defer r.mu.Unlock()
 	return r.lost[i]
 }
+
+// hookHandler is a slog.Handler that calls on, synchronously, for every
+// record at any level: a test uses it to learn when the dispatcher has
+// reached a logging call, or to hold it there.
+type hookHandler struct{ on func(slog.Record) }
+
+func (h hookHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h hookHandler) Handle(_ context.Context, r slog.Record) error {
+	h.on(r)
+	return nil
+}
+func (h hookHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h hookHandler) WithGroup(string) slog.Handler      { return h }
+
+// retryLogged is the debug message the dispatcher logs for a failed
+// handler, after the row's job is done and before its result is handed to
+// the completer.
+const retryLogged = "dispatch: handler failed; retrying"
+
+// waitFor waits until cond holds, checking it at every event rec records.
+func waitFor(t tb, what string, cond func() bool, rec *recorder) {
+	rec.waitUntil(t, what, func(*recorder) bool { return cond() })
+}

@@ -33,7 +33,7 @@ func (r *run) extender(stop <-chan struct{}) {
 		due := r.dueJobs(now)
 		if len(due) > 0 {
 			if err := r.extend(due); err != nil {
-				if r.storeCtx.Err() != nil {
+				if r.extendCtx.Err() != nil {
 					return
 				}
 				failures++
@@ -54,13 +54,14 @@ func (r *run) extender(stop <-chan struct{}) {
 	}
 }
 
-// dueJobs returns the held jobs whose renewal time is at or before now.
+// dueJobs returns the held jobs whose renewal time is at or before now and
+// whose lease no extension has reported lost.
 func (r *run) dueJobs(now time.Time) []*job {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var due []*job
 	for _, j := range r.jobs {
-		if !j.extendAt.After(now) && j.state.Load() != jobLost {
+		if !j.extendAt.After(now) && !j.leaseLost.Load() {
 			due = append(due, j)
 		}
 	}
@@ -74,7 +75,9 @@ func (r *run) nextRenewal(now time.Time) time.Duration {
 	defer r.mu.Unlock()
 	next := time.Hour
 	for _, j := range r.jobs {
-		next = min(next, j.extendAt.Sub(now))
+		if !j.leaseLost.Load() {
+			next = min(next, j.extendAt.Sub(now))
+		}
 	}
 	return max(next, 0)
 }
@@ -89,7 +92,7 @@ func (r *run) extend(due []*job) error {
 			leases[i] = j.row.Lease()
 		}
 		sent := time.Now()
-		res, err := r.d.store.ExtendLeases(r.storeCtx, leases)
+		res, err := r.d.store.ExtendLeases(r.extendCtx, leases)
 		if err == nil && len(res) != len(leases) {
 			err = errors.New("dispatch: store's ExtendLeases returned " + itoa(len(res)) + " results for " + itoa(len(leases)) + " leases")
 		}
@@ -114,10 +117,12 @@ func (r *run) extend(due []*job) error {
 	return nil
 }
 
-// lost handles a lease an extension reported lost. If the row's handler
-// has already finished, its completion will report the loss; otherwise the
-// handler is cancelled and its result will not be written.
+// lost handles a lease an extension reported lost: it is never extended
+// again. If the row's handler has already finished, its completion will
+// report the loss; otherwise the handler is cancelled and its result will
+// not be written.
 func (r *run) lost(j *job, err error) {
+	j.leaseLost.Store(true)
 	if !j.state.CompareAndSwap(jobActive, jobLost) {
 		return
 	}

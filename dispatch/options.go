@@ -15,7 +15,8 @@ type Options struct {
 
 	// Queue, when > 0, switches the hand-off from credit to a prefetch
 	// queue: claimed rows wait in a queue of Queue rows for a worker, and
-	// the dispatcher sweeps a full batch (the Backpressure's BatchSize)
+	// the dispatcher sweeps a full batch (the Backpressure's BatchSize, but
+	// never more than the queue's free room, should SetConfig raise it)
 	// whenever the queue holds at most QueueHighWatermark rows. Workers
 	// then never wait for a sweep, but queued rows wait for workers while
 	// their leases run (the dispatcher extends them). This hand-off is
@@ -63,7 +64,8 @@ type Options struct {
 
 	// ShutdownTimeout bounds each of the two phases of a shutdown: the
 	// running handlers get this long to finish, then the results get this
-	// long to be written. Default 10s.
+	// long to be written (Complete calls still in flight then have their
+	// ctx cancelled, and their results count as unwritten). Default 10s.
 	ShutdownTimeout time.Duration
 
 	// Backoff is the delay before a row whose handler failed is claimable

@@ -28,6 +28,9 @@ type job struct {
 	row   outbox.Row
 	lease time.Duration // the lease's length, as the store set it
 	state atomic.Int32
+	// leaseLost is set when an extension reports the lease lost, whatever
+	// the state: the extender never offers the lease again.
+	leaseLost atomic.Bool
 
 	// Guarded by run.mu.
 	extendAt time.Time          // when the extender next extends the lease
@@ -39,12 +42,17 @@ type job struct {
 }
 
 // worker runs jobs until the hand-off is closed and drained; past the
-// shutdown deadline it starts none.
+// shutdown deadline it starts none, nor, with a queue, once Run's ctx is
+// done. A row it does not start is released, its lease left to expire, and
+// counted as abandoned: by abandonRunning past the deadline, else here (a
+// job is counted by whichever marks it abandoned first).
 func (r *run) worker() {
 	for j := range r.rows {
 		r.signalFreed()
-		if r.workCtx.Err() != nil {
-			j.state.CompareAndSwap(jobActive, jobAbandoned)
+		if r.workCtx.Err() != nil || (r.o.Queue > 0 && r.stopCtx.Err() != nil) {
+			if j.state.CompareAndSwap(jobActive, jobAbandoned) {
+				r.unstarted.Add(1)
+			}
 			r.release(j)
 			continue
 		}
@@ -80,7 +88,15 @@ func (r *run) runJob(j *job) {
 		// lease expires, rather than spend an attempt on a retry.
 		j.state.CompareAndSwap(jobActive, jobAbandoned)
 	}
-	if !j.state.CompareAndSwap(jobActive, jobDone) {
+	// Under r.mu, so that r.done is final once abandonRunning has run: the
+	// final flush waits for that many results.
+	r.mu.Lock()
+	ok := j.state.CompareAndSwap(jobActive, jobDone)
+	if ok {
+		r.done++
+	}
+	r.mu.Unlock()
+	if !ok {
 		r.release(j) // lost or abandoned meanwhile
 		return
 	}
