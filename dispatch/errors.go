@@ -29,6 +29,7 @@ type OptionError struct {
 	Reason string
 }
 
+// Error names the option, its value and why New rejects it.
 func (e *OptionError) Error() string {
 	return fmt.Sprintf("dispatch: invalid options: %s %s", e.Field, e.Reason)
 }
@@ -53,6 +54,7 @@ type ShutdownError struct {
 	Err       error
 }
 
+// Error says what the shutdown left undone.
 func (e *ShutdownError) Error() string {
 	s := fmt.Sprintf("dispatch: unclean shutdown: %d rows abandoned, %d results unwritten", e.Abandoned, e.Unwritten)
 	if e.Err != nil {
@@ -73,6 +75,7 @@ func (e *ShutdownError) Unwrap() error { return e.Err }
 // "permanent: <nil>".
 type PermanentError struct{ Err error }
 
+// Error returns the wrapped error's text, marked permanent.
 func (e *PermanentError) Error() string {
 	if e.Err == nil {
 		return "permanent: <nil>"
@@ -107,4 +110,5 @@ type PanicError struct {
 	Stack []byte // the goroutine's stack at the panic
 }
 
+// Error names the value the handler panicked with.
 func (e *PanicError) Error() string { return fmt.Sprintf("dispatch: handler panicked: %v", e.Value) }
