@@ -91,6 +91,7 @@ type Membership struct {
 	held     map[int32]int64 // shard → epoch, as of the last heartbeat: the claims' shards
 	draining []int32         // shards no longer assigned, kept one more heartbeat, not claimed on
 	owned    backpressure.OwnedShardFraction
+	none     backpressure.OwnedShardFraction // no shard of the store's count
 	changes  chan backpressure.OwnedShardFraction // holds the newest unread set
 	lastOK   time.Time                            // local, monotonic: when a heartbeat last succeeded
 	left     bool
@@ -142,7 +143,10 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	none, _ := backpressure.NewOwnedShardFraction(nil, s.shardCount)
+	none, err := backpressure.NewOwnedShardFraction(nil, s.shardCount)
+	if err != nil { // New bounds the shard count; a zero Store has none
+		return nil, fmt.Errorf("pgstore: %s: %w", op, err)
+	}
 	m := &Membership{
 		store:     s,
 		node:      opts.Node,
@@ -152,6 +156,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 		manual:    joinManual(ctx),
 		held:      map[int32]int64{},
 		owned:     none,
+		none:      none,
 		changes:   make(chan backpressure.OwnedShardFraction, 1),
 		done:      make(chan struct{}),
 	}
@@ -278,7 +283,7 @@ func (m *Membership) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		m.mu.Lock()
 		if !m.lastOK.IsZero() && time.Since(m.lastOK) >= m.lease {
-			m.setHeld(map[int32]int64{})
+			_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
 		}
 		m.mu.Unlock()
 		return opError(op, err)
@@ -290,7 +295,9 @@ func (m *Membership) Heartbeat(ctx context.Context) error {
 	}
 	m.lastOK = time.Now()
 	m.draining = drain
-	m.setHeld(held)
+	if err := m.setHeld(held); err != nil {
+		return opError(op, err)
+	}
 	return nil
 }
 
@@ -349,8 +356,18 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 }
 
 // setHeld installs a new held set and publishes the owned set if it
-// changed. m.mu is held.
-func (m *Membership) setHeld(held map[int32]int64) {
+// changed. m.mu is held. A shard outside the store's count (only a
+// tampered shard_owners table could return one) fails closed: it holds
+// nothing, so the fence claims nothing, and returns the error.
+func (m *Membership) setHeld(held map[int32]int64) error {
+	ids := make([]int, 0, len(held))
+	for s := range held {
+		ids = append(ids, int(s))
+	}
+	f, err := backpressure.NewOwnedShardFraction(ids, m.store.shardCount)
+	if err != nil {
+		held, f = map[int32]int64{}, m.none
+	}
 	same := len(held) == len(m.held)
 	for s := range held {
 		if _, ok := m.held[s]; !ok {
@@ -358,24 +375,15 @@ func (m *Membership) setHeld(held map[int32]int64) {
 		}
 	}
 	m.held = held
-	if same {
-		return
+	if !same {
+		m.owned = f
+		select {
+		case <-m.changes:
+		default:
+		}
+		m.changes <- f
 	}
-	ids := make([]int, 0, len(held))
-	for s := range held {
-		ids = append(ids, int(s))
-	}
-	slices.Sort(ids)
-	f, err := backpressure.NewOwnedShardFraction(ids, m.store.shardCount)
-	if err != nil {
-		panic("pgstore: membership: " + err.Error()) // shards come from shard_owners, all < shardCount
-	}
-	m.owned = f
-	select {
-	case <-m.changes:
-	default:
-	}
-	m.changes <- f
+	return err
 }
 
 // Leave stops the heartbeats, releases the node's shards (other nodes take
@@ -390,7 +398,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 		return nil
 	}
 	m.left = true
-	m.setHeld(map[int32]int64{})
+	_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
 	m.mu.Unlock()
 	m.stop()
 	<-m.done

@@ -69,6 +69,30 @@ func TestAssignShardsProperties(t *testing.T) {
 	}
 }
 
+// setHeld given a shard outside the store's count returns an error matching
+// backpressure.ErrInvalidShards, never a panic, and fails closed: the
+// membership then owns nothing.
+func TestSetHeldOutOfRangeFailsClosed(t *testing.T) {
+	for i, c := range []struct {
+		shardCount int
+		shards     []int32
+		want       []int // owned; nil: an error
+	}{
+		{4, []int32{0, 3}, []int{0, 3}},
+		{4, []int32{4}, nil},
+		{4, []int32{1, 9}, nil},
+		{4, []int32{-1}, nil},
+	} {
+		owned, err := pgstore.SetHeld(c.shardCount, c.shards...)
+		switch {
+		case c.want == nil && (!errors.Is(err, backpressure.ErrInvalidShards) || owned.OwnedCount() != 0 || owned.ShardCount() != c.shardCount):
+			t.Errorf("step %d: setHeld(%v) over %d shards = %v, %v; want an ErrInvalidShards error and nothing owned", i, c.shards, c.shardCount, owned.Owned(), err)
+		case c.want != nil && (err != nil || !slices.Equal(owned.Owned(), c.want)):
+			t.Errorf("step %d: setHeld(%v) over %d shards = %v, %v; want %v", i, c.shards, c.shardCount, owned.Owned(), err, c.want)
+		}
+	}
+}
+
 func TestJoinRefusesBadArguments(t *testing.T) {
 	f := newFixture(t) // a manual clock: Join refuses it
 	var ae *outbox.ArgumentError

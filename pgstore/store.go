@@ -35,7 +35,8 @@ type Options struct {
 	// and can never change afterwards, since rows keep the shard they were
 	// enqueued with: 0 adopts the recorded count (64 for a new schema); any
 	// other value must equal it, or New returns an [*outbox.ShardCountError]
-	// (matching [outbox.ErrShardCountMismatch]).
+	// (matching [outbox.ErrShardCountMismatch]). Above
+	// [backpressure.MaxShardCount] is an error.
 	ShardCount int
 
 	// Lease is the visibility timeout of a claim: a claimed row that is
@@ -115,7 +116,9 @@ var (
 // Invalid options are an [*outbox.ArgumentError] (Op "New", Arg
 // "Options.Schema", "Options.Lease", …), returned before touching the
 // database. The shard count is settled as Options.ShardCount says: a value
-// that differs from the recorded count is an [*outbox.ShardCountError]. A
+// that differs from the recorded count is an [*outbox.ShardCountError]; a
+// recorded count above [backpressure.MaxShardCount] (which only an older
+// version could record) is a [*backpressure.ShardError]. A
 // schema newer than this package is an [*outbox.SchemaVersionError]. The
 // store does not own pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
@@ -138,8 +141,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	switch {
 	case opts.ShardCount < 0:
 		return nil, argError(op, "Options.ShardCount", "%d is negative", opts.ShardCount)
-	case int64(opts.ShardCount) > 1<<31-1:
-		return nil, argError(op, "Options.ShardCount", "%d does not fit a PostgreSQL integer", opts.ShardCount)
+	case opts.ShardCount > backpressure.MaxShardCount:
+		return nil, argError(op, "Options.ShardCount", "%d is above backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount)
 	}
 	switch {
 	case opts.Lease == 0:
@@ -166,6 +169,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		return nil, fmt.Errorf("pgstore: %s: schema %s: %w", op, quoted, err)
 	case err != nil:
 		return nil, opError(op+": open schema "+quoted, err)
+	}
+	// A count recorded by an older version, before New bounded it, can
+	// exceed MaxShardCount: no owned-shard fraction could describe it.
+	if _, err := backpressure.NewOwnedShardFraction(nil, shardCount); err != nil {
+		return nil, fmt.Errorf("pgstore: %s: schema %s records an unusable shard count: %w", op, quoted, err)
 	}
 	return &Store{
 		pool:        pool,
@@ -292,7 +300,7 @@ func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) (
 	}
 	ids = make([]int32, len(owned))
 	for i, id := range owned {
-		ids[i] = int32(id) // < ShardCount, which New bounded to int32
+		ids[i] = int32(id) // < ShardCount ≤ MaxShardCount, which New enforces
 	}
 	return ids, false, len(owned) == 0, nil
 }
