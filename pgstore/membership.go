@@ -91,7 +91,7 @@ type Membership struct {
 	held     map[int32]int64 // shard → epoch, as of the last heartbeat: the claims' shards
 	draining []int32         // shards no longer assigned, kept one more heartbeat, not claimed on
 	owned    backpressure.OwnedShardFraction
-	none     backpressure.OwnedShardFraction // no shard of the store's count
+	none     backpressure.OwnedShardFraction      // no shard of the store's count
 	changes  chan backpressure.OwnedShardFraction // holds the newest unread set
 	lastOK   time.Time                            // local, monotonic: when a heartbeat last succeeded
 	left     bool
