@@ -329,7 +329,10 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 		if err != nil {
 			return err
 		}
-		assigned := assignedTo(m.node, live, m.store.shardCount)
+		assigned, err := assignedTo(m.node, live, m.store.shardCount)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, sql.lock, m.node, assigned); err != nil {
 			return err
 		}
@@ -456,7 +459,14 @@ func (m *Membership) fence(st *statements, sql string, params []any) (string, []
 // removing one node of n moves only the shards it gains or loses, about
 // shardCount/n. With no nodes every owner is "". Cost: O(shardCount ×
 // len(nodes)).
-func AssignShards(nodes []string, shardCount int) []string {
+//
+// A shardCount outside [1, backpressure.MaxShardCount] is an
+// [*outbox.ArgumentError] (Op "AssignShards", Arg "shardCount"), with a
+// nil result.
+func AssignShards(nodes []string, shardCount int) ([]string, error) {
+	if shardCount < 1 || shardCount > backpressure.MaxShardCount {
+		return nil, argError("AssignShards", "shardCount", "%d is not in [1, %d]", shardCount, backpressure.MaxShardCount)
+	}
 	owners := make([]string, shardCount)
 	best := make([]uint64, shardCount)
 	for _, n := range nodes {
@@ -468,18 +478,22 @@ func AssignShards(nodes []string, shardCount int) []string {
 			}
 		}
 	}
-	return owners
+	return owners, nil
 }
 
 // assignedTo is the shards AssignShards gives node among live.
-func assignedTo(node string, live []string, shardCount int) []int32 {
+func assignedTo(node string, live []string, shardCount int) ([]int32, error) {
+	owners, err := AssignShards(live, shardCount)
+	if err != nil {
+		return nil, err
+	}
 	mine := []int32{}
-	for s, owner := range AssignShards(live, shardCount) {
+	for s, owner := range owners {
 		if owner == node {
 			mine = append(mine, int32(s))
 		}
 	}
-	return mine
+	return mine, nil
 }
 
 func nodeSeed(node string) uint64 {

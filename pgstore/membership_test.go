@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -21,9 +22,9 @@ func TestAssignShardsProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		const shardCount = 2048
 		nodes := rapid.SliceOfNDistinct(rapid.StringMatching(`[a-z0-9-]{1,12}`), 1, 8, rapid.ID).Draw(t, "nodes")
-		owners := pgstore.AssignShards(nodes, shardCount)
+		owners := mustAssign(t, nodes, shardCount)
 		perm := rapid.Permutation(nodes).Draw(t, "perm")
-		if again := pgstore.AssignShards(perm, shardCount); !slices.Equal(owners, again) {
+		if again := mustAssign(t, perm, shardCount); !slices.Equal(owners, again) {
 			t.Fatalf("AssignShards(%v) differs from AssignShards(%v)", nodes, perm)
 		}
 		count := map[string]int{}
@@ -39,7 +40,7 @@ func TestAssignShardsProperties(t *testing.T) {
 			}
 		}
 		joiner := rapid.StringMatching(`[A-Z]{1,12}`).Draw(t, "joiner") // never among nodes
-		after := pgstore.AssignShards(append(slices.Clone(nodes), joiner), shardCount)
+		after := mustAssign(t, append(slices.Clone(nodes), joiner), shardCount)
 		moved := 0
 		for s := range owners {
 			if after[s] != owners[s] {
@@ -56,7 +57,7 @@ func TestAssignShardsProperties(t *testing.T) {
 		if len(nodes) > 1 {
 			leaver := nodes[rapid.IntRange(0, len(nodes)-1).Draw(t, "leaver")]
 			rest := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == leaver })
-			left := pgstore.AssignShards(rest, shardCount)
+			left := mustAssign(t, rest, shardCount)
 			for s := range owners {
 				if owners[s] != leaver && left[s] != owners[s] {
 					t.Fatalf("leave of %q moved shard %d from %q to %q", leaver, s, owners[s], left[s])
@@ -64,8 +65,39 @@ func TestAssignShardsProperties(t *testing.T) {
 			}
 		}
 	})
-	if got := pgstore.AssignShards(nil, 3); !slices.Equal(got, []string{"", "", ""}) {
+	if got := mustAssign(t, nil, 3); !slices.Equal(got, []string{"", "", ""}) {
 		t.Errorf("AssignShards(nil, 3) = %q, want three empty owners", got)
+	}
+}
+
+// mustAssign is AssignShards, failing t on an error.
+func mustAssign(t interface{ Fatalf(string, ...any) }, nodes []string, shardCount int) []string {
+	owners, err := pgstore.AssignShards(nodes, shardCount)
+	if err != nil {
+		t.Fatalf("AssignShards(%q, %d): %v", nodes, shardCount, err)
+	}
+	return owners
+}
+
+// AssignShards refuses a shard count outside [1, MaxShardCount] with an
+// ArgumentError rather than panicking or allocating without bound, and
+// takes both ends of the range.
+func TestAssignShardsShardCountRange(t *testing.T) {
+	for i, c := range []struct {
+		shardCount int
+		ok         bool
+	}{
+		{-1, false}, {0, false}, {1, true}, {backpressure.MaxShardCount, true},
+		{backpressure.MaxShardCount + 1, false}, {math.MinInt, false}, {math.MaxInt, false},
+	} {
+		owners, err := pgstore.AssignShards([]string{"a", "b"}, c.shardCount)
+		var ae *outbox.ArgumentError
+		switch {
+		case c.ok && (err != nil || len(owners) != c.shardCount):
+			t.Errorf("step %d: AssignShards(a, b; %d) = %d owners, %v; want %d owners", i, c.shardCount, len(owners), err, c.shardCount)
+		case !c.ok && (owners != nil || !errors.As(err, &ae) || ae.Op != "AssignShards" || ae.Arg != "shardCount" || !errors.Is(err, outbox.ErrInvalidArgument)):
+			t.Errorf("step %d: AssignShards(a, b; %d) = %d owners, %v; want an ArgumentError on shardCount", i, c.shardCount, len(owners), err)
+		}
 	}
 }
 
@@ -231,7 +263,7 @@ func TestMembershipFencing(t *testing.T) {
 	// b sees a and drains a's shards: it stops claiming on them (and
 	// counting them in its ceilings) but keeps their leases one more
 	// heartbeat, so a cannot take them yet.
-	want := pgstore.AssignShards([]string{"a", "b"}, s.ShardCount())
+	want := mustAssign(t, []string{"a", "b"}, s.ShardCount())
 	if err := b.Heartbeat(ctx); err != nil {
 		t.Fatalf("b: Heartbeat: %v", err)
 	}
