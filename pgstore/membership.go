@@ -218,8 +218,10 @@ func (m *Membership) Owned() backpressure.OwnedShardFraction {
 func (m *Membership) Changes() <-chan backpressure.OwnedShardFraction { return m.changes }
 
 // Follow applies the owned set to bp with SetOwnedShards, now and at every
-// change, until ctx is done; it returns ctx's error. Run it beside a
-// dispatcher over the same bp: the next sweep uses the new set.
+// change, until ctx is done; it returns ctx's error, or at once
+// SetOwnedShards's: one matching [backpressure.ErrInvalidConfig] for a nil
+// bp or one not built with backpressure.New. Run it beside a dispatcher
+// over the same bp: the next sweep uses the new set.
 func (m *Membership) Follow(ctx context.Context, bp *backpressure.Backpressure) error {
 	if err := bp.SetOwnedShards(m.Owned()); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -122,6 +123,39 @@ func TestSetHeldOutOfRangeFailsClosed(t *testing.T) {
 		case c.want != nil && (err != nil || !slices.Equal(owned.Owned(), c.want)):
 			t.Errorf("step %d: setHeld(%v) over %d shards = %v, %v; want %v", i, c.shards, c.shardCount, owned.Owned(), err, c.want)
 		}
+	}
+}
+
+// Follow over a nil or zero Backpressure returns ErrInvalidConfig at once
+// instead of panicking; over a real one it applies the owned set and runs
+// until ctx is done.
+func TestFollowNeedsABackpressure(t *testing.T) {
+	s := dbClockStore(t, testSchema(t))
+	m, err := pgstore.JoinManual(t.Context(), s, pgstore.MembershipOptions{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave(t.Context())
+	for i, bp := range []*backpressure.Backpressure{nil, {}} {
+		if err := m.Follow(t.Context(), bp); !errors.Is(err, backpressure.ErrInvalidConfig) {
+			t.Errorf("step %d: Follow(ctx, %v) = %v, want ErrInvalidConfig", i, bp, err)
+		}
+	}
+	none, err := backpressure.NewOwnedShardFraction(nil, s.ShardCount())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := backpressure.New(backpressure.Config{BatchSize: 1, DefaultQuota: 1}, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := m.Follow(ctx, bp); !errors.Is(err, context.Canceled) {
+		t.Errorf("Follow(canceled ctx, bp) = %v, want context.Canceled", err)
+	}
+	if got := bp.OwnedShards().OwnedCount(); got != s.ShardCount() {
+		t.Errorf("after Follow, bp owns %d shards, want the node's %d", got, s.ShardCount())
 	}
 }
 
