@@ -176,6 +176,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	if err := m.Heartbeat(ctx); err != nil {
 		return nil, err
 	}
+	s.adopt(m.view)
 	bg, stop := context.WithCancel(context.Background())
 	m.stop = stop
 	if m.manual {
@@ -200,7 +201,8 @@ func (m *Membership) Node() string { return m.node }
 // Store returns the fenced view of the store: the same outbox, whose claims
 // take rows only on shards this node owns under a live ownership lease at
 // the claim statement's instant (see [Membership]). Its other methods are
-// the store's. Closing it does not close the store or its pool.
+// the store's. Closing it does not close the store or its pool; closing
+// the store closes it.
 func (m *Membership) Store() *Store { return m.view }
 
 // Owned returns the shards the node owned at its last successful

@@ -159,6 +159,76 @@ func TestFollowNeedsABackpressure(t *testing.T) {
 	}
 }
 
+// Closing the store closes its Memberships' fenced views: their
+// subscribers' channels close and their calls return ErrClosed, not the
+// closed pool's error, even over a pool the store owned. Closing a view
+// alone leaves the store open.
+func TestCloseClosesFencedViews(t *testing.T) {
+	ctx := t.Context()
+	schema := testSchema(t)
+	s, err := pgstore.Open(ctx, databaseURL(), pgstore.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, err := pgstore.JoinManual(ctx, s, pgstore.MembershipOptions{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgstore.JoinManual(ctx, s, pgstore.MembershipOptions{Node: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store().Close(); err != nil {
+		t.Fatalf("closing b's view: %v", err)
+	}
+	if _, err := b.Store().Get(ctx, "k"); !errors.Is(err, outbox.ErrClosed) {
+		t.Errorf("b's closed view: Get = %v, want ErrClosed", err)
+	}
+	if _, err := s.Get(ctx, "k"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("store after closing b's view: Get = %v, want ErrNotFound", err)
+	}
+	view := a.Store()
+	ch, err := view.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failsafe := time.NewTimer(time.Minute) // not an assertion of speed
+	defer failsafe.Stop()
+	for open := true; open; {
+		select {
+		case _, open = <-ch:
+		case <-failsafe.C:
+			t.Fatal("the view's subscription never closed after the store closed")
+		}
+	}
+	all, err := backpressure.AllShards(s.ShardCount())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Get":   func() error { _, err := view.Get(ctx, "k"); return err },
+		"Stats": func() error { _, err := view.Stats(ctx); return err },
+		"Claim": func() error { _, err := view.ClaimOutboxRowsUnscoped(ctx, all, 1); return err },
+		"Enqueue": func() error {
+			_, err := view.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "ns"}})
+			return err
+		},
+		"Subscribe": func() error { _, err := view.Subscribe(ctx); return err },
+		"Heartbeat": func() error { return a.Heartbeat(ctx) },
+	} {
+		if err := call(); !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("view after the store closed: %s = %v, want ErrClosed", name, err)
+		}
+	}
+	if err := view.Close(); err != nil {
+		t.Errorf("closing the closed view: %v, want nil", err)
+	}
+}
+
 func TestJoinRefusesBadArguments(t *testing.T) {
 	f := newFixture(t) // a manual clock: Join refuses it
 	var ae *outbox.ArgumentError

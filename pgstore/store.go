@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,14 @@ type Store struct {
 	channel     string // the LISTEN/NOTIFY channel of the schema
 	listen      listener
 	fence       *Membership // non-nil for a Membership's store: fenced claims
+
+	// views are the fenced views of the Memberships joined through this
+	// store; Close closes them too, so their subscribers' channels close
+	// and their calls return ErrClosed rather than the pool's error.
+	views struct {
+		mu  sync.Mutex
+		set map[*Store]struct{}
+	}
 }
 
 var (
@@ -215,9 +224,10 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 
 // Close marks the store closed; later calls return an error matching
 // [outbox.ErrClosed], and every channel [Store.Subscribe] returned is
-// closed. It closes the pool only if [Open] opened it, never a pool passed
-// to [New]. Closing a closed store returns nil; a nil or zero store returns
-// [outbox.ErrClosed].
+// closed. The fenced views of the Memberships joined through it
+// ([Membership.Store]) are closed with it. It closes the pool only if
+// [Open] opened it, never a pool passed to [New]. Closing a closed store
+// returns nil; a nil or zero store returns [outbox.ErrClosed].
 func (s *Store) Close() error {
 	if s == nil || s.pool == nil {
 		return closedError("Close")
@@ -226,10 +236,44 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.listen.close()
+	if s.fence != nil {
+		s.fence.store.forget(s)
+	}
+	s.views.mu.Lock()
+	views := s.views.set
+	s.views.set = nil
+	s.views.mu.Unlock()
+	for v := range views { // before the pool closes: no view call reaches it
+		_ = v.Close()
+	}
 	if s.ownsPool {
 		s.pool.Close()
 	}
 	return nil
+}
+
+// adopt registers v, a fenced view over s, to be closed with s; if s is
+// already closed it closes v now. Close sets closed before it takes
+// views.mu, so a view adopted concurrently is closed by one or the other.
+func (s *Store) adopt(v *Store) {
+	s.views.mu.Lock()
+	if !s.closed.Load() {
+		if s.views.set == nil {
+			s.views.set = map[*Store]struct{}{}
+		}
+		s.views.set[v] = struct{}{}
+		s.views.mu.Unlock()
+		return
+	}
+	s.views.mu.Unlock()
+	_ = v.Close()
+}
+
+// forget drops v, a fenced view closed on its own, from s's views.
+func (s *Store) forget(v *Store) {
+	s.views.mu.Lock()
+	defer s.views.mu.Unlock()
+	delete(s.views.set, v)
 }
 
 // Schema returns the schema the store's tables live in ("" for a nil
@@ -259,10 +303,11 @@ func (s *Store) Lease() time.Duration {
 	return s.lease
 }
 
-// begin is called first by every method: it refuses a closed store and a
-// done context, so neither reaches the database.
+// begin is called first by every method: it refuses a closed store (a
+// fenced view whose parent store is closed included) and a done context,
+// so neither reaches the database.
 func (s *Store) begin(ctx context.Context, op string) error {
-	if s == nil || s.pool == nil || s.closed.Load() {
+	if s == nil || s.pool == nil || s.closed.Load() || s.fence != nil && s.fence.store.closed.Load() {
 		return closedError(op)
 	}
 	if ctx == nil {
