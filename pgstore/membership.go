@@ -96,8 +96,9 @@ type Membership struct {
 	lastOK   time.Time                            // local, monotonic: when a heartbeat last succeeded
 	left     bool
 
-	stop context.CancelFunc
-	done chan struct{}
+	beating chan struct{} // a token per heartbeat or Leave release in flight: one at a time
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // Join adds this process as a node of the store's schema and runs its
@@ -158,6 +159,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 		owned:     none,
 		none:      none,
 		changes:   make(chan backpressure.OwnedShardFraction, 1),
+		beating:   make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
 	m.view = &Store{
@@ -265,21 +267,28 @@ func (m *Membership) loop(ctx context.Context) {
 // members, and release, renew and take shards as the assignment says. It
 // is three statements in one transaction. On error the node's view is
 // unchanged, except that a node with no successful heartbeat for a lease
-// owns nothing in its view.
+// owns nothing in its view. Heartbeats run one at a time. After
+// [Membership.Leave] it returns an error matching [outbox.ErrClosed] and
+// takes nothing.
 func (m *Membership) Heartbeat(ctx context.Context) error {
 	const op = "Heartbeat"
 	if err := m.store.begin(ctx, op); err != nil {
 		return err
 	}
+	// Leave's release waits for a heartbeat in flight, and one that starts
+	// after Leave sees left: no heartbeat re-takes shards Leave released.
+	select {
+	case m.beating <- struct{}{}:
+	case <-ctx.Done():
+		return opError(op, ctx.Err())
+	}
+	defer func() { <-m.beating }()
 	m.mu.Lock()
-	left := m.left
+	left, draining := m.left, m.draining
 	m.mu.Unlock()
 	if left {
 		return closedError(op)
 	}
-	m.mu.Lock()
-	draining := m.draining
-	m.mu.Unlock()
 	if draining == nil {
 		draining = []int32{} // not NULL to the statement
 	}
@@ -412,6 +421,12 @@ func (m *Membership) Leave(ctx context.Context) error {
 	if err := m.store.begin(ctx, "Leave"); err != nil {
 		return err
 	}
+	select { // a heartbeat in flight finishes first; later ones see left
+	case m.beating <- struct{}{}:
+	case <-ctx.Done():
+		return opError("Leave", ctx.Err())
+	}
+	defer func() { <-m.beating }()
 	if _, err := m.store.pool.Exec(ctx, m.store.sql.membership.leave, m.node); err != nil {
 		return opError("Leave", err)
 	}

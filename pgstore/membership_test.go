@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
@@ -226,6 +228,93 @@ func TestCloseClosesFencedViews(t *testing.T) {
 	}
 	if err := view.Close(); err != nil {
 		t.Errorf("closing the closed view: %v, want nil", err)
+	}
+}
+
+// pauseKey, in a call's ctx, makes pauseTracer hold that call's first
+// statement.
+type pauseKey struct{}
+
+// pauseTracer holds the first statement whose ctx carries pauseKey: it
+// closes paused, then waits for release (or a failsafe, for a call that
+// cannot go on until that statement does).
+type pauseTracer struct {
+	once    sync.Once
+	paused  chan struct{}
+	release chan struct{}
+}
+
+func (p *pauseTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	if ctx.Value(pauseKey{}) != nil {
+		p.once.Do(func() {
+			close(p.paused)
+			select {
+			case <-p.release:
+			case <-time.After(2 * time.Second): // a failsafe, not an assertion of speed
+			}
+		})
+	}
+	return ctx
+}
+
+func (p *pauseTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A manual Heartbeat that passed its checks before Leave, and whose
+// transaction would run after Leave's release, must not re-take the shards
+// or the membership Leave gave up: Leave waits for it, and it then finds
+// the node gone. The heartbeat's first statement is held until Leave
+// returns (or, when Leave waits for the heartbeat, a failsafe lets it go).
+func TestHeartbeatRacingLeaveTakesNothing(t *testing.T) {
+	ctx := t.Context()
+	schema := testSchema(t)
+	cfg, err := pgxpool.ParseConfig(databaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &pauseTracer{paused: make(chan struct{}), release: make(chan struct{})}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: schema, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := pgstore.JoinManual(ctx, s, pgstore.MembershipOptions{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beat := make(chan error, 1)
+	go func() { beat <- a.Heartbeat(context.WithValue(ctx, pauseKey{}, true)) }()
+	<-tr.paused
+	left := make(chan error, 1)
+	go func() {
+		err := a.Leave(ctx)
+		close(tr.release)
+		left <- err
+	}()
+	if err := <-left; err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if err := <-beat; err != nil && !errors.Is(err, outbox.ErrClosed) {
+		t.Fatalf("Heartbeat racing Leave: %v, want nil or ErrClosed", err)
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	var members, shards int
+	if err := adminPool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+q+`.members WHERE node = 'a'),
+		(SELECT count(*) FROM `+q+`.shard_owners WHERE owner = 'a' AND lease_expires_at > clock_timestamp())`).Scan(&members, &shards); err != nil {
+		t.Fatal(err)
+	}
+	if members != 0 || shards != 0 {
+		t.Errorf("after Leave, with a Heartbeat racing it: a is %d members and owns %d shards, want none", members, shards)
+	}
+	if err := a.Heartbeat(ctx); !errors.Is(err, outbox.ErrClosed) {
+		t.Errorf("Heartbeat after Leave = %v, want ErrClosed", err)
+	}
+	if got := a.Owned().OwnedCount(); got != 0 {
+		t.Errorf("after Leave a owns %d shards in its view, want 0", got)
 	}
 }
 
