@@ -339,8 +339,12 @@ func (b *Backpressure) current() settings {
 // membership system moves shards to or from this node. A sweep in progress
 // finishes with the fraction it started with; the next sweep uses f. It
 // returns an error matching [ErrInvalidShards], and changes nothing, if f is
-// the zero OwnedShardFraction.
+// the zero OwnedShardFraction. On a nil Backpressure, or one not built with
+// [New], it returns an error matching [ErrInvalidConfig], as SetConfig does.
 func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
 	if f.ShardCount() < 1 {
 		return &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
 	}

@@ -274,7 +274,11 @@ func (c *chaos) converge(what string, since time.Time, want []string) time.Durat
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		if slices.Equal(live, want) && slices.Equal(owners, pgstore.AssignShards(live, c.store.ShardCount())) {
+		assigned, err := pgstore.AssignShards(live, c.store.ShardCount())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if slices.Equal(live, want) && slices.Equal(owners, assigned) {
 			took := now.Sub(since)
 			if took > 2*chaosMemberLease {
 				c.t.Errorf("%s: ownership converged %v after, above two leases (%v)", what, took, 2*chaosMemberLease)

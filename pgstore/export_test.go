@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxkit/backpressure"
 )
 
 // Statements returns the store's SQL by name, for the EXPLAIN tests.
@@ -54,4 +55,29 @@ func Channel(s *Store) string { return s.channel }
 // Heartbeat.
 func JoinManual(ctx context.Context, s *Store, opts MembershipOptions) (*Membership, error) {
 	return s.Join(context.WithValue(ctx, manualKey{}, true), opts)
+}
+
+// SetHeld installs shards as the held set of a membership of a store of
+// shardCount shards that held none, and returns what it then owns, its
+// owned set and setHeld's error.
+func SetHeld(shardCount int, shards ...int32) (backpressure.OwnedShardFraction, error) {
+	none, err := backpressure.NewOwnedShardFraction(nil, shardCount)
+	if err != nil {
+		return backpressure.OwnedShardFraction{}, err
+	}
+	m := &Membership{
+		store:   &Store{shardCount: shardCount},
+		held:    map[int32]int64{},
+		owned:   none,
+		none:    none,
+		changes: make(chan backpressure.OwnedShardFraction, 1),
+	}
+	held := map[int32]int64{}
+	for _, s := range shards {
+		held[s] = 1
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	err = m.setHeld(held)
+	return m.owned, err
 }

@@ -91,12 +91,14 @@ type Membership struct {
 	held     map[int32]int64 // shard → epoch, as of the last heartbeat: the claims' shards
 	draining []int32         // shards no longer assigned, kept one more heartbeat, not claimed on
 	owned    backpressure.OwnedShardFraction
+	none     backpressure.OwnedShardFraction      // no shard of the store's count
 	changes  chan backpressure.OwnedShardFraction // holds the newest unread set
 	lastOK   time.Time                            // local, monotonic: when a heartbeat last succeeded
 	left     bool
 
-	stop context.CancelFunc
-	done chan struct{}
+	beating chan struct{} // a token per heartbeat or Leave release in flight: one at a time
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // Join adds this process as a node of the store's schema and runs its
@@ -142,7 +144,10 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	none, _ := backpressure.NewOwnedShardFraction(nil, s.shardCount)
+	none, err := backpressure.NewOwnedShardFraction(nil, s.shardCount)
+	if err != nil { // New bounds the shard count; a zero Store has none
+		return nil, fmt.Errorf("pgstore: %s: %w", op, err)
+	}
 	m := &Membership{
 		store:     s,
 		node:      opts.Node,
@@ -152,7 +157,9 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 		manual:    joinManual(ctx),
 		held:      map[int32]int64{},
 		owned:     none,
+		none:      none,
 		changes:   make(chan backpressure.OwnedShardFraction, 1),
+		beating:   make(chan struct{}, 1),
 		done:      make(chan struct{}),
 	}
 	m.view = &Store{
@@ -171,6 +178,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	if err := m.Heartbeat(ctx); err != nil {
 		return nil, err
 	}
+	s.adopt(m.view)
 	bg, stop := context.WithCancel(context.Background())
 	m.stop = stop
 	if m.manual {
@@ -195,7 +203,8 @@ func (m *Membership) Node() string { return m.node }
 // Store returns the fenced view of the store: the same outbox, whose claims
 // take rows only on shards this node owns under a live ownership lease at
 // the claim statement's instant (see [Membership]). Its other methods are
-// the store's. Closing it does not close the store or its pool.
+// the store's. Closing it does not close the store or its pool; closing
+// the store closes it.
 func (m *Membership) Store() *Store { return m.view }
 
 // Owned returns the shards the node owned at its last successful
@@ -213,8 +222,10 @@ func (m *Membership) Owned() backpressure.OwnedShardFraction {
 func (m *Membership) Changes() <-chan backpressure.OwnedShardFraction { return m.changes }
 
 // Follow applies the owned set to bp with SetOwnedShards, now and at every
-// change, until ctx is done; it returns ctx's error. Run it beside a
-// dispatcher over the same bp: the next sweep uses the new set.
+// change, until ctx is done; it returns ctx's error, or at once
+// SetOwnedShards's: one matching [backpressure.ErrInvalidConfig] for a nil
+// bp or one not built with backpressure.New. Run it beside a dispatcher
+// over the same bp: the next sweep uses the new set.
 func (m *Membership) Follow(ctx context.Context, bp *backpressure.Backpressure) error {
 	if err := bp.SetOwnedShards(m.Owned()); err != nil {
 		return err
@@ -256,21 +267,28 @@ func (m *Membership) loop(ctx context.Context) {
 // members, and release, renew and take shards as the assignment says. It
 // is three statements in one transaction. On error the node's view is
 // unchanged, except that a node with no successful heartbeat for a lease
-// owns nothing in its view.
+// owns nothing in its view. Heartbeats run one at a time. After
+// [Membership.Leave] it returns an error matching [outbox.ErrClosed] and
+// takes nothing.
 func (m *Membership) Heartbeat(ctx context.Context) error {
 	const op = "Heartbeat"
 	if err := m.store.begin(ctx, op); err != nil {
 		return err
 	}
+	// Leave's release waits for a heartbeat in flight, and one that starts
+	// after Leave sees left: no heartbeat re-takes shards Leave released.
+	select {
+	case m.beating <- struct{}{}:
+	case <-ctx.Done():
+		return opError(op, ctx.Err())
+	}
+	defer func() { <-m.beating }()
 	m.mu.Lock()
-	left := m.left
+	left, draining := m.left, m.draining
 	m.mu.Unlock()
 	if left {
 		return closedError(op)
 	}
-	m.mu.Lock()
-	draining := m.draining
-	m.mu.Unlock()
 	if draining == nil {
 		draining = []int32{} // not NULL to the statement
 	}
@@ -278,7 +296,7 @@ func (m *Membership) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		m.mu.Lock()
 		if !m.lastOK.IsZero() && time.Since(m.lastOK) >= m.lease {
-			m.setHeld(map[int32]int64{})
+			_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
 		}
 		m.mu.Unlock()
 		return opError(op, err)
@@ -290,7 +308,9 @@ func (m *Membership) Heartbeat(ctx context.Context) error {
 	}
 	m.lastOK = time.Now()
 	m.draining = drain
-	m.setHeld(held)
+	if err := m.setHeld(held); err != nil {
+		return opError(op, err)
+	}
 	return nil
 }
 
@@ -322,7 +342,10 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 		if err != nil {
 			return err
 		}
-		assigned := assignedTo(m.node, live, m.store.shardCount)
+		assigned, err := assignedTo(m.node, live, m.store.shardCount)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, sql.lock, m.node, assigned); err != nil {
 			return err
 		}
@@ -349,8 +372,18 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 }
 
 // setHeld installs a new held set and publishes the owned set if it
-// changed. m.mu is held.
-func (m *Membership) setHeld(held map[int32]int64) {
+// changed. m.mu is held. A shard outside the store's count (only a
+// tampered shard_owners table could return one) fails closed: it holds
+// nothing, so the fence claims nothing, and returns the error.
+func (m *Membership) setHeld(held map[int32]int64) error {
+	ids := make([]int, 0, len(held))
+	for s := range held {
+		ids = append(ids, int(s))
+	}
+	f, err := backpressure.NewOwnedShardFraction(ids, m.store.shardCount)
+	if err != nil {
+		held, f = map[int32]int64{}, m.none
+	}
 	same := len(held) == len(m.held)
 	for s := range held {
 		if _, ok := m.held[s]; !ok {
@@ -358,24 +391,15 @@ func (m *Membership) setHeld(held map[int32]int64) {
 		}
 	}
 	m.held = held
-	if same {
-		return
+	if !same {
+		m.owned = f
+		select {
+		case <-m.changes:
+		default:
+		}
+		m.changes <- f
 	}
-	ids := make([]int, 0, len(held))
-	for s := range held {
-		ids = append(ids, int(s))
-	}
-	slices.Sort(ids)
-	f, err := backpressure.NewOwnedShardFraction(ids, m.store.shardCount)
-	if err != nil {
-		panic("pgstore: membership: " + err.Error()) // shards come from shard_owners, all < shardCount
-	}
-	m.owned = f
-	select {
-	case <-m.changes:
-	default:
-	}
-	m.changes <- f
+	return err
 }
 
 // Leave stops the heartbeats, releases the node's shards (other nodes take
@@ -390,13 +414,19 @@ func (m *Membership) Leave(ctx context.Context) error {
 		return nil
 	}
 	m.left = true
-	m.setHeld(map[int32]int64{})
+	_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
 	m.mu.Unlock()
 	m.stop()
 	<-m.done
 	if err := m.store.begin(ctx, "Leave"); err != nil {
 		return err
 	}
+	select { // a heartbeat in flight finishes first; later ones see left
+	case m.beating <- struct{}{}:
+	case <-ctx.Done():
+		return opError("Leave", ctx.Err())
+	}
+	defer func() { <-m.beating }()
 	if _, err := m.store.pool.Exec(ctx, m.store.sql.membership.leave, m.node); err != nil {
 		return opError("Leave", err)
 	}
@@ -448,7 +478,14 @@ func (m *Membership) fence(st *statements, sql string, params []any) (string, []
 // removing one node of n moves only the shards it gains or loses, about
 // shardCount/n. With no nodes every owner is "". Cost: O(shardCount ×
 // len(nodes)).
-func AssignShards(nodes []string, shardCount int) []string {
+//
+// A shardCount outside [1, backpressure.MaxShardCount] is an
+// [*outbox.ArgumentError] (Op "AssignShards", Arg "shardCount"), with a
+// nil result.
+func AssignShards(nodes []string, shardCount int) ([]string, error) {
+	if shardCount < 1 || shardCount > backpressure.MaxShardCount {
+		return nil, argError("AssignShards", "shardCount", "%d is not in [1, %d]", shardCount, backpressure.MaxShardCount)
+	}
 	owners := make([]string, shardCount)
 	best := make([]uint64, shardCount)
 	for _, n := range nodes {
@@ -460,18 +497,22 @@ func AssignShards(nodes []string, shardCount int) []string {
 			}
 		}
 	}
-	return owners
+	return owners, nil
 }
 
 // assignedTo is the shards AssignShards gives node among live.
-func assignedTo(node string, live []string, shardCount int) []int32 {
+func assignedTo(node string, live []string, shardCount int) ([]int32, error) {
+	owners, err := AssignShards(live, shardCount)
+	if err != nil {
+		return nil, err
+	}
 	mine := []int32{}
-	for s, owner := range AssignShards(live, shardCount) {
+	for s, owner := range owners {
 		if owner == node {
 			mine = append(mine, int32(s))
 		}
 	}
-	return mine
+	return mine, nil
 }
 
 func nodeSeed(node string) uint64 {

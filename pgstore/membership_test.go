@@ -1,13 +1,17 @@
 package pgstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
@@ -21,9 +25,9 @@ func TestAssignShardsProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		const shardCount = 2048
 		nodes := rapid.SliceOfNDistinct(rapid.StringMatching(`[a-z0-9-]{1,12}`), 1, 8, rapid.ID).Draw(t, "nodes")
-		owners := pgstore.AssignShards(nodes, shardCount)
+		owners := mustAssign(t, nodes, shardCount)
 		perm := rapid.Permutation(nodes).Draw(t, "perm")
-		if again := pgstore.AssignShards(perm, shardCount); !slices.Equal(owners, again) {
+		if again := mustAssign(t, perm, shardCount); !slices.Equal(owners, again) {
 			t.Fatalf("AssignShards(%v) differs from AssignShards(%v)", nodes, perm)
 		}
 		count := map[string]int{}
@@ -39,7 +43,7 @@ func TestAssignShardsProperties(t *testing.T) {
 			}
 		}
 		joiner := rapid.StringMatching(`[A-Z]{1,12}`).Draw(t, "joiner") // never among nodes
-		after := pgstore.AssignShards(append(slices.Clone(nodes), joiner), shardCount)
+		after := mustAssign(t, append(slices.Clone(nodes), joiner), shardCount)
 		moved := 0
 		for s := range owners {
 			if after[s] != owners[s] {
@@ -56,7 +60,7 @@ func TestAssignShardsProperties(t *testing.T) {
 		if len(nodes) > 1 {
 			leaver := nodes[rapid.IntRange(0, len(nodes)-1).Draw(t, "leaver")]
 			rest := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return n == leaver })
-			left := pgstore.AssignShards(rest, shardCount)
+			left := mustAssign(t, rest, shardCount)
 			for s := range owners {
 				if owners[s] != leaver && left[s] != owners[s] {
 					t.Fatalf("leave of %q moved shard %d from %q to %q", leaver, s, owners[s], left[s])
@@ -64,8 +68,253 @@ func TestAssignShardsProperties(t *testing.T) {
 			}
 		}
 	})
-	if got := pgstore.AssignShards(nil, 3); !slices.Equal(got, []string{"", "", ""}) {
+	if got := mustAssign(t, nil, 3); !slices.Equal(got, []string{"", "", ""}) {
 		t.Errorf("AssignShards(nil, 3) = %q, want three empty owners", got)
+	}
+}
+
+// mustAssign is AssignShards, failing t on an error.
+func mustAssign(t interface{ Fatalf(string, ...any) }, nodes []string, shardCount int) []string {
+	owners, err := pgstore.AssignShards(nodes, shardCount)
+	if err != nil {
+		t.Fatalf("AssignShards(%q, %d): %v", nodes, shardCount, err)
+	}
+	return owners
+}
+
+// AssignShards refuses a shard count outside [1, MaxShardCount] with an
+// ArgumentError rather than panicking or allocating without bound, and
+// takes both ends of the range.
+func TestAssignShardsShardCountRange(t *testing.T) {
+	for i, c := range []struct {
+		shardCount int
+		ok         bool
+	}{
+		{-1, false}, {0, false}, {1, true}, {backpressure.MaxShardCount, true},
+		{backpressure.MaxShardCount + 1, false}, {math.MinInt, false}, {math.MaxInt, false},
+	} {
+		owners, err := pgstore.AssignShards([]string{"a", "b"}, c.shardCount)
+		var ae *outbox.ArgumentError
+		switch {
+		case c.ok && (err != nil || len(owners) != c.shardCount):
+			t.Errorf("step %d: AssignShards(a, b; %d) = %d owners, %v; want %d owners", i, c.shardCount, len(owners), err, c.shardCount)
+		case !c.ok && (owners != nil || !errors.As(err, &ae) || ae.Op != "AssignShards" || ae.Arg != "shardCount" || !errors.Is(err, outbox.ErrInvalidArgument)):
+			t.Errorf("step %d: AssignShards(a, b; %d) = %d owners, %v; want an ArgumentError on shardCount", i, c.shardCount, len(owners), err)
+		}
+	}
+}
+
+// setHeld given a shard outside the store's count returns an error matching
+// backpressure.ErrInvalidShards, never a panic, and fails closed: the
+// membership then owns nothing.
+func TestSetHeldOutOfRangeFailsClosed(t *testing.T) {
+	for i, c := range []struct {
+		shardCount int
+		shards     []int32
+		want       []int // owned; nil: an error
+	}{
+		{4, []int32{0, 3}, []int{0, 3}},
+		{4, []int32{4}, nil},
+		{4, []int32{1, 9}, nil},
+		{4, []int32{-1}, nil},
+	} {
+		owned, err := pgstore.SetHeld(c.shardCount, c.shards...)
+		switch {
+		case c.want == nil && (!errors.Is(err, backpressure.ErrInvalidShards) || owned.OwnedCount() != 0 || owned.ShardCount() != c.shardCount):
+			t.Errorf("step %d: setHeld(%v) over %d shards = %v, %v; want an ErrInvalidShards error and nothing owned", i, c.shards, c.shardCount, owned.Owned(), err)
+		case c.want != nil && (err != nil || !slices.Equal(owned.Owned(), c.want)):
+			t.Errorf("step %d: setHeld(%v) over %d shards = %v, %v; want %v", i, c.shards, c.shardCount, owned.Owned(), err, c.want)
+		}
+	}
+}
+
+// Follow over a nil or zero Backpressure returns ErrInvalidConfig at once
+// instead of panicking; over a real one it applies the owned set and runs
+// until ctx is done.
+func TestFollowNeedsABackpressure(t *testing.T) {
+	s := dbClockStore(t, testSchema(t))
+	m, err := pgstore.JoinManual(t.Context(), s, pgstore.MembershipOptions{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave(t.Context())
+	for i, bp := range []*backpressure.Backpressure{nil, {}} {
+		if err := m.Follow(t.Context(), bp); !errors.Is(err, backpressure.ErrInvalidConfig) {
+			t.Errorf("step %d: Follow(ctx, %v) = %v, want ErrInvalidConfig", i, bp, err)
+		}
+	}
+	none, err := backpressure.NewOwnedShardFraction(nil, s.ShardCount())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := backpressure.New(backpressure.Config{BatchSize: 1, DefaultQuota: 1}, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := m.Follow(ctx, bp); !errors.Is(err, context.Canceled) {
+		t.Errorf("Follow(canceled ctx, bp) = %v, want context.Canceled", err)
+	}
+	if got := bp.OwnedShards().OwnedCount(); got != s.ShardCount() {
+		t.Errorf("after Follow, bp owns %d shards, want the node's %d", got, s.ShardCount())
+	}
+}
+
+// Closing the store closes its Memberships' fenced views: their
+// subscribers' channels close and their calls return ErrClosed, not the
+// closed pool's error, even over a pool the store owned. Closing a view
+// alone leaves the store open.
+func TestCloseClosesFencedViews(t *testing.T) {
+	ctx := t.Context()
+	schema := testSchema(t)
+	s, err := pgstore.Open(ctx, databaseURL(), pgstore.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, err := pgstore.JoinManual(ctx, s, pgstore.MembershipOptions{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgstore.JoinManual(ctx, s, pgstore.MembershipOptions{Node: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Store().Close(); err != nil {
+		t.Fatalf("closing b's view: %v", err)
+	}
+	if _, err := b.Store().Get(ctx, "k"); !errors.Is(err, outbox.ErrClosed) {
+		t.Errorf("b's closed view: Get = %v, want ErrClosed", err)
+	}
+	if _, err := s.Get(ctx, "k"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Errorf("store after closing b's view: Get = %v, want ErrNotFound", err)
+	}
+	view := a.Store()
+	ch, err := view.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failsafe := time.NewTimer(time.Minute) // not an assertion of speed
+	defer failsafe.Stop()
+	for open := true; open; {
+		select {
+		case _, open = <-ch:
+		case <-failsafe.C:
+			t.Fatal("the view's subscription never closed after the store closed")
+		}
+	}
+	all, err := backpressure.AllShards(s.ShardCount())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"Get":   func() error { _, err := view.Get(ctx, "k"); return err },
+		"Stats": func() error { _, err := view.Stats(ctx); return err },
+		"Claim": func() error { _, err := view.ClaimOutboxRowsUnscoped(ctx, all, 1); return err },
+		"Enqueue": func() error {
+			_, err := view.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "ns"}})
+			return err
+		},
+		"Subscribe": func() error { _, err := view.Subscribe(ctx); return err },
+		"Heartbeat": func() error { return a.Heartbeat(ctx) },
+	} {
+		if err := call(); !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("view after the store closed: %s = %v, want ErrClosed", name, err)
+		}
+	}
+	if err := view.Close(); err != nil {
+		t.Errorf("closing the closed view: %v, want nil", err)
+	}
+}
+
+// pauseKey, in a call's ctx, makes pauseTracer hold that call's first
+// statement.
+type pauseKey struct{}
+
+// pauseTracer holds the first statement whose ctx carries pauseKey: it
+// closes paused, then waits for release (or a failsafe, for a call that
+// cannot go on until that statement does).
+type pauseTracer struct {
+	once    sync.Once
+	paused  chan struct{}
+	release chan struct{}
+}
+
+func (p *pauseTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	if ctx.Value(pauseKey{}) != nil {
+		p.once.Do(func() {
+			close(p.paused)
+			select {
+			case <-p.release:
+			case <-time.After(2 * time.Second): // a failsafe, not an assertion of speed
+			}
+		})
+	}
+	return ctx
+}
+
+func (p *pauseTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A manual Heartbeat that passed its checks before Leave, and whose
+// transaction would run after Leave's release, must not re-take the shards
+// or the membership Leave gave up: Leave waits for it, and it then finds
+// the node gone. The heartbeat's first statement is held until Leave
+// returns (or, when Leave waits for the heartbeat, a failsafe lets it go).
+func TestHeartbeatRacingLeaveTakesNothing(t *testing.T) {
+	ctx := t.Context()
+	schema := testSchema(t)
+	cfg, err := pgxpool.ParseConfig(databaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &pauseTracer{paused: make(chan struct{}), release: make(chan struct{})}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: schema, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := pgstore.JoinManual(ctx, s, pgstore.MembershipOptions{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beat := make(chan error, 1)
+	go func() { beat <- a.Heartbeat(context.WithValue(ctx, pauseKey{}, true)) }()
+	<-tr.paused
+	left := make(chan error, 1)
+	go func() {
+		err := a.Leave(ctx)
+		close(tr.release)
+		left <- err
+	}()
+	if err := <-left; err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	if err := <-beat; err != nil && !errors.Is(err, outbox.ErrClosed) {
+		t.Fatalf("Heartbeat racing Leave: %v, want nil or ErrClosed", err)
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	var members, shards int
+	if err := adminPool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+q+`.members WHERE node = 'a'),
+		(SELECT count(*) FROM `+q+`.shard_owners WHERE owner = 'a' AND lease_expires_at > clock_timestamp())`).Scan(&members, &shards); err != nil {
+		t.Fatal(err)
+	}
+	if members != 0 || shards != 0 {
+		t.Errorf("after Leave, with a Heartbeat racing it: a is %d members and owns %d shards, want none", members, shards)
+	}
+	if err := a.Heartbeat(ctx); !errors.Is(err, outbox.ErrClosed) {
+		t.Errorf("Heartbeat after Leave = %v, want ErrClosed", err)
+	}
+	if got := a.Owned().OwnedCount(); got != 0 {
+		t.Errorf("after Leave a owns %d shards in its view, want 0", got)
 	}
 }
 
@@ -207,7 +456,7 @@ func TestMembershipFencing(t *testing.T) {
 	// b sees a and drains a's shards: it stops claiming on them (and
 	// counting them in its ceilings) but keeps their leases one more
 	// heartbeat, so a cannot take them yet.
-	want := pgstore.AssignShards([]string{"a", "b"}, s.ShardCount())
+	want := mustAssign(t, []string{"a", "b"}, s.ShardCount())
 	if err := b.Heartbeat(ctx); err != nil {
 		t.Fatalf("b: Heartbeat: %v", err)
 	}

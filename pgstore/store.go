@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +36,8 @@ type Options struct {
 	// and can never change afterwards, since rows keep the shard they were
 	// enqueued with: 0 adopts the recorded count (64 for a new schema); any
 	// other value must equal it, or New returns an [*outbox.ShardCountError]
-	// (matching [outbox.ErrShardCountMismatch]).
+	// (matching [outbox.ErrShardCountMismatch]). Above
+	// [backpressure.MaxShardCount] is an error.
 	ShardCount int
 
 	// Lease is the visibility timeout of a claim: a claimed row that is
@@ -97,6 +99,14 @@ type Store struct {
 	channel     string // the LISTEN/NOTIFY channel of the schema
 	listen      listener
 	fence       *Membership // non-nil for a Membership's store: fenced claims
+
+	// views are the fenced views of the Memberships joined through this
+	// store; Close closes them too, so their subscribers' channels close
+	// and their calls return ErrClosed rather than the pool's error.
+	views struct {
+		mu  sync.Mutex
+		set map[*Store]struct{}
+	}
 }
 
 var (
@@ -115,7 +125,9 @@ var (
 // Invalid options are an [*outbox.ArgumentError] (Op "New", Arg
 // "Options.Schema", "Options.Lease", …), returned before touching the
 // database. The shard count is settled as Options.ShardCount says: a value
-// that differs from the recorded count is an [*outbox.ShardCountError]. A
+// that differs from the recorded count is an [*outbox.ShardCountError]; a
+// recorded count above [backpressure.MaxShardCount] (which only an older
+// version could record) is a [*backpressure.ShardError]. A
 // schema newer than this package is an [*outbox.SchemaVersionError]. The
 // store does not own pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
@@ -138,8 +150,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	switch {
 	case opts.ShardCount < 0:
 		return nil, argError(op, "Options.ShardCount", "%d is negative", opts.ShardCount)
-	case int64(opts.ShardCount) > 1<<31-1:
-		return nil, argError(op, "Options.ShardCount", "%d does not fit a PostgreSQL integer", opts.ShardCount)
+	case opts.ShardCount > backpressure.MaxShardCount:
+		return nil, argError(op, "Options.ShardCount", "%d is above backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount)
 	}
 	switch {
 	case opts.Lease == 0:
@@ -166,6 +178,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		return nil, fmt.Errorf("pgstore: %s: schema %s: %w", op, quoted, err)
 	case err != nil:
 		return nil, opError(op+": open schema "+quoted, err)
+	}
+	// A count recorded by an older version, before New bounded it, can
+	// exceed MaxShardCount: no owned-shard fraction could describe it.
+	if _, err := backpressure.NewOwnedShardFraction(nil, shardCount); err != nil {
+		return nil, fmt.Errorf("pgstore: %s: schema %s records an unusable shard count: %w", op, quoted, err)
 	}
 	return &Store{
 		pool:        pool,
@@ -207,9 +224,10 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 
 // Close marks the store closed; later calls return an error matching
 // [outbox.ErrClosed], and every channel [Store.Subscribe] returned is
-// closed. It closes the pool only if [Open] opened it, never a pool passed
-// to [New]. Closing a closed store returns nil; a nil or zero store returns
-// [outbox.ErrClosed].
+// closed. The fenced views of the Memberships joined through it
+// ([Membership.Store]) are closed with it. It closes the pool only if
+// [Open] opened it, never a pool passed to [New]. Closing a closed store
+// returns nil; a nil or zero store returns [outbox.ErrClosed].
 func (s *Store) Close() error {
 	if s == nil || s.pool == nil {
 		return closedError("Close")
@@ -218,10 +236,44 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.listen.close()
+	if s.fence != nil {
+		s.fence.store.forget(s)
+	}
+	s.views.mu.Lock()
+	views := s.views.set
+	s.views.set = nil
+	s.views.mu.Unlock()
+	for v := range views { // before the pool closes: no view call reaches it
+		_ = v.Close()
+	}
 	if s.ownsPool {
 		s.pool.Close()
 	}
 	return nil
+}
+
+// adopt registers v, a fenced view over s, to be closed with s; if s is
+// already closed it closes v now. Close sets closed before it takes
+// views.mu, so a view adopted concurrently is closed by one or the other.
+func (s *Store) adopt(v *Store) {
+	s.views.mu.Lock()
+	if !s.closed.Load() {
+		if s.views.set == nil {
+			s.views.set = map[*Store]struct{}{}
+		}
+		s.views.set[v] = struct{}{}
+		s.views.mu.Unlock()
+		return
+	}
+	s.views.mu.Unlock()
+	_ = v.Close()
+}
+
+// forget drops v, a fenced view closed on its own, from s's views.
+func (s *Store) forget(v *Store) {
+	s.views.mu.Lock()
+	defer s.views.mu.Unlock()
+	delete(s.views.set, v)
 }
 
 // Schema returns the schema the store's tables live in ("" for a nil
@@ -251,10 +303,11 @@ func (s *Store) Lease() time.Duration {
 	return s.lease
 }
 
-// begin is called first by every method: it refuses a closed store and a
-// done context, so neither reaches the database.
+// begin is called first by every method: it refuses a closed store (a
+// fenced view whose parent store is closed included) and a done context,
+// so neither reaches the database.
 func (s *Store) begin(ctx context.Context, op string) error {
-	if s == nil || s.pool == nil || s.closed.Load() {
+	if s == nil || s.pool == nil || s.closed.Load() || s.fence != nil && s.fence.store.closed.Load() {
 		return closedError(op)
 	}
 	if ctx == nil {
@@ -292,7 +345,7 @@ func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) (
 	}
 	ids = make([]int32, len(owned))
 	for i, id := range owned {
-		ids[i] = int32(id) // < ShardCount, which New bounded to int32
+		ids[i] = int32(id) // < ShardCount ≤ MaxShardCount, which New enforces
 	}
 	return ids, false, len(owned) == 0, nil
 }

@@ -85,6 +85,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{pgstore.Options{Schema: strings.Repeat("a", 64)}, "Options.Schema"},
 		{pgstore.Options{ShardCount: -1}, "Options.ShardCount"},
 		{pgstore.Options{ShardCount: 1 << 31}, "Options.ShardCount"},
+		{pgstore.Options{Schema: testSchema(t), ShardCount: backpressure.MaxShardCount + 1}, "Options.ShardCount"},
 		{pgstore.Options{Lease: -time.Second}, "Options.Lease"},
 		{pgstore.Options{Lease: time.Nanosecond}, "Options.Lease"},
 		{pgstore.Options{Lease: time.Microsecond}, "Options.Lease"},
@@ -102,6 +103,24 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := pgstore.Open(t.Context(), "::not a url::", pgstore.Options{}); !errors.Is(err, outbox.ErrInvalidArgument) {
 		t.Errorf("Open(bad URL) = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// A shard count above backpressure.MaxShardCount recorded in the schema
+// (older versions let New record one) is refused by New: no owned-shard
+// fraction, so no membership, could describe it.
+func TestNewRefusesRecordedShardCountAboveMax(t *testing.T) {
+	schema := testSchema(t)
+	if _, err := pgstore.New(t.Context(), adminPool, pgstore.Options{Schema: schema, ShardCount: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminPool.Exec(t.Context(), `UPDATE `+pgx.Identifier{schema}.Sanitize()+`.settings SET shard_count = $1`, backpressure.MaxShardCount+1); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.New(t.Context(), adminPool, pgstore.Options{Schema: schema})
+	var se *backpressure.ShardError
+	if s != nil || !errors.Is(err, backpressure.ErrInvalidShards) || !errors.As(err, &se) || se.ShardCount != backpressure.MaxShardCount+1 {
+		t.Errorf("New over a schema recording %d shards: store %t, err %v; want no store and a *backpressure.ShardError", backpressure.MaxShardCount+1, s != nil, err)
 	}
 }
 
