@@ -35,10 +35,12 @@ type MembershipOptions struct {
 	// Lease is the membership and ownership lease: a node that has not
 	// heartbeaten for Lease, on the database's clock, is no longer a
 	// member, and its shards may be taken over. Zero value: 3/2 of the
-	// store's claim lease (Options.Lease); below [outbox.MinLease] is an
-	// error. Keep it at least the claim lease plus Heartbeat, as the zero
-	// values are, so that a node that dies still owns its shards (and its
-	// ceiling still counts) while its claimed rows' leases run out.
+	// store's claim lease (Options.Lease). It must be at least the claim
+	// lease plus Heartbeat, as the zero values are, so that a node that
+	// dies still owns its shards (and its ceiling still counts) while its
+	// claimed rows' leases run out: that is what keeps a tenant's running
+	// rows within the sum of the current owners' ceilings across a
+	// hand-off. Below that is an error.
 	Lease time.Duration
 
 	// Heartbeat is how often the node renews its leases and rebalances.
@@ -140,6 +142,11 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 		opts.Heartbeat = opts.Lease / 4
 	case opts.Heartbeat < 0 || opts.Heartbeat >= opts.Lease:
 		return nil, argError(op, "MembershipOptions.Heartbeat", "%v is not in (0, Lease = %v)", opts.Heartbeat, opts.Lease)
+	}
+	// The tests' manual memberships may lapse while claims live, to show
+	// that fencing alone stops the claims; a real one may not.
+	if opts.Lease < s.lease+opts.Heartbeat && !joinManual(ctx) {
+		return nil, argError(op, "MembershipOptions.Lease", "%v is below the claim lease (%v) plus the heartbeat (%v): a dead node's claimed rows would outlive its ownership, uncounted by the next owner's ceiling", opts.Lease, s.lease, opts.Heartbeat)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -626,7 +633,9 @@ DELETE FROM {schema}.members m WHERE m.node = $1::text`),
 }
 
 // manualKey, in Join's ctx, makes a Membership without background
-// heartbeats (the tests drive them).
+// heartbeats (the tests drive them) and lets its lease be shorter than the
+// claim lease plus a heartbeat (the fencing tests need ownership to lapse
+// under live claims). Only export_test.go sets it.
 type manualKey struct{}
 
 func joinManual(ctx context.Context) bool {

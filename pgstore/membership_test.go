@@ -333,6 +333,8 @@ func TestJoinRefusesBadArguments(t *testing.T) {
 		{pgstore.MembershipOptions{Node: string(make([]byte, 256))}, "MembershipOptions.Node"},
 		{pgstore.MembershipOptions{Lease: time.Millisecond}, "MembershipOptions.Lease"},
 		{pgstore.MembershipOptions{Lease: time.Second, Heartbeat: time.Second}, "MembershipOptions.Heartbeat"},
+		{pgstore.MembershipOptions{Lease: 31 * time.Second}, "MembershipOptions.Lease"},                              // below 30s + 7.75s
+		{pgstore.MembershipOptions{Lease: 40 * time.Second, Heartbeat: 11 * time.Second}, "MembershipOptions.Lease"}, // below 30s + 11s
 	} {
 		if _, err := s.Join(f.ctx, c.opts); !errors.As(err, &ae) || ae.Arg != c.arg || !errors.Is(err, outbox.ErrInvalidArgument) {
 			t.Errorf("Join(%+v) = %v, want an ArgumentError on %s", c.opts, err, c.arg)
