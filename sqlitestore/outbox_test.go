@@ -140,6 +140,7 @@ func TestOptionsRejected(t *testing.T) {
 		{Options{MaxAttempts: -1}, "Options.MaxAttempts"},
 		{Options{PollInterval: time.Microsecond}, "Options.PollInterval"},
 		{Options{ShardCount: -1}, "Options.ShardCount"},
+		{Options{ShardCount: backpressure.MaxShardCount + 1}, "Options.ShardCount"},
 		{Options{Readers: -1}, "Options.Readers"},
 		{Options{ReadOnly: true}, "Options.ReadOnly"}, // on ":memory:"
 	} {
