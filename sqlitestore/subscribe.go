@@ -82,7 +82,14 @@ func (b *subscribers) add(s *Store, ch chan struct{}, seq int64) (<-chan struct{
 	if b.closed {
 		return nil, false
 	}
-	b.seen = max(b.seen, seq)
+	if seq > b.seen {
+		// Commits in (seen, seq] came after every subscriber already here
+		// subscribed (each found at most seen), and the poller has not
+		// signalled them yet: tell those subscribers now, since raising
+		// seen means the poller never will.
+		b.signal()
+		b.seen = seq
+	}
 	b.init()
 	if b.chans == nil {
 		b.chans = map[chan struct{}]bool{}

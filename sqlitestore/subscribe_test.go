@@ -164,3 +164,40 @@ func TestSubscribePollerLeavesNothing(t *testing.T) {
 		t.Errorf("after 10 subscriptions ended, %d goroutines of the subscription machinery remain, want 0", all)
 	}
 }
+
+// TestSubscribeNewcomerSignalsOthers: a commit only the poller could see
+// (another writer of the file) that a new subscriber finds before the
+// poller does is signalled to the subscribers already there, rather than
+// swallowed by the newcomer raising what counts as signalled. The poller is
+// taken as running, so its timing plays no part.
+func TestSubscribeNewcomerSignalsOthers(t *testing.T) {
+	b := &subscribers{polling: true}
+	first, second := make(chan struct{}, 1), make(chan struct{}, 1)
+	if _, ok := b.add(nil, first, 5); !ok {
+		t.Fatal("add refused on an open store")
+	}
+	if len(first) != 0 {
+		t.Fatal("the first subscriber was signalled for nothing")
+	}
+	// Commits 6 and 7 happened since; the second subscriber finds 7.
+	if _, ok := b.add(nil, second, 7); !ok {
+		t.Fatal("add refused on an open store")
+	}
+	if len(first) != 1 {
+		t.Errorf("the first subscriber holds %d after a newcomer found commits 6..7 it was not told of, want 1", len(first))
+	}
+	if len(second) != 0 {
+		t.Errorf("the newcomer holds %d for commits before it subscribed, want 0", len(second))
+	}
+	select {
+	case <-first:
+	default:
+	}
+	// A third finding nothing new signals no one.
+	third := make(chan struct{}, 1)
+	b.add(nil, third, 7)
+	if len(first)+len(second)+len(third) != 0 {
+		t.Errorf("a newcomer that found nothing new signalled: %d %d %d, want 0 0 0", len(first), len(second), len(third))
+	}
+	b.closeAll()
+}
