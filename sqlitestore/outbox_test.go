@@ -59,6 +59,9 @@ func everyMethod(ctx context.Context, s *Store) map[string]error {
 	errs := map[string]error{}
 	errs["Enqueue"] = second(s.Enqueue(ctx, []outbox.Message{msg("k")}))
 	errs["EnqueueTx"] = second(s.EnqueueTx(ctx, nil, []outbox.Message{msg("k")}))
+	// A closed store says so before judging the batch, as pgstore does.
+	errs["Enqueue (invalid batch)"] = second(s.Enqueue(ctx, []outbox.Message{msg("")}))
+	errs["EnqueueTx (invalid batch)"] = second(s.EnqueueTx(ctx, nil, []outbox.Message{msg("")}))
 	errs["CountClaimedOutboxRows"] = second(s.CountClaimedOutboxRows(ctx, f))
 	errs["CountPendingOutboxRows"] = second(s.CountPendingOutboxRows(ctx, f, 1))
 	_, _, errs["CountOutboxRows"] = s.CountOutboxRows(ctx, f, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1})
