@@ -19,8 +19,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
@@ -254,3 +256,19 @@ var (
 	_ outbox.Notifier                      = (*Store)(nil)
 	_ backpressure.OutboxStore[outbox.Row] = (*Store)(nil)
 )
+
+// badKey says why k can be no row's dispatch key (Enqueue refuses it, as
+// [outbox.Message.Validate] does), or "". The calls that name rows by key
+// refuse such a key with an [*outbox.ArgumentError], as the real stores
+// do, rather than treating it as an unknown row.
+func badKey(k string) string {
+	switch {
+	case k == "":
+		return "is empty"
+	case !utf8.ValidString(k):
+		return "is not valid UTF-8"
+	case strings.IndexByte(k, 0) >= 0:
+		return "holds a NUL byte"
+	}
+	return ""
+}
