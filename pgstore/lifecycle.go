@@ -29,15 +29,16 @@ import (
 // A call with an invalid entry — a dispatch key that is empty or not
 // storable text, one key twice, an Outcome other than the three, a
 // negative Delay — is an [*outbox.ArgumentError] before the database is
-// touched; any error means nothing was applied. An empty batch returns nil
-// without a round trip. Cost: O(len(completions) × log n).
+// touched; any error means nothing was applied. An empty batch returns no
+// results (an empty, non-nil slice) without a round trip. Cost:
+// O(len(completions) × log n).
 func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) ([]outbox.Result, error) {
 	const op = "Complete"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	if len(completions) == 0 {
-		return nil, nil
+		return []outbox.Result{}, nil
 	}
 	var (
 		keys     = make([]string, len(completions))
@@ -116,15 +117,16 @@ func checkLeaseKey(op, arg, key string, seen map[string]int, i int) error {
 // [outbox.Result] per lease at the same index: State claimed and the new
 // LeaseExpiresAt, or a [*outbox.LeaseLostError] for a lease already lost,
 // which is never revived. Invalid or repeated keys are an
-// [*outbox.ArgumentError] and change nothing. An empty list returns nil
-// without a round trip. Cost: O(len(leases) × log n).
+// [*outbox.ArgumentError] and change nothing. An empty list returns no
+// results (an empty, non-nil slice) without a round trip. Cost:
+// O(len(leases) × log n).
 func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
 	const op = "ExtendLeases"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	if len(leases) == 0 {
-		return nil, nil
+		return []outbox.Result{}, nil
 	}
 	keys := make([]string, len(leases))
 	tokens := make([]int64, len(leases))

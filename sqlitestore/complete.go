@@ -92,8 +92,10 @@ WHERE (namespace, task_queue) IN (SELECT value->>0, value->>1 FROM json_each(?1)
 // the others still apply. A call with an invalid Outcome, a Retry with a
 // negative Delay, or a dispatch key that is empty, not valid UTF-8, holds a
 // NUL byte or is named twice fails with an *outbox.ArgumentError and
-// applies nothing; so does any other error. Cost: O(len(completions)) index
-// seeks, plus one route check per route whose rows were finished.
+// applies nothing; so does any other error. An empty batch returns no
+// results (an empty, non-nil slice) without touching the database. Cost:
+// O(len(completions)) index seeks, plus one route check per route whose
+// rows were finished.
 func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) ([]outbox.Result, error) {
 	return s.complete(ctx, "Complete", completions)
 }
@@ -266,6 +268,8 @@ RETURNING dispatch_key`
 // *outbox.LeaseLostError for a lease that is not the row's current live
 // claim (it is never revived). A dispatch key no row can have, or named
 // twice, fails the call with an *outbox.ArgumentError, extending nothing.
+// An empty list returns no results (an empty, non-nil slice) without
+// touching the database.
 func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
 	const op = "ExtendLeases"
 	if err := s.writable(); err != nil {

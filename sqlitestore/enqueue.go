@@ -22,13 +22,13 @@ import (
 // written. Subscribers are signalled once the transaction commits. Cost:
 // one write transaction, O(len(msgs)) index inserts.
 func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted int, err error) {
-	if err := outbox.ValidateMessages(msgs); err != nil {
-		return 0, err
-	}
 	if err := s.writable(); err != nil {
 		return 0, s.fail("Enqueue", err)
 	}
 	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := outbox.ValidateMessages(msgs); err != nil {
 		return 0, err
 	}
 	if len(msgs) == 0 {
@@ -75,14 +75,17 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // whether to roll back; none of msgs is left in tx. Subscribers in this process learn of the rows by
 // polling (see Subscribe), since the store cannot see tx commit.
 func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, msgs []outbox.Message) (inserted int, err error) {
-	if err := outbox.ValidateMessages(msgs); err != nil {
-		return 0, err
-	}
 	if err := s.writable(); err != nil {
 		return 0, s.fail("EnqueueTx", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	if tx == nil {
 		return 0, argError("EnqueueTx", "tx", "is nil")
+	}
+	if err := outbox.ValidateMessages(msgs); err != nil {
+		return 0, err
 	}
 	if err := s.step(ctx); err != nil {
 		return 0, err

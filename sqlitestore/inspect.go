@@ -32,9 +32,23 @@ func scanRow(scan func(...any) error) (outbox.Row, error) {
 }
 
 // Get returns the row with dispatchKey as stored, whatever its state and
-// shard, or an error matching outbox.ErrNotFound. A claimed row whose
-// LeaseExpiresAt has passed is claimable again. One read statement.
+// shard, or an error matching outbox.ErrNotFound. A key no row can have
+// (empty, not valid UTF-8, holding a NUL byte) is an
+// *outbox.ArgumentError. A claimed row whose LeaseExpiresAt has passed is
+// claimable again. One read statement.
 func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error) {
+	// A closed store and a done ctx are reported before a bad key, as by
+	// every other call; the key is judged before read, which counts a
+	// round trip.
+	if err := s.ready(); err != nil {
+		return outbox.Row{}, s.fail("Get", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return outbox.Row{}, s.fail("Get", err)
+	}
+	if reason := badText(dispatchKey); reason != "" {
+		return outbox.Row{}, argError("Get", "dispatchKey", reason)
+	}
 	if err := s.read(ctx); err != nil {
 		return outbox.Row{}, s.fail("Get", err)
 	}

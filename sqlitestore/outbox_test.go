@@ -59,6 +59,9 @@ func everyMethod(ctx context.Context, s *Store) map[string]error {
 	errs := map[string]error{}
 	errs["Enqueue"] = second(s.Enqueue(ctx, []outbox.Message{msg("k")}))
 	errs["EnqueueTx"] = second(s.EnqueueTx(ctx, nil, []outbox.Message{msg("k")}))
+	// A closed store says so before judging the batch, as pgstore does.
+	errs["Enqueue (invalid batch)"] = second(s.Enqueue(ctx, []outbox.Message{msg("")}))
+	errs["EnqueueTx (invalid batch)"] = second(s.EnqueueTx(ctx, nil, []outbox.Message{msg("")}))
 	errs["CountClaimedOutboxRows"] = second(s.CountClaimedOutboxRows(ctx, f))
 	errs["CountPendingOutboxRows"] = second(s.CountPendingOutboxRows(ctx, f, 1))
 	_, _, errs["CountOutboxRows"] = s.CountOutboxRows(ctx, f, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1})
@@ -140,6 +143,7 @@ func TestOptionsRejected(t *testing.T) {
 		{Options{MaxAttempts: -1}, "Options.MaxAttempts"},
 		{Options{PollInterval: time.Microsecond}, "Options.PollInterval"},
 		{Options{ShardCount: -1}, "Options.ShardCount"},
+		{Options{ShardCount: backpressure.MaxShardCount + 1}, "Options.ShardCount"},
 		{Options{Readers: -1}, "Options.Readers"},
 		{Options{ReadOnly: true}, "Options.ReadOnly"}, // on ":memory:"
 	} {

@@ -29,7 +29,9 @@ type Options struct {
 	// backpressure.ShardFor. It is recorded in the database when the
 	// database is created and can never change afterwards: 0 adopts the
 	// recorded count (64 for a new database); any other value must equal
-	// it, or Open fails with an *outbox.ShardCountError.
+	// it, or Open fails with an *outbox.ShardCountError. At most
+	// backpressure.MaxShardCount; negative or larger is refused with an
+	// *outbox.ArgumentError.
 	ShardCount int
 
 	// Lease is how long a claim holds its rows (the visibility timeout):
@@ -359,8 +361,8 @@ func validate(path string, opts Options) error {
 		return argError("Open", "path", `is empty; want a file name or ":memory:"`)
 	case opts.ReadOnly && path == ":memory:":
 		return argError("Open", "Options.ReadOnly", "a private in-memory database has nothing to inspect")
-	case opts.ShardCount < 0:
-		return argError("Open", "Options.ShardCount", fmt.Sprintf("%d is negative", opts.ShardCount))
+	case opts.ShardCount < 0 || opts.ShardCount > backpressure.MaxShardCount:
+		return argError("Open", "Options.ShardCount", fmt.Sprintf("%d is outside 0 to backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount))
 	case opts.Lease < 0 || (opts.Lease > 0 && opts.Lease < outbox.MinLease):
 		return argError("Open", "Options.Lease", fmt.Sprintf("%v is below the floor outbox.MinLease (%v)", opts.Lease, outbox.MinLease))
 	case opts.MaxAttempts < 0:

@@ -59,32 +59,47 @@ type subscribers struct {
 	chans   map[chan struct{}]bool
 	seen    int64 // the highest enqueue_seq already signalled
 	polling bool
-	done    chan struct{} // closed by closeAll
-	closed  bool
+	// ctx is done once closeAll ran: it ends the poller and its query in
+	// flight, and Subscribe's watchers. Made by the first add or closeAll.
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed bool
+}
+
+// init makes b.ctx if it is not made yet. b.mu is held.
+func (b *subscribers) init() {
+	if b.ctx == nil {
+		b.ctx, b.cancel = context.WithCancel(context.Background())
+	}
 }
 
 // add registers ch, with seq the enqueue counter as the subscriber found
 // it, and starts the poller if it is not running. It returns the channel
 // closed when the store closes, and false when it already has.
-func (b *subscribers) add(s *Store, ch chan struct{}, seq int64) (chan struct{}, bool) {
+func (b *subscribers) add(s *Store, ch chan struct{}, seq int64) (<-chan struct{}, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, false
 	}
-	b.seen = max(b.seen, seq)
+	if seq > b.seen {
+		// Commits in (seen, seq] came after every subscriber already here
+		// subscribed (each found at most seen), and the poller has not
+		// signalled them yet: tell those subscribers now, since raising
+		// seen means the poller never will.
+		b.signal()
+		b.seen = seq
+	}
+	b.init()
 	if b.chans == nil {
 		b.chans = map[chan struct{}]bool{}
-	}
-	if b.done == nil {
-		b.done = make(chan struct{})
 	}
 	b.chans[ch] = true
 	if !b.polling {
 		b.polling = true
-		go b.poll(s, b.done)
+		go b.poll(b.ctx, s)
 	}
-	return b.done, true
+	return b.ctx.Done(), true
 }
 
 // remove unregisters ch and closes it.
@@ -102,10 +117,8 @@ func (b *subscribers) closeAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
-	if b.done == nil {
-		b.done = make(chan struct{})
-	}
-	close(b.done)
+	b.init()
+	b.cancel()
 	for ch := range b.chans {
 		close(ch)
 	}
@@ -144,16 +157,11 @@ func (b *subscribers) signal() {
 
 // poll reads enqueue_seq every poll interval while there are subscribers,
 // signalling when it grew past what was already signalled. It ends when the
-// store closes or the last subscriber leaves.
-func (b *subscribers) poll(s *Store, done chan struct{}) {
+// store closes (ctx is done) or the last subscriber leaves. It starts no
+// goroutine of its own, so nothing outlives it.
+func (b *subscribers) poll(ctx context.Context, s *Store) {
 	t := time.NewTicker(s.poll)
 	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-done
-		cancel()
-	}()
 	for {
 		var seq int64
 		err := s.reader.QueryRowContext(ctx, `SELECT value FROM outbox_meta WHERE key = 'enqueue_seq'`).Scan(&seq)
@@ -169,7 +177,7 @@ func (b *subscribers) poll(s *Store, done chan struct{}) {
 		}
 		b.mu.Unlock()
 		select {
-		case <-done:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}

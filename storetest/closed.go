@@ -99,6 +99,10 @@ func testClosed[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				t.Errorf("%s after Close = %v, want an error matching outbox.ErrClosed", c.name, err)
 			}
 		}
+		// A closed store says so before judging its arguments.
+		if _, err := o.s.Enqueue(o.ctx, []outbox.Message{{Namespace: "a"}}); !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("Enqueue of an invalid batch after Close = %v, want an error matching outbox.ErrClosed", err)
+		}
 		if err := o.s.Close(); err != nil {
 			t.Errorf("a second Close = %v, want nil: Close is idempotent", err)
 		}

@@ -247,6 +247,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Messages", testMessages[R]},
 		{"Complete", testComplete[R]},
 		{"Extend", testExtend[R]},
+		{"InvalidKeys", testInvalidKeys[R]},
 		{"DeadLetters", testDeadLetters[R]},
 		{"Scheduled", testScheduled[R]},
 		{"Retention", testRetention[R]},

@@ -10,9 +10,9 @@ import (
 )
 
 // testNotifier checks the optional [outbox.Notifier]: a subscription
-// receives a value after an Enqueue commits rows, holds at most one
-// (coalesced), and is closed when its context is done. It waits only on
-// the channel, with the test's context: no timing.
+// receives a value after an Enqueue commits rows or a Requeue moves rows,
+// holds at most one (coalesced), and is closed when its context is done.
+// It waits only on the channel, with the test's context: no timing.
 func testNotifier[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	subscribe := func(t *testing.T, ctx context.Context) (*ox, outbox.Notifier, <-chan struct{}) {
 		t.Helper()
@@ -45,6 +45,18 @@ func testNotifier[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) 
 		wait(o, "after Enqueue", ch)
 		o.enqueue(msgs("a", "q", "second", 3)...)
 		wait(o, "after a second Enqueue", ch)
+	})
+
+	t.Run("AfterRequeue", func(t *testing.T) {
+		o, _, ch := subscribe(t, t.Context())
+		o.enqueue(msg("a", "q", "k"))
+		wait(o, "after Enqueue", ch)
+		rows := o.claimN("claim", 1, scope("a", "q", 1))
+		o.complete("dead-letter", outbox.DeadLetterRow(rows[0], errors.New("x")))
+		if n, err := o.s.Requeue(o.ctx, []string{"k"}); err != nil || n != 1 {
+			t.Fatalf("Requeue = %d, %v; want 1", n, err)
+		}
+		wait(o, "after a Requeue that moved a row", ch)
 	})
 
 	t.Run("Coalesced", func(t *testing.T) {

@@ -12,8 +12,9 @@ import (
 // whose lease is not the row's current live claim is reported in its
 // [outbox.Result] as a [*outbox.LeaseLostError] and changes nothing; the
 // others take effect together. An invalid Outcome, a Retry with a negative
-// Delay or a dispatch key named twice is an [*outbox.ArgumentError], and
-// then nothing is applied.
+// Delay, a dispatch key no row can have (empty, not valid UTF-8, holding a
+// NUL byte) or one named twice is an [*outbox.ArgumentError], and then
+// nothing is applied.
 func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) ([]outbox.Result, error) {
 	const op = "Complete"
 	if err := s.begin(ctx, op); err != nil {
@@ -28,6 +29,8 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Outcome", Reason: c.Outcome.String() + " is not an outcome"}
 		case c.Outcome == outbox.Retry && c.Delay < 0:
 			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Delay", Reason: fmt.Sprintf("%v is negative", c.Delay)}
+		case badKey(c.DispatchKey) != "":
+			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".DispatchKey", Reason: badKey(c.DispatchKey)}
 		case seen[c.DispatchKey]:
 			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".DispatchKey", Reason: fmt.Sprintf("%q is named twice", c.DispatchKey)}
 		}
@@ -91,7 +94,8 @@ func (s *Store) completeOne(ctx context.Context, c outbox.Completion) error {
 
 // ExtendLeases extends each live lease to Lease() from now and reports,
 // per lease, the new end or a [*outbox.LeaseLostError]; a lease already
-// lost is never revived.
+// lost is never revived. A dispatch key no row can have, or one named
+// twice, is an [*outbox.ArgumentError], and then nothing is extended.
 func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outbox.Result, error) {
 	const op = "ExtendLeases"
 	if err := s.begin(ctx, op); err != nil {
@@ -100,6 +104,9 @@ func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outb
 	defer s.mu.Unlock()
 	seen := make(map[string]bool, len(leases))
 	for i, l := range leases {
+		if reason := badKey(l.DispatchKey); reason != "" {
+			return nil, &outbox.ArgumentError{Op: op, Arg: fmt.Sprintf("leases[%d].DispatchKey", i), Reason: reason}
+		}
 		if seen[l.DispatchKey] {
 			return nil, &outbox.ArgumentError{Op: op, Arg: fmt.Sprintf("leases[%d].DispatchKey", i), Reason: fmt.Sprintf("%q is named twice", l.DispatchKey)}
 		}

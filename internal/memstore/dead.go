@@ -42,13 +42,20 @@ func (s *Store) ListDead(ctx context.Context, p outbox.ListDeadParams) ([]outbox
 // Requeue moves the dead rows among dispatchKeys back to pending,
 // claimable at once, with Attempts 0 and FinishedAt cleared (LastError is
 // kept), and returns how many it moved. Keys of rows that are not dead, or
-// of no row, are left alone; a key named twice moves its row once.
+// of no row, are left alone; a key named twice moves its row once; a key no
+// row can have is an [*outbox.ArgumentError], and then nothing moves.
+// Subscribers are notified when it moved any.
 func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error) {
 	const op = "Requeue"
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	for i, k := range dispatchKeys {
+		if reason := badKey(k); reason != "" {
+			return 0, &outbox.ArgumentError{Op: op, Arg: fmt.Sprintf("dispatchKeys[%d]", i), Reason: reason}
+		}
+	}
 	now := s.now()
 	next := s.st.clone()
 	moved := 0
@@ -68,6 +75,9 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 		moved++
 	}
 	s.st = next
+	if moved > 0 {
+		s.notify()
+	}
 	return moved, nil
 }
 

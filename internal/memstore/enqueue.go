@@ -61,13 +61,17 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 }
 
 // Get returns the row with dispatchKey in whatever state, or an error
-// matching [outbox.ErrNotFound].
+// matching [outbox.ErrNotFound]; a key no row can have is an
+// [*outbox.ArgumentError].
 func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error) {
 	const op = "Get"
 	if err := s.begin(ctx, op); err != nil {
 		return outbox.Row{}, err
 	}
 	defer s.mu.Unlock()
+	if reason := badKey(dispatchKey); reason != "" {
+		return outbox.Row{}, &outbox.ArgumentError{Op: op, Arg: "dispatchKey", Reason: reason}
+	}
 	r, ok := s.st.rows[dispatchKey]
 	if !ok {
 		return outbox.Row{}, fmt.Errorf("memstore: %s %q: %w", op, dispatchKey, outbox.ErrNotFound)

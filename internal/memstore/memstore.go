@@ -19,8 +19,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
@@ -28,9 +30,6 @@ import (
 
 // DefaultShardCount is the shard count of a store whose Options leave it 0.
 const DefaultShardCount = 64
-
-// maxShardCount is the largest shard count New accepts, as in pgstore.
-const maxShardCount = 1<<31 - 1
 
 // Options configures a [Store]. The zero value is a valid configuration:
 // the wall clock, 64 shards, [outbox.DefaultLease] and
@@ -42,7 +41,7 @@ type Options struct {
 
 	// ShardCount is the number of virtual shards rows are placed over,
 	// shard = backpressure.ShardFor(dispatch key, ShardCount); 1 to
-	// 2³¹−1. 0 means DefaultShardCount.
+	// backpressure.MaxShardCount. 0 means DefaultShardCount.
 	ShardCount int
 
 	// Lease is the length of a claim's lease and of an extension; at
@@ -95,8 +94,8 @@ func New(opts Options) (*Store, error) {
 		return &outbox.ArgumentError{Op: "memstore.New", Arg: "Options." + arg, Reason: reason}
 	}
 	switch {
-	case opts.ShardCount < 0 || opts.ShardCount > maxShardCount:
-		return nil, bad("ShardCount", fmt.Sprintf("%d is outside 0 to %d", opts.ShardCount, maxShardCount))
+	case opts.ShardCount < 0 || opts.ShardCount > backpressure.MaxShardCount:
+		return nil, bad("ShardCount", fmt.Sprintf("%d is outside 0 to backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount))
 	case opts.Lease < 0 || (opts.Lease > 0 && opts.Lease < outbox.MinLease):
 		return nil, bad("Lease", fmt.Sprintf("%v is below the floor of %v", opts.Lease, outbox.MinLease))
 	case opts.MaxAttempts < 0:
@@ -257,3 +256,19 @@ var (
 	_ outbox.Notifier                      = (*Store)(nil)
 	_ backpressure.OutboxStore[outbox.Row] = (*Store)(nil)
 )
+
+// badKey says why k can be no row's dispatch key (Enqueue refuses it, as
+// [outbox.Message.Validate] does), or "". The calls that name rows by key
+// refuse such a key with an [*outbox.ArgumentError], as the real stores
+// do, rather than treating it as an unknown row.
+func badKey(k string) string {
+	switch {
+	case k == "":
+		return "is empty"
+	case !utf8.ValidString(k):
+		return "is not valid UTF-8"
+	case strings.IndexByte(k, 0) >= 0:
+		return "holds a NUL byte"
+	}
+	return ""
+}

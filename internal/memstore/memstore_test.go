@@ -16,6 +16,7 @@ import (
 func TestNewRejectsBadOptions(t *testing.T) {
 	for _, o := range []Options{
 		{ShardCount: -1},
+		{ShardCount: backpressure.MaxShardCount + 1},
 		{Lease: -time.Second},
 		{Lease: outbox.MinLease - time.Millisecond},
 		{MaxAttempts: -1},
@@ -23,6 +24,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		if _, err := New(o); !errors.Is(err, outbox.ErrInvalidArgument) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidArgument", o, err)
 		}
+	}
+	if s, err := New(Options{ShardCount: backpressure.MaxShardCount}); err != nil || s.ShardCount() != backpressure.MaxShardCount {
+		t.Errorf("New(ShardCount: MaxShardCount) = %v, want the largest shard space accepted", err)
 	}
 	s, err := New(Options{})
 	if err != nil {

@@ -15,7 +15,7 @@ type subscriber struct {
 }
 
 // Subscribe returns a channel that receives a value after any Enqueue that
-// inserted rows; notifications are coalesced (the channel holds at most
+// inserted rows or Requeue that moved rows; notifications are coalesced (the channel holds at most
 // one). The channel is closed when ctx is done or the store is closed.
 func (s *Store) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	if err := s.begin(ctx, "Subscribe"); err != nil {
