@@ -87,7 +87,8 @@ type Completer interface {
 	// completion at the same index. Completions are applied row by row: a
 	// lost lease is reported in its Result and does not stop the others.
 	// An error (a bad argument, the database, ctx) means nothing was
-	// applied. Each dispatch key appears at most once per call.
+	// applied. Each dispatch key appears at most once per call. An empty
+	// call returns an empty, non-nil slice and no error.
 	Complete(ctx context.Context, completions []Completion) ([]Result, error)
 
 	// ExtendLeases extends each live lease to Lease() from now (the
