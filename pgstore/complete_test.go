@@ -141,8 +141,8 @@ func TestCompleteRejectsWholeBatch(t *testing.T) {
 			t.Errorf("row %s is %s after rejected batches, want claimed", r.DispatchKey, got.State)
 		}
 	}
-	if results, err := f.s.Complete(f.ctx, nil); results != nil || err != nil {
-		t.Errorf("Complete(nil) = %v, %v", results, err)
+	if results, err := f.s.Complete(f.ctx, nil); results == nil || len(results) != 0 || err != nil {
+		t.Errorf("Complete(nil) = %#v, %v; want an empty, non-nil slice and no error", results, err)
 	}
 }
 
