@@ -664,3 +664,32 @@ func TestNewStoreTakesTheLockFirst(t *testing.T) {
 		t.Errorf("InSweepTx: %v", err)
 	}
 }
+
+// A database that records a shard count above backpressure.MaxShardCount
+// (as a version before the bound could write) is refused on Open, read-only
+// or not, with an error matching backpressure.ErrInvalidShards, rather than
+// opened into a store no sweep can use.
+func TestOpenRefusesRecordedShardCountAboveMax(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.db")
+	s := openT(t, path, Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(t.Context(), `UPDATE outbox_meta SET value = ? WHERE key = 'shard_count'`, backpressure.MaxShardCount+1); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	for _, ro := range []bool{false, true} {
+		s, err := Open(t.Context(), path, Options{ReadOnly: ro})
+		if err == nil {
+			_ = s.Close()
+		}
+		if !errors.Is(err, backpressure.ErrInvalidShards) {
+			t.Errorf("Open(ReadOnly: %v) of a database recording %d shards = %v, want an error matching ErrInvalidShards", ro, backpressure.MaxShardCount+1, err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -119,6 +120,11 @@ func (s *Store) adopt(m meta, want int) error {
 		return argError("Open", "path", "holds no outbox")
 	case want != 0 && want != m.shardCount:
 		return &outbox.ShardCountError{Store: m.shardCount, Given: want}
+	}
+	// A count recorded by an older version, before Open bounded it, can
+	// exceed MaxShardCount: no owned-shard fraction could describe it.
+	if _, err := backpressure.NewOwnedShardFraction(nil, m.shardCount); err != nil {
+		return fmt.Errorf("sqlitestore: Open: the database records an unusable shard count: %w", err)
 	}
 	s.shardCount, s.dbID = m.shardCount, m.dbID
 	return nil
