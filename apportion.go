@@ -102,14 +102,10 @@ func (f OwnedShardFraction) CeilingFor(namespace string, quota int, a Apportionm
 // shareCeiling is CeilingFor under ApportionShares.
 func (f OwnedShardFraction) shareCeiling(namespace string, quota int) int {
 	o, n := len(f.owned), f.shardCount
-	switch {
-	case o == 0 || n <= 0:
-		return 0
-	case quota == Unlimited:
-		return Unlimited
-	case quota <= 0:
-		return 0
-	case o == n:
+	if c, ok := shareEdge(o, n, quota); ok {
+		return c
+	}
+	if o == n {
 		return quota
 	}
 	base, r := quota/n, quota%n
@@ -179,13 +175,8 @@ func (f OwnedShardFraction) ceilingBound(quota int, a Apportionment) int {
 		return f.Ceiling(quota)
 	}
 	o, n := len(f.owned), f.shardCount
-	switch {
-	case o == 0 || n <= 0:
-		return 0
-	case quota == Unlimited:
-		return Unlimited
-	case quota <= 0:
-		return 0
+	if c, ok := shareEdge(o, n, quota); ok {
+		return c
 	}
 	base, r := quota/n, quota%n
 	// o × base + min(o, r) can pass quota (o = n − 1 and r = n − 1) but
@@ -196,4 +187,17 @@ func (f OwnedShardFraction) ceilingBound(quota int, a Apportionment) int {
 // validApportionment reports whether a is one of the defined rules.
 func validApportionment(a Apportionment) bool {
 	return a == ApportionCeil || a == ApportionShares
+}
+
+// shareEdge settles the cases where ApportionShares needs no arithmetic,
+// for a node owning o of n shards: 0 with no shard owned (or no shard
+// space) or a quota of 0, Unlimited for Unlimited. ok is false otherwise.
+func shareEdge(o, n, quota int) (c int, ok bool) {
+	switch {
+	case o == 0 || n <= 0 || (quota <= 0 && quota != Unlimited):
+		return 0, true
+	case quota == Unlimited:
+		return Unlimited, true
+	}
+	return 0, false
 }
