@@ -479,11 +479,22 @@ func (c *chaos) checkSettles() {
 			settles[f[1]]++
 		}
 	})
+	// A settle is journaled after the store applied it, so a node killed
+	// between its Complete's commit and the journal write leaves a settled
+	// row with no line: the database (every row settled, above; settled is
+	// final, so once) is the witness for those, the journal for the rest.
+	unjournaled := 0
 	for k := range c.rows {
 		key := fmt.Sprintf("chaos-%06d", k)
-		if settles[key] != 1 {
-			c.t.Errorf("row %s settled %d times, want once", key, settles[key])
+		switch n := settles[key]; {
+		case n > 1:
+			c.t.Errorf("row %s settled %d times, want once", key, n)
+		case n == 0:
+			unjournaled++
 		}
+	}
+	if unjournaled > 0 {
+		c.t.Logf("%d settled rows had no journal line: their node was killed after the commit", unjournaled)
 	}
 }
 
