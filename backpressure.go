@@ -101,6 +101,7 @@ type Backpressure struct {
 	nsCursorAt  roundPos          // where in the round nsCursor got it
 	routeCursor map[string]string // namespace → last task queue that got a remainder unit
 	hints       sweepHints        // how the next sweep counts (sweep.go)
+	ahead       *ahead            // the next sweep's counts, read ahead (ahead.go)
 	scratch     scratch
 }
 
@@ -142,6 +143,7 @@ type settings struct {
 	f            OwnedShardFraction
 	deepCap      int
 	zeroCeilings int
+	gen          uint64 // counts every SetConfig and SetOwnedShards: counts read ahead are for one gen
 }
 
 func newSettings(c *config, f OwnedShardFraction) settings {
@@ -283,7 +285,9 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	gen := b.set.gen + 1
 	b.set = newSettings(c, b.set.f)
+	b.set.gen = gen
 	return nil
 }
 
@@ -350,7 +354,9 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	gen := b.set.gen + 1
 	b.set = newSettings(b.set.cfg, f)
+	b.set.gen = gen
 	return nil
 }
 

@@ -5,3 +5,32 @@ func (b *Backpressure) PendingCountCap() int { return b.pendingCountCap() }
 
 // CountCap exposes a plan's count cap to the external tests.
 func (p Plan) CountCap() int { return p.countCap }
+
+// SetAheadNoExpiry turns off the age limit of counts read ahead
+// (SweepAhead), so that a test uses them whatever the machine's pace, and
+// returns a func that restores it. Tests that call it must not run in
+// parallel.
+func SetAheadNoExpiry() (restore func()) {
+	old := noExpiry
+	noExpiry = true
+	return func() { noExpiry = old }
+}
+
+// WaitAhead waits until b's counts read ahead, if any, have been read, so
+// that a test can change its store without racing the read.
+func WaitAhead(b *Backpressure) {
+	b.sem <- struct{}{}
+	a := b.ahead
+	<-b.sem
+	if a != nil {
+		<-a.done
+	}
+}
+
+// AheadPending reports whether b holds counts read ahead for its next
+// SweepAhead.
+func AheadPending(b *Backpressure) bool {
+	b.sem <- struct{}{}
+	defer func() { <-b.sem }()
+	return b.ahead != nil
+}

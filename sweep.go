@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Sweep runs one sweep of a dispatcher node against store: it reads how many
@@ -47,6 +48,11 @@ func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([
 // grants still even out. With n ≤ 0 it returns (nil, Plan{}, nil) without
 // calling the store. Errors are as for Sweep.
 func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
+	return sweepN(ctx, b, store, n, false)
+}
+
+// sweepN is SweepN, and with readAhead SweepAhead.
+func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int, readAhead bool) ([]R, Plan, error) {
 	if b == nil || b.sem == nil {
 		return nil, Plan{}, errNotNew
 	}
@@ -66,17 +72,25 @@ func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		return nil, Plan{}, err
 	}
 
+	began := time.Now()
 	st := b.current()
 	budget := min(n, st.cfg.batchSize)
+	carried := b.ahead // used by this sweep or by none
+	b.ahead = nil
+	if !readAhead {
+		carried.drop()
+		carried = nil
+	}
 	var (
 		rows []R
 		out  sweepResult
 		err  error
 	)
 	if txs, ok := store.(TxSweeper[R]); ok {
+		carried.drop()
 		err = txs.InSweepTx(ctx, func(tx OutboxStore[R]) error {
 			var err error
-			rows, out, err = sweepOn(ctx, b, st, budget, tx)
+			rows, out, err = sweepOn(ctx, b, st, budget, tx, nil, false)
 			return err
 		})
 		// fn's errors are already typed; anything else is the store's own.
@@ -84,13 +98,24 @@ func SweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 			err = &StoreError{Op: "InSweepTx", Err: err}
 		}
 	} else {
-		rows, out, err = sweepOn(ctx, b, st, budget, store)
+		rows, out, err = sweepOn(ctx, b, st, budget, store, carried, readAhead)
 	}
 	if err != nil {
+		out.ahead.drop()
 		return nil, Plan{}, err
 	}
 	b.advanceCursors(out.plan.Windowed)
 	b.hints.record(out)
+	if a := out.ahead; a != nil {
+		// Only a sweep that claimed every row it planned, its whole
+		// budget, shows a backlog the next sweep can plan from.
+		if len(rows) == budget {
+			a.began, a.ended = began, time.Now()
+			b.ahead = a
+		} else {
+			a.drop()
+		}
+	}
 	return rows, out.plan, nil
 }
 
@@ -101,6 +126,7 @@ type sweepResult struct {
 	plan  Plan
 	seen  int
 	nextK int
+	ahead *ahead // the next sweep's counts, being read (SweepAhead)
 }
 
 // sweepOn runs Sweep's steps against store (the store itself, or its
@@ -137,7 +163,11 @@ type sweepResult struct {
 // Claimed, then full counts with Claimed, then a window alone) and falls
 // back to the base calls, rather than remembering a store's answers on b,
 // which may sweep more than one store.
-func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget int, store OutboxStore[R]) ([]R, sweepResult, error) {
+//
+// With carried (a SweepAhead's read-ahead), the first count is the carried
+// counts when they serve (see ahead.take); with readAhead, the next sweep's
+// counts are read while the claim runs (see startReadAhead).
+func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget int, store OutboxStore[R], carried *ahead, readAhead bool) ([]R, sweepResult, error) {
 	shards := st.f
 	// No route is granted more than the budget, so counting deeper than it
 	// cannot change the plan (see pendingCountCap).
@@ -152,25 +182,27 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		pending []RouteCount
 		read    CountParams // the pending count read with claimed, if both
 		both    bool        // whether claimed was read with a pending count
+		reused  bool        // whether they are counts read ahead (SweepAhead)
 		err     error
 	)
 	if isCounter {
 		// The window is sized before the claimed counts are known, for
 		// the k guessK expects; see below if it falls short.
-		p := CountParams{CapPerRoute: b.hints.firstCountCap(full), Claimed: true}
-		if n, ok := windowFor(budget, b.hints.nextK); canWindow && ok && b.hints.seenNamespaces >= n {
-			p = CountParams{CapPerRoute: 1, After: b.after(), Namespaces: n, Claimed: true}
-		}
-		claimed, pending, err = counter.CountOutboxRows(ctx, shards, p)
-		if p.Namespaces > 0 && errors.Is(err, ErrNotSupported) {
-			p = CountParams{CapPerRoute: b.hints.firstCountCap(full), Claimed: true}
+		p := firstParams(&b.hints, b.after(), st, budget)
+		if claimed, pending, read, reused = carried.take(ctx, time.Now(), st, store, p); reused {
+			both = true
+		} else {
 			claimed, pending, err = counter.CountOutboxRows(ctx, shards, p)
-		}
-		switch {
-		case err == nil:
-			read, both = p, true
-		case !errors.Is(err, ErrNotSupported):
-			return nil, sweepResult{}, &StoreError{Op: "CountOutboxRows", Err: err}
+			if p.Namespaces > 0 && errors.Is(err, ErrNotSupported) {
+				p = CountParams{CapPerRoute: b.hints.firstCountCap(full), Claimed: true}
+				claimed, pending, err = counter.CountOutboxRows(ctx, shards, p)
+			}
+			switch {
+			case err == nil:
+				read, both = p, true
+			case !errors.Is(err, ErrNotSupported):
+				return nil, sweepResult{}, &StoreError{Op: "CountOutboxRows", Err: err}
+			}
 		}
 	}
 	if !both {
@@ -191,20 +223,31 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		windowed bool
 	)
 	if useWindow {
-		if both && read.Namespaces >= n {
-			// A window of more namespaces than needed starts with the
-			// window needed.
-			pending = firstNamespaces(pending, read.After, n)
-		} else {
-			// In a full window every grant is 0 or 1 (see windowSize), so
-			// whether a route has a claimable row is all the plan needs.
+		// In a full window every grant is 0 or 1 (see windowSize), so
+		// whether a route has a claimable row is all the plan needs.
+		countWindow := func() error {
 			_, pending, err = counter.CountOutboxRows(ctx, shards, CountParams{CapPerRoute: 1, After: b.after(), Namespaces: n})
 			if errors.Is(err, ErrNotSupported) {
 				// No windows: the full counts below.
 				useWindow, pending = false, nil
 			} else if err != nil {
-				return nil, sweepResult{}, &StoreError{Op: "CountOutboxRows", Err: err}
+				return &StoreError{Op: "CountOutboxRows", Err: err}
 			}
+			return nil
+		}
+		if both && read.Namespaces >= n {
+			// A window of more namespaces than needed starts with the
+			// window needed.
+			pending = firstNamespaces(pending, read.After, n)
+			// Counts read ahead lose the namespaces the last claim
+			// emptied; if that leaves the window short, count it now.
+			if reused && distinctNamespaces(pending) < n {
+				if err := countWindow(); err != nil {
+					return nil, sweepResult{}, err
+				}
+			}
+		} else if err := countWindow(); err != nil {
+			return nil, sweepResult{}, err
 		}
 		if windowed = useWindow && distinctNamespaces(pending) >= n; windowed {
 			if plan, err = b.plan(Snapshot{Claimed: claimed, Pending: pending, Budget: budget}, st); err != nil {
@@ -224,8 +267,10 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	if !windowed {
 		c := b.hints.firstCountCap(full)
 		for {
-			if both && read.Namespaces == 0 && read.CapPerRoute == c {
-				read.CapPerRoute = 0 // counted with claimed: use it once
+			if both && read.Namespaces == 0 && read.CapPerRoute >= c {
+				// Counted with claimed (read ahead perhaps deeper than c
+				// needs): use it once.
+				c, read.CapPerRoute = read.CapPerRoute, 0
 			} else if pending, err = store.CountPendingOutboxRows(ctx, shards, c); err != nil {
 				return nil, sweepResult{}, &StoreError{Op: "CountPendingOutboxRows", Err: err}
 			}
@@ -252,8 +297,14 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 	if len(plan.Claims) == 0 {
 		return nil, out, nil
 	}
+	if readAhead && isCounter && sumLimits(plan.Claims) == budget {
+		// A full plan: the next sweep may come at once; read its counts
+		// while this claim runs.
+		out.ahead = startReadAhead(ctx, b, counter, store, st, budget, out)
+	}
 	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
 	if err != nil {
+		out.ahead.drop()
 		return nil, sweepResult{}, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
 	return rows, out, nil
@@ -377,6 +428,19 @@ func (b *Backpressure) after() string {
 	return ""
 }
 
+// afterAdvance returns what after will return once the last plan's cursor
+// moves are installed (advanceCursors): where the next sweep's window
+// starts, for a read-ahead.
+func (b *Backpressure) afterAdvance() string {
+	if sc := &b.scratch; sc.nsCursorMove {
+		if sc.nsCursorAt.num == 0 {
+			return sc.nsCursor
+		}
+		return ""
+	}
+	return b.after()
+}
+
 // firstNamespaces trims a window's counts, sorted by namespace, to those of
 // its first n namespaces in the cyclic order after after: the window
 // [Counter] would have returned for n. It filters in place.
@@ -471,6 +535,15 @@ func markCapped(reports []NamespaceReport, pending []RouteCount, c int) {
 			reports[i].Capped = true
 		}
 	}
+}
+
+// sumLimits returns the sum of claims' limits, saturating.
+func sumLimits(claims []ScopedClaim) int {
+	n := 0
+	for _, c := range claims {
+		n = addSat(n, c.Limit)
+	}
+	return n
 }
 
 // maxLimit returns the largest Limit of claims, 0 if there are none.

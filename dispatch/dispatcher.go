@@ -291,7 +291,11 @@ func (r *run) sweepLoop(ctx context.Context) {
 			return
 		}
 		began := time.Now()
-		rows, plan, err := backpressure.SweepN(ctx, r.d.bp, r.d.store, n)
+		sweep := backpressure.SweepAhead[outbox.Row]
+		if r.o.FreshCounts {
+			sweep = backpressure.SweepN[outbox.Row]
+		}
+		rows, plan, err := sweep(ctx, r.d.bp, r.d.store, n)
 		took := time.Since(began)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -40,6 +40,16 @@ type Options struct {
 	// store the same round trips, however few rows it claims. 0 means 1ms;
 	// negative means none (sweep as soon as one worker is idle).
 	RefillDelay time.Duration
+	// FreshCounts makes every sweep count the outbox at its start
+	// ([backpressure.SweepN]). By default the dispatcher sweeps with
+	// [backpressure.SweepAhead]: while a full sweep's claim runs, the next
+	// sweep's counts are read beside it, and the next sweep, if it follows
+	// at once, plans from them corrected by the claim, every ceiling held
+	// exactly as with fresh counts. That hides the counts' round trip when
+	// draining a backlog (sweeps then take about as long as an unscoped
+	// claim); it costs the store a count per full sweep that a late next
+	// sweep does not use.
+	FreshCounts bool
 
 	// CompleteBatch is the most results one Complete call writes; a batch
 	// is written as soon as it is full. Default 100.
