@@ -93,7 +93,9 @@ func startReadAhead(ctx context.Context, b *Backpressure, counter Counter, store
 	}
 	var rctx context.Context
 	rctx, a.cancel = context.WithCancel(ctx)
+	b.reads.Add(1)
 	go func() {
+		defer b.reads.Done()
 		defer close(a.done)
 		a.claimed, a.pending, a.err = counter.CountOutboxRows(rctx, st.f, ask)
 	}()

@@ -102,6 +102,7 @@ type Backpressure struct {
 	routeCursor map[string]string // namespace → last task queue that got a remainder unit
 	hints       sweepHints        // how the next sweep counts (sweep.go)
 	ahead       *ahead            // the next sweep's counts, read ahead (ahead.go)
+	reads       sync.WaitGroup    // read-aheads still running, used or not (for tests)
 	scratch     scratch
 }
 

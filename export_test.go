@@ -16,16 +16,9 @@ func SetAheadNoExpiry() (restore func()) {
 	return func() { noExpiry = old }
 }
 
-// WaitAhead waits until b's counts read ahead, if any, have been read, so
-// that a test can change its store without racing the read.
-func WaitAhead(b *Backpressure) {
-	b.sem <- struct{}{}
-	a := b.ahead
-	<-b.sem
-	if a != nil {
-		<-a.done
-	}
-}
+// WaitAhead waits until every read-ahead b started has finished, used or
+// not, so that a test can change its store without racing a read.
+func WaitAhead(b *Backpressure) { b.reads.Wait() }
 
 // AheadPending reports whether b holds counts read ahead for its next
 // SweepAhead.
