@@ -32,9 +32,11 @@ import (
 //
 //	K′_n = K_n + g_n ≥ claimed now,   P′_r = min(max(0, P_r − g_r), c) ≤ pending now,
 //
-// where c is the cap the next sweep counts at (the read-ahead counts at
-// c + max_r g_r, so that a route counted as deep as c before the claim is
-// still known to be after it). Both bounds hold whether or not the count's
+// where c is the cap the next sweep counts at. Full counts are read ahead
+// at c + max_r g_r, so that a route counted as deep as c before the claim
+// is still known to be after it; a window is read at its cap of 1, and a
+// namespace the claim may have emptied leaves it (if that leaves the window
+// short, the next sweep counts the window again). Both bounds hold whether or not the count's
 // snapshot saw the claim, as long as no other claimer takes rows on the
 // node's shards (which fenced ownership guarantees): rows only leave the
 // claimed state between the two sweeps (settled, retried, expired), and
@@ -46,7 +48,7 @@ import (
 // rows only.
 //
 // The store must be safe for concurrent use: the read-ahead runs beside
-// the claim, and beside whatever else the caller runs (a [dispatch] loop's
+// the claim, and beside whatever else the caller runs (a dispatcher's
 // completions). Errors are as for Sweep; a read-ahead that fails is
 // forgotten, and the next sweep counts afresh.
 func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {

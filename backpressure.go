@@ -4,8 +4,9 @@
 // Most callers need three calls: build a [Backpressure] once per node with
 // [New], from a [Config] (the batch size B and the quotas) and the node's
 // [OwnedShardFraction]; then call [Sweep] (or [SweepN], with a smaller
-// budget, when fewer workers are free) against a store that implements
-// [OutboxStore], and run the rows it returns. Each sweep claims at most B
+// budget, when fewer workers are free, or [SweepAhead], which reads the next
+// sweep's counts while this sweep's claim runs) against a store that
+// implements [OutboxStore], and run the rows it returns. Each sweep claims at most B
 // rows in one atomic claim; rows it does not claim stay Pending, untouched,
 // for a later sweep, so the store's exactly-once guarantee is never
 // weakened.
@@ -83,7 +84,8 @@ const MaxWeight = 1 << 20
 // A Backpressure is safe for concurrent use, and serialises sweeps: [Sweep]
 // and [Backpressure.Plan] run one at a time, because two concurrent sweeps on
 // one node would both see the same headroom and could together exceed the
-// ceiling. Use one Backpressure per node, for its lifetime: change its
+// ceiling ([SweepAhead] overlaps only a count with the claim before it,
+// never two claims). Use one Backpressure per node, for its lifetime: change its
 // configuration with [Backpressure.SetConfig] and its shards with
 // [Backpressure.SetOwnedShards], which keep the rotation. The zero value is
 // not usable: call [New]; Sweep and Plan on a zero Backpressure return an

@@ -22,7 +22,9 @@ import (
 // Demand and Held may be lower bounds: see [NamespaceReport.Capped] and
 // [Plan.Windowed]. It uses the optional [Counter] and [TxSweeper] when the
 // store offers them; a sweep costs two or three round trips in steady
-// state, five at most.
+// state, five at most. [SweepAhead] overlaps the count with the previous
+// sweep's claim; Sweep and SweepN always count afresh, and forget counts a
+// SweepAhead read ahead.
 //
 // A sweep runs with the configuration and shards b has when it starts:
 // [Backpressure.SetConfig] and [Backpressure.SetOwnedShards] during a sweep

@@ -1,5 +1,5 @@
 // Package dispatch runs a fair, quota-capped worker pool over an outbox: a
-// [Dispatcher] sweeps with the planner ([backpressure.SweepN]), hands each
+// [Dispatcher] sweeps with the planner ([backpressure.SweepAhead]), hands each
 // claimed row to a worker, extends the leases of the rows it holds, and
 // completes them in batches through the store's [outbox.Completer].
 //
