@@ -3,6 +3,7 @@ package backpressure
 import (
 	"context"
 	"reflect"
+	"slices"
 	"time"
 )
 
@@ -13,7 +14,8 @@ import (
 // plans from them instead of counting again, provided that
 //
 //   - the store implements [Counter] (serving Claimed) and not [TxSweeper],
-//     and is the same store (an == comparison, when its type is comparable);
+//     and is the same store (an == comparison, when the store's value is
+//     comparable);
 //   - this sweep's plan filled its budget and its claim returned every row
 //     planned (Σ limits = budget = rows claimed): a backlog, which a sweep
 //     that comes back short does not show;
@@ -61,7 +63,7 @@ func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R
 // started it, once its claim returned.
 type ahead struct {
 	gen    uint64        // settings generation the counts are for
-	store  any           // the store counted, if its type is comparable
+	store  any           // the store counted, if comparable (== cannot panic)
 	want   CountParams   // what the next sweep is expected to ask
 	claims []ScopedClaim // the sweep's grants, to correct the counts by
 	cancel context.CancelFunc
@@ -89,8 +91,13 @@ func startReadAhead(ctx context.Context, b *Backpressure, counter Counter, store
 	if want.Namespaces == 0 {
 		ask.CapPerRoute = addSat(want.CapPerRoute, maxLimit(out.plan.Claims))
 	}
-	a := &ahead{gen: st.gen, want: want, claims: out.plan.Claims, done: make(chan struct{})}
-	if store != nil && reflect.TypeOf(store).Comparable() {
+	// The grants are copied: the plan's Claims are the caller's, who may
+	// change them before the next sweep corrects the counts by them.
+	a := &ahead{gen: st.gen, want: want, claims: slices.Clone(out.plan.Claims), done: make(chan struct{})}
+	// Comparable by its value, not its type: a struct type with an
+	// interface field is comparable, yet == panics on it when the field
+	// holds a slice or a map.
+	if store != nil && reflect.ValueOf(store).Comparable() {
 		a.store = store
 	}
 	var rctx context.Context

@@ -101,6 +101,9 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		}
 	} else {
 		rows, out, err = sweepOn(ctx, b, st, budget, store, carried, readAhead)
+		// take released carried if sweepOn took it; a store that is not
+		// a Counter never does.
+		carried.drop()
 	}
 	if err != nil {
 		out.ahead.drop()
