@@ -13,7 +13,8 @@ import (
 // plans from them instead of counting again, provided that
 //
 //   - the store implements [Counter] (serving Claimed) and not [TxSweeper],
-//     and is the same store (an == comparison, when its type is comparable);
+//     and is the same store (an == comparison, when its value is
+//     comparable);
 //   - this sweep's plan filled its budget and its claim returned every row
 //     planned (Σ limits = budget = rows claimed): a backlog, which a sweep
 //     that comes back short does not show;
@@ -59,7 +60,7 @@ func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R
 // started it, once its claim returned.
 type ahead struct {
 	gen    uint64        // settings generation the counts are for
-	store  any           // the store counted, if its type is comparable
+	store  any           // the store counted, if its value is comparable (canCompare)
 	want   CountParams   // what the next sweep is expected to ask
 	claims []ScopedClaim // the sweep's grants, to correct the counts by
 	cancel context.CancelFunc
@@ -88,7 +89,7 @@ func startReadAhead(ctx context.Context, b *Backpressure, counter Counter, store
 		ask.CapPerRoute = addSat(want.CapPerRoute, maxLimit(out.plan.Claims))
 	}
 	a := &ahead{gen: st.gen, want: want, claims: out.plan.Claims, done: make(chan struct{})}
-	if store != nil && reflect.TypeOf(store).Comparable() {
+	if canCompare(store) {
 		a.store = store
 	}
 	var rctx context.Context
@@ -100,6 +101,13 @@ func startReadAhead(ctx context.Context, b *Backpressure, counter Counter, store
 		a.claimed, a.pending, a.err = counter.CountOutboxRows(rctx, st.f, ask)
 	}()
 	return a
+}
+
+// canCompare reports whether == on store cannot panic: a comparable type
+// is not enough, as a struct's interface field may hold a slice, a map or
+// a func.
+func canCompare(store any) bool {
+	return store != nil && reflect.ValueOf(store).Comparable()
 }
 
 // drop cancels a read-ahead that will not be used.
@@ -118,7 +126,7 @@ func (a *ahead) take(ctx context.Context, now time.Time, st settings, store any,
 		return nil, nil, CountParams{}, false
 	}
 	defer a.cancel()
-	if a.gen != st.gen || a.store == nil || a.store != store || !a.want.covers(p) ||
+	if a.gen != st.gen || a.store == nil || !canCompare(store) || a.store != store || !a.want.covers(p) ||
 		(!noExpiry && now.Sub(a.ended) > a.ended.Sub(a.began)) {
 		return nil, nil, CountParams{}, false
 	}

@@ -77,6 +77,7 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	budget := min(n, st.cfg.batchSize)
 	carried := b.ahead // used by this sweep or by none
 	b.ahead = nil
+	defer carried.drop() // released even if the store is no Counter, and never takes it
 	if !readAhead {
 		carried.drop()
 		carried = nil
