@@ -79,8 +79,11 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	budget := min(n, st.cfg.batchSize)
 	carried := b.ahead // used by this sweep or by none
 	b.ahead = nil
+	// Released whatever happens (take releases it too; dropping twice is
+	// harmless): Sweep and SweepN forget it, and a store that is no
+	// Counter never takes it.
+	defer carried.drop()
 	if !readAhead {
-		carried.drop()
 		carried = nil
 	}
 	var (
@@ -89,7 +92,6 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		err  error
 	)
 	if txs, ok := store.(TxSweeper[R]); ok {
-		carried.drop()
 		err = txs.InSweepTx(ctx, func(tx OutboxStore[R]) error {
 			var err error
 			rows, out, err = sweepOn(ctx, b, st, budget, tx, nil, false)
@@ -101,9 +103,6 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		}
 	} else {
 		rows, out, err = sweepOn(ctx, b, st, budget, store, carried, readAhead)
-		// take released carried if sweepOn took it; a store that is not
-		// a Counter never does.
-		carried.drop()
 	}
 	if err != nil {
 		out.ahead.drop()

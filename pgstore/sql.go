@@ -79,7 +79,6 @@ func routeCount(all string) string {
 						AND o.task_queue = nx.task_queue
 						AND o.state IN ('pending', 'claimed')
 						AND o.claimable_at <= coalesce($1::timestamptz, now())
-						AND o.claimable_at >= nx.claimable_at -- no row is earlier: skips the dead entries nx's step walked
 						AND (` + all + ` OR o.shard = ANY ($2::int4[]))
 					ORDER BY o.claimable_at -- the index's order: a scan that can stop at the cap
 					LIMIT (SELECT $3::int8) -- not a constant to the planner: see routeCount

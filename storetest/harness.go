@@ -32,7 +32,11 @@
 // The suite uses the standard library, the root package, outbox and rapid.
 //
 // The areas, one file each: Dedup, Shards, Counts, Claim, Lease, Retry,
-// Concurrency and RoundTrips check [backpressure.OutboxStore]; Messages
+// Concurrency, RoundTrips and SweepAhead check [backpressure.OutboxStore]
+// (SweepAhead: a backlog drained by [backpressure.SweepAhead], which on a
+// store with a [backpressure.Counter] reads the next sweep's counts beside
+// each claim, must claim and settle every row exactly once, within every
+// namespace's ceiling after every sweep); Messages
 // (every limit of [outbox.Message.Validate] refused whole with a
 // [*outbox.MessageError], and a property test: any batch Enqueue accepts,
 // odd text and "" task queues included, is claimed in full, each row once,
@@ -244,6 +248,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"RoundTrips", testRoundTrips[R]},
 		{"Counter", testCounter[R]},
 		{"SweepTx", testSweepTx[R]},
+		{"SweepAhead", testSweepAhead[R]},
 		{"Messages", testMessages[R]},
 		{"Complete", testComplete[R]},
 		{"Extend", testExtend[R]},
