@@ -8,46 +8,54 @@ import (
 )
 
 // SweepAhead is [SweepN] for a caller that sweeps again at once whenever a
-// sweep comes back full, as a dispatcher draining a backlog does. It hides
-// the counts' round trip behind the claim's: while a sweep's claim runs, it
-// reads the next sweep's counts on another connection, and the next sweep
-// plans from them instead of counting again, provided that
+// sweep comes back full, as a dispatcher draining a backlog does. It takes
+// the counts off the sweeps' path: while a sweep's claim runs, it reads the
+// next sweep's counts on another connection, and the next sweep plans from
+// them, corrected by the claims made since, instead of counting again. Full
+// counts (no window) then serve up to four sweeps before they are read
+// again; a window serves one. The next sweep plans from counts read ahead
+// provided that
 //
 //   - the store implements [Counter] (serving Claimed) and not [TxSweeper],
 //     and is the same store (an == comparison, when the store's value is
 //     comparable);
-//   - this sweep's plan filled its budget and its claim returned every row
-//     planned (Σ limits = budget = rows claimed): a backlog, which a sweep
-//     that comes back short does not show;
-//   - the next sweep is also a SweepAhead on b, starts no later after this
-//     one returned than this one took from its start, with the same
+//   - the previous sweep's plan filled its budget and its claim returned
+//     every row planned (Σ limits = budget = rows claimed): a backlog, which
+//     a sweep that comes back short does not show;
+//   - it is also a SweepAhead on b, starts no later after the previous one
+//     returned than the previous one took from its start, with the same
 //     configuration and shards (no [Backpressure.SetConfig] or
 //     [Backpressure.SetOwnedShards] in between), and asks for counts the
 //     read-ahead covers (the same window start, no more namespaces, no
 //     deeper a cap);
+//   - for a full count serving a second sweep or more: every route counted
+//     to its cap still has at least the cap after the grants since, and
+//     every namespace with a finite ceiling kept a headroom of at least the
+//     budget, so that the corrections cannot hold it;
 //
 // and otherwise the next sweep counts as SweepN does, at the cost of one
 // more count on the database. Sweep and SweepN forget a read-ahead.
 //
-// Counts read ahead are read before the claim commits, so the next sweep
-// corrects them by this sweep's grants g: for a namespace n and a route r,
+// Counts read ahead are read before the claims they are corrected by
+// commit, so a sweep corrects them by the grants g of every sweep since the
+// read: for a namespace n and a route r,
 //
-//	K′_n = K_n + g_n ≥ claimed now,   P′_r = min(max(0, P_r − g_r), c) ≤ pending now,
+//	K′_n = K_n + Σ g_n ≥ claimed now,   P′_r = min(max(0, P_r − Σ g_r), c) ≤ pending now,
 //
-// where c is the cap the next sweep counts at. Full counts are read ahead
-// at c + max_r g_r, so that a route counted as deep as c before the claim
-// is still known to be after it; a window is read at its cap of 1, and a
-// namespace the claim may have emptied leaves it (if that leaves the window
-// short, the next sweep counts the window again). Both bounds hold whether or not the count's
-// snapshot saw the claim, as long as no other claimer takes rows on the
+// where c is the cap the sweep counts at. Full counts are read ahead at
+// c + 4·max_r g_r, so that a route counted as deep as c before the claims
+// is still known to be after them; a window is read at its cap of 1, and a
+// namespace a claim may have emptied leaves it (if that leaves the window
+// short, the sweep counts the window again). Both bounds hold whether or
+// not the read saw a claim, as long as no other claimer takes rows on the
 // node's shards (which fenced ownership guarantees): rows only leave the
-// claimed state between the two sweeps (settled, retried, expired), and
-// only this node claims pending rows. So every ceiling holds exactly as with
-// fresh counts, C_n ≥ K_n + g_n at every sweep; what changes is that rows
-// enqueued while the previous claim ran, and leases released meanwhile,
-// wait for the sweep after. The next sweep's plan and reports are those of
-// the corrected counts; its claim is still atomic, fenced and of claimable
-// rows only.
+// claimed state meanwhile (settled, retried, expired), and only this node
+// claims pending rows. So every ceiling holds exactly as with fresh counts,
+// C_n ≥ K_n + g_n at every sweep; what changes is that rows enqueued since
+// the read, and leases released since, wait for the next read (a few
+// sweeps' time: each sweep must follow the last within the last's
+// duration). A sweep's plan and reports are those of the corrected counts;
+// its claim is still atomic, fenced and of claimable rows only.
 //
 // The store must be safe for concurrent use: the read-ahead runs beside
 // the claim, and beside whatever else the caller runs (a dispatcher's
@@ -59,13 +67,13 @@ func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R
 
 // ahead is the next sweep's counts, read while a SweepAhead's claim runs.
 // The fields above done are set before the read starts; those below it by
-// the read, before done is closed; began, ended and full by the sweep that
-// started it, once its claim returned.
+// the read, before done is closed (and never changed after); claims, hops,
+// began and ended by the sweeps that plan from it.
 type ahead struct {
-	gen    uint64        // settings generation the counts are for
-	store  any           // the store counted, if comparable (== cannot panic)
-	want   CountParams   // what the next sweep is expected to ask
-	claims []ScopedClaim // the sweep's grants, to correct the counts by
+	gen    uint64      // settings generation the counts are for
+	store  any         // the store counted, if comparable (== cannot panic)
+	want   CountParams // what the next sweep is expected to ask
+	ask    int         // the cap the read asked for: deeper than want's for full counts
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -73,8 +81,15 @@ type ahead struct {
 	pending []RouteCount
 	err     error
 
-	began, ended time.Time // the starting sweep's start, and its return
+	claims       []ScopedClaim // the grants of every sweep since the read, to correct the counts by
+	hops         int           // sweeps that have planned from the counts
+	began, ended time.Time     // the last such sweep's start, and its return
 }
+
+// aheadHops is the most sweeps one full count read ahead serves: the first
+// after the read, and while every condition of passOn holds, the next ones.
+// The read counts deep enough for all of them (see startReadAhead).
+const aheadHops = 4
 
 // noExpiry turns off a read-ahead's age limit, for tests that need a
 // read-ahead used whatever the machine's pace.
@@ -89,11 +104,13 @@ func startReadAhead(ctx context.Context, b *Backpressure, counter Counter, store
 	want := firstParams(&h, b.afterAdvance(), st, budget)
 	ask := want
 	if want.Namespaces == 0 {
-		ask.CapPerRoute = addSat(want.CapPerRoute, maxLimit(out.plan.Claims))
+		// Deep enough that a route counted to c before this claim is still
+		// counted to c after the grants of aheadHops sweeps like this one.
+		ask.CapPerRoute = addSat(want.CapPerRoute, aheadHops*maxLimit(out.plan.Claims))
 	}
 	// The grants are copied: the plan's Claims are the caller's, who may
 	// change them before the next sweep corrects the counts by them.
-	a := &ahead{gen: st.gen, want: want, claims: slices.Clone(out.plan.Claims), done: make(chan struct{})}
+	a := &ahead{gen: st.gen, want: want, ask: ask.CapPerRoute, claims: slices.Clone(out.plan.Claims), done: make(chan struct{})}
 	// Comparable by its value, not its type: a struct type with an
 	// interface field is comparable, yet == panics on it when the field
 	// holds a slice or a map.
@@ -140,6 +157,7 @@ func (a *ahead) take(ctx context.Context, now time.Time, st settings, store any,
 		return nil, nil, CountParams{}, false
 	}
 	claimed, pending := a.corrected()
+	a.hops++
 	return claimed, pending, a.want, true
 }
 
@@ -156,22 +174,21 @@ func (c CountParams) covers(p CountParams) bool {
 	return c.Namespaces >= p.Namespaces && c.After == p.After && c.CapPerRoute == p.CapPerRoute
 }
 
-// corrected returns a's counts corrected by its sweep's grants (see
-// SweepAhead): each namespace's claimed count plus its grant, each route's
-// pending count less its grant, capped at want.CapPerRoute, routes left
-// with none dropped. The read's results are a's own, so it corrects them in
-// place.
+// corrected returns a's counts corrected by the grants of the sweeps since
+// the read (see SweepAhead): each namespace's claimed count plus its
+// grants, each route's pending count less its grants, capped at
+// want.CapPerRoute, routes left with none dropped. The read's results stay
+// as read, for the next sweep that may plan from them (see passOn).
 func (a *ahead) corrected() (map[string]int, []RouteCount) {
-	claimed := a.claimed
-	if claimed == nil {
-		claimed = make(map[string]int, len(a.claims))
+	claimed := make(map[string]int, len(a.claimed)+len(a.claims))
+	for ns, n := range a.claimed {
+		claimed[ns] = n
 	}
-	granted := make(map[Route]int, len(a.claims))
+	granted := a.granted()
 	for _, c := range a.claims {
 		claimed[c.Route.Namespace] = addSat(claimed[c.Route.Namespace], c.Limit)
-		granted[c.Route] += c.Limit
 	}
-	pending := a.pending[:0]
+	pending := make([]RouteCount, 0, len(a.pending))
 	for _, rc := range a.pending {
 		if rc.Count -= granted[rc.Route]; rc.Count > 0 {
 			rc.Count = min(rc.Count, a.want.CapPerRoute)
@@ -179,6 +196,52 @@ func (a *ahead) corrected() (map[string]int, []RouteCount) {
 		}
 	}
 	return claimed, pending
+}
+
+// granted sums a's grants per route.
+func (a *ahead) granted() map[Route]int {
+	g := make(map[Route]int, len(a.claims))
+	for _, c := range a.claims {
+		g[c.Route] = addSat(g[c.Route], c.Limit)
+	}
+	return g
+}
+
+// passOn reports whether full counts a sweep planned plan from (with its
+// budget) may serve the next sweep too, corrected by plan's grants as well,
+// and if so records them in a. It holds while
+//
+//   - a has served fewer than aheadHops sweeps (plan's among them);
+//   - every route the read counted to its cap (at least ask) still has at
+//     least want.CapPerRoute rows after every grant since, so the corrected
+//     counts are those of counts capped at c; and
+//   - every namespace with a finite ceiling keeps a headroom of at least the
+//     budget after plan's grants, C_n − (K′_n + g_n) ≥ budget, so that the
+//     corrections, which only add to K, cannot hold a namespace the next
+//     sweep would otherwise serve.
+//
+// A window never serves twice: the next window starts where this one's
+// grants ended.
+func (a *ahead) passOn(plan Plan, budget int) bool {
+	if a.want.Namespaces != 0 || a.hops >= aheadHops {
+		return false
+	}
+	for _, r := range plan.Namespaces {
+		if r.Ceiling >= 0 && r.Ceiling-r.Claimed-r.Granted < budget {
+			return false
+		}
+	}
+	granted := a.granted()
+	for _, c := range plan.Claims {
+		granted[c.Route] = addSat(granted[c.Route], c.Limit)
+	}
+	for _, rc := range a.pending {
+		if rc.Count >= a.ask && rc.Count-granted[rc.Route] < a.want.CapPerRoute {
+			return false
+		}
+	}
+	a.claims = append(a.claims, plan.Claims...)
+	return true
 }
 
 // addSat is a + b for b ≥ 0, saturating at the largest int.

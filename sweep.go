@@ -302,9 +302,14 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		return nil, out, nil
 	}
 	if readAhead && isCounter && sumLimits(plan.Claims) == budget {
-		// A full plan: the next sweep may come at once; read its counts
-		// while this claim runs.
-		out.ahead = startReadAhead(ctx, b, counter, store, st, budget, out)
+		// A full plan: the next sweep may come at once. It plans from the
+		// counts this one did, if they serve once more (passOn), else from
+		// counts read while this claim runs.
+		if reused && carried.passOn(plan, budget) {
+			out.ahead = carried
+		} else {
+			out.ahead = startReadAhead(ctx, b, counter, store, st, budget, out)
+		}
 	}
 	rows, err := store.ClaimOutboxRowsScoped(ctx, shards, plan.Claims)
 	if err != nil {
