@@ -43,12 +43,11 @@ type Options struct {
 	// FreshCounts makes every sweep count the outbox at its start
 	// ([backpressure.SweepN]). By default the dispatcher sweeps with
 	// [backpressure.SweepAhead]: while a full sweep's claim runs, the next
-	// sweep's counts are read beside it, and the next sweep, if it follows
-	// at once, plans from them corrected by the claim, every ceiling held
-	// exactly as with fresh counts. That hides the counts' round trip when
-	// draining a backlog (sweeps then take about as long as an unscoped
-	// claim); it costs the store a count per full sweep that a late next
-	// sweep does not use.
+	// sweep's counts are read beside it, and the sweeps that follow at once
+	// plan from them, corrected by the claims since, every ceiling held
+	// exactly as with fresh counts. That takes the counts off the path of
+	// a backlog's drain; rows enqueued meanwhile wait a few sweeps for the
+	// next read, and a read whose next sweep comes late is wasted.
 	FreshCounts bool
 
 	// CompleteBatch is the most results one Complete call writes; a batch
