@@ -81,3 +81,7 @@ func SetHeld(shardCount int, shards ...int32) (backpressure.OwnedShardFraction, 
 	err = m.setHeld(held)
 	return m.owned, err
 }
+
+// MembershipDone returns the channel closed when m's heartbeat loop has
+// stopped.
+func MembershipDone(m *Membership) <-chan struct{} { return m.done }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -231,9 +232,13 @@ func (m *Membership) Changes() <-chan backpressure.OwnedShardFraction { return m
 // Follow applies the owned set to bp with SetOwnedShards, now and at every
 // change, until ctx is done; it returns ctx's error, or at once
 // SetOwnedShards's: one matching [backpressure.ErrInvalidConfig] for a nil
-// bp or one not built with backpressure.New. Run it beside a dispatcher
+// bp or one not built with backpressure.New; on a nil Membership, one
+// matching [outbox.ErrClosed]. Run it beside a dispatcher
 // over the same bp: the next sweep uses the new set.
 func (m *Membership) Follow(ctx context.Context, bp *backpressure.Backpressure) error {
+	if m == nil {
+		return closedError("Follow")
+	}
 	if err := bp.SetOwnedShards(m.Owned()); err != nil {
 		return err
 	}
@@ -264,6 +269,11 @@ func (m *Membership) loop(ctx context.Context) {
 		err := m.Heartbeat(hctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
+			if errors.Is(err, outbox.ErrClosed) {
+				// The store was closed (or the node left): nothing will
+				// heartbeat again, so stop rather than log every beat.
+				return
+			}
 			m.logger.Warn("pgstore: membership heartbeat failed", "node", m.node, "err", err)
 		}
 	}
