@@ -15,10 +15,12 @@ import (
 )
 
 // The order in which an aheadStore runs a sweep's claim and the read-ahead
-// SweepAhead starts beside it.
+// SweepAhead may start beside it. Neither makes the claim wait: a sweep
+// that plans from full counts read ahead for an earlier sweep may pass
+// them on and start no read-ahead, and its claim cannot tell.
 const (
 	orderFree       = iota // as the scheduler has it
-	orderAheadFirst        // the claim waits until the read-ahead has counted: its snapshot misses the claim
+	orderAheadFirst        // the read-ahead reads the outbox as it was before the claim, whenever it runs (an MVCC snapshot taken before the claim committed): it misses the claim
 	orderClaimFirst        // the read-ahead waits until the claim has run: its snapshot sees the claim
 )
 
@@ -40,16 +42,18 @@ type aheadStore struct {
 	ahead     int        // count calls made by read-aheads
 	claims    int        // ClaimOutboxRowsScoped calls
 	aheadCtxs []context.Context
+	readOrder int // the order the last read-ahead's count ran under
 
 	failAhead   error           // when set, every read-ahead's count fails with it
 	failClaim   error           // when set, the next claim fails with it
 	beforeClaim func(*memStore) // when set, runs (under the lock) before every claim
 
-	order       int           // orderFree, orderAheadFirst or orderClaimFirst
-	gate        chan struct{} // closed by the first of the two, for the other
-	gateClosed  bool
-	aheadBudget int  // with orderAheadFirst: a claim whose limits sum to it waits for the read-ahead
-	stuck       bool // such a claim waited in vain: no read-ahead came
+	// Set by setOrder before each sweep (orderFree until then).
+	order     int
+	claimDone chan struct{}   // closed by the sweep's claim
+	claimRan  bool            // claimDone is closed
+	aheadRan  bool            // a read-ahead has counted since setOrder
+	preClaim  *memWindowStore // orderAheadFirst: the outbox just before the sweep's claim, for a read-ahead that comes after it
 }
 
 func newAheadStore(shards int) *aheadStore {
@@ -59,21 +63,18 @@ func newAheadStore(shards int) *aheadStore {
 // isReadAhead reports whether a call comes from a read-ahead (see aheadStore).
 func isReadAhead(ctx context.Context) bool { return ctx.Done() != nil }
 
-// setOrder sets the order of the next sweep's claim and read-ahead; budget
-// is the sweep's min(n, B) when it is a SweepAhead (which starts a
-// read-ahead when its plan fills that budget), else 0.
-func (s *aheadStore) setOrder(order, budget int) {
+// setOrder sets the order of the next sweep's claim and the read-ahead it
+// may start; it must be called before every sweep that is to run in an
+// order other than orderFree (and before the next sweep after one that
+// did). It never makes anything wait for a read-ahead that does not come:
+// with orderAheadFirst the claim keeps a copy of the outbox as it was, for
+// a read-ahead that comes after it; with orderClaimFirst a read-ahead
+// waits for the claim, which a sweep always makes once it has started one.
+func (s *aheadStore) setOrder(order int) {
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	s.order, s.aheadBudget = order, budget
-	s.gate, s.gateClosed = make(chan struct{}), false
-}
-
-func (s *aheadStore) openGate() { // under s.lock
-	if !s.gateClosed {
-		s.gateClosed = true
-		close(s.gate)
-	}
+	s.order = order
+	s.claimDone, s.claimRan, s.aheadRan, s.preClaim = make(chan struct{}), false, false, nil
 }
 
 // calls returns the count calls made so far: the sweeps' own, and read-aheads'.
@@ -81,6 +82,13 @@ func (s *aheadStore) calls() (own, ahead int) {
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	return s.own, s.ahead
+}
+
+// lastReadOrder returns the order the last read-ahead's count ran under.
+func (s *aheadStore) lastReadOrder() int {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return s.readOrder
 }
 
 // lastAheadCtx returns the context of the last read-ahead's count.
@@ -97,9 +105,20 @@ func (s *aheadStore) countCall(ctx context.Context) { // under s.lock
 	if isReadAhead(ctx) {
 		s.ahead++
 		s.aheadCtxs = append(s.aheadCtxs, ctx)
+		s.readOrder = s.order
 	} else {
 		s.own++
 	}
+}
+
+// snapshot returns a copy of the outbox as it is now, to count on later.
+func (s *aheadStore) snapshot() *memWindowStore { // under s.lock
+	rows := copyRows(s.memStore)
+	m := &memStore{shards: s.shards, now: s.now, lease: s.lease, rows: make([]*memRow, len(rows))}
+	for i := range rows {
+		m.rows[i] = &rows[i]
+	}
+	return &memWindowStore{memStore: m}
 }
 
 func (s *aheadStore) CountClaimedOutboxRows(ctx context.Context, f backpressure.OwnedShardFraction) (map[string]int, error) {
@@ -120,29 +139,41 @@ func (s *aheadStore) CountOutboxRows(ctx context.Context, f backpressure.OwnedSh
 	ahead := isReadAhead(ctx)
 	if ahead {
 		s.lock.Lock()
-		order, gate := s.order, s.gate
+		order, claimDone := s.order, s.claimDone
 		s.lock.Unlock()
 		if order == orderClaimFirst {
-			<-gate // the claim always follows the read-ahead's start
+			// A sweep starts a read-ahead just before its claim, so the
+			// claim comes; a read-ahead dropped stops waiting.
+			select {
+			case <-claimDone:
+			case <-ctx.Done():
+			case <-time.After(time.Minute):
+				panic("aheadStore: hang guard: a read-ahead waited a minute for its sweep's claim")
+			}
 		}
 	}
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	s.countCall(ctx)
-	if ahead && s.order == orderAheadFirst {
-		defer s.openGate()
-	}
-	if ahead && s.failAhead != nil {
-		return nil, nil, s.failAhead
+	src := s.memWindowStore
+	if ahead {
+		s.aheadRan = true
+		if s.order == orderAheadFirst && s.preClaim != nil {
+			// The claim came first: count the outbox as it was before.
+			src, s.preClaim = s.preClaim, nil
+		}
+		if s.failAhead != nil {
+			return nil, nil, s.failAhead
+		}
 	}
 	var claimed map[string]int
 	if p.Claimed {
 		var err error
-		if claimed, err = s.memStore.CountClaimedOutboxRows(ctx, f); err != nil {
+		if claimed, err = src.memStore.CountClaimedOutboxRows(ctx, f); err != nil {
 			return nil, nil, err
 		}
 	}
-	pending, err := s.pending(ctx, f, p)
+	pending, err := src.pending(ctx, f, p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -150,28 +181,16 @@ func (s *aheadStore) CountOutboxRows(ctx context.Context, f backpressure.OwnedSh
 }
 
 func (s *aheadStore) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]memRow, error) {
-	sum := 0
-	for _, c := range claims {
-		sum += c.Limit
-	}
-	s.lock.Lock()
-	order, gate, budget := s.order, s.gate, s.aheadBudget
-	s.lock.Unlock()
-	if order == orderAheadFirst && budget > 0 && sum == budget {
-		// A full SweepAhead has started its read-ahead before its claim.
-		// (The timeout only guards against a hang if it has not.)
-		select {
-		case <-gate:
-		case <-time.After(10 * time.Second):
-			s.lock.Lock()
-			s.stuck = true
-			s.lock.Unlock()
-		}
-	}
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	if s.order == orderClaimFirst {
-		defer s.openGate()
+	switch {
+	case s.order == orderAheadFirst && !s.aheadRan:
+		// Keep the outbox as it is before the claim, for a read-ahead
+		// this sweep may have started and that has not counted yet.
+		s.preClaim = s.snapshot()
+	case s.order == orderClaimFirst && !s.claimRan:
+		s.claimRan = true
+		defer close(s.claimDone)
 	}
 	s.claims++
 	if err := s.failClaim; err != nil {
@@ -237,10 +256,14 @@ func copyRows(s *memStore) []memRow {
 // every other row is unchanged; and every report is conservative against
 // the outbox just before the sweep (counted here, row by row): Claimed at
 // least the namespace's live claimed rows, Pending at most its claimable
-// rows.
+// rows. And counts read ahead serve as SweepAhead says: a SweepAhead reads
+// ahead at most once, a SweepN never; a full SweepAhead leaves counts for
+// the next one, and any other sweep none; one that reads none passes on
+// full counts read for at most three sweeps before it (so that they serve
+// at most four), and a windowed one always reads.
 func TestSweepAheadStateful(t *testing.T) {
 	defer backpressure.SetAheadNoExpiry()()
-	var used, usedAheadFirst, usedClaimFirst, usedWindowed, aheadSweeps int
+	var used, usedAheadFirst, usedClaimFirst, usedWindowed, usedPassedOn, passedOn, aheadSweeps int
 	rapid.Check(t, func(t *rapid.T) {
 		nShards := rapid.IntRange(1, 8).Draw(t, "shards")
 		store := newAheadStore(nShards)
@@ -262,8 +285,12 @@ func TestSweepAheadStateful(t *testing.T) {
 		drawConfig := func(prefix string) backpressure.Config {
 			cfg := backpressure.Config{
 				BatchSize:    rapid.IntRange(1, 6).Draw(t, prefix+"batch"),
-				DefaultQuota: rapid.SampledFrom([]int{backpressure.Unlimited, 1, 2, 4}).Draw(t, prefix+"defaultQuota"),
-				Quotas:       map[string]int{nsName(prefix + "quotaNS"): rapid.IntRange(0, 3).Draw(t, prefix+"quota")},
+				DefaultQuota: rapid.SampledFrom([]int{backpressure.Unlimited, 1, 2, 4, 40}).Draw(t, prefix+"defaultQuota"),
+			}
+			// Now and then no small quota, so that full counts can be
+			// passed on (every finite ceiling keeps a budget's headroom).
+			if rapid.IntRange(0, 2).Draw(t, prefix+"quotaOverride") > 0 {
+				cfg.Quotas = map[string]int{nsName(prefix + "quotaNS"): rapid.IntRange(0, 3).Draw(t, prefix+"quota")}
 			}
 			cfg.Apportionment = rapid.SampledFrom([]backpressure.Apportionment{backpressure.ApportionCeil, backpressure.ApportionShares}).Draw(t, prefix+"apportionment")
 			if rapid.IntRange(0, 4).Draw(t, prefix+"weighted") == 0 {
@@ -279,6 +306,9 @@ func TestSweepAheadStateful(t *testing.T) {
 		for i := 0; i < nNS; i++ {
 			store.enqueue(fmt.Sprintf("n%02d", i), fmt.Sprint("q", rapid.IntRange(0, 2).Draw(t, "backlogTQ")), rapid.IntRange(0, 30).Draw(t, "backlog"))
 		}
+		// Sweeps (with n > 0) since the last read-ahead: the one that
+		// started it is 0.
+		sinceRead := 0
 		// sweepAndCheck runs one sweep and checks it.
 		sweepAndCheck := func(step int) {
 			f, batch := b.OwnedShards(), b.BatchSize()
@@ -290,12 +320,9 @@ func TestSweepAheadStateful(t *testing.T) {
 			}
 			ahead := rapid.IntRange(0, 4).Draw(t, "sweepAhead") > 0
 			order := rapid.IntRange(orderFree, orderClaimFirst).Draw(t, "order")
-			budget := 0
-			if ahead {
-				budget = max(0, min(n, batch))
-			}
-			store.setOrder(order, budget)
+			store.setOrder(order)
 			own, aheadCalls := store.calls()
+			readOrder := store.lastReadOrder()
 			sweep := backpressure.SweepN[memRow]
 			if ahead {
 				sweep = backpressure.SweepAhead[memRow]
@@ -305,9 +332,6 @@ func TestSweepAheadStateful(t *testing.T) {
 			if err != nil {
 				t.Fatalf("step %d: sweep (ahead %v, n %d): %v", step, ahead, n, err)
 			}
-			if store.stuck {
-				t.Fatalf("step %d: a full SweepAhead's claim waited for a read-ahead that never came", step)
-			}
 			own2, aheadCalls2 := store.calls()
 			if n <= 0 {
 				if rows != nil || plan.Claims != nil || plan.Namespaces != nil || own2 != own || aheadCalls2 != aheadCalls {
@@ -315,12 +339,20 @@ func TestSweepAheadStateful(t *testing.T) {
 				}
 				return
 			}
+			full := len(rows) == min(n, batch)
+			read := aheadCalls2 - aheadCalls
+			if pending := backpressure.AheadPending(b); pending != (ahead && full) {
+				t.Fatalf("step %d: counts read ahead pending %v after a sweep (ahead %v) that claimed %d rows of min(%d, %d)", step, pending, ahead, len(rows), n, batch)
+			}
 			if ahead {
 				aheadSweeps++
+				if read > 1 {
+					t.Fatalf("step %d: a SweepAhead read ahead %d times", step, read)
+				}
 				if own2 == own {
 					// Planned from the counts read ahead alone.
 					used++
-					switch order {
+					switch readOrder {
 					case orderAheadFirst:
 						usedAheadFirst++
 					case orderClaimFirst:
@@ -328,10 +360,28 @@ func TestSweepAheadStateful(t *testing.T) {
 					}
 					if plan.Windowed {
 						usedWindowed++
+						if sinceRead != 0 {
+							t.Fatalf("step %d: a window read ahead %d sweeps before served", step, sinceRead+1)
+						}
+					}
+					if sinceRead > 0 {
+						usedPassedOn++
 					}
 				}
-			} else if aheadCalls2 != aheadCalls {
+				if full && read == 0 {
+					// Passed on the full counts it planned from.
+					passedOn++
+					if plan.Windowed || sinceRead >= 3 {
+						t.Fatalf("step %d: a full SweepAhead (windowed %v) passed on counts read %d sweeps before it", step, plan.Windowed, sinceRead+1)
+					}
+				}
+			} else if read != 0 {
 				t.Fatalf("step %d: SweepN read ahead", step)
+			}
+			if read > 0 {
+				sinceRead = 0
+			} else {
+				sinceRead++
 			}
 			if len(rows) > min(n, batch) || len(rows) != plan.Granted() {
 				t.Fatalf("step %d: sweep(%d) claimed %d rows, plan granted %d, batch %d", step, n, len(rows), plan.Granted(), batch)
@@ -368,7 +418,7 @@ func TestSweepAheadStateful(t *testing.T) {
 			for ns, k := range liveAfter {
 				c := b.Ceiling(ns)
 				if c == backpressure.Unlimited {
-					return
+					continue
 				}
 				if grantedNS[ns] && k > c {
 					t.Fatalf("step %d: namespace %q has %d claimed rows > ceiling %d after a sweep granted it %d (plan %+v)", step, ns, k, c, len(rows), plan.Namespaces)
@@ -410,17 +460,17 @@ func TestSweepAheadStateful(t *testing.T) {
 			default:
 				// A burst of sweeps, as a dispatcher sweeps again at once
 				// after a full one.
-				for burst := rapid.IntRange(1, 4).Draw(t, "burst"); burst > 0; burst-- {
+				for burst := rapid.IntRange(1, 6).Draw(t, "burst"); burst > 0; burst-- {
 					sweepAndCheck(step)
 				}
 			}
 		}
 	})
-	t.Logf("%d SweepAheads, %d planned from counts read ahead alone (%d read before the claim, %d after, %d windowed)",
-		aheadSweeps, used, usedAheadFirst, usedClaimFirst, usedWindowed)
-	if used == 0 || usedAheadFirst == 0 || usedClaimFirst == 0 || usedWindowed == 0 {
-		t.Fatalf("the generator must reach sweeps planned from counts read ahead, read before and after the claim, and windowed: %d, %d, %d, %d",
-			used, usedAheadFirst, usedClaimFirst, usedWindowed)
+	t.Logf("%d SweepAheads, %d planned from counts read ahead alone (%d read before the claim, %d after, %d windowed, %d read for an earlier sweep); %d passed full counts on",
+		aheadSweeps, used, usedAheadFirst, usedClaimFirst, usedWindowed, usedPassedOn, passedOn)
+	if used == 0 || usedAheadFirst == 0 || usedClaimFirst == 0 || usedWindowed == 0 || usedPassedOn == 0 || passedOn == 0 {
+		t.Fatalf("the generator must reach sweeps planned from counts read ahead, read before and after the claim, windowed, read for an earlier sweep, and sweeps passing counts on: %d, %d, %d, %d, %d, %d",
+			used, usedAheadFirst, usedClaimFirst, usedWindowed, usedPassedOn, passedOn)
 	}
 }
 
@@ -441,41 +491,46 @@ func deepStore(nsCount, queues, rows int) *aheadStore {
 // corrected give exactly the plans fresh counts give. Two identical
 // outboxes, one drained by SweepN and one by SweepAhead, claim the same
 // rows sweep after sweep, whichever of claim and read-ahead runs first;
-// after the first sweep every SweepAhead plans from its read-ahead alone,
-// so its only count is the next read-ahead, one per sweep, and it always
-// leaves one pending: SweepN waits for a count at every sweep, SweepAhead
-// only at its first. With more namespaces than the batch, the plans are
-// windowed.
+// after the first sweep every SweepAhead plans from counts read ahead
+// alone, and it always leaves some for the next: SweepN waits for a count
+// at every sweep, SweepAhead only at its first. With full counts (fewer
+// namespaces than a window), a read serves four sweeps: the first sweep
+// reads ahead, the next four plan from that read, and the fourth of them
+// reads again, so the reads come at sweeps 0, 4, 8, …; with more
+// namespaces than the batch, the plans are windowed, and every sweep reads
+// ahead for the next.
 func TestSweepAheadSameClaimsAsSweepN(t *testing.T) {
 	defer backpressure.SetAheadNoExpiry()()
-	const sweeps = 12
+	const sweeps = 13
 	for _, tc := range []struct {
 		name                   string
 		batch, nsCount, queues int
 		weights                map[string]int
 		windowed               bool
+		readEvery              int // sweeps a read serves
 	}{
-		{name: "one route", batch: 4, nsCount: 1, queues: 1},
-		{name: "few namespaces", batch: 5, nsCount: 3, queues: 2},
-		{name: "weighted", batch: 6, nsCount: 3, queues: 2, weights: map[string]int{"n01": 3}},
-		{name: "more namespaces than B", batch: 4, nsCount: 13, queues: 2, windowed: true},
-		{name: "B of 1", batch: 1, nsCount: 5, queues: 3, windowed: true},
+		{name: "one route", batch: 4, nsCount: 1, queues: 1, readEvery: 4},
+		{name: "few namespaces", batch: 5, nsCount: 3, queues: 2, readEvery: 4},
+		{name: "weighted", batch: 6, nsCount: 3, queues: 2, weights: map[string]int{"n01": 3}, readEvery: 4},
+		{name: "more namespaces than B", batch: 4, nsCount: 13, queues: 2, windowed: true, readEvery: 1},
+		{name: "B of 1", batch: 1, nsCount: 5, queues: 3, windowed: true, readEvery: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			depth := 2 * (sweeps + 2) * tc.batch
 			fresh, ahead := deepStore(tc.nsCount, tc.queues, depth), deepStore(tc.nsCount, tc.queues, depth)
 			cfg := backpressure.Config{BatchSize: tc.batch, DefaultQuota: backpressure.Unlimited, Weights: tc.weights}
 			bf, ba := newTestBP(t, cfg, 1), newTestBP(t, cfg, 1)
-			windowed := 0
+			windowed, reads := 0, 0
 			for i := 0; i < sweeps; i++ {
-				ahead.setOrder(i%3, tc.batch)
+				// Reads come at every readEvery-th sweep: vary the order
+				// from read to read.
+				ahead.setOrder((i / tc.readEvery) % 3)
 				own, aheadCalls := ahead.calls()
 				r1, p1, err1 := backpressure.SweepN(context.Background(), bf, fresh, tc.batch)
 				r2, p2, err2 := backpressure.SweepAhead(context.Background(), ba, ahead, tc.batch)
 				backpressure.WaitAhead(ba)
 				require.NoError(t, err1)
 				require.NoError(t, err2)
-				require.False(t, ahead.stuck, "sweep %d", i)
 				require.Len(t, r1, tc.batch, "sweep %d", i)
 				require.Equal(t, keys(r1), keys(r2), "sweep %d: SweepN claimed %v, SweepAhead %v", i, p1.Claims, p2.Claims)
 				require.Equal(t, p1.Claims, p2.Claims, "sweep %d", i)
@@ -490,9 +545,14 @@ func TestSweepAheadSameClaimsAsSweepN(t *testing.T) {
 					r2.Claimed = r1.Claimed
 					require.Equal(t, r1, r2, "sweep %d", i)
 				}
-				require.True(t, backpressure.AheadPending(ba), "sweep %d: a full SweepAhead left no read-ahead", i)
+				require.True(t, backpressure.AheadPending(ba), "sweep %d: a full SweepAhead left no counts for the next", i)
 				own2, aheadCalls2 := ahead.calls()
-				require.Equal(t, 1, aheadCalls2-aheadCalls, "sweep %d: read-aheads", i)
+				wantRead := 0
+				if i%tc.readEvery == 0 {
+					wantRead = 1
+				}
+				require.Equal(t, wantRead, aheadCalls2-aheadCalls, "sweep %d: read-aheads", i)
+				reads += aheadCalls2 - aheadCalls
 				if i > 0 {
 					require.Zero(t, own2-own, "sweep %d: SweepAhead counted for itself", i)
 				}
@@ -503,10 +563,12 @@ func TestSweepAheadSameClaimsAsSweepN(t *testing.T) {
 			freshOwn, _ := fresh.calls()
 			own, aheadCalls := ahead.calls()
 			t.Logf("SweepN: %d counts; SweepAhead: %d own, %d read ahead; %d windowed plans", freshOwn, own, aheadCalls, windowed)
-			// SweepN on a Counter serving Claimed counts once a sweep too,
-			// so in all SweepAhead counts once more (the last read-ahead);
-			// but only its first sweep waited for a count.
+			// SweepN on a Counter serving Claimed counts once a sweep too;
+			// SweepAhead counts once, at its first sweep, and reads ahead
+			// once every readEvery sweeps.
 			require.Equal(t, 1, own, "SweepAhead's own counts")
+			require.Equal(t, (sweeps+tc.readEvery-1)/tc.readEvery, aheadCalls, "SweepAhead's reads")
+			require.Equal(t, reads, aheadCalls)
 			require.GreaterOrEqual(t, freshOwn, sweeps, "SweepN's counts")
 			require.LessOrEqual(t, own+aheadCalls, freshOwn+1)
 			if tc.windowed {
@@ -526,17 +588,31 @@ func keys(rows []memRow) []string {
 
 // aheadFixture is a Backpressure of batch 3 and unlimited quotas, over a
 // deep outbox of three namespaces on one shard, after one full SweepAhead
-// has left a read-ahead pending.
+// has left a read-ahead pending, and passed more full SweepAheads have
+// planned from it and passed it on (so passed < 4 more may).
 type aheadFixture struct {
 	b *backpressure.Backpressure
 	s *aheadStore
 }
 
-func newAheadFixture(t *testing.T) aheadFixture {
+// passedOn are the fixtures' numbers of sweeps that planned from the
+// counts read ahead and passed them on: the tests of whether the next
+// sweep uses them run with counts as read, and with counts already served
+// twice.
+var passedOn = []int{0, 2}
+
+func newAheadFixture(t *testing.T, passed int) aheadFixture {
 	t.Helper()
 	fx := aheadFixture{b: newTestBP(t, backpressure.Config{BatchSize: 3, DefaultQuota: backpressure.Unlimited}, 1), s: deepStore(3, 1, 100)}
 	fx.sweepAhead(t, fx.s, 3)
 	require.True(t, backpressure.AheadPending(fx.b), "a full SweepAhead left no read-ahead")
+	for i := 0; i < passed; i++ {
+		_, aheadCalls := fx.s.calls()
+		require.Zero(t, fx.sweepAhead(t, fx.s, 3), "sweep %d after the read counted for itself", i+1)
+		_, aheadCalls2 := fx.s.calls()
+		require.Equal(t, aheadCalls, aheadCalls2, "sweep %d after the read read ahead", i+1)
+		require.True(t, backpressure.AheadPending(fx.b), "sweep %d after the read passed nothing on", i+1)
+	}
 	return fx
 }
 
@@ -554,17 +630,25 @@ func (fx aheadFixture) sweepAhead(t *testing.T, store *aheadStore, n int) int {
 }
 
 // The read-ahead a full SweepAhead leaves is used by the next SweepAhead,
-// which then counts nothing for itself, unless something between them, or
-// the next sweep itself, makes it unfit: the next sweep then counts as
+// which then counts nothing for itself; being full counts, it serves the
+// next three too, the last of which reads ahead again. Unless something
+// between them, or the next sweep itself, makes the counts unfit, whether
+// read for the last sweep or passed on: the next sweep then counts as
 // SweepN does. A read-ahead not used is cancelled.
 func TestSweepAheadCarriedCountsNotUsed(t *testing.T) {
 	defer backpressure.SetAheadNoExpiry()()
 	ctx := context.Background()
-	t.Run("used", func(t *testing.T) {
-		fx := newAheadFixture(t)
-		require.Zero(t, fx.sweepAhead(t, fx.s, 3))
-		require.True(t, backpressure.AheadPending(fx.b))
-	})
+	for passed := 0; passed < 4; passed++ {
+		t.Run(fmt.Sprintf("used (passed on %d)", passed), func(t *testing.T) {
+			fx := newAheadFixture(t, passed)
+			_, aheadCalls := fx.s.calls()
+			require.Zero(t, fx.sweepAhead(t, fx.s, 3))
+			require.True(t, backpressure.AheadPending(fx.b))
+			_, aheadCalls2 := fx.s.calls()
+			// The fourth sweep to plan from a read reads again.
+			require.Equal(t, passed == 3, aheadCalls2 > aheadCalls, "read ahead")
+		})
+	}
 	t.Run("smaller budget", func(t *testing.T) {
 		// One namespace of three queues: full counts, never a window; a
 		// read-ahead for budget 3, at cap 3, covers budget 2's cap of 2.
@@ -586,13 +670,15 @@ func TestSweepAheadCarriedCountsNotUsed(t *testing.T) {
 			require.True(t, backpressure.AheadPending(fx.b))
 		}, 6},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fx := newAheadFixture(t)
-			tc.between(t, fx)
-			readAhead := fx.s.lastAheadCtx()
-			require.NotZero(t, fx.sweepAhead(t, fx.s, tc.n), "the next sweep did not count for itself")
-			require.Error(t, readAhead.Err(), "the read-ahead not used was not cancelled")
-		})
+		for _, passed := range passedOn {
+			t.Run(fmt.Sprintf("%s (passed on %d)", tc.name, passed), func(t *testing.T) {
+				fx := newAheadFixture(t, passed)
+				tc.between(t, fx)
+				readAhead := fx.s.lastAheadCtx()
+				require.NotZero(t, fx.sweepAhead(t, fx.s, tc.n), "the next sweep did not count for itself")
+				require.Error(t, readAhead.Err(), "the read-ahead not used was not cancelled")
+			})
+		}
 	}
 	t.Run("Plan between", func(t *testing.T) {
 		// Backpressure.Plan moves the rotation, so a window read ahead
@@ -643,70 +729,82 @@ func TestSweepAheadCarriedCountsNotUsed(t *testing.T) {
 		s.enqueue("c", "q", 5)
 		require.NotZero(t, fx.sweepAhead(t, s, 3))
 	})
-	t.Run("previous claim came back short", func(t *testing.T) {
-		fx := newAheadFixture(t)
-		// Another claimer takes a route's rows between the sweep's count
-		// and its claim: the plan is full, the claim is not.
-		fx.s.lock.Lock()
-		fx.s.beforeClaim = func(m *memStore) {
-			for _, r := range m.rows {
-				if r.Namespace == "n01" {
-					r.Settled = true
+	// With 0 passed on, the short sweep plans from the counts read ahead
+	// and would pass them on; with 3, they have served their last sweep,
+	// which reads ahead anew, and that read-ahead is dropped.
+	for _, passed := range []int{0, 3} {
+		t.Run(fmt.Sprintf("previous claim came back short (passed on %d)", passed), func(t *testing.T) {
+			fx := newAheadFixture(t, passed)
+			_, aheadCalls := fx.s.calls()
+			// Another claimer takes a route's rows between the sweep's count
+			// and its claim: the plan is full, the claim is not.
+			fx.s.lock.Lock()
+			fx.s.beforeClaim = func(m *memStore) {
+				for _, r := range m.rows {
+					if r.Namespace == "n01" {
+						r.Settled = true
+					}
 				}
 			}
-		}
-		fx.s.lock.Unlock()
-		rows, plan, err := backpressure.SweepAhead(ctx, fx.b, fx.s, 3)
-		backpressure.WaitAhead(fx.b)
-		require.NoError(t, err)
-		require.Equal(t, 3, plan.Granted())
-		require.Len(t, rows, 2)
-		require.False(t, backpressure.AheadPending(fx.b), "a short claim left a read-ahead")
-		require.Error(t, fx.s.lastAheadCtx().Err(), "the read-ahead dropped was not cancelled")
-		fx.s.lock.Lock()
-		fx.s.beforeClaim = nil
-		fx.s.lock.Unlock()
-		require.NotZero(t, fx.sweepAhead(t, fx.s, 3))
-	})
-	for _, name := range []string{"SweepN", "Sweep"} {
-		t.Run("next is "+name, func(t *testing.T) {
-			fx := newAheadFixture(t)
-			readAhead := fx.s.lastAheadCtx()
-			var err error
-			if name == "Sweep" {
-				_, _, err = backpressure.Sweep(ctx, fx.b, fx.s)
-			} else {
-				_, _, err = backpressure.SweepN(ctx, fx.b, fx.s, 3)
-			}
-			require.NoError(t, err)
+			fx.s.lock.Unlock()
+			rows, plan, err := backpressure.SweepAhead(ctx, fx.b, fx.s, 3)
 			backpressure.WaitAhead(fx.b)
-			require.False(t, backpressure.AheadPending(fx.b), "%s kept a read-ahead", name)
-			require.Error(t, readAhead.Err(), "%s did not cancel the read-ahead", name)
-			_, aheadCalls := fx.s.calls()
-			require.Equal(t, 1, aheadCalls, "%s read ahead", name)
+			require.NoError(t, err)
+			require.Equal(t, 3, plan.Granted())
+			require.Len(t, rows, 2)
+			require.False(t, backpressure.AheadPending(fx.b), "a short claim left a read-ahead")
+			_, aheadCalls2 := fx.s.calls()
+			require.Equal(t, passed == 3, aheadCalls2 > aheadCalls, "read ahead")
+			require.Error(t, fx.s.lastAheadCtx().Err(), "the read-ahead dropped was not cancelled")
+			fx.s.lock.Lock()
+			fx.s.beforeClaim = nil
+			fx.s.lock.Unlock()
 			require.NotZero(t, fx.sweepAhead(t, fx.s, 3))
 		})
 	}
-	t.Run("different store", func(t *testing.T) {
-		fx := newAheadFixture(t)
-		twin := deepStore(3, 1, 100)
-		readAhead := fx.s.lastAheadCtx()
-		require.NotZero(t, fx.sweepAhead(t, twin, 3), "a sweep on another store used the first one's read-ahead")
-		require.Error(t, readAhead.Err())
-		// And back: the read-ahead is now twin's.
-		require.NotZero(t, fx.sweepAhead(t, fx.s, 3))
-	})
-	t.Run("next store not a Counter", func(t *testing.T) {
-		fx := newAheadFixture(t)
-		readAhead := fx.s.lastAheadCtx()
-		plain := newMemStore(1)
-		plain.enqueue("a", "q", 5)
-		_, _, err := backpressure.SweepAhead(ctx, fx.b, plain, 3)
-		backpressure.WaitAhead(fx.b)
-		require.NoError(t, err)
-		require.False(t, backpressure.AheadPending(fx.b))
-		require.Error(t, readAhead.Err(), "the read-ahead not used was not cancelled")
-	})
+	for _, name := range []string{"SweepN", "Sweep"} {
+		for _, passed := range passedOn {
+			t.Run(fmt.Sprintf("next is %s (passed on %d)", name, passed), func(t *testing.T) {
+				fx := newAheadFixture(t, passed)
+				readAhead := fx.s.lastAheadCtx()
+				var err error
+				if name == "Sweep" {
+					_, _, err = backpressure.Sweep(ctx, fx.b, fx.s)
+				} else {
+					_, _, err = backpressure.SweepN(ctx, fx.b, fx.s, 3)
+				}
+				require.NoError(t, err)
+				backpressure.WaitAhead(fx.b)
+				require.False(t, backpressure.AheadPending(fx.b), "%s kept a read-ahead", name)
+				require.Error(t, readAhead.Err(), "%s did not cancel the read-ahead", name)
+				_, aheadCalls := fx.s.calls()
+				require.Equal(t, 1, aheadCalls, "%s read ahead", name)
+				require.NotZero(t, fx.sweepAhead(t, fx.s, 3))
+			})
+		}
+	}
+	for _, passed := range passedOn {
+		t.Run(fmt.Sprintf("different store (passed on %d)", passed), func(t *testing.T) {
+			fx := newAheadFixture(t, passed)
+			twin := deepStore(3, 1, 100)
+			readAhead := fx.s.lastAheadCtx()
+			require.NotZero(t, fx.sweepAhead(t, twin, 3), "a sweep on another store used the first one's read-ahead")
+			require.Error(t, readAhead.Err())
+			// And back: the read-ahead is now twin's.
+			require.NotZero(t, fx.sweepAhead(t, fx.s, 3))
+		})
+		t.Run(fmt.Sprintf("next store not a Counter (passed on %d)", passed), func(t *testing.T) {
+			fx := newAheadFixture(t, passed)
+			readAhead := fx.s.lastAheadCtx()
+			plain := newMemStore(1)
+			plain.enqueue("a", "q", 5)
+			_, _, err := backpressure.SweepAhead(ctx, fx.b, plain, 3)
+			backpressure.WaitAhead(fx.b)
+			require.NoError(t, err)
+			require.False(t, backpressure.AheadPending(fx.b))
+			require.Error(t, readAhead.Err(), "the read-ahead not used was not cancelled")
+		})
+	}
 	t.Run("store of a type that is not comparable", func(t *testing.T) {
 		b := newTestBP(t, backpressure.Config{BatchSize: 3, DefaultQuota: backpressure.Unlimited}, 1)
 		s := deepStore(3, 1, 100)
@@ -777,24 +875,30 @@ func TestSweepAheadCarriedCountsNotUsed(t *testing.T) {
 		require.NotZero(t, fx.sweepAhead(t, s, 3), "the last read-ahead failed")
 		require.Zero(t, fx.sweepAhead(t, s, 3))
 	})
-	t.Run("claim fails", func(t *testing.T) {
-		fx := newAheadFixture(t)
-		boom := errors.New("deadlock detected")
-		fx.s.lock.Lock()
-		fx.s.failClaim = boom
-		fx.s.lock.Unlock()
-		rows, plan, err := backpressure.SweepAhead(ctx, fx.b, fx.s, 3)
-		backpressure.WaitAhead(fx.b)
-		var se *backpressure.StoreError
-		require.ErrorAs(t, err, &se)
-		require.Equal(t, "ClaimOutboxRowsScoped", se.Op)
-		require.ErrorIs(t, err, boom)
-		require.Nil(t, rows)
-		require.Nil(t, plan.Claims)
-		require.False(t, backpressure.AheadPending(fx.b), "a failed sweep left a read-ahead")
-		require.Error(t, fx.s.lastAheadCtx().Err(), "the failed sweep's read-ahead was not cancelled")
-		require.NotZero(t, fx.sweepAhead(t, fx.s, 3))
-	})
+	// As for a short claim: counts passed on, or a new read-ahead, dropped.
+	for _, passed := range []int{0, 3} {
+		t.Run(fmt.Sprintf("claim fails (passed on %d)", passed), func(t *testing.T) {
+			fx := newAheadFixture(t, passed)
+			_, aheadCalls := fx.s.calls()
+			boom := errors.New("deadlock detected")
+			fx.s.lock.Lock()
+			fx.s.failClaim = boom
+			fx.s.lock.Unlock()
+			rows, plan, err := backpressure.SweepAhead(ctx, fx.b, fx.s, 3)
+			backpressure.WaitAhead(fx.b)
+			var se *backpressure.StoreError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, "ClaimOutboxRowsScoped", se.Op)
+			require.ErrorIs(t, err, boom)
+			require.Nil(t, rows)
+			require.Nil(t, plan.Claims)
+			require.False(t, backpressure.AheadPending(fx.b), "a failed sweep left a read-ahead")
+			_, aheadCalls2 := fx.s.calls()
+			require.Equal(t, passed == 3, aheadCalls2 > aheadCalls, "read ahead")
+			require.Error(t, fx.s.lastAheadCtx().Err(), "the failed sweep's read-ahead was not cancelled")
+			require.NotZero(t, fx.sweepAhead(t, fx.s, 3))
+		})
+	}
 }
 
 // sliceStore is an aheadStore behind a value of a type == cannot compare.
@@ -833,76 +937,191 @@ func TestSweepAheadTxSweeperNeverReadsAhead(t *testing.T) {
 	require.NotZero(t, own)
 }
 
-// The corrections, seen in the next sweep's reports: three namespaces of
-// three rows, B = 3. The first sweep claims one row of each; its
-// read-ahead counts either before the claim (2 claimable rows of each
-// counted as 3, none claimed) or after it (2 and 1). Corrected by the
-// grants, K + g and P − g: before, the next sweep's reports are exact (1
-// claimed, 2 pending); after, they are conservative by the grant (2
-// claimed, 1 pending). Either way the next sweep claims one row of each.
+// The corrections, seen in the reports of the sweeps that plan from one
+// read: three namespaces of six rows, B = 3, unlimited quotas. The first
+// sweep claims one row of each; its read-ahead counts either before the
+// claim (6 claimable rows of each, none claimed) or after it (5 and 1),
+// at cap 3 + 4·1 = 7, so every route is counted exactly. The next four
+// sweeps plan from that read, corrected by every grant since it, K + Σg
+// and min(P − Σg, 3): the h-th after it has seen h grants of one row per
+// namespace, so its reports say h claimed and min(6 − h, 3) pending when
+// the read came before the claim (exact, but for the cap), and h + 1 and
+// min(5 − h, 3) when it came after (conservative by the first grant).
+// Either way each sweep claims one row of each, the first three pass the
+// counts on without reading, and the fourth reads again.
 func TestSweepAheadCorrections(t *testing.T) {
 	defer backpressure.SetAheadNoExpiry()()
 	for _, tc := range []struct {
-		name             string
-		order            int
-		claimed, pending int
+		name      string
+		order     int
+		seenClaim int // 1 if the read saw the first sweep's claim
 	}{
-		{"read before the claim", orderAheadFirst, 1, 2},
-		{"read after the claim", orderClaimFirst, 2, 1},
+		{"read before the claim", orderAheadFirst, 0},
+		{"read after the claim", orderClaimFirst, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := deepStore(3, 1, 3)
+			s := deepStore(3, 1, 6)
 			b := newTestBP(t, backpressure.Config{BatchSize: 3, DefaultQuota: backpressure.Unlimited}, 1)
 			fx := aheadFixture{b: b, s: s}
-			s.setOrder(tc.order, 3)
+			s.setOrder(tc.order)
 			fx.sweepAhead(t, s, 3)
-			require.False(t, s.stuck)
-			s.setOrder(orderFree, 0)
-			own, _ := s.calls()
-			rows, plan, err := backpressure.SweepAhead(context.Background(), b, s, 3)
-			backpressure.WaitAhead(b)
-			require.NoError(t, err)
-			own2, _ := s.calls()
-			require.Zero(t, own2-own, "the read-ahead was not used")
-			require.Len(t, rows, 3)
-			for _, ns := range []string{"n00", "n01", "n02"} {
-				r, ok := plan.Namespace(ns)
-				require.True(t, ok, ns)
-				require.Equal(t, tc.claimed, r.Claimed, "%s: %+v", ns, r)
-				require.Equal(t, tc.pending, r.Pending, "%s: %+v", ns, r)
-				require.Equal(t, 1, r.Granted, "%s: %+v", ns, r)
+			for h := 1; h <= 4; h++ {
+				s.setOrder(orderFree)
+				own, aheadCalls := s.calls()
+				rows, plan, err := backpressure.SweepAhead(context.Background(), b, s, 3)
+				backpressure.WaitAhead(b)
+				require.NoError(t, err)
+				own2, aheadCalls2 := s.calls()
+				require.Zero(t, own2-own, "sweep %d: the counts read ahead were not used", h)
+				wantRead := 0
+				if h == 4 {
+					wantRead = 1
+				}
+				require.Equal(t, wantRead, aheadCalls2-aheadCalls, "sweep %d: read-aheads", h)
+				require.True(t, backpressure.AheadPending(b), "sweep %d", h)
+				require.Len(t, rows, 3, "sweep %d", h)
+				for _, ns := range []string{"n00", "n01", "n02"} {
+					r, ok := plan.Namespace(ns)
+					require.True(t, ok, ns)
+					require.Equal(t, h+tc.seenClaim, r.Claimed, "sweep %d, %s: %+v", h, ns, r)
+					require.Equal(t, min(6-h-tc.seenClaim, 3), r.Pending, "sweep %d, %s: %+v", h, ns, r)
+					require.Equal(t, 1, r.Granted, "sweep %d, %s: %+v", h, ns, r)
+				}
 			}
 		})
 	}
 }
 
 // A plan's slices are the caller's (see Plan): changing the Claims of the
-// plan a SweepAhead returned must not change how the next sweep corrects
-// the counts read ahead. Quota 1 on one shard: a ceiling of 1 per
-// namespace, which the first sweep fills; its read-ahead counts before the
-// claim (no row claimed yet). A caller that then zeroes its plan's limits
-// must not make the next sweep believe the namespaces have headroom.
+// plans SweepAhead returned must not change how the next sweeps correct
+// the counts read ahead. On one shard, three namespaces of ten rows, B = 3,
+// every read-ahead counting before its sweep's claim, and a caller that
+// zeroes and truncates the Claims of every plan it gets: with quota 1, a
+// ceiling of 1 per namespace, which the first sweep fills, so the next
+// must claim nothing; with quota 5, the second sweep plans from the first
+// one's read (1 claimed of each, 1 granted) and passes it on (headroom
+// 5 − 2 ≥ 3), so the third corrects it by both earlier grants (2
+// claimed); every report's Claimed is at least the live claimed rows, and
+// no namespace ever holds more than its ceiling.
 func TestSweepAheadPlanIsTheCallers(t *testing.T) {
 	defer backpressure.SetAheadNoExpiry()()
-	s := deepStore(3, 1, 10)
-	b := newTestBP(t, backpressure.Config{BatchSize: 3, DefaultQuota: 1}, 1)
-	s.setOrder(orderAheadFirst, 3)
-	rows, plan, err := backpressure.SweepAhead(context.Background(), b, s, 3)
-	backpressure.WaitAhead(b)
-	require.NoError(t, err)
-	require.False(t, s.stuck)
-	require.Len(t, rows, 3)
-	for i := range plan.Claims {
-		plan.Claims[i].Limit = 0
+	for _, quota := range []int{1, 5} {
+		t.Run(fmt.Sprint("quota ", quota), func(t *testing.T) {
+			s := deepStore(3, 1, 10)
+			b := newTestBP(t, backpressure.Config{BatchSize: 3, DefaultQuota: quota}, 1)
+			for i := 0; ; i++ {
+				require.Less(t, i, 10, "the sweeps never stopped claiming")
+				trueClaimed, _ := liveCounts(copyRows(s.memStore), s.now, b.OwnedShards())
+				_, aheadCalls := s.calls()
+				s.setOrder(orderAheadFirst)
+				rows, plan, err := backpressure.SweepAhead(context.Background(), b, s, 3)
+				backpressure.WaitAhead(b)
+				require.NoError(t, err)
+				for _, r := range plan.Namespaces {
+					require.GreaterOrEqual(t, r.Claimed, trueClaimed[r.Namespace], "sweep %d: %+v", i, r)
+				}
+				live, _ := liveCounts(copyRows(s.memStore), s.now, b.OwnedShards())
+				for ns, k := range live {
+					require.LessOrEqual(t, k, quota, "sweep %d: namespace %s", i, ns)
+				}
+				_, aheadCalls2 := s.calls()
+				switch {
+				case quota == 1 && i == 1:
+					require.Empty(t, rows, "every namespace is at its ceiling of 1; plan %+v", plan.Namespaces)
+				case quota == 5 && i == 1:
+					require.Len(t, rows, 3)
+					require.Zero(t, aheadCalls2-aheadCalls, "the second sweep did not pass the counts on")
+				case quota == 5 && i == 2:
+					for _, r := range plan.Namespaces {
+						require.Equal(t, 2, r.Claimed, "%+v", r)
+					}
+				}
+				if len(rows) == 0 {
+					break
+				}
+				for i := range plan.Claims {
+					plan.Claims[i].Limit = 0
+				}
+				plan.Claims = slices.Delete(plan.Claims, 0, len(plan.Claims))
+			}
+		})
 	}
-	plan.Claims = slices.Delete(plan.Claims, 0, len(plan.Claims))
-	s.setOrder(orderFree, 0)
-	rows, plan, err = backpressure.SweepAhead(context.Background(), b, s, 3)
-	backpressure.WaitAhead(b)
-	require.NoError(t, err)
-	require.Empty(t, rows, "every namespace is at its ceiling of 1; plan %+v", plan.Namespaces)
-	live, _ := liveCounts(copyRows(s.memStore), s.now, b.OwnedShards())
-	for ns, k := range live {
-		require.LessOrEqual(t, k, 1, "namespace %s", ns)
+}
+
+// How often SweepAhead reads full counts ahead, on a deep backlog of few
+// namespaces on one shard, against a twin outbox drained by SweepN, which
+// claims the same rows at every sweep: every sweep fills its budget and
+// leaves counts for the next, and the reads come as passOn allows, at
+// most one every four sweeps.
+func TestSweepAheadFullCountsPassedOn(t *testing.T) {
+	defer backpressure.SetAheadNoExpiry()()
+	ctx := context.Background()
+	// sweep runs SweepN on fresh and SweepAhead on ahead with budget n,
+	// checks that they claimed the same n rows, and returns whether the
+	// SweepAhead read ahead.
+	sweep := func(t *testing.T, i int, bf, ba *backpressure.Backpressure, fresh, ahead *aheadStore, n int) bool {
+		t.Helper()
+		_, aheadCalls := ahead.calls()
+		r1, p1, err1 := backpressure.SweepN(ctx, bf, fresh, n)
+		r2, p2, err2 := backpressure.SweepAhead(ctx, ba, ahead, n)
+		backpressure.WaitAhead(ba)
+		require.NoError(t, err1)
+		require.NoError(t, err2)
+		require.Len(t, r1, n, "sweep %d", i)
+		require.Equal(t, keys(r1), keys(r2), "sweep %d: SweepN claimed %v, SweepAhead %v", i, p1.Claims, p2.Claims)
+		require.True(t, backpressure.AheadPending(ba), "sweep %d: a full SweepAhead left no counts for the next", i)
+		_, aheadCalls2 := ahead.calls()
+		require.LessOrEqual(t, aheadCalls2-aheadCalls, 1, "sweep %d", i)
+		return aheadCalls2 > aheadCalls
 	}
+	// A finite quota: two namespaces of one route, B = 4, every claimed
+	// row settled after each sweep, every read counting before its
+	// sweep's claim, so none claimed. The h-th sweep after a read plans
+	// from K′ = 2h claimed rows of each namespace and grants 2, and passes
+	// the counts on only while the ceiling Q keeps a headroom of B,
+	// Q − 2h − 2 ≥ 4: never with Q = 5 (a read at every sweep, as a
+	// namespace near its ceiling needs), once with Q = 8, twice with Q =
+	// 10, and with Q = 50 three times, as many as four sweeps allow.
+	for _, tc := range []struct{ quota, readEvery int }{{5, 1}, {8, 2}, {10, 3}, {50, 4}} {
+		t.Run(fmt.Sprintf("quota %d", tc.quota), func(t *testing.T) {
+			fresh, ahead := deepStore(2, 1, 100), deepStore(2, 1, 100)
+			cfg := backpressure.Config{BatchSize: 4, DefaultQuota: tc.quota}
+			bf, ba := newTestBP(t, cfg, 1), newTestBP(t, cfg, 1)
+			for i := 0; i < 12; i++ {
+				ahead.setOrder(orderAheadFirst)
+				read := sweep(t, i, bf, ba, fresh, ahead, 4)
+				require.Equal(t, i%tc.readEvery == 0, read, "sweep %d: read ahead", i)
+				for _, s := range []*aheadStore{fresh, ahead} {
+					s.settleNamespace("n00")
+					s.settleNamespace("n01")
+				}
+			}
+		})
+	}
+	// A route that would drop below the cap: B = 4, unlimited quotas, n00
+	// deep on one route and n01 with 2 rows. The first sweep grants 2 of
+	// each and reads at cap 4 + 4·2 = 12; the second plans from that read
+	// (n00 counted to 12, less 2) and grants n00 4, which leaves 12 − 6 ≥ 4
+	// counted: it passes them on. The third grants n00 4 again, and 12 −
+	// 10 < 4: the read no longer shows n00 deep enough for the next sweep
+	// to plan as fresh counts would, so the third sweep reads ahead, at
+	// 4 + 4·4 = 20, which then serves four sweeps, n00's grants of 16
+	// leaving it counted at 4.
+	t.Run("deep route below the cap", func(t *testing.T) {
+		fresh, ahead := newAheadStore(1), newAheadStore(1)
+		for _, s := range []*aheadStore{fresh, ahead} {
+			s.enqueue("n00", "q0", 100)
+			s.enqueue("n01", "q0", 2)
+		}
+		cfg := backpressure.Config{BatchSize: 4, DefaultQuota: backpressure.Unlimited}
+		bf, ba := newTestBP(t, cfg, 1), newTestBP(t, cfg, 1)
+		var reads []int
+		for i := 0; i < 12; i++ {
+			ahead.setOrder(i % 3)
+			if sweep(t, i, bf, ba, fresh, ahead, 4) {
+				reads = append(reads, i)
+			}
+		}
+		require.Equal(t, []int{0, 2, 6, 10}, reads, "the sweeps that read ahead")
+	})
 }
