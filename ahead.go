@@ -34,7 +34,14 @@ import (
 //     budget, so that the corrections cannot hold it;
 //
 // and otherwise the next sweep counts as SweepN does, at the cost of one
-// more count on the database. Sweep and SweepN forget a read-ahead.
+// more count on the database. So that reads are not wasted, a sweep reads
+// ahead only when it too began within the last sweep's duration of that
+// sweep's return (the caller sweeps back to back, as a dispatcher draining
+// a backlog does, not as one whose workers are busy or as a ticker), and a
+// sweep whose counts read ahead give a plan short of its budget discards
+// them and counts afresh (they may understate what is claimable: see
+// below), so that it never comes back short while rows wait. Sweep and
+// SweepN forget a read-ahead.
 //
 // Counts read ahead are read before the claims they are corrected by
 // commit, so a sweep corrects them by the grants g of every sweep since the
@@ -51,7 +58,10 @@ import (
 // node's shards (which fenced ownership guarantees): rows only leave the
 // claimed state meanwhile (settled, retried, expired), and only this node
 // claims pending rows. So every ceiling holds exactly as with fresh counts,
-// C_n ≥ K_n + g_n at every sweep; what changes is that rows enqueued since
+// C_n ≥ K_n + g_n at every sweep. (With a membership of one's own that lets
+// two nodes claim on one shard at once, a ceiling can be passed for as long
+// as the overlap, fresh counts or not; counts read ahead lengthen that to a
+// few sweeps.) What changes is that rows enqueued since
 // the read, and leases released since, wait for the next read (a few
 // sweeps' time: each sweep must follow the last within the last's
 // duration). A sweep's plan and reports are those of the corrected counts;
@@ -59,7 +69,9 @@ import (
 //
 // The store must be safe for concurrent use: the read-ahead runs beside
 // the claim, and beside whatever else the caller runs (a dispatcher's
-// completions). Errors are as for Sweep; a read-ahead that fails is
+// completions). The read-ahead runs under ctx, so ctx should outlive the
+// call, as a dispatcher's run context does: a ctx cancelled when SweepAhead
+// returns cancels the read, and the next sweep counts afresh. Errors are as for Sweep; a read-ahead that fails is
 // forgotten, and the next sweep counts afresh.
 func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
 	return sweepN(ctx, b, store, n, true)
@@ -91,9 +103,13 @@ type ahead struct {
 // The read counts deep enough for all of them (see startReadAhead).
 const aheadHops = 4
 
-// noExpiry turns off a read-ahead's age limit, for tests that need a
-// read-ahead used whatever the machine's pace.
+// noExpiry turns off a read-ahead's age limit, and the back-to-back test
+// that decides whether to read ahead, for tests that need a read-ahead
+// started and used whatever the machine's pace.
 var noExpiry = false
+
+// timeNow is the clock of those two tests (a variable for tests).
+var timeNow = time.Now
 
 // startReadAhead starts reading, on counter, the counts the sweep after one
 // that planned plan (with out, on st, with budget) will ask for, raised by

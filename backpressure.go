@@ -32,6 +32,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // Config is the configuration of a [Backpressure]. [New] and
@@ -105,6 +106,8 @@ type Backpressure struct {
 	hints       sweepHints        // how the next sweep counts (sweep.go)
 	ahead       *ahead            // the next sweep's counts, read ahead (ahead.go)
 	reads       sync.WaitGroup    // read-aheads still running, used or not (for tests)
+	lastEnd     time.Time         // when the last successful sweep returned
+	lastDur     time.Duration     // and how long it took
 	scratch     scratch
 }
 

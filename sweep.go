@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 )
 
 // Sweep runs one sweep of a dispatcher node against store: it reads how many
@@ -74,7 +73,7 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		return nil, Plan{}, err
 	}
 
-	began := time.Now()
+	began := timeNow()
 	st := b.current()
 	budget := min(n, st.cfg.batchSize)
 	carried := b.ahead // used by this sweep or by none
@@ -86,6 +85,11 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	if !readAhead {
 		carried = nil
 	}
+	// Read ahead only for a caller sweeping back to back: this sweep began
+	// within the last sweep's duration of its end, as the next must for
+	// the read to be used (see ahead.take). A caller whose sweeps wait for
+	// busy workers, or for a ticker, would waste every read.
+	readAhead = readAhead && (noExpiry || (!b.lastEnd.IsZero() && began.Sub(b.lastEnd) <= b.lastDur))
 	var (
 		rows []R
 		out  sweepResult
@@ -103,6 +107,13 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		}
 	} else {
 		rows, out, err = sweepOn(ctx, b, st, budget, store, carried, readAhead)
+		if errors.Is(err, errShortAhead) {
+			// Counts read ahead that do not fill the budget may understate
+			// what is claimable now (a read that saw a claim has its grants
+			// subtracted twice): count afresh rather than come back short
+			// while rows wait.
+			rows, out, err = sweepOn(ctx, b, st, budget, store, nil, readAhead)
+		}
 	}
 	if err != nil {
 		out.ahead.drop()
@@ -110,11 +121,13 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	}
 	b.advanceCursors(out.plan.Windowed)
 	b.hints.record(out)
+	b.lastEnd = timeNow()
+	b.lastDur = b.lastEnd.Sub(began)
 	if a := out.ahead; a != nil {
 		// Only a sweep that claimed every row it planned, its whole
 		// budget, shows a backlog the next sweep can plan from.
 		if len(rows) == budget {
-			a.began, a.ended = began, time.Now()
+			a.began, a.ended = began, b.lastEnd
 			b.ahead = a
 		} else {
 			a.drop()
@@ -122,6 +135,11 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	}
 	return rows, out.plan, nil
 }
+
+// errShortAhead is what sweepOn returns, having claimed nothing, when
+// counts read ahead give a plan short of the budget: sweepN then counts
+// afresh.
+var errShortAhead = errors.New("backpressure: counts read ahead fall short of the budget")
 
 // sweepResult is what a sweep commits to b once its claim has succeeded:
 // the plan, how many namespaces its counts saw, and, for a Counter that
@@ -193,7 +211,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		// The window is sized before the claimed counts are known, for
 		// the k guessK expects; see below if it falls short.
 		p := firstParams(&b.hints, b.after(), st, budget)
-		if claimed, pending, read, reused = carried.take(ctx, time.Now(), st, store, p); reused {
+		if claimed, pending, read, reused = carried.take(ctx, timeNow(), st, store, p); reused {
 			both = true
 		} else {
 			claimed, pending, err = counter.CountOutboxRows(ctx, shards, p)
@@ -289,6 +307,9 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 			}
 			c = full
 		}
+	}
+	if reused && sumLimits(plan.Claims) < budget {
+		return nil, sweepResult{}, errShortAhead
 	}
 	markCapped(plan.Namespaces, pending, plan.countCap)
 	out := sweepResult{plan: plan, seen: math.MaxInt} // a full window: at least the window, more beyond it

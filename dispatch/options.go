@@ -42,12 +42,15 @@ type Options struct {
 	RefillDelay time.Duration
 	// FreshCounts makes every sweep count the outbox at its start
 	// ([backpressure.SweepN]). By default the dispatcher sweeps with
-	// [backpressure.SweepAhead]: while a full sweep's claim runs, the next
-	// sweep's counts are read beside it, and the sweeps that follow at once
-	// plan from them, corrected by the claims since, every ceiling held
-	// exactly as with fresh counts. That takes the counts off the path of
-	// a backlog's drain; rows enqueued meanwhile wait a few sweeps for the
-	// next read, and a read whose next sweep comes late is wasted.
+	// [backpressure.SweepAhead]: while it sweeps back to back (draining a
+	// backlog with workers to spare), the next sweep's counts are read
+	// beside each full sweep's claim, and the sweeps that follow plan from
+	// them, corrected by the claims since; every ceiling holds as with
+	// fresh counts, given shard ownership that never overlaps (pgstore's
+	// Membership fences it). That takes the counts off the path of a
+	// backlog's drain; rows enqueued meanwhile wait a few sweeps for the
+	// next read. When its sweeps wait for busy workers, it reads nothing
+	// ahead.
 	FreshCounts bool
 
 	// CompleteBatch is the most results one Complete call writes; a batch

@@ -217,7 +217,7 @@ func (m *Membership) Store() *Store { return m.view }
 
 // Owned returns the shards the node owned at its last successful
 // heartbeat; none once a heartbeat has not succeeded for a lease (the
-// leases have lapsed by then), or after Leave.
+// leases have lapsed by then), after Leave, or once its store is closed.
 func (m *Membership) Owned() backpressure.OwnedShardFraction {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -271,7 +271,11 @@ func (m *Membership) loop(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			if errors.Is(err, outbox.ErrClosed) {
 				// The store was closed (or the node left): nothing will
-				// heartbeat again, so stop rather than log every beat.
+				// heartbeat again, so stop rather than log every beat,
+				// and own nothing: the leases will lapse unrenewed.
+				m.mu.Lock()
+				_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
+				m.mu.Unlock()
 				return
 			}
 			m.logger.Warn("pgstore: membership heartbeat failed", "node", m.node, "err", err)

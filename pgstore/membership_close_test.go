@@ -54,6 +54,9 @@ func TestMembershipLoopStopsWhenStoreCloses(t *testing.T) {
 	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
 		t.Fatal("the heartbeat loop still runs 30s after the store closed")
 	}
+	if got := m.Owned(); got.OwnedCount() != 0 {
+		t.Errorf("Owned after the store closed = %d shards, want none", got.OwnedCount())
+	}
 	if out := logs.String(); out != "" {
 		t.Errorf("the loop logged after the store closed:\n%s", out)
 	}
