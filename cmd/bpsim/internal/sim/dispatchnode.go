@@ -271,6 +271,9 @@ func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *si
 		ShutdownTimeout: 10 * time.Millisecond,
 		Logger:          slog.New(slog.DiscardHandler),
 		Metrics:         gateMetrics{g: g},
+		// Every sweep counts at its start, inside its gate: counts read
+		// ahead would run outside the lockstep, on the wall clock.
+		FreshCounts: true,
 	})
 	if err != nil {
 		return nil, err
