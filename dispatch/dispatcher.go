@@ -15,7 +15,10 @@ import (
 // Store is what a [Dispatcher] needs of an outbox store: the planner's
 // three calls and batched completion and lease extension. Every
 // [outbox.Store] is one; a store that also implements [outbox.Notifier]
-// wakes an idle dispatcher when rows are enqueued.
+// wakes an idle dispatcher when rows are enqueued. A Dispatcher calls its
+// store from several goroutines at once (completions and extensions beside
+// sweeps, and unless Options.FreshCounts a count read ahead beside a
+// claim), so the store must be safe for concurrent use.
 type Store interface {
 	backpressure.OutboxStore[outbox.Row]
 	outbox.Completer
