@@ -79,8 +79,9 @@ func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R
 
 // ahead is the next sweep's counts, read while a SweepAhead's claim runs.
 // The fields above done are set before the read starts; those below it by
-// the read, before done is closed (and never changed after); claims, hops,
-// began and ended by the sweeps that plan from it.
+// the read, before done is closed (and never changed after); claims and
+// hops by the sweeps that plan from it. Only the last successful sweep's
+// read-ahead is kept, so its age is that sweep's (Backpressure.lastEnd).
 type ahead struct {
 	gen    uint64      // settings generation the counts are for
 	store  any         // the store counted, if comparable (== cannot panic)
@@ -93,9 +94,8 @@ type ahead struct {
 	pending []RouteCount
 	err     error
 
-	claims       []ScopedClaim // the grants of every sweep since the read, to correct the counts by
-	hops         int           // sweeps that have planned from the counts
-	began, ended time.Time     // the last such sweep's start, and its return
+	claims []ScopedClaim // the grants of every sweep since the read, to correct the counts by
+	hops   int           // sweeps that have planned from the counts
 }
 
 // aheadHops is the most sweeps one full count read ahead serves: the first
@@ -103,12 +103,12 @@ type ahead struct {
 // The read counts deep enough for all of them (see startReadAhead).
 const aheadHops = 4
 
-// noExpiry turns off a read-ahead's age limit, and the back-to-back test
-// that decides whether to read ahead, for tests that need a read-ahead
+// noExpiry turns off the back-to-back test that decides whether a sweep
+// reads ahead and may use counts read ahead (see sweepN), for tests that need a read-ahead
 // started and used whatever the machine's pace.
 var noExpiry = false
 
-// timeNow is the clock of those two tests (a variable for tests).
+// timeNow is the clock of that test (a variable for tests).
 var timeNow = time.Now
 
 // startReadAhead starts reading, on counter, the counts the sweep after one
@@ -151,17 +151,16 @@ func (a *ahead) drop() {
 	}
 }
 
-// take returns the corrected counts of a, if a is usable for a sweep
-// starting at now on store with st that would ask p (see SweepAhead), and
-// false otherwise. It waits for the read to finish, or for ctx. It always
-// releases a.
-func (a *ahead) take(ctx context.Context, now time.Time, st settings, store any, p CountParams) (map[string]int, []RouteCount, CountParams, bool) {
+// take returns the corrected counts of a, if a is usable for a sweep on
+// store with st that would ask p (see SweepAhead; sweepN has already
+// dropped a read-ahead too old to use), and false otherwise. It waits for
+// the read to finish, or for ctx. It always releases a.
+func (a *ahead) take(ctx context.Context, st settings, store any, p CountParams) (map[string]int, []RouteCount, CountParams, bool) {
 	if a == nil {
 		return nil, nil, CountParams{}, false
 	}
 	defer a.cancel()
-	if a.gen != st.gen || a.store == nil || a.store != store || !a.want.covers(p) ||
-		(!noExpiry && now.Sub(a.ended) > a.ended.Sub(a.began)) {
+	if a.gen != st.gen || a.store == nil || a.store != store || !a.want.covers(p) {
 		return nil, nil, CountParams{}, false
 	}
 	select {

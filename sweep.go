@@ -82,14 +82,16 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	// harmless): Sweep and SweepN forget it, and a store that is no
 	// Counter never takes it.
 	defer carried.drop()
+	// Counts read ahead serve, and are read, only for a caller sweeping
+	// back to back: this sweep began within the last sweep's duration of
+	// its end (the sweep whose read-ahead carried is, if any). Older
+	// counts are stale; and a caller whose sweeps wait for busy workers,
+	// or for a ticker, would waste every read.
+	backToBack := noExpiry || (!b.lastEnd.IsZero() && began.Sub(b.lastEnd) <= b.lastDur)
+	readAhead = readAhead && backToBack
 	if !readAhead {
 		carried = nil
 	}
-	// Read ahead only for a caller sweeping back to back: this sweep began
-	// within the last sweep's duration of its end, as the next must for
-	// the read to be used (see ahead.take). A caller whose sweeps wait for
-	// busy workers, or for a ticker, would waste every read.
-	readAhead = readAhead && (noExpiry || (!b.lastEnd.IsZero() && began.Sub(b.lastEnd) <= b.lastDur))
 	var (
 		rows []R
 		out  sweepResult
@@ -127,7 +129,6 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		// Only a sweep that claimed every row it planned, its whole
 		// budget, shows a backlog the next sweep can plan from.
 		if len(rows) == budget {
-			a.began, a.ended = began, b.lastEnd
 			b.ahead = a
 		} else {
 			a.drop()
@@ -211,7 +212,7 @@ func sweepOn[R any](ctx context.Context, b *Backpressure, st settings, budget in
 		// The window is sized before the claimed counts are known, for
 		// the k guessK expects; see below if it falls short.
 		p := firstParams(&b.hints, b.after(), st, budget)
-		if claimed, pending, read, reused = carried.take(ctx, timeNow(), st, store, p); reused {
+		if claimed, pending, read, reused = carried.take(ctx, st, store, p); reused {
 			both = true
 		} else {
 			claimed, pending, err = counter.CountOutboxRows(ctx, shards, p)

@@ -261,6 +261,10 @@ func (r *run) sweepLoop(ctx context.Context) {
 			wake = c
 		}
 	}
+	sweep := backpressure.SweepAhead[outbox.Row]
+	if r.o.FreshCounts {
+		sweep = backpressure.SweepN[outbox.Row]
+	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	failures := 0
@@ -294,10 +298,6 @@ func (r *run) sweepLoop(ctx context.Context) {
 			return
 		}
 		began := time.Now()
-		sweep := backpressure.SweepAhead[outbox.Row]
-		if r.o.FreshCounts {
-			sweep = backpressure.SweepN[outbox.Row]
-		}
 		rows, plan, err := sweep(ctx, r.d.bp, r.d.store, n)
 		took := time.Since(began)
 		if err != nil {
