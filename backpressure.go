@@ -279,8 +279,8 @@ func checkKey(field, namespace string, value int) error {
 // claimed rows has no headroom, max(0, C − K) = 0, and its rows are held
 // until enough claimed rows settle. A quota of 0 pauses a namespace and
 // setting it back resumes it where the rotation stands. A
-// [BackpressureGate] built from the old batch size (WorkerQueueGateSweeps)
-// must be built again.
+// [BackpressureGate] built from the old batch size (by
+// handoff.WorkerQueueGateSweeps) must be built again.
 func (b *Backpressure) SetConfig(cfg Config) error {
 	if b == nil || b.sem == nil {
 		return errNotNew

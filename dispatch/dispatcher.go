@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/handoff"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -49,8 +50,8 @@ type Dispatcher struct {
 // New returns a Dispatcher that runs handler over the rows bp plans from
 // store. It returns an error matching [ErrInvalidOptions] (a *[OptionError])
 // for a nil argument, a Backpressure not built with [backpressure.New], or
-// an invalid option; and the gate's error (matching
-// [backpressure.ErrAdvisoryOverflow]) when Options.Queue describes an
+// an invalid option; and the gate's error (a
+// *[backpressure.AdvisoryOverflowError]) when Options.Queue describes an
 // advisory hand-off without the headroom for a batch.
 func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Options) (*Dispatcher, error) {
 	switch {
@@ -71,7 +72,7 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 	d.notifier, _ = store.(outbox.Notifier)
 	if o.Queue > 0 {
 		// An advisory hand-off: only the watermark check holds sweeps back.
-		g, err := backpressure.WorkerQueueGate(bp, o.Queue, o.QueueHighWatermark)
+		g, err := handoff.WorkerQueueGate(bp, o.Queue, o.QueueHighWatermark)
 		if err != nil {
 			return nil, err
 		}

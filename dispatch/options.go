@@ -20,7 +20,8 @@ type Options struct {
 	// whenever the queue holds at most QueueHighWatermark rows. Workers
 	// then never wait for a sweep, but queued rows wait for workers while
 	// their leases run (the dispatcher extends them). This hand-off is
-	// advisory, so New verifies it with [backpressure.WorkerQueueGate] and
+	// advisory, so New verifies it with
+	// [github.com/outboxkit/backpressure/handoff.WorkerQueueGate] and
 	// refuses it unless Queue ≥ QueueHighWatermark + BatchSize. 0 (the
 	// default): no queue, enforced credit.
 	Queue              int
