@@ -68,6 +68,14 @@ type Config struct {
 	// ⌈q × owned/shardCount⌉; [ApportionShares] is tighter cluster-wide
 	// (exactly q when q ≥ shardCount). Other values are rejected.
 	Apportionment Apportionment
+
+	// Clock is the time source of every decision the Backpressure makes by
+	// time: whether sweeps run back to back (SweepAhead reads ahead only
+	// then), and the token buckets of rate limits. nil means [time.Now].
+	// It is called with no lock held that a caller could need, possibly
+	// from several goroutines, and its readings should not go backwards. A
+	// test injects a clock it moves by hand; SetConfig replaces it.
+	Clock func() time.Time
 }
 
 // MaxWeight is the largest weight [Config.Weights] accepts. The planner
@@ -119,6 +127,7 @@ type config struct {
 	quotas       map[string]int
 	weights      map[string]int // only weights above 1
 	apportion    Apportionment
+	clock        func() time.Time // nil: time.Now
 }
 
 // ceiling returns namespace's ceiling on a node owning f's shards.
@@ -240,7 +249,7 @@ func newConfig(cfg Config) (*config, error) {
 	if !validApportionment(cfg.Apportionment) {
 		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
 	}
-	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment}
+	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment, clock: cfg.Clock}
 	for ns, w := range cfg.Weights {
 		field := "Weights[" + strconv.Quote(ns) + "]"
 		if err := checkKey(field, ns, w); err != nil {
@@ -303,7 +312,16 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 // last SetConfig wins.
 func (b *Backpressure) Config() Config {
 	c := b.current().cfg
-	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion}
+	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion, Clock: c.clock}
+}
+
+// now reads the clock of b's current settings (Config.Clock, else
+// time.Now). It is the one entry point for every decision b makes by time.
+func (b *Backpressure) now() time.Time {
+	if clock := b.current().cfg.clock; clock != nil {
+		return clock()
+	}
+	return time.Now()
 }
 
 // BatchSize returns the sweep's claim budget B: no sweep claims more rows.
