@@ -208,8 +208,8 @@ var errNilStore = fmt.Errorf("%w: nil OutboxStore", ErrInvalidConfig)
 // the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
 // [Unlimited], if a Quotas value is negative other than Unlimited, if a
 // Weights value is outside 1 to [MaxWeight], or if a Quotas or Weights key
-// is a namespace no row can have (one [ValidateRoute] rejects: "", a NUL
-// byte, invalid UTF-8, over [MaxNamespaceBytes]); and one matching
+// is a namespace no row can have (one [Route.Validate] rejects: "", a NUL
+// byte, invalid UTF-8, over 255 bytes); and one matching
 // [ErrInvalidShards] if f is the zero OwnedShardFraction.
 func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	if f.ShardCount() < 1 {
@@ -270,7 +270,7 @@ func newConfig(cfg Config) (*config, error) {
 
 // checkKey rejects a Quotas or Weights key that no row can have.
 func checkKey(field, namespace string, value int) error {
-	if err := ValidateRoute(Route{Namespace: namespace}); err != nil {
+	if err := (Route{Namespace: namespace}).Validate(); err != nil {
 		var re *RouteError
 		errors.As(err, &re)
 		return &ConfigError{Field: field, Value: value, Reason: "no row can have this namespace: it " + re.Reason}

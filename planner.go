@@ -44,7 +44,7 @@ const (
 	// HeldPaused: the namespace's quota is 0.
 	HeldPaused
 	// HeldInvalidRoute: some of the namespace's rows are on a route that
-	// [ValidateRoute] rejects (written by other means than a store's
+	// [Route.Validate] rejects (written by other means than a store's
 	// Enqueue); the report's Invalid counts them. They are never claimed,
 	// and the rest of the sweep is planned as if they were absent. This
 	// reason takes precedence over the others: it needs an operator.
@@ -90,7 +90,7 @@ type NamespaceReport struct {
 	Demand    int        // rows it could usefully claim this sweep
 	Granted   int        // rows planned for it this sweep
 	Held      int        // rows left Pending for a later sweep
-	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
+	Invalid   int        // pending rows on routes Route.Validate rejects: held, never claimed (see HeldInvalidRoute)
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	// Capped is set by Sweep when a route of the namespace was counted only
 	// up to the depth Sweep counted at, so it may hold more rows: Pending,
@@ -254,7 +254,7 @@ type nsWork struct {
 	NamespaceReport
 	lo, hi      int
 	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
-	validName   bool // the namespace passes ValidateRoute
+	validName   bool // the namespace passes Route.Validate
 }
 
 // routeCursorUpdate is a route cursor to install when the plan commits.
@@ -475,7 +475,7 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 // pending rows to ns, in order. With checkOrder it stops early, reporting
 // sorted = false, at the first route out of (namespace, task queue) order;
 // without it the routes must be ordered. Routes with a count of 0 stay in
-// their namespace's range but add nothing; so do routes ValidateRoute
+// their namespace's range but add nothing; so do routes Route.Validate
 // rejects, whose rows go to Invalid. A malformed count or order is a store
 // bug and fails the plan; an invalid route is a row written by other
 // means, and fails nothing.
@@ -485,7 +485,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= name {
 			return ns, false, nil
 		}
-		valid := name != "" && validName(name, MaxNamespaceBytes)
+		valid := name != "" && validName(name, maxNamespaceBytes)
 		lo := i
 		pending, invalid, over := 0, 0, false
 		for ; i < len(routes) && routes[i].Route.Namespace == name; i++ {
@@ -503,7 +503,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 					return ns, false, nil
 				}
 			} else {
-				validTQ = validName(rc.Route.TaskQueue, MaxTaskQueueBytes)
+				validTQ = validName(rc.Route.TaskQueue, maxTaskQueueBytes)
 			}
 			if valid && validTQ {
 				pending, over = addOver(pending, rc.Count, over)
@@ -523,11 +523,11 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 }
 
 // nextTaskQueue returns compareNames(prev, tq) and validName(tq,
-// MaxTaskQueueBytes), the two checks of every route but a namespace's
+// maxTaskQueueBytes), the two checks of every route but a namespace's
 // first, reading tq's first eight bytes once for both.
 func nextTaskQueue(prev, tq string) (int, bool) {
-	if len(prev) < 8 || len(tq) < 8 || len(tq) > MaxTaskQueueBytes {
-		return compareNames(prev, tq), validName(tq, MaxTaskQueueBytes)
+	if len(prev) < 8 || len(tq) < 8 || len(tq) > maxTaskQueueBytes {
+		return compareNames(prev, tq), validName(tq, maxTaskQueueBytes)
 	}
 	x, y := first8(prev), first8(tq)
 	c := cmp.Compare(x, y)
@@ -538,9 +538,9 @@ func nextTaskQueue(prev, tq string) (int, bool) {
 	// the rest is.
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	if (y|(y-lo)&^y)&hi != 0 {
-		return c, validName(tq, MaxTaskQueueBytes)
+		return c, validName(tq, maxTaskQueueBytes)
 	}
-	return c, len(tq) == 8 || validName(tq[8:], MaxTaskQueueBytes)
+	return c, len(tq) == 8 || validName(tq[8:], maxTaskQueueBytes)
 }
 
 // compareNames is strings.Compare, with a fast path for names of eight
@@ -584,7 +584,7 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	sc := &b.scratch
 	caps := sc.caps[:0]
 	for _, r := range rs {
-		if w.Invalid > 0 && ValidateRoute(r.Route) != nil {
+		if w.Invalid > 0 && r.Route.Validate() != nil {
 			caps = append(caps, 0) // never granted, as if absent
 		} else {
 			caps = append(caps, r.Count)

@@ -6,7 +6,7 @@
 // dispatch package consumes it, and the storetest conformance suite checks a
 // store against it, so a user's own store that passes storetest works with
 // dispatch unchanged. The package has no dependency beyond the planner's own
-// route rule ([backpressure.ValidateRoute]).
+// route rule ([backpressure.Route.Validate]).
 //
 // A row's life:
 //

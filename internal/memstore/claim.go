@@ -62,7 +62,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 // ClaimOutboxRowsScoped claims, all or nothing, at most Limit claimable
 // rows of each claim's route on the owned shards, oldest (first enqueued)
 // first, each with a fresh token and a lease of Lease() from now. A claim
-// with a Limit below 1, a route [backpressure.ValidateRoute] rejects, or a
+// with a Limit below 1, a route [backpressure.Route.Validate] rejects, or a
 // route named twice is an [*outbox.ArgumentError] and claims nothing.
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	const op = "ClaimOutboxRowsScoped"
@@ -76,7 +76,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	seen := make(map[backpressure.Route]bool, len(claims))
 	for i, c := range claims {
 		arg := fmt.Sprintf("claims[%d]", i)
-		switch err := backpressure.ValidateRoute(c.Route); {
+		switch err := c.Route.Validate(); {
 		case err != nil:
 			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Route", Reason: err.Error()}
 		case c.Limit < 1:
