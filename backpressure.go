@@ -6,10 +6,10 @@
 // [OwnedShardFraction]; then call [Sweep] (or [SweepN], with a smaller
 // budget, when fewer workers are free, or [SweepAhead], which reads the next
 // sweep's counts while this sweep's claim runs) against a store that
-// implements [OutboxStore], and run the rows it returns. Each sweep claims at most B
-// rows in one atomic claim; rows it does not claim stay Pending, untouched,
-// for a later sweep, so the store's exactly-once guarantee is never
-// weakened.
+// implements [OutboxStore], and run the rows it returns. Each sweep claims
+// at most B rows in one atomic claim; rows it does not claim stay Pending,
+// untouched, for a later sweep, so the store's exactly-once guarantee is
+// never weakened.
 //
 // A sweep gives every namespace (tenant) with demand an equal share of the
 // batch, or a share in proportion to its weight, before any namespace can
@@ -17,12 +17,30 @@
 // queues), rotates the remainder from sweep to sweep, and never lets a
 // namespace exceed its per-node ceiling ⌈quota × owned/shardCount⌉ of
 // concurrently claimed rows. Quotas, weights and the batch size change at
-// run time with [Backpressure.SetConfig], which keeps the rotation. [Backpressure.Plan]
-// is the same planner without I/O, and the returned [Plan] reports, per
+// run time with [Backpressure.SetConfig], which keeps the rotation.
+// [Backpressure.Plan] is the same planner without I/O, and the returned [Plan] reports, per
 // namespace, what was granted and what was held and why.
 //
 // [BackpressureGate] checks, separately, whether a channel's advisory
-// backpressure actually protects its consumer.
+// backpressure actually protects its consumer (seed 003's design card);
+// package [github.com/outboxkit/backpressure/handoff] holds the instruments
+// that check the gate's premises.
+//
+// What is exported, and why. The planner: [Backpressure], [Config], [New],
+// [Snapshot], [Plan] and its [NamespaceReport] with a [HoldReason]. The
+// sweep: [Sweep], [SweepN], [SweepAhead] and the store contract they call,
+// [OutboxStore] with its optional extensions [Counter] and [TxSweeper] and
+// the values they exchange ([Route], [RouteCount], [ScopedClaim],
+// [CountParams]). Ceilings: [OwnedShardFraction], [ShardFor], [Unlimited],
+// [Apportionment]. The gate: [BackpressureGate], [AdvisoryOverflowError],
+// [DispatchBackpressureMode] and [Mode]. Errors: a sentinel per kind of
+// bad input or failure, matched with [errors.Is], and a typed error per
+// kind carrying the details, matched with [errors.As] (the gate's verdict
+// is the typed error alone); a call that rejects its input leaves its
+// receiver unchanged. [MaxWeight] and [MaxShardCount] bound inputs a caller
+// may size; a route's limits are package outbox's, beside the message's.
+// Mechanism is in docs/planner.md and docs/gate.md. Time is read only
+// through [Config].Clock.
 package backpressure
 
 import (
@@ -36,7 +54,9 @@ import (
 )
 
 // Config is the configuration of a [Backpressure]. [New] and
-// [Backpressure.SetConfig] validate it.
+// [Backpressure.SetConfig] validate and copy it; a Config they reject
+// changes nothing. The zero Config is invalid (BatchSize and DefaultQuota
+// must be set); every other field's zero value is a usable default.
 type Config struct {
 	// BatchSize is the sweep's claim budget B: the most rows one sweep may
 	// claim, across all namespaces. It is a hard bound and must be ≥ 1.
@@ -78,10 +98,8 @@ type Config struct {
 	Clock func() time.Time
 }
 
-// MaxWeight is the largest weight [Config.Weights] accepts. The planner
-// compares positions in a round of the rotation (see [Plan]) as fractions
-// with denominators up to MaxWeight, exactly in int64 arithmetic, which
-// this bound keeps from overflowing.
+// MaxWeight is the largest weight [Config.Weights] accepts, 2^20: the bound
+// that keeps the planner's exact arithmetic within int64 (docs/planner.md).
 const MaxWeight = 1 << 20
 
 // Backpressure plans the claims of one dispatcher node. It holds the node's

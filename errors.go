@@ -51,7 +51,7 @@ type ConfigError struct {
 	Reason string
 }
 
-// Error names the Config field, its value and why New rejects it.
+// Error names the field, its value and why it cannot hold.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("backpressure: invalid config: %s = %d: %s", e.Field, e.Value, e.Reason)
 }

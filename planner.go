@@ -9,7 +9,10 @@ import (
 	"strings"
 )
 
-// Snapshot is what a node knows of its outbox at the start of a sweep.
+// Snapshot is what a node knows of its outbox at the start of a sweep: the
+// input of [Backpressure.Plan]. Plan reads it and never keeps or changes
+// it. The zero Snapshot (nothing claimed, nothing pending, budget B) is
+// valid and plans nothing.
 type Snapshot struct {
 	// Claimed maps a namespace to its rows holding a live lease on the
 	// node's shards (OutboxStore.CountClaimedOutboxRows). Missing means 0.
@@ -29,7 +32,8 @@ type Snapshot struct {
 }
 
 // HoldReason says why a namespace's pending rows were held (left Pending
-// for a later sweep) rather than claimed.
+// for a later sweep) rather than claimed. The zero value, HeldNone, means
+// nothing was held.
 type HoldReason uint8
 
 const (
@@ -51,7 +55,8 @@ const (
 	HeldInvalidRoute
 )
 
-// String returns "", "at-ceiling", "budget", "paused" or "invalid-route".
+// String returns "", "at-ceiling", "budget", "paused" or "invalid-route",
+// and "HoldReason(n)" for any other value.
 func (r HoldReason) String() string {
 	switch r {
 	case HeldNone:
@@ -69,11 +74,9 @@ func (r HoldReason) String() string {
 }
 
 // NamespaceReport is a plan's account of one namespace: every namespace
-// with pending or claimed rows in the snapshot has one. With P the
-// namespace's pending rows (Σ P_r over its routes) as the snapshot counted
-// them — Sweep counts each route only as deep as a plan can use, so under
-// Sweep Pending and Held are lower bounds for a namespace with a larger
-// backlog, and Capped says so:
+// with pending or claimed rows in the snapshot has one. Its counts are the
+// snapshot's (Sweep counts a route only as deep as a plan can use, so
+// under Sweep they may be lower bounds: see Capped), and they satisfy
 //
 //	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
 //	Demand   = min(Headroom, Pending − Invalid)
@@ -127,8 +130,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
-// Plan is one sweep's claim plan. Its slices are its own: a caller may keep
-// it. With B the plan's Budget and d_n, g_n, w_n a namespace's demand, grant
+// Plan is one sweep's claim plan, made by [Backpressure.Plan] or a sweep.
+// Its slices are its own: a caller may keep and read it from several
+// goroutines. The zero Plan claims nothing. With B the plan's Budget and d_n, g_n, w_n a namespace's demand, grant
 // and weight:
 //
 //	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
@@ -141,20 +145,15 @@ func (r NamespaceReport) LogValue() slog.Value {
 // g_j ≤ g_i + 1: no namespace gets more than one row above one whose demand
 // was not met.
 //
-// The rule comes from how grants are made. The rotation is a sequence of
-// rounds; in each, a namespace of weight w has w turns, at the fractions
-// 0, 1/w, …, (w−1)/w of the round, and turns at the same fraction go in
-// namespace order. A sweep walks this sequence from where the last sweep's
-// grants ended (the rotation cursor), one row per turn, skipping the turns
-// of namespaces whose demand is met, until its budget or the demand runs
-// out. Across sweeps the walk goes on where it stopped, so under steady
-// demand the namespaces G that no sweep has satisfied have cumulative grants
-// G_n that track their weights within one row:
+// Across sweeps, under steady demand, the namespaces G that no sweep has
+// satisfied have cumulative grants G_n that track their weights within one
+// row:
 //
 //	(G_j − 1)/w_j ≤ G_i/w_i   for all i, j in G
 //
 // and each of them is served at least once every ⌈Σ w_n / b⌉ sweeps, for b
-// the smallest budget and the sum over the namespaces with demand.
+// the smallest budget and the sum over the namespaces with demand. The
+// rotation that makes this so is described in docs/planner.md.
 type Plan struct {
 	// Budget is the most rows the plan could grant: the batch size, or the
 	// smaller budget the sweep asked for (Snapshot.Budget, SweepN).
