@@ -45,4 +45,15 @@
 // soon as rows are enqueued; otherwise, and as a fallback for a lost
 // notification, every jittered Options.PollInterval. An idle dispatcher logs
 // nothing.
+//
+// What is exported, and why: [New], [Options] and the [Dispatcher] it
+// returns are the service's whole loop; [Handler] is what the service
+// writes, with [Permanent] and [IsPermanent] to dead-letter a row at once
+// and [Backoff] to shape retries; [Store] names the store calls the loop
+// makes, so that any store (or a test double) fits. [Metrics], [NopMetrics]
+// and the event types ([SweepEvent], [CompletionEvent], [LeaseLostEvent])
+// are the observation hook that otelmetrics implements. Errors:
+// [ErrInvalidOptions] with [OptionError] for New, [ErrRunning] for a second
+// Run, [ErrUncleanShutdown] with [ShutdownError] for handlers abandoned at
+// the deadline, and [PanicError], the result a panicking handler gets.
 package dispatch

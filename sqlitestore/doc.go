@@ -74,4 +74,11 @@
 //
 // Each method that reaches the database is one round trip (one statement or
 // one transaction); [Store.RoundTrips] counts them.
+//
+// What is exported, and why: [Open] (a file the store owns) and [New] (an
+// application's *sql.DB, for enqueueing in its own transactions), both
+// configured by [Options], return the [Store]; its methods are the outbox
+// contracts of packages outbox and backpressure. [ErrReadOnly] and
+// [ErrSweepTxDone] are this store's own conditions; every other error is
+// package outbox's or backpressure's.
 package sqlitestore

@@ -114,6 +114,13 @@
 // Without Harness.FailNth the suite cannot check that a claim or a batch
 // completion failing part-way (a database error after some rows were
 // written) changes nothing; it says so in the log and skips those checks.
+//
+// What is exported, and why: [Run] is the suite, called once from a
+// store's tests; [Harness] is what the store hands it (the store under
+// test, how to read a row's state as a [RowState], how to move time);
+// [Clock] and [NewClock] are the manual clock a store under test is given,
+// so that leases and retry delays are exercised without sleeping. Nothing
+// else is exported: the checks themselves are named subtests.
 package storetest
 
 import (
