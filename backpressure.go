@@ -115,8 +115,10 @@ const MaxWeight = 1 << 20
 // never two claims). Use one Backpressure per node, for its lifetime: change its
 // configuration with [Backpressure.SetConfig] and its shards with
 // [Backpressure.SetOwnedShards], which keep the rotation. The zero value is
-// not usable: call [New]; Sweep and Plan on a zero Backpressure return an
-// error matching [ErrInvalidConfig].
+// not usable: call [New]. Sweep, Plan, SetConfig and SetOwnedShards on a
+// nil or zero Backpressure return an error matching [ErrInvalidConfig] and
+// change nothing; on a zero Backpressure the accessors answer for an empty
+// configuration (BatchSize 0, Quota 0, Weight 1, the zero OwnedShards).
 type Backpressure struct {
 	mu  sync.Mutex // guards set
 	set settings
@@ -325,7 +327,8 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 }
 
 // Config returns a copy of b's current configuration, with maps of its own
-// (nil when empty; Weights lists only weights above 1). Change it and pass
+// (nil when empty; Weights lists only weights above 1) and the Clock it was
+// given (nil for time.Now). Change it and pass
 // it to [Backpressure.SetConfig]; concurrent changes made this way race, the
 // last SetConfig wins.
 func (b *Backpressure) Config() Config {
