@@ -61,10 +61,11 @@ bench-drain:
 chaos:
 	cd pgstore && PGSTORE_CHAOS=1 $(GO) test -race -count=1 -run '^TestChaosMembership$$' -v -timeout 9m .
 
-# Coverage-guided fuzzing of the planner and the gate, FUZZTIME each.
+# Coverage-guided fuzzing of the planner, the gate and its classes, FUZZTIME each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime=$(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzGateVerify$$' -fuzztime=$(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime=$(FUZZTIME) ./handoff
 
 clean:
 	rm -rf $(BIN) bpsim-out
