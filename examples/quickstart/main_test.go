@@ -103,4 +103,14 @@ func TestOutput(t *testing.T) {
 	if got := stdout.String(); strings.TrimSpace(got) != strings.TrimSpace(want) {
 		t.Errorf("quickstart printed\n%s\nthe README says\n%s", got, want)
 	}
+	// The dispatcher's log (slog.Default, on stderr) says what it ran with
+	// and what it did.
+	for _, line := range []string{
+		"INFO dispatch: run started workers=16 store=*sqlitestore.Store shards_owned=64 shard_count=64",
+		"INFO dispatch: run stopped settled=4 retried=0 dead_lettered=0 lease_lost=0",
+	} {
+		if !strings.Contains(stderr.String(), line) {
+			t.Errorf("quickstart's stderr lacks %q:\n%s", line, stderr.String())
+		}
+	}
 }
