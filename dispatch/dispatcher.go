@@ -111,7 +111,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	defer d.running.Store(false)
 	r := newRun(d, ctx)
-	return r.run(ctx)
+	r.logStart()
+	err := r.run(ctx)
+	r.logStop(ctx, err)
+	return err
 }
 
 // run is the state of one Run.
@@ -148,6 +151,9 @@ type run struct {
 	done        int                   // jobs marked done: each one's result is sent to the completer
 
 	unstarted atomic.Int64 // queued rows released unstarted at shutdown, counted as abandoned
+
+	results tally       // results the store applied, for the stop line
+	held    heldLimiter // the sweep loop's Debug lines on held namespaces
 }
 
 func newRun(d *Dispatcher, ctx context.Context) *run {
@@ -169,6 +175,7 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 		closed:      make(chan struct{}),
 		jobs:        make(map[outbox.Lease]*job),
 		stopCtx:     ctx,
+		held:        heldLimiter{interval: heldLogInterval},
 	}
 	base := context.WithoutCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(base)
@@ -317,6 +324,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 		failures = 0
 		r.hand(rows)
 		r.m.Swept(SweepEvent{Asked: n, Claimed: len(rows), Duration: took, Plan: plan})
+		r.logHeld(ctx, plan, began.Add(took))
 		if len(rows) >= n {
 			continue // full: there may be more
 		}

@@ -90,9 +90,11 @@ type Options struct {
 	// Zero fields default to Base 100ms, Max 30s, Jitter 0.2.
 	ErrorBackoff Backoff
 
-	// Logger receives the dispatcher's logs: store failures (warn),
-	// handler panics with their stack (error), dead letters (warn),
-	// retries and lost leases (debug). Nil means slog.Default().
+	// Logger receives the dispatcher's logs: Run's start and stop (info),
+	// store failures (warn), handler panics with their stack (error), dead
+	// letters (warn), retries, lost leases and held namespaces (debug, at
+	// most one line per namespace per 10s; see the package doc). Nil means
+	// slog.Default().
 	Logger *slog.Logger
 	// Metrics receives what the dispatcher does. Nil means [NopMetrics].
 	Metrics Metrics
