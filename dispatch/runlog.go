@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -82,7 +83,7 @@ func (r *run) logStop(ctx context.Context, err error) {
 	}
 	clean := err == nil
 	attrs = append(attrs, "clean", clean)
-	if se, ok := err.(*ShutdownError); ok {
+	if se := (*ShutdownError)(nil); errors.As(err, &se) {
 		attrs = append(attrs, "abandoned", se.Abandoned, "unwritten", se.Unwritten)
 	}
 	r.log.Info("dispatch: run stopped", attrs...)

@@ -162,3 +162,32 @@ func TestRunLogsHeldNamespacesAtDebug(t *testing.T) {
 		require.Len(t, byNS["paused"], 1, "20 sweeps within 10s, one line")
 	}
 }
+
+// An unclean shutdown's stop line says so, and what it abandoned.
+func TestRunLogsUncleanStop(t *testing.T) {
+	store := newStore(t, memstore.Options{})
+	_, err := store.Enqueue(context.Background(), []outbox.Message{{DispatchKey: "stuck", Namespace: "a"}})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var log strings.Builder
+	running, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	d, err := dispatch.New(newBP(t, 10, 10, nil), store, func(context.Context, outbox.Row) error {
+		close(running)
+		<-release // ignores its ctx: abandoned at the deadline
+		return nil
+	}, dispatch.Options{Workers: 1, Logger: slogTo(&log, &mu), ShutdownTimeout: time.Millisecond})
+	require.NoError(t, err)
+	stop := start(t, d)
+	select {
+	case <-running:
+	case <-time.After(failsafe):
+		t.Fatal("the handler never ran: failsafe passed")
+	}
+	require.ErrorIs(t, stop(), dispatch.ErrUncleanShutdown)
+	mu.Lock()
+	defer mu.Unlock()
+	stopped := linesWith(log.String(), "dispatch: run stopped")
+	require.Len(t, stopped, 1, log.String())
+	requireFields(t, stopped[0], "settled=0", "clean=false", "abandoned=1", "unwritten=0")
+}
