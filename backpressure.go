@@ -68,6 +68,15 @@ type Config struct {
 	// ⌈q × owned/shardCount⌉; [ApportionShares] is tighter cluster-wide
 	// (exactly q when q ≥ shardCount). Other values are rejected.
 	Apportionment Apportionment
+
+	// DefaultRate is the rate limit of every namespace not listed in Rates
+	// (see [Rate]); the zero Rate means no rate limit.
+	DefaultRate Rate
+
+	// Rates overrides DefaultRate per namespace; a zero Rate lifts the
+	// limit for that namespace. Each value is validated as a [Rate]. A nil
+	// map means no overrides. The map is copied.
+	Rates map[string]Rate
 }
 
 // MaxWeight is the largest weight [Config.Weights] accepts. The planner
@@ -109,6 +118,7 @@ type Backpressure struct {
 	lastEnd     time.Time         // when the last successful sweep returned
 	lastDur     time.Duration     // and how long it took
 	scratch     scratch
+	rates       rateState // token buckets (rate.go); guarded by mu
 }
 
 // config is a validated Config, never changed once built: a sweep keeps the
@@ -119,6 +129,8 @@ type config struct {
 	quotas       map[string]int
 	weights      map[string]int // only weights above 1
 	apportion    Apportionment
+	defaultRate  Rate
+	rates        map[string]Rate
 }
 
 // ceiling returns namespace's ceiling on a node owning f's shards.
@@ -198,7 +210,10 @@ var errNilStore = fmt.Errorf("%w: nil OutboxStore", ErrInvalidConfig)
 // It returns an error matching [ErrInvalidConfig] (a *[ConfigError] naming
 // the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
 // [Unlimited], if a Quotas value is negative other than Unlimited, if a
-// Weights value is outside 1 to [MaxWeight], or if a Quotas or Weights key
+// Weights value is outside 1 to [MaxWeight], if DefaultRate or a Rates value
+// breaks the limits of [Rate] (NaN, infinite, negative or above
+// [MaxRatePerSecond] PerSecond; Burst outside 1 to [MaxBurst] with a rate, or
+// not 0 without one), or if a Quotas, Weights or Rates key
 // is a namespace no row can have (one [ValidateRoute] rejects: "", a NUL
 // byte, invalid UTF-8, over [MaxNamespaceBytes]); and one matching
 // [ErrInvalidShards] if f is the zero OwnedShardFraction.
@@ -210,11 +225,23 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backpressure{
+	b := &Backpressure{
 		set:         newSettings(c, f),
 		sem:         make(chan struct{}, 1),
 		routeCursor: make(map[string]string),
-	}, nil
+	}
+	b.rates.dflt.at = b.rateNow() // every bucket starts empty now
+	return b, nil
+}
+
+// newAt is New with the clock rates read (for tests).
+func newAt(cfg Config, f OwnedShardFraction, clock func() time.Time) (*Backpressure, error) {
+	b, err := New(cfg, f)
+	if err == nil {
+		b.rates.clock = clock
+		b.rates.dflt.at = clock()
+	}
+	return b, err
 }
 
 // newConfig validates cfg and copies it.
@@ -241,6 +268,22 @@ func newConfig(cfg Config) (*config, error) {
 		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
 	}
 	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment}
+	if err := checkRate("DefaultRate", cfg.DefaultRate); err != nil {
+		return nil, err
+	}
+	c.defaultRate = cfg.DefaultRate
+	for ns, r := range cfg.Rates {
+		field := "Rates[" + strconv.Quote(ns) + "]"
+		if err := checkKey(field, ns, r.Burst); err != nil {
+			return nil, err
+		}
+		if err := checkRate(field, r); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Rates) > 0 {
+		c.rates = maps.Clone(cfg.Rates)
+	}
 	for ns, w := range cfg.Weights {
 		field := "Weights[" + strconv.Quote(ns) + "]"
 		if err := checkKey(field, ns, w); err != nil {
@@ -291,6 +334,7 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleRates(b.set, b.rateNow())
 	gen := b.set.gen + 1
 	b.set = newSettings(c, b.set.f)
 	b.set.gen = gen
@@ -303,7 +347,8 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 // last SetConfig wins.
 func (b *Backpressure) Config() Config {
 	c := b.current().cfg
-	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion}
+	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion,
+		DefaultRate: c.defaultRate, Rates: maps.Clone(c.rates)}
 }
 
 // BatchSize returns the sweep's claim budget B: no sweep claims more rows.
@@ -314,6 +359,12 @@ func (b *Backpressure) BatchSize() int { return b.current().cfg.batchSize }
 // paused namespace.
 func (b *Backpressure) Quota(namespace string) int {
 	return b.current().cfg.quota(namespace)
+}
+
+// Rate returns the cluster-wide rate limit of namespace: its override in
+// Config.Rates, else Config.DefaultRate; the zero Rate means none.
+func (b *Backpressure) Rate(namespace string) Rate {
+	return b.current().cfg.rate(namespace)
 }
 
 // Weight returns the weight of namespace: Config.Weights[namespace], or 1.
@@ -360,6 +411,7 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleRates(b.set, b.rateNow())
 	gen := b.set.gen + 1
 	b.set = newSettings(b.set.cfg, f)
 	b.set.gen = gen
@@ -381,8 +433,20 @@ func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
 	if b == nil || b.sem == nil {
 		return Plan{}, errNotNew
 	}
+	return b.PlanAt(s, b.rateNow())
+}
+
+// PlanAt is [Backpressure.Plan] at time t: rate-limited namespaces (see
+// [Rate]) plan with the tokens their buckets hold at t. It spends no token:
+// the rows a claim returns do, through [Backpressure.SpendTokensAt].
+func (b *Backpressure) PlanAt(s Snapshot, t time.Time) (Plan, error) {
+	if b == nil || b.sem == nil {
+		return Plan{}, errNotNew
+	}
 	b.sem <- struct{}{}
 	defer func() { <-b.sem }()
+	b.rates.planAt = t
+	defer func() { b.rates.planAt = time.Time{} }()
 	p, err := b.plan(s, b.current())
 	if err != nil {
 		return Plan{}, err

@@ -39,3 +39,8 @@ func SetSweepClock(now func() time.Time) (restore func()) {
 	timeNow = now
 	return func() { timeNow = old }
 }
+
+// NewAt is New with the clock rates read when no time is given.
+func NewAt(cfg Config, f OwnedShardFraction, clock func() time.Time) (*Backpressure, error) {
+	return newAt(cfg, f, clock)
+}

@@ -49,9 +49,14 @@ const (
 	// and the rest of the sweep is planned as if they were absent. This
 	// reason takes precedence over the others: it needs an operator.
 	HeldInvalidRoute
+	// HeldRate: the namespace had headroom, but its rate limit's bucket
+	// (see [Rate]) held fewer tokens than its headroom and pending rows;
+	// the rows come as tokens accrue. They hold no concurrency slot.
+	HeldRate
 )
 
-// String returns "", "at-ceiling", "budget", "paused" or "invalid-route".
+// String returns "", "at-ceiling", "budget", "paused", "invalid-route" or
+// "rate".
 func (r HoldReason) String() string {
 	switch r {
 	case HeldNone:
@@ -64,6 +69,8 @@ func (r HoldReason) String() string {
 		return "paused"
 	case HeldInvalidRoute:
 		return "invalid-route"
+	case HeldRate:
+		return "rate"
 	}
 	return "HoldReason(" + strconv.Itoa(int(r)) + ")"
 }
@@ -76,7 +83,7 @@ func (r HoldReason) String() string {
 // backlog, and Capped says so:
 //
 //	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
-//	Demand   = min(Headroom, Pending − Invalid)
+//	Demand   = min(Headroom, Tokens, Pending − Invalid)   (an Unlimited term drops out)
 //	Granted  ≤ Demand
 //	Held     = Pending − Granted ≥ 0
 type NamespaceReport struct {
@@ -92,6 +99,13 @@ type NamespaceReport struct {
 	Held      int        // rows left Pending for a later sweep
 	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
+	// Rate is the namespace's cluster-wide rate limit (Config.Rates,
+	// Config.DefaultRate); the zero Rate means none.
+	Rate Rate
+	// Tokens is, for a rate-limited namespace, the whole tokens its bucket
+	// held on this node when the plan was made (≥ 0; see [Rate]); 0 when
+	// Rate is zero.
+	Tokens int
 	// Capped is set by Sweep when a route of the namespace was counted only
 	// up to the depth Sweep counted at, so it may hold more rows: Pending,
 	// Demand and Held are then lower bounds. When it is false they are exact, except
@@ -120,6 +134,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 	}
 	if r.Invalid > 0 {
 		attrs = append(attrs, slog.Int("invalid", r.Invalid))
+	}
+	if r.Rate.limited() {
+		attrs = append(attrs, slog.Float64("rate", r.Rate.PerSecond), slog.Int("burst", r.Rate.Burst), slog.Int("tokens", r.Tokens))
 	}
 	if r.Reason != HeldNone {
 		attrs = append(attrs, slog.String("reason", r.Reason.String()))
@@ -209,7 +226,7 @@ func (p Plan) Namespace(ns string) (NamespaceReport, bool) {
 // LogValue summarises the plan for a log line: the totals and the number of
 // namespaces held for each reason. Log Namespaces[i] for the details.
 func (p Plan) LogValue() slog.Value {
-	var active, atCeiling, budget, paused, invalid int
+	var active, atCeiling, budget, paused, invalid, rate int
 	for _, r := range p.Namespaces {
 		if r.Granted > 0 {
 			active++
@@ -223,6 +240,8 @@ func (p Plan) LogValue() slog.Value {
 			paused++
 		case HeldInvalidRoute:
 			invalid++
+		case HeldRate:
+			rate++
 		}
 	}
 	return slog.GroupValue(
@@ -236,6 +255,7 @@ func (p Plan) LogValue() slog.Value {
 		slog.Int("held_budget", budget),
 		slog.Int("held_paused", paused),
 		slog.Int("held_invalid_route", invalid),
+		slog.Int("held_rate", rate),
 	)
 }
 
@@ -254,6 +274,7 @@ type nsWork struct {
 	NamespaceReport
 	lo, hi      int
 	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
+	tokens      int  // Tokens, or Unlimited without a rate
 	validName   bool // the namespace passes ValidateRoute
 }
 
@@ -350,7 +371,18 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 	}
 	sc.ns = ns
 
-	// Ceilings, headroom and demand.
+	// Ceilings, tokens, headroom and demand.
+	if cfg.hasRates() {
+		t := b.rates.planAt
+		if t.IsZero() {
+			t = b.rateNow()
+		}
+		b.tokensAt(ns, st, t)
+	} else {
+		for i := range ns {
+			ns[i].tokens = Unlimited
+		}
+	}
 	active := sc.active[:0]
 	totalDemand, demandOver := 0, false // demandOver: Σ d_n passed math.MaxInt
 	maxWeight := 1                      // over the namespaces with demand
@@ -368,6 +400,9 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 		} else {
 			w.Headroom = max(0, w.Ceiling-w.Claimed)
 			w.Demand = min(w.Headroom, w.Pending)
+		}
+		if w.tokens != Unlimited {
+			w.Demand = min(w.Demand, w.tokens)
 		}
 		if w.Demand > 0 {
 			active = append(active, i)
@@ -443,6 +478,8 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 			w.Reason = HeldPaused
 		case w.Granted < w.Demand:
 			w.Reason = HeldBudget
+		case w.tokens != Unlimited && w.tokens == w.Demand && (w.Headroom == Unlimited || w.tokens < w.Headroom):
+			w.Reason = HeldRate
 		default:
 			w.Reason = HeldAtCeiling
 		}
