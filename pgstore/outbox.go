@@ -103,6 +103,7 @@ func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
 		payloads = make([][]byte, 0, len(msgs))
 		runAts   = make([]*time.Time, 0, len(msgs))
 		attempts = make([]int32, 0, len(msgs))
+		prios    = make([]int16, 0, len(msgs))
 		seen     = make(map[string]struct{}, len(msgs))
 	)
 	for i := range msgs {
@@ -126,8 +127,9 @@ func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
 			maxAttempts = min(m.MaxAttempts, 1<<31-1)
 		}
 		attempts = append(attempts, int32(maxAttempts))
+		prios = append(prios, int16(m.Priority)) // MinPriority..MaxPriority: validated
 	}
-	return []any{s.clock(), keys, spaces, queues, shards, payloads, runAts, attempts, s.channel}, nil
+	return []any{s.clock(), keys, spaces, queues, shards, payloads, runAts, attempts, s.channel, prios}, nil
 }
 
 // scanEnqueue reads the enqueue statement's count.
@@ -335,12 +337,12 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 }
 
 // ClaimOutboxRowsScoped claims, in one statement across all scopes, at most
-// each claim's Limit claimable rows of its route on the owned shards, oldest
-// first, skipping rows another claimer holds locked (FOR UPDATE SKIP
+// each claim's Limit claimable rows of its route on the owned shards,
+// highest Message.Priority first, then oldest, skipping rows another claimer holds locked (FOR UPDATE SKIP
 // LOCKED). Each claimed row gets a fresh token, one more attempt and a lease
 // of Options.Lease. The statement is atomic: on error nothing is claimed.
-// Rows come back grouped by claim, in the claims' order, oldest first
-// within a route.
+// Rows come back grouped by claim, in the claims' order, highest priority
+// first, then oldest, within a route.
 //
 // A claim with Limit 0 claims nothing; a negative Limit, or a route named
 // twice, is an [*outbox.ArgumentError]. An empty claim list returns nil without a
@@ -406,7 +408,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	slices.SortFunc(claimed, func(a, b outbox.Row) int {
 		ra := order[backpressure.Route{Namespace: a.Namespace, TaskQueue: a.TaskQueue}]
 		rb := order[backpressure.Route{Namespace: b.Namespace, TaskQueue: b.TaskQueue}]
-		return cmp.Or(cmp.Compare(ra, rb), a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(b.Priority, a.Priority), a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID))
 	})
 	return claimed, nil
 }

@@ -141,8 +141,8 @@ func (s *Store) enqueueIn(ctx context.Context, tx *sql.Tx, op string, msgs []out
 	}
 	now := nanos(s.now())
 	insert, err := tx.PrepareContext(ctx, `
-INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, run_at, ready_at, max_attempts)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
+INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, run_at, ready_at, max_attempts, claim_rank)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)
 ON CONFLICT (dispatch_key) DO NOTHING`)
 	if err != nil {
 		return 0, 0, err
@@ -168,7 +168,7 @@ ON CONFLICT (dispatch_key) DO NOTHING`)
 			limit = s.maxAttempts
 		}
 		res, err := insert.ExecContext(ctx, m.DispatchKey, m.Namespace, m.TaskQueue,
-			backpressure.ShardFor(m.DispatchKey, s.shardCount), payload, now, runAt, limit)
+			backpressure.ShardFor(m.DispatchKey, s.shardCount), payload, now, runAt, limit, -m.Priority)
 		if err != nil {
 			return 0, 0, err
 		}
