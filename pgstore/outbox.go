@@ -29,7 +29,10 @@ import (
 // touched. A message's RunAt delays its first claim; its MaxAttempts (0:
 // Options.MaxAttempts) bounds its claims. Subscribers (see
 // [Store.Subscribe]) are woken when the batch inserted rows. An empty batch
-// returns 0 without a round trip. Cost: O(len(msgs) × log n).
+// returns 0 without a round trip. A batch that would leave a namespace over
+// its Options.PendingCaps cap fails with an *outbox.PendingCapError
+// (matching outbox.ErrPendingCap), nothing inserted. Cost:
+// O(len(msgs) × log n).
 func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted int, err error) {
 	const op = "Enqueue"
 	if err := s.begin(ctx, op); err != nil {
@@ -40,6 +43,10 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 		return 0, err
 	}
 	err = s.run(ctx, unsent, func() error {
+		if namespaces, caps := s.caps.Capped(msgs); namespaces != nil {
+			inserted, err = s.enqueueCapped(ctx, op, msgs, args, namespaces, caps)
+			return err
+		}
 		inserted, err = scanEnqueue(s.pool.QueryRow(ctx, s.sql.enqueue, args...))
 		return err
 	})
@@ -62,8 +69,11 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // tx must be a transaction on the store's database; a nil tx is an
 // [*outbox.ArgumentError], and so is a tx already committed or rolled
 // back. A database error leaves tx failed, as any failed statement in a
-// PostgreSQL transaction does: the caller rolls it back. EnqueueTx never
-// retries: the transaction is the caller's.
+// PostgreSQL transaction does: the caller rolls it back. A batch refused
+// by Options.PendingCaps (an *outbox.PendingCapError) is not a database
+// error: tx is left usable, holding none of the batch, and holds the capped
+// namespaces' advisory locks until it ends. EnqueueTx never retries: the
+// transaction is the caller's.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) (inserted int, err error) {
 	const op = "EnqueueTx"
 	if err := s.begin(ctx, op); err != nil {
@@ -76,8 +86,15 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 	if err != nil || args == nil {
 		return 0, err
 	}
-	inserted, err = scanEnqueue(tx.QueryRow(ctx, s.sql.enqueue, args...))
+	if namespaces, caps := s.caps.Capped(msgs); namespaces != nil {
+		inserted, err = s.enqueueCappedTx(ctx, tx, op, args, namespaces, caps)
+	} else {
+		inserted, err = scanEnqueue(tx.QueryRow(ctx, s.sql.enqueue, args...))
+	}
+	var capErr *outbox.PendingCapError
 	switch {
+	case errors.As(err, &capErr):
+		return 0, err
 	case errors.Is(err, pgx.ErrTxClosed):
 		return 0, argError(op, "tx", "the transaction is already committed or rolled back")
 	case err != nil:

@@ -19,8 +19,11 @@ import (
 //
 // A batch with an invalid message (see outbox.Message.Validate) fails with
 // an *outbox.MessageError before the database is touched: nothing is
-// written. Subscribers are signalled once the transaction commits. Cost:
-// one write transaction, O(len(msgs)) index inserts.
+// written. A batch that would leave a namespace over its
+// Options.PendingCaps cap fails with an *outbox.PendingCapError (matching
+// outbox.ErrPendingCap), nothing written. Subscribers are signalled once
+// the transaction commits. Cost: one write transaction, O(len(msgs)) index
+// inserts.
 func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted int, err error) {
 	if err := s.writable(); err != nil {
 		return 0, s.fail("Enqueue", err)
@@ -70,7 +73,9 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // Errors: an *outbox.MessageError for an invalid message (nothing written);
 // an *outbox.ArgumentError (matching outbox.ErrInvalidArgument) for a nil
 // tx, a tx already committed or rolled back (it also matches
-// sql.ErrTxDone), or a tx on a database that is not the store's. An error
+// sql.ErrTxDone), or a tx on a database that is not the store's; an
+// *outbox.PendingCapError for a batch over a pending cap, after which tx is
+// usable and holds none of the batch (a savepoint undid it). An error
 // leaves tx as it was, bar what SQLite itself undid: the caller decides
 // whether to roll back; none of msgs is left in tx. Subscribers in this process learn of the rows by
 // polling (see Subscribe), since the store cannot see tx commit.
@@ -187,6 +192,9 @@ ON CONFLICT (dispatch_key) DO NOTHING`)
 				return 0, 0, err
 			}
 		}
+	}
+	if err := s.checkPendingCaps(ctx, tx, op, msgs); err != nil {
+		return 0, 0, err
 	}
 	return inserted, seq, nil
 }
