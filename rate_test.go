@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -444,5 +445,28 @@ func TestSweepSpendsClaimedRows(t *testing.T) {
 		if r.Tokens != 5 || r.Reason != HeldRate {
 			t.Fatalf("after a claim that filled half: %+v, want 5 tokens left, held for rate", r)
 		}
+	}
+}
+
+// TestRateLogValue: a plan's log line counts the namespaces held for rate,
+// as it counts those held at their ceiling, and a rate-limited namespace's
+// report logs its rate, burst and tokens.
+func TestRateLogValue(t *testing.T) {
+	f, _ := AllShards(2)
+	b, err := newAt(Config{BatchSize: 10, DefaultQuota: 5, Rates: map[string]Rate{"a": {PerSecond: 2, Burst: 3}}}, f, func() time.Time { return epoch })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := b.PlanAt(Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 9}, {Route{"b", "q"}, 9}}}, epoch.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := p.LogValue().String()
+	if !strings.Contains(line, "held_rate=1") || !strings.Contains(line, "held_at_ceiling=1") {
+		t.Fatalf("plan log %s", line)
+	}
+	r, _ := p.Namespace("a")
+	if got := r.LogValue().String(); !strings.Contains(got, "rate=2 burst=3 tokens=2") || !strings.Contains(got, "reason=rate") {
+		t.Fatalf("report log %s", got)
 	}
 }
