@@ -328,13 +328,23 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 	if b == nil || b.sem == nil {
 		return errNotNew
 	}
+	return b.SetConfigAt(cfg, b.rateNow())
+}
+
+// SetConfigAt is [Backpressure.SetConfig] at time t: the rate buckets (see
+// [Rate]) refill under the old configuration up to t and under cfg after
+// it; a bucket keeps its tokens, up to cfg's burst.
+func (b *Backpressure) SetConfigAt(cfg Config, t time.Time) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
 	c, err := newConfig(cfg)
 	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.settleRates(b.set, b.rateNow())
+	b.settleRates(b.set, t)
 	gen := b.set.gen + 1
 	b.set = newSettings(c, b.set.f)
 	b.set.gen = gen
@@ -406,12 +416,23 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	if b == nil || b.sem == nil {
 		return errNotNew
 	}
+	return b.SetOwnedShardsAt(f, b.rateNow())
+}
+
+// SetOwnedShardsAt is [Backpressure.SetOwnedShards] at time t: the rate
+// buckets (see [Rate]) refill at the old fraction's rate up to t and at f's
+// after it, so that a node handing shards to another never lets the two
+// refill for the same shards at once.
+func (b *Backpressure) SetOwnedShardsAt(f OwnedShardFraction, t time.Time) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
 	if f.ShardCount() < 1 {
 		return &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.settleRates(b.set, b.rateNow())
+	b.settleRates(b.set, t)
 	gen := b.set.gen + 1
 	b.set = newSettings(b.set.cfg, f)
 	b.set.gen = gen

@@ -150,6 +150,7 @@ func (r NamespaceReport) LogValue() slog.Value {
 //
 //	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
 //	Σ limits of n's routes = g_n ≤ Headroom_n           (ceiling)
+//	g_n ≤ Tokens_n for a rate-limited namespace         (rate; see [Rate])
 //	1 ≤ limit of route r ≤ P_r                          (pending)
 //	g_i < d_i ⇒ (g_j − 1)/w_j < (g_i + 1)/w_i for all j  (weighted max-min fair)
 //
