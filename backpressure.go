@@ -37,13 +37,15 @@
 // bad input or failure, matched with [errors.Is], and a typed error per
 // kind carrying the details, matched with [errors.As] (the gate's verdict
 // is the typed error alone); a call that rejects its input leaves its
-// receiver unchanged. [MaxWeight] and [MaxShardCount] bound inputs a caller
+// receiver unchanged. [MaxShardCount] and the weight bound (2^20) bound inputs a caller
 // may size; a route's limits are package outbox's, beside the message's.
 // Mechanism is in docs/planner.md and docs/gate.md. Time is read only
 // through [Config].Clock.
 package backpressure
 
 import (
+	"github.com/outboxkit/backpressure/internal/limits"
+
 	"errors"
 	"fmt"
 	"maps"
@@ -78,7 +80,7 @@ type Config struct {
 	// namespace of weight 1, until its demand or ceiling caps it (see
 	// [Plan] for the exact rule). A namespace not listed has weight 1, so
 	// a nil map plans every namespace alike. Values must be 1 to
-	// [MaxWeight]. The map is copied. Routes inside a namespace are not
+	// 2^20. The map is copied. Routes inside a namespace are not
 	// weighted.
 	Weights map[string]int
 
@@ -96,11 +98,20 @@ type Config struct {
 	// from several goroutines, and its readings should not go backwards. A
 	// test injects a clock it moves by hand; SetConfig replaces it.
 	Clock func() time.Time
+
+	// DefaultRate is the rate limit of every namespace not listed in Rates
+	// (see [Rate]); the zero Rate means no rate limit.
+	DefaultRate Rate
+
+	// Rates overrides DefaultRate per namespace; a zero Rate lifts the
+	// limit for that namespace. Each value is validated as a [Rate]. A nil
+	// map means no overrides. The map is copied.
+	Rates map[string]Rate
 }
 
-// MaxWeight is the largest weight [Config.Weights] accepts, 2^20: the bound
+// maxWeight is the largest weight Config.Weights accepts, 2^20: the bound
 // that keeps the planner's exact arithmetic within int64 (docs/planner.md).
-const MaxWeight = 1 << 20
+const maxWeight = limits.Weight
 
 // Backpressure plans the claims of one dispatcher node. It holds the node's
 // owned-shard fraction, its configuration, and the rotation cursors that
@@ -137,6 +148,7 @@ type Backpressure struct {
 	lastEnd     time.Time         // when the last successful sweep returned
 	lastDur     time.Duration     // and how long it took
 	scratch     scratch
+	rates       rateState // token buckets (rate.go); guarded by mu
 }
 
 // config is a validated Config, never changed once built: a sweep keeps the
@@ -148,6 +160,8 @@ type config struct {
 	weights      map[string]int // only weights above 1
 	apportion    Apportionment
 	clock        func() time.Time // nil: time.Now
+	defaultRate  Rate
+	rates        map[string]Rate
 }
 
 // ceiling returns namespace's ceiling on a node owning f's shards.
@@ -227,7 +241,10 @@ var errNilStore = fmt.Errorf("%w: nil OutboxStore", ErrInvalidConfig)
 // It returns an error matching [ErrInvalidConfig] (a *[ConfigError] naming
 // the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
 // [Unlimited], if a Quotas value is negative other than Unlimited, if a
-// Weights value is outside 1 to [MaxWeight], or if a Quotas or Weights key
+// Weights value is outside 1 to 2^20, if DefaultRate or a Rates value
+// breaks the limits of [Rate] (NaN, infinite, negative or above
+// 1e9 PerSecond; Burst outside 1 to 2^30 with a rate, or
+// not 0 without one), or if a Quotas, Weights or Rates key
 // is a namespace no row can have (one [Route.Validate] rejects: "", a NUL
 // byte, invalid UTF-8, over 255 bytes); and one matching
 // [ErrInvalidShards] if f is the zero OwnedShardFraction.
@@ -239,11 +256,19 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Backpressure{
+	b := &Backpressure{
 		set:         newSettings(c, f),
 		sem:         make(chan struct{}, 1),
 		routeCursor: make(map[string]string),
-	}, nil
+	}
+	b.rates.dflt.at = b.rateNow() // every bucket starts empty now
+	return b, nil
+}
+
+// newAt is New with cfg.Clock set to clock (for tests).
+func newAt(cfg Config, f OwnedShardFraction, clock func() time.Time) (*Backpressure, error) {
+	cfg.Clock = clock
+	return New(cfg, f)
 }
 
 // newConfig validates cfg and copies it.
@@ -270,13 +295,29 @@ func newConfig(cfg Config) (*config, error) {
 		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
 	}
 	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment, clock: cfg.Clock}
+	if err := checkRate("DefaultRate", cfg.DefaultRate); err != nil {
+		return nil, err
+	}
+	c.defaultRate = cfg.DefaultRate
+	for ns, r := range cfg.Rates {
+		field := "Rates[" + strconv.Quote(ns) + "]"
+		if err := checkKey(field, ns, r.Burst); err != nil {
+			return nil, err
+		}
+		if err := checkRate(field, r); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Rates) > 0 {
+		c.rates = maps.Clone(cfg.Rates)
+	}
 	for ns, w := range cfg.Weights {
 		field := "Weights[" + strconv.Quote(ns) + "]"
 		if err := checkKey(field, ns, w); err != nil {
 			return nil, err
 		}
-		if w < 1 || w > MaxWeight {
-			return nil, &ConfigError{Field: field, Value: w, Reason: "must be between 1 and MaxWeight (" + strconv.Itoa(MaxWeight) + ")"}
+		if w < 1 || w > maxWeight {
+			return nil, &ConfigError{Field: field, Value: w, Reason: "must be between 1 and " + strconv.Itoa(maxWeight)}
 		}
 		if w > 1 {
 			if c.weights == nil {
@@ -314,12 +355,23 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 	if b == nil || b.sem == nil {
 		return errNotNew
 	}
+	return b.SetConfigAt(cfg, b.rateNow())
+}
+
+// SetConfigAt is [Backpressure.SetConfig] at time t: the rate buckets (see
+// [Rate]) refill under the old configuration up to t and under cfg after
+// it; a bucket keeps its tokens, up to cfg's burst.
+func (b *Backpressure) SetConfigAt(cfg Config, t time.Time) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
 	c, err := newConfig(cfg)
 	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleRates(b.set, t)
 	gen := b.set.gen + 1
 	b.set = newSettings(c, b.set.f)
 	b.set.gen = gen
@@ -333,7 +385,8 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 // last SetConfig wins.
 func (b *Backpressure) Config() Config {
 	c := b.current().cfg
-	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion, Clock: c.clock}
+	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion, Clock: c.clock,
+		DefaultRate: c.defaultRate, Rates: maps.Clone(c.rates)}
 }
 
 // now reads the clock of b's current settings (Config.Clock, else
@@ -353,6 +406,12 @@ func (b *Backpressure) BatchSize() int { return b.current().cfg.batchSize }
 // paused namespace.
 func (b *Backpressure) Quota(namespace string) int {
 	return b.current().cfg.quota(namespace)
+}
+
+// Rate returns the cluster-wide rate limit of namespace: its override in
+// Config.Rates, else Config.DefaultRate; the zero Rate means none.
+func (b *Backpressure) Rate(namespace string) Rate {
+	return b.current().cfg.rate(namespace)
 }
 
 // Weight returns the weight of namespace: Config.Weights[namespace], or 1.
@@ -394,11 +453,23 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	if b == nil || b.sem == nil {
 		return errNotNew
 	}
+	return b.SetOwnedShardsAt(f, b.rateNow())
+}
+
+// SetOwnedShardsAt is [Backpressure.SetOwnedShards] at time t: the rate
+// buckets (see [Rate]) refill at the old fraction's rate up to t and at f's
+// after it, so that a node handing shards to another never lets the two
+// refill for the same shards at once.
+func (b *Backpressure) SetOwnedShardsAt(f OwnedShardFraction, t time.Time) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
 	if f.ShardCount() < 1 {
 		return &ShardError{Shard: -1, ShardCount: f.ShardCount(), Reason: "fraction not built with NewOwnedShardFraction"}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settleRates(b.set, t)
 	gen := b.set.gen + 1
 	b.set = newSettings(b.set.cfg, f)
 	b.set.gen = gen
@@ -420,8 +491,20 @@ func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
 	if b == nil || b.sem == nil {
 		return Plan{}, errNotNew
 	}
+	return b.PlanAt(s, b.rateNow())
+}
+
+// PlanAt is [Backpressure.Plan] at time t: rate-limited namespaces (see
+// [Rate]) plan with the tokens their buckets hold at t. It spends no token:
+// the rows a claim returns do, through [Backpressure.SpendTokensAt].
+func (b *Backpressure) PlanAt(s Snapshot, t time.Time) (Plan, error) {
+	if b == nil || b.sem == nil {
+		return Plan{}, errNotNew
+	}
 	b.sem <- struct{}{}
 	defer func() { <-b.sem }()
+	b.rates.planAt = t
+	defer func() { b.rates.planAt = time.Time{} }()
 	p, err := b.plan(s, b.current())
 	if err != nil {
 		return Plan{}, err

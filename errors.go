@@ -49,10 +49,16 @@ type ConfigError struct {
 	Field  string // e.g. "BatchSize", `Quotas["acme"]`, "BackpressureGate.HighWatermark"
 	Value  int
 	Reason string
+	// Float is the value of a float field (Rate.PerSecond), whose Value is 0.
+	Float float64
+	float bool
 }
 
 // Error names the field, its value and why it cannot hold.
 func (e *ConfigError) Error() string {
+	if e.float {
+		return fmt.Sprintf("backpressure: invalid config: %s = %v: %s", e.Field, e.Float, e.Reason)
+	}
 	return fmt.Sprintf("backpressure: invalid config: %s = %d: %s", e.Field, e.Value, e.Reason)
 }
 

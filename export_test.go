@@ -1,5 +1,7 @@
 package backpressure
 
+import "time"
+
 // PendingCountCap exposes pendingCountCap to the external tests.
 func (b *Backpressure) PendingCountCap() int { return b.pendingCountCap() }
 
@@ -26,4 +28,9 @@ func AheadPending(b *Backpressure) bool {
 	b.sem <- struct{}{}
 	defer func() { <-b.sem }()
 	return b.ahead != nil
+}
+
+// NewAt is New with the clock rates read when no time is given.
+func NewAt(cfg Config, f OwnedShardFraction, clock func() time.Time) (*Backpressure, error) {
+	return newAt(cfg, f, clock)
 }

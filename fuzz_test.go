@@ -58,7 +58,7 @@ func FuzzPlan(f *testing.F) {
 				}
 				cfg.Weights[ns] = (v+8)%8 + 1 // 1 to 8
 				if v+8 >= 250 {
-					cfg.Weights[ns] = MaxWeight
+					cfg.Weights[ns] = maxWeight
 				}
 			case 1:
 				snap.Claimed[ns] = v

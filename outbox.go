@@ -31,7 +31,9 @@ type RouteCount struct {
 }
 
 // ScopedClaim asks a store to claim at most Limit visible pending rows of
-// Route, oldest first. A Plan's claims always have Limit ≥ 1.
+// Route, oldest first (a store whose rows carry a priority takes the highest
+// priority first, then the oldest; priorities never change the limits). A
+// Plan's claims always have Limit ≥ 1.
 type ScopedClaim struct {
 	Route Route
 	Limit int
@@ -77,7 +79,8 @@ type OutboxStore[R any] interface {
 
 	// ClaimOutboxRowsScoped claims, atomically across all claims (all or
 	// nothing), at most Limit claimable rows of each claim's Route on the
-	// owned shards, oldest first within a route, and returns them with their
+	// owned shards, oldest first within a route (highest priority first,
+	// then oldest, in a store with priorities), and returns them with their
 	// new lease and claim token. Rows it does not return are unchanged in
 	// every column. Two concurrent callers never both hold a live lease on
 	// one row, and settling a row requires the token of its current claim.

@@ -287,7 +287,7 @@ func TestNewConfigErrors(t *testing.T) {
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", maxNamespaceBytes+1): 1}}, `Quotas["` + strings.Repeat("n", maxNamespaceBytes+1) + `"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": 0}}, `Weights["x"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": -3}}, `Weights["x"]`},
-		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": MaxWeight + 1}}, `Weights["x"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": maxWeight + 1}}, `Weights["x"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": math.MaxInt}}, `Weights["x"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"": 2}}, `Weights[""]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"a\x00b": 2}}, `Weights["a\x00b"]`},
@@ -307,19 +307,19 @@ func TestNewConfigErrors(t *testing.T) {
 			t.Errorf("step %d: a rejected SetConfig changed the config: %+v", i, b.Config())
 		}
 	}
-	// Weights: 1 to MaxWeight, 1 by default; Config returns a copy.
-	weights := map[string]int{"heavy": MaxWeight, "one": 1}
+	// Weights: 1 to maxWeight, 1 by default; Config returns a copy.
+	weights := map[string]int{"heavy": maxWeight, "one": 1}
 	wb, err := New(Config{BatchSize: 2, DefaultQuota: 1, Weights: weights}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	weights["heavy"] = 2 // New copied the map
-	if wb.Weight("heavy") != MaxWeight || wb.Weight("one") != 1 || wb.Weight("other") != 1 {
+	if wb.Weight("heavy") != maxWeight || wb.Weight("one") != 1 || wb.Weight("other") != 1 {
 		t.Errorf("Weight(heavy) = %d, Weight(one) = %d, Weight(other) = %d", wb.Weight("heavy"), wb.Weight("one"), wb.Weight("other"))
 	}
 	got := wb.Config()
 	got.Weights["heavy"] = 3 // a copy too
-	if want := (Config{BatchSize: 2, DefaultQuota: 1, Weights: map[string]int{"heavy": MaxWeight}}); fmt.Sprint(wb.Config()) != fmt.Sprint(want) {
+	if want := (Config{BatchSize: 2, DefaultQuota: 1, Weights: map[string]int{"heavy": maxWeight}}); fmt.Sprint(wb.Config()) != fmt.Sprint(want) {
 		t.Errorf("Config() = %+v, want %+v", wb.Config(), want)
 	}
 	if err := wb.SetConfig(Config{BatchSize: 9, DefaultQuota: Unlimited, Quotas: map[string]int{"p": 0}}); err != nil {

@@ -53,10 +53,14 @@ const (
 	// and the rest of the sweep is planned as if they were absent. This
 	// reason takes precedence over the others: it needs an operator.
 	HeldInvalidRoute
+	// HeldRate: the namespace had headroom, but its rate limit's bucket
+	// (see [Rate]) held fewer tokens than its headroom and pending rows;
+	// the rows come as tokens accrue. They hold no concurrency slot.
+	HeldRate
 )
 
-// String returns "", "at-ceiling", "budget", "paused" or "invalid-route",
-// and "HoldReason(n)" for any other value.
+// String returns "", "at-ceiling", "budget", "paused", "invalid-route" or
+// "rate", and "HoldReason(n)" for any other value.
 func (r HoldReason) String() string {
 	switch r {
 	case HeldNone:
@@ -69,6 +73,8 @@ func (r HoldReason) String() string {
 		return "paused"
 	case HeldInvalidRoute:
 		return "invalid-route"
+	case HeldRate:
+		return "rate"
 	}
 	return "HoldReason(" + strconv.Itoa(int(r)) + ")"
 }
@@ -79,7 +85,7 @@ func (r HoldReason) String() string {
 // under Sweep they may be lower bounds: see Capped), and they satisfy
 //
 //	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
-//	Demand   = min(Headroom, Pending − Invalid)
+//	Demand   = min(Headroom, Tokens, Pending − Invalid)   (an Unlimited term drops out)
 //	Granted  ≤ Demand
 //	Held     = Pending − Granted ≥ 0
 type NamespaceReport struct {
@@ -95,6 +101,13 @@ type NamespaceReport struct {
 	Held      int        // rows left Pending for a later sweep
 	Invalid   int        // pending rows on routes Route.Validate rejects: held, never claimed (see HeldInvalidRoute)
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
+	// Rate is the namespace's cluster-wide rate limit (Config.Rates,
+	// Config.DefaultRate); the zero Rate means none.
+	Rate Rate
+	// Tokens is, for a rate-limited namespace, the whole tokens its bucket
+	// held on this node when the plan was made (≥ 0; see [Rate]); 0 when
+	// Rate is zero.
+	Tokens int
 	// Capped is set by Sweep when a route of the namespace was counted only
 	// up to the depth Sweep counted at, so it may hold more rows: Pending,
 	// Demand and Held are then lower bounds. When it is false they are exact, except
@@ -124,6 +137,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 	if r.Invalid > 0 {
 		attrs = append(attrs, slog.Int("invalid", r.Invalid))
 	}
+	if r.Rate.limited() {
+		attrs = append(attrs, slog.Float64("rate", r.Rate.PerSecond), slog.Int("burst", r.Rate.Burst), slog.Int("tokens", r.Tokens))
+	}
 	if r.Reason != HeldNone {
 		attrs = append(attrs, slog.String("reason", r.Reason.String()))
 	}
@@ -137,6 +153,7 @@ func (r NamespaceReport) LogValue() slog.Value {
 //
 //	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
 //	Σ limits of n's routes = g_n ≤ Headroom_n           (ceiling)
+//	g_n ≤ Tokens_n for a rate-limited namespace         (rate; see [Rate])
 //	1 ≤ limit of route r ≤ P_r                          (pending)
 //	g_i < d_i ⇒ (g_j − 1)/w_j < (g_i + 1)/w_i for all j  (weighted max-min fair)
 //
@@ -208,7 +225,7 @@ func (p Plan) Namespace(ns string) (NamespaceReport, bool) {
 // LogValue summarises the plan for a log line: the totals and the number of
 // namespaces held for each reason. Log Namespaces[i] for the details.
 func (p Plan) LogValue() slog.Value {
-	var active, atCeiling, budget, paused, invalid int
+	var active, atCeiling, budget, paused, invalid, rate int
 	for _, r := range p.Namespaces {
 		if r.Granted > 0 {
 			active++
@@ -222,6 +239,8 @@ func (p Plan) LogValue() slog.Value {
 			paused++
 		case HeldInvalidRoute:
 			invalid++
+		case HeldRate:
+			rate++
 		}
 	}
 	return slog.GroupValue(
@@ -235,11 +254,12 @@ func (p Plan) LogValue() slog.Value {
 		slog.Int("held_budget", budget),
 		slog.Int("held_paused", paused),
 		slog.Int("held_invalid_route", invalid),
+		slog.Int("held_rate", rate),
 	)
 }
 
 // roundPos is a position in a round of the rotation: the fraction num/den
-// of the way through it, 0 ≤ num < den ≤ MaxWeight (den 0 also means 0). A
+// of the way through it, 0 ≤ num < den ≤ maxWeight (den 0 also means 0). A
 // namespace of weight w has its turns at the positions k/w; the cursor
 // records the position of the turn that got the last remainder unit, which
 // is 0 while every weight is 1.
@@ -253,6 +273,7 @@ type nsWork struct {
 	NamespaceReport
 	lo, hi      int
 	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
+	tokens      int  // Tokens, or Unlimited without a rate
 	validName   bool // the namespace passes Route.Validate
 }
 
@@ -349,7 +370,18 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 	}
 	sc.ns = ns
 
-	// Ceilings, headroom and demand.
+	// Ceilings, tokens, headroom and demand.
+	if cfg.hasRates() {
+		t := b.rates.planAt
+		if t.IsZero() {
+			t = b.rateNow()
+		}
+		b.tokensAt(ns, st, t)
+	} else {
+		for i := range ns {
+			ns[i].tokens = Unlimited
+		}
+	}
 	active := sc.active[:0]
 	totalDemand, demandOver := 0, false // demandOver: Σ d_n passed math.MaxInt
 	maxWeight := 1                      // over the namespaces with demand
@@ -367,6 +399,9 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 		} else {
 			w.Headroom = max(0, w.Ceiling-w.Claimed)
 			w.Demand = min(w.Headroom, w.Pending)
+		}
+		if w.tokens != Unlimited {
+			w.Demand = min(w.Demand, w.tokens)
 		}
 		if w.Demand > 0 {
 			active = append(active, i)
@@ -442,6 +477,8 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 			w.Reason = HeldPaused
 		case w.Granted < w.Demand:
 			w.Reason = HeldBudget
+		case w.tokens != Unlimited && w.tokens == w.Demand && (w.Headroom == Unlimited || w.tokens < w.Headroom):
+			w.Reason = HeldRate
 		default:
 			w.Reason = HeldAtCeiling
 		}
@@ -696,7 +733,7 @@ func fill(caps, grants []int, budget, start int) int {
 }
 
 // fillWeighted is fill with weights: it shares budget over caps into
-// grants, where Σ caps > budget ≥ 0 and 1 ≤ weights[i] ≤ MaxWeight, as
+// grants, where Σ caps > budget ≥ 0 and 1 ≤ weights[i] ≤ maxWeight, as
 // the walk of Plan's rotation does. Index i (in namespace order; start is
 // the first after the cursor's namespace, at the cursor's position at) has
 // its turns at the positions j/weights[i] of an unending sequence of
@@ -721,7 +758,7 @@ func fill(caps, grants []int, budget, start int) int {
 // It returns the index given the last unit of step 3, and the position of
 // its turn, or -1 when whole rounds used the budget (R = 0). cands is
 // scratch, returned for reuse. Positions are compared exactly in int
-// arithmetic: every product stays below 2^61 for weights ≤ MaxWeight = 2^20.
+// arithmetic: every product stays below 2^61 for weights ≤ maxWeight = 2^20.
 // Cost: O(len(caps)·(log budget + log W)), plus O(k log k) to sort the k
 // turns of step 3.
 func fillWeighted(caps, weights, grants, turns []int, budget, start int, at roundPos, cands []int) (int, roundPos, []int) {

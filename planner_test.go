@@ -99,11 +99,11 @@ func genWorld(t *rapid.T) world {
 	return w
 }
 
-// genWeight draws a weight: usually small, now and then up to MaxWeight,
+// genWeight draws a weight: usually small, now and then up to maxWeight,
 // where the planner's exact arithmetic is tightest.
 func genWeight(t *rapid.T) int {
 	if rapid.IntRange(0, 9).Draw(t, "bigWeight") == 0 {
-		return rapid.SampledFrom([]int{97, 1000, MaxWeight - 1, MaxWeight}).Draw(t, "weight")
+		return rapid.SampledFrom([]int{97, 1000, maxWeight - 1, maxWeight}).Draw(t, "weight")
 	}
 	return rapid.IntRange(1, 6).Draw(t, "weight")
 }
@@ -783,8 +783,8 @@ func TestRouteCompare(t *testing.T) {
 }
 
 // TestFillWeighted checks fillWeighted against refWalk, the rotation walked
-// turn by turn, for any caps, weights up to MaxWeight and cursor positions
-// with denominators up to MaxWeight; and, with every weight 1, against
+// turn by turn, for any caps, weights up to maxWeight and cursor positions
+// with denominators up to maxWeight; and, with every weight 1, against
 // fill, the unweighted rule (from the first index when the cursor is
 // inside a round, as Plan calls it).
 func TestFillWeighted(t *testing.T) {
@@ -803,7 +803,7 @@ func TestFillWeighted(t *testing.T) {
 		}
 		budget := rapid.IntRange(0, total-1).Draw(t, "budget")
 		start := rapid.IntRange(0, n).Draw(t, "start")
-		den := rapid.OneOf(rapid.IntRange(1, 7), rapid.IntRange(MaxWeight-3, MaxWeight)).Draw(t, "den")
+		den := rapid.OneOf(rapid.IntRange(1, 7), rapid.IntRange(maxWeight-3, maxWeight)).Draw(t, "den")
 		num := rapid.OneOf(rapid.Just(0), rapid.IntRange(0, den-1)).Draw(t, "num")
 
 		grants := make([]int, n)
@@ -907,7 +907,7 @@ func TestPlanReconfigure(t *testing.T) {
 				case 0:
 					bad.BatchSize = 0
 				case 1:
-					bad.Weights = map[string]int{"ns00": rapid.SampledFrom([]int{0, -1, MaxWeight + 1}).Draw(t, "badWeight")}
+					bad.Weights = map[string]int{"ns00": rapid.SampledFrom([]int{0, -1, maxWeight + 1}).Draw(t, "badWeight")}
 				case 2:
 					bad.Weights = map[string]int{"a\x00": 2}
 				case 3:

@@ -1,9 +1,11 @@
 package backpressure
 
 import (
+	"math"
 	"math/big"
 	"slices"
 	"strings"
+	"time"
 )
 
 // refPlanner is the naive reference: it hands out the budget one unit at a
@@ -21,6 +23,9 @@ type refPlanner struct {
 	nsCursor    *string
 	nsCursorAt  [2]int // num, den
 	routeCursor map[string]string
+	// tokens, when set, caps each listed namespace's demand at its whole
+	// tokens (rate limits; see refBuckets).
+	tokens map[string]int
 }
 
 func newRefPlanner(cfg Config, f OwnedShardFraction) *refPlanner {
@@ -64,6 +69,9 @@ func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 		d := p
 		if c != Unlimited {
 			d = min(p, max(0, c-s.Claimed[ns]))
+		}
+		if tk, ok := r.tokens[ns]; ok {
+			d = min(d, tk)
 		}
 		if d > 0 {
 			active = append(active, ns)
@@ -227,4 +235,81 @@ func sortedAfter(names []string, cur string) int {
 		}
 	}
 	return 0
+}
+
+// refBuckets is the naive reference of rate limits on one node: every
+// namespace it is told of has a bucket, empty at the start, and at every
+// event (a plan, a spend, a change of settings) every bucket is refilled up
+// to the event's time under the settings in force before it, literally
+// tokens = min(burst, tokens + rate·o/n·dt), burst = ⌈Burst·o/n⌉.
+type refBuckets struct {
+	cfg    Config
+	f      OwnedShardFraction
+	names  []string
+	tokens map[string]float64
+	at     time.Time
+}
+
+func newRefBuckets(cfg Config, f OwnedShardFraction, names []string, t time.Time) *refBuckets {
+	return &refBuckets{cfg: cfg, f: f, names: names, tokens: map[string]float64{}, at: t}
+}
+
+func (r *refBuckets) rate(ns string) Rate {
+	if x, ok := r.cfg.Rates[ns]; ok {
+		return x
+	}
+	return r.cfg.DefaultRate
+}
+
+// advance refills every bucket to t.
+func (r *refBuckets) advance(t time.Time) {
+	if !t.After(r.at) {
+		return
+	}
+	dt := t.Sub(r.at).Seconds()
+	for _, ns := range r.names {
+		x := r.rate(ns)
+		if x.PerSecond == 0 {
+			r.tokens[ns] = 0
+			continue
+		}
+		burst := float64(r.f.Ceiling(x.Burst))
+		perNode := x.PerSecond * float64(r.f.OwnedCount()) / float64(r.f.ShardCount())
+		r.tokens[ns] = min(burst, min(burst, r.tokens[ns])+perNode*dt)
+	}
+	r.at = t
+}
+
+// whole returns the whole tokens of every rate-limited namespace at t.
+func (r *refBuckets) whole(t time.Time) map[string]int {
+	r.advance(t)
+	out := map[string]int{}
+	for _, ns := range r.names {
+		if x := r.rate(ns); x.PerSecond > 0 {
+			burst := float64(r.f.Ceiling(x.Burst))
+			out[ns] = int(max(0, math.Floor(min(burst, r.tokens[ns]))))
+		}
+	}
+	return out
+}
+
+func (r *refBuckets) spend(started map[string]int, t time.Time) {
+	r.advance(t)
+	for ns, n := range started {
+		if r.rate(ns).PerSecond > 0 {
+			burst := float64(r.f.Ceiling(r.rate(ns).Burst))
+			r.tokens[ns] = min(burst, r.tokens[ns]) - float64(n)
+		}
+	}
+}
+
+func (r *refBuckets) change(cfg Config, f OwnedShardFraction, t time.Time) {
+	r.advance(t)
+	// A namespace whose rate was lifted starts empty if it gets one again.
+	for _, ns := range r.names {
+		if x, ok := cfg.Rates[ns]; ok && x.PerSecond == 0 || !ok && cfg.DefaultRate.PerSecond == 0 {
+			r.tokens[ns] = 0
+		}
+	}
+	r.cfg, r.f = cfg, f
 }

@@ -122,6 +122,7 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		return nil, Plan{}, err
 	}
 	b.advanceCursors(out.plan.Windowed)
+	spendClaimed(b, out.plan, rows)
 	b.hints.record(out)
 	b.lastEnd = b.now()
 	b.lastDur = b.lastEnd.Sub(began)

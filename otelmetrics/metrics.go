@@ -9,6 +9,8 @@
 //	sweep.rows            counter         rows claimed
 //	namespace.granted     counter         rows granted, per namespace
 //	namespace.held        gauge           rows held at the last sweep, per namespace and reason
+//	                                      ("at-ceiling", "budget", "rate", "paused", "invalid-route", "none")
+//	namespace.tokens      gauge           a rate-limited namespace's whole tokens on this node at the last sweep
 //	namespace.claimed     gauge           rows claimed (running) at the last sweep, per namespace
 //	namespace.ceiling     gauge           the per-node ceiling, per namespace (+Inf when unlimited)
 //	completions           counter         results applied, per namespace, outcome and state
@@ -51,6 +53,7 @@ type Metrics struct {
 	held          metric.Int64Gauge
 	claimed       metric.Int64Gauge
 	ceiling       metric.Float64Gauge
+	tokens        metric.Int64Gauge
 	completions   metric.Int64Counter
 	deadLetters   metric.Int64Counter
 	leaseLost     metric.Int64Counter
@@ -87,6 +90,8 @@ func New(provider metric.MeterProvider) (*Metrics, error) {
 	check(err)
 	out.ceiling, err = m.Float64Gauge("backpressure.namespace.ceiling", metric.WithUnit("{row}"), metric.WithDescription("A namespace's per-node ceiling on claimed rows (+Inf: unlimited)."))
 	check(err)
+	out.tokens, err = m.Int64Gauge("backpressure.namespace.tokens", metric.WithUnit("{token}"), metric.WithDescription("A rate-limited namespace's whole tokens on this node at the last sweep (see backpressure.Rate)."))
+	check(err)
 	out.completions, err = m.Int64Counter("backpressure.completions", metric.WithUnit("{row}"), metric.WithDescription("Results the store applied."))
 	check(err)
 	out.deadLetters, err = m.Int64Counter("backpressure.dead_letters", metric.WithUnit("{row}"), metric.WithDescription("Rows dead-lettered."))
@@ -108,7 +113,8 @@ func New(provider metric.MeterProvider) (*Metrics, error) {
 func nsAttr(ns string) attribute.KeyValue { return attribute.String("namespace", ns) }
 
 // Swept records a sweep's duration and, per namespace of its plan, the
-// rows granted, held, claimed and the ceiling.
+// rows granted, held, claimed, the ceiling and, for a rate-limited
+// namespace, its tokens.
 func (m *Metrics) Swept(e dispatch.SweepEvent) {
 	ctx := context.Background()
 	if e.Err != nil {
@@ -134,6 +140,9 @@ func (m *Metrics) Swept(e dispatch.SweepEvent) {
 			c = math.Inf(1)
 		}
 		m.ceiling.Record(ctx, c, ns)
+		if r.Rate.PerSecond > 0 {
+			m.tokens.Record(ctx, int64(r.Tokens), ns)
+		}
 	}
 }
 

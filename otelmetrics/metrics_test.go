@@ -65,6 +65,7 @@ func TestEvents(t *testing.T) {
 		Namespaces: []backpressure.NamespaceReport{
 			{Namespace: "acme", Ceiling: 5, Claimed: 5, Held: 7, Reason: backpressure.HeldAtCeiling},
 			{Namespace: "globex", Ceiling: backpressure.Unlimited, Claimed: 1, Granted: 4},
+			{Namespace: "initech", Ceiling: 9, Granted: 2, Held: 30, Reason: backpressure.HeldRate, Rate: backpressure.Rate{PerSecond: 5, Burst: 10}, Tokens: 2},
 		},
 	}})
 	m.Swept(dispatch.SweepEvent{Asked: 10, Err: errors.New("down")})
@@ -82,6 +83,10 @@ func TestEvents(t *testing.T) {
 	require.Equal(t, int64(4), point[int64](t, got["backpressure.namespace.granted"], globex))
 	require.Equal(t, int64(7), point[int64](t, got["backpressure.namespace.held"], acme, attribute.String("reason", "at-ceiling")))
 	require.Equal(t, int64(0), point[int64](t, got["backpressure.namespace.held"], globex, attribute.String("reason", "none")))
+	initech := attribute.String("namespace", "initech")
+	require.Equal(t, int64(30), point[int64](t, got["backpressure.namespace.held"], initech, attribute.String("reason", "rate")))
+	require.Equal(t, int64(2), point[int64](t, got["backpressure.namespace.tokens"], initech))
+	require.Len(t, got["backpressure.namespace.tokens"].(metricdata.Gauge[int64]).DataPoints, 1) // only rate-limited namespaces
 	require.Equal(t, int64(5), point[int64](t, got["backpressure.namespace.claimed"], acme))
 	require.Equal(t, 5.0, point[float64](t, got["backpressure.namespace.ceiling"], acme))
 	require.True(t, math.IsInf(point[float64](t, got["backpressure.namespace.ceiling"], globex), 1))

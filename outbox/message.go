@@ -55,7 +55,20 @@ type Message struct {
 	// keeps the store's): a Retry of a row that has had MaxAttempts claims
 	// dead-letters it instead.
 	MaxAttempts int
+
+	// Priority orders the message among the rows of its route: a claim
+	// takes a route's rows highest priority first, then oldest first. It
+	// never changes how many rows a namespace or a route is granted, so a
+	// tenant gains no share by raising it. MinPriority to MaxPriority; the
+	// zero value is the default priority.
+	Priority int
 }
+
+// The range of Message.Priority.
+const (
+	MinPriority = -1000
+	MaxPriority = 1000
+)
 
 // Route returns the message's route.
 func (m Message) Route() backpressure.Route {
@@ -103,6 +116,9 @@ func (m *Message) validate(index int) error {
 	}
 	if len(m.Payload) > MaxPayloadBytes {
 		return fail("Payload", fmt.Sprintf("is %d bytes, over the limit of %d", len(m.Payload), MaxPayloadBytes), nil)
+	}
+	if m.Priority < MinPriority || m.Priority > MaxPriority {
+		return fail("Priority", fmt.Sprintf("%d is outside MinPriority..MaxPriority (%d..%d)", m.Priority, MinPriority, MaxPriority), nil)
 	}
 	if m.MaxAttempts < 0 {
 		return fail("MaxAttempts", fmt.Sprintf("%d is negative", m.MaxAttempts), nil)

@@ -43,6 +43,8 @@ func TestValidateLimits(t *testing.T) {
 		{"task queue not UTF-8", func(m *outbox.Message) { m.TaskQueue = "\xc3" }, "TaskQueue", true},
 		{"payload over the limit", func(m *outbox.Message) { m.Payload = make([]byte, outbox.MaxPayloadBytes+1) }, "Payload", false},
 		{"negative MaxAttempts", func(m *outbox.Message) { m.MaxAttempts = -1 }, "MaxAttempts", false},
+		{"Priority above MaxPriority", func(m *outbox.Message) { m.Priority = outbox.MaxPriority + 1 }, "Priority", false},
+		{"Priority below MinPriority", func(m *outbox.Message) { m.Priority = outbox.MinPriority - 1 }, "Priority", false},
 	} {
 		m := ok
 		tc.edit(&m)
@@ -72,10 +74,12 @@ func TestValidateAgreesWithRouteRule(t *testing.T) {
 			Namespace:   text.Draw(t, "namespace"),
 			TaskQueue:   text.Draw(t, "taskQueue"),
 			MaxAttempts: rapid.IntRange(-2, 3).Draw(t, "maxAttempts"),
+			Priority:    rapid.IntRange(outbox.MinPriority-2, outbox.MaxPriority+2).Draw(t, "priority"),
 		}
 		k := m.DispatchKey
 		keyOK := k != "" && len(k) <= outbox.MaxDispatchKeyBytes && utf8.ValidString(k) && !strings.Contains(k, "\x00")
-		want := keyOK && m.Route().Validate() == nil && m.MaxAttempts >= 0
+		want := keyOK && m.Route().Validate() == nil && m.MaxAttempts >= 0 &&
+			m.Priority >= outbox.MinPriority && m.Priority <= outbox.MaxPriority
 		if got := m.Validate() == nil; got != want {
 			t.Fatalf("Validate(%+v) valid = %v, want %v", m, got, want)
 		}

@@ -45,6 +45,10 @@ type Row struct {
 	// ≥ MaxAttempts dead-letters it. 0 means no limit.
 	MaxAttempts int
 
+	// Priority is the row's Message.Priority: within its route, rows of
+	// higher priority are claimed first, then the oldest.
+	Priority int
+
 	// Token identifies the current (or last) claim of the row: a claim
 	// draws a token no earlier claim of any row had (the rows of one claim
 	// may share it), so (DispatchKey, Token) names one claim of one row.

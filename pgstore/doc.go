@@ -86,7 +86,7 @@
 //	        enqueued_at, visible_at (the run-at), claimed_at, lease_expires_at,
 //	        finished_at, last_error,
 //	        claimable_at GENERATED: visible_at if pending, lease_expires_at if claimed)
-//	outbox_route_oldest_idx (namespace, task_queue, enqueued_at, id) INCLUDE (shard, claimable_at)
+//	outbox_route_oldest_idx (namespace, task_queue, priority DESC, enqueued_at, id) INCLUDE (shard, claimable_at)
 //	                        WHERE state NOT IN ('settled', 'dead')  -- scoped claims
 //	outbox_route_claimable_idx (namespace, task_queue, claimable_at) INCLUDE (shard)
 //	                        WHERE state IN ('pending', 'claimed')  -- pending counts, their routes
@@ -103,7 +103,7 @@
 //
 // The scoped claim is ONE statement for all scopes: unnest of the routes and
 // limits, and per scope a LATERAL subquery that walks outbox_route_oldest_idx
-// oldest first, filters the owned shards (shard = ANY($n); no filter for a
+// highest priority first, then oldest (the index's order: no sort), filters the owned shards (shard = ANY($n); no filter for a
 // node that owns them all) and claimable rows, and locks at most its limit
 // FOR UPDATE SKIP LOCKED. Being oldest
 // first, a claim reads (and skips) the route's older rows that are not

@@ -29,7 +29,10 @@ import (
 // touched. A message's RunAt delays its first claim; its MaxAttempts (0:
 // Options.MaxAttempts) bounds its claims. Subscribers (see
 // [Store.Subscribe]) are woken when the batch inserted rows. An empty batch
-// returns 0 without a round trip. Cost: O(len(msgs) × log n).
+// returns 0 without a round trip. A batch that would leave a namespace over
+// its Options.PendingCaps cap fails with an *outbox.PendingCapError
+// (matching outbox.ErrPendingCap), nothing inserted. Cost:
+// O(len(msgs) × log n).
 func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted int, err error) {
 	const op = "Enqueue"
 	if err := s.begin(ctx, op); err != nil {
@@ -40,6 +43,10 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 		return 0, err
 	}
 	err = s.run(ctx, unsent, func() error {
+		if namespaces, caps := s.caps.Capped(msgs); namespaces != nil {
+			inserted, err = s.enqueueCapped(ctx, op, msgs, args, namespaces, caps)
+			return err
+		}
 		inserted, err = scanEnqueue(s.pool.QueryRow(ctx, s.sql.enqueue, args...))
 		return err
 	})
@@ -62,8 +69,11 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // tx must be a transaction on the store's database; a nil tx is an
 // [*outbox.ArgumentError], and so is a tx already committed or rolled
 // back. A database error leaves tx failed, as any failed statement in a
-// PostgreSQL transaction does: the caller rolls it back. EnqueueTx never
-// retries: the transaction is the caller's.
+// PostgreSQL transaction does: the caller rolls it back. A batch refused
+// by Options.PendingCaps (an *outbox.PendingCapError) is not a database
+// error: tx is left usable, holding none of the batch, and holds the capped
+// namespaces' advisory locks until it ends. EnqueueTx never retries: the
+// transaction is the caller's.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) (inserted int, err error) {
 	const op = "EnqueueTx"
 	if err := s.begin(ctx, op); err != nil {
@@ -76,8 +86,15 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 	if err != nil || args == nil {
 		return 0, err
 	}
-	inserted, err = scanEnqueue(tx.QueryRow(ctx, s.sql.enqueue, args...))
+	if namespaces, caps := s.caps.Capped(msgs); namespaces != nil {
+		inserted, err = s.enqueueCappedTx(ctx, tx, op, args, namespaces, caps)
+	} else {
+		inserted, err = scanEnqueue(tx.QueryRow(ctx, s.sql.enqueue, args...))
+	}
+	var capErr *outbox.PendingCapError
 	switch {
+	case errors.As(err, &capErr):
+		return 0, err
 	case errors.Is(err, pgx.ErrTxClosed):
 		return 0, argError(op, "tx", "the transaction is already committed or rolled back")
 	case err != nil:
@@ -103,6 +120,7 @@ func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
 		payloads = make([][]byte, 0, len(msgs))
 		runAts   = make([]*time.Time, 0, len(msgs))
 		attempts = make([]int32, 0, len(msgs))
+		prios    = make([]int16, 0, len(msgs))
 		seen     = make(map[string]struct{}, len(msgs))
 	)
 	for i := range msgs {
@@ -126,8 +144,9 @@ func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
 			maxAttempts = min(m.MaxAttempts, 1<<31-1)
 		}
 		attempts = append(attempts, int32(maxAttempts))
+		prios = append(prios, int16(m.Priority)) // MinPriority..MaxPriority: validated
 	}
-	return []any{s.clock(), keys, spaces, queues, shards, payloads, runAts, attempts, s.channel}, nil
+	return []any{s.clock(), keys, spaces, queues, shards, payloads, runAts, attempts, s.channel, prios}, nil
 }
 
 // scanEnqueue reads the enqueue statement's count.
@@ -335,12 +354,12 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 }
 
 // ClaimOutboxRowsScoped claims, in one statement across all scopes, at most
-// each claim's Limit claimable rows of its route on the owned shards, oldest
-// first, skipping rows another claimer holds locked (FOR UPDATE SKIP
+// each claim's Limit claimable rows of its route on the owned shards,
+// highest Message.Priority first, then oldest, skipping rows another claimer holds locked (FOR UPDATE SKIP
 // LOCKED). Each claimed row gets a fresh token, one more attempt and a lease
 // of Options.Lease. The statement is atomic: on error nothing is claimed.
-// Rows come back grouped by claim, in the claims' order, oldest first
-// within a route.
+// Rows come back grouped by claim, in the claims' order, highest priority
+// first, then oldest, within a route.
 //
 // A claim with Limit 0 claims nothing; a negative Limit, or a route named
 // twice, is an [*outbox.ArgumentError]. An empty claim list returns nil without a
@@ -406,7 +425,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	slices.SortFunc(claimed, func(a, b outbox.Row) int {
 		ra := order[backpressure.Route{Namespace: a.Namespace, TaskQueue: a.TaskQueue}]
 		rb := order[backpressure.Route{Namespace: b.Namespace, TaskQueue: b.TaskQueue}]
-		return cmp.Or(cmp.Compare(ra, rb), a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(b.Priority, a.Priority), a.EnqueuedAt.Compare(b.EnqueuedAt), cmp.Compare(a.ID, b.ID))
 	})
 	return claimed, nil
 }

@@ -211,11 +211,28 @@ CREATE TABLE {schema}.shard_epochs (
 	PRIMARY KEY (shard, epoch)
 );
 `,
+
+	// 6: priority (outbox.Message.Priority): within a route, the claims
+	// take the highest priority first, then the oldest. The route index
+	// that the scoped claims walk is rebuilt keyed (namespace, task_queue,
+	// priority DESC, enqueued_at, id), so the walk stays in the index's
+	// order with no sort of a route's backlog (TestClaimPlanServesPriority
+	// checks the plan); its name, predicate and INCLUDE columns are
+	// unchanged. Rows enqueued before this version get priority 0. Adding a
+	// column with a constant default rewrites no row; the index rebuild
+	// holds a SHARE lock on the outbox (writes wait) while it runs.
+	`
+ALTER TABLE {schema}.outbox
+	ADD COLUMN priority smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN -1000 AND 1000);
+DROP INDEX {schema}.outbox_route_oldest_idx;
+CREATE INDEX outbox_route_oldest_idx ON {schema}.outbox (namespace, task_queue, priority DESC, enqueued_at, id)
+	INCLUDE (shard, claimable_at) WHERE state NOT IN ('settled', 'dead');
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

@@ -10,6 +10,7 @@ type statements struct {
 	sweepCount, sweepCountWindow, claimScoped, claimUnscoped string
 	complete, extend, get, stats, listDead, requeue          string
 	purgeSettled, purgeDead                                  string
+	capCount                                                 string // see pendingcap.go
 
 	// The claims of a Membership's store (see fenced), and the
 	// membership's own statements (see membership.go).
@@ -248,8 +249,9 @@ func fenced(claim, epochs, node string) string {
 func prepare(quotedSchema string) statements {
 	x := func(s string) string { return expand(quotedSchema, s) }
 	st := statements{
-		// $2..$8: parallel arrays of the messages, in batch order (a NULL
-		// run-at is the statement's time), $9: the schema's channel. Ids are
+		// $2..$8 and $10: parallel arrays of the messages, in batch order
+		// (a NULL run-at is the statement's time; $10 the priorities), $9:
+		// the schema's channel. Ids are
 		// drawn in batch order, so a batch is claimed oldest first in the
 		// order it was given, but rows are inserted in dispatch-key order:
 		// concurrent batches that share keys then wait on each other's
@@ -259,13 +261,13 @@ func prepare(quotedSchema string) statements {
 		// statements send it (PostgreSQL folds identical ones).
 		enqueue: x(`
 WITH ins AS (
-	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at)
+	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority)
 	SELECT m.id, m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), m.max_attempts,
-		t.now, coalesce(m.run_at, t.now)
+		t.now, coalesce(m.run_at, t.now), m.priority
 	FROM (
 		SELECT nextval('{schema}.outbox_id_seq') AS id, u.*
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[])
-			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, ord)
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[], $10::int2[])
+			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, priority, ord)
 		ORDER BY u.ord
 	) m,
 		(SELECT coalesce($1::timestamptz, now()) AS now) t
@@ -292,7 +294,7 @@ FROM (SELECT count(*) AS n FROM ins) c`),
 		// arrays (namespace, task queue, limit), $7: all shards owned. One
 		// statement claims every
 		// scope: a LATERAL subquery per scope walks outbox_route_oldest_idx
-		// oldest first and locks at most its limit of claimable rows,
+		// highest priority first, then oldest, and locks at most its limit of claimable rows,
 		// skipping rows another claimer has locked. Oldest first, the walk
 		// reads and skips the route's older rows that are not claimable
 		// (delayed, leased, on other shards): claimable_at is a filter here,
@@ -309,7 +311,7 @@ WITH picked AS (
 			AND o.state NOT IN ('settled', 'dead')
 			AND o.claimable_at <= coalesce($1::timestamptz, now())
 			AND ($7::bool OR o.shard = ANY ($3::int4[]))
-		ORDER BY o.enqueued_at, o.id
+		ORDER BY o.priority DESC, o.enqueued_at, o.id
 		LIMIT s.lim
 		FOR UPDATE SKIP LOCKED
 	) c
@@ -455,6 +457,7 @@ FROM (SELECT count(*) AS n FROM moved) c`),
 	st.claimScopedFenced = x(fenced(st.claimScoped, "$8", "$9"))
 	st.claimUnscopedFenced = x(fenced(st.claimUnscoped, "$6", "$7"))
 	st.membership = prepareMembership(x)
+	st.capCount = x(capCountSQL)
 	return st
 }
 

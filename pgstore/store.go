@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,20 @@ type Options struct {
 	// then shares. Tests inject a manual clock; the time is passed to every
 	// statement as a parameter.
 	Now func() time.Time
+
+	// PendingCaps caps the unfinished rows each namespace may hold (see
+	// outbox.PendingCaps; the zero value caps nothing): an Enqueue or
+	// EnqueueTx past a cap fails with an *outbox.PendingCapError and writes
+	// nothing. The bound is exact among producers whose stores have the
+	// cap: a batch with capped namespaces takes a transaction-level
+	// advisory lock per capped namespace (in byte order, so producers never
+	// deadlock on them), inserts, counts and undoes its insert if a count
+	// is over the cap; a producer of the same namespace waits for the lock
+	// until the transaction ends (for EnqueueTx, the caller's transaction).
+	// Cost: two more statements per batch with capped namespaces (three and
+	// a transaction for Enqueue), and a count of at most cap + 1 index
+	// entries per capped namespace.
+	PendingCaps outbox.PendingCaps
 }
 
 // Store is a PostgreSQL outbox for many dispatcher nodes sharing one
@@ -93,6 +108,7 @@ type Store struct {
 	shardCount  int
 	lease       time.Duration
 	maxAttempts int
+	caps        outbox.PendingCaps // see pendingcap.go
 	now         func() time.Time
 	closed      atomic.Bool
 	sql         statements
@@ -167,6 +183,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	case int64(opts.MaxAttempts) > 1<<31-1:
 		return nil, argError(op, "Options.MaxAttempts", "%d does not fit a PostgreSQL integer", opts.MaxAttempts)
 	}
+	if err := opts.PendingCaps.Validate(op, "Options.PendingCaps"); err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
 	quoted := pgx.Identifier{opts.Schema}.Sanitize()
 	shardCount, err := open(ctx, pool, opts.Schema, quoted, opts.ShardCount)
 	var (
@@ -190,6 +209,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		shardCount:  shardCount,
 		lease:       opts.Lease,
 		maxAttempts: opts.MaxAttempts,
+		caps:        outbox.PendingCaps{Default: opts.PendingCaps.Default, PerNamespace: maps.Clone(opts.PendingCaps.PerNamespace)},
 		now:         opts.Now,
 		sql:         prepare(quoted),
 		channel:     channelName(opts.Schema),

@@ -194,7 +194,8 @@ func (s *Store) countPending(ctx context.Context, op string, db *sql.DB, tx *sql
 }
 
 // scanRouteCount scans a row of routeCountsSQL in mode, recording the IDs
-// of the other modes in ids, in ascending order.
+// of the other modes in ids, in claim order (highest priority first, then
+// oldest).
 func scanRouteCount(rows *sql.Rows, mode countMode, ids map[backpressure.Route][]int64) (backpressure.RouteCount, error) {
 	var c backpressure.RouteCount
 	switch mode {
@@ -225,7 +226,6 @@ func scanRouteCount(rows *sql.Rows, mode countMode, ids map[backpressure.Route][
 		}
 		got = append(got, id)
 	}
-	slices.Sort(got)
 	ids[c.Route] = got
 	c.Count = len(got)
 	return c, nil
@@ -237,12 +237,13 @@ const (
 	claimSet = `UPDATE outbox SET state = 1, attempts = attempts + 1, token = ?1,
 	claimed_at = ?2, lease_expires_at = ?3, ready_at = ?3`
 	claimReturning = ` RETURNING id, dispatch_key, namespace, task_queue, shard, payload, attempts, enqueued_at,
-	max_attempts, run_at, last_error`
+	max_attempts, run_at, last_error, -claim_rank`
 )
 
 // ClaimOutboxRowsScoped claims, in one write transaction (all or nothing),
 // at most Limit claimable rows of each claim's route on the owned shards,
-// oldest (lowest ID) first, and returns them in ID order with a new lease of
+// highest Message.Priority first, then oldest (lowest ID), and returns
+// them in ID order with a new lease of
 // Options.Lease and one fresh token for the whole claim. Rows it does not
 // return are not touched.
 //
@@ -431,7 +432,7 @@ func collect(out []outbox.Row, rows *sql.Rows, token int64, now, leaseEnd time.T
 		r := outbox.Row{State: outbox.StateClaimed, Token: token, ClaimedAt: now, LeaseExpiresAt: leaseEnd}
 		var enqueued, runAt int64
 		if err := rows.Scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &r.Attempts, &enqueued,
-			&r.MaxAttempts, &runAt, &r.LastError); err != nil {
+			&r.MaxAttempts, &runAt, &r.LastError, &r.Priority); err != nil {
 			return out, err
 		}
 		r.EnqueuedAt, r.RunAt = fromNanos(enqueued), fromNanos(runAt)
@@ -494,14 +495,19 @@ func routeCountsSQL(cond, where string, mode countMode) string {
 		SELECT o.id FROM outbox o
 		WHERE o.namespace = r.namespace AND o.task_queue = r.task_queue
 		  AND o.state < 2 AND o.ready_at <= ?1` + cond + `
-		ORDER BY o.id -- the index's order, so free; the IDs must be the oldest
+		ORDER BY o.claim_rank, o.id -- the index's order, so free; the IDs must be the ones a claim takes first
 		LIMIT ?2`
 	if mode == countFirstID {
 		// The first row's ID, or NULL: with a cap of 1 the probe itself,
 		// with no aggregate over it.
 		rows = strings.Replace(rows, "LIMIT ?2", "LIMIT 1", 1)
 	} else {
-		agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id)"}[mode]
+		// The IDs in claim order (highest priority first, then oldest),
+		// which the claim by ID takes the first of.
+		agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id, ',' ORDER BY claim_rank, id)"}[mode]
+		if mode == countIDs {
+			rows = strings.Replace(rows, "SELECT o.id FROM", "SELECT o.id, o.claim_rank FROM", 1)
+		}
 		rows = `
 	SELECT ` + agg + ` FROM (` + rows + `)`
 	}
@@ -513,19 +519,27 @@ ORDER BY r.namespace, r.task_queue`
 
 // scopedClaimSQL is ClaimOutboxRowsScoped's statement: ?1 token, ?2 now,
 // ?3 lease end, ?4 the scopes as a JSON array of [namespace, task queue,
-// limit], cond the shard filter (parameter ?7).
+// limit], cond the shard filter (parameter ?7). Each scope walks its route
+// in the route index's order, highest priority (lowest claim_rank) first,
+// then oldest, one row per recursive step: the next row of the same rank
+// after the last (an equality and a range on the index: one seek), else the
+// first row of a lower priority (one more seek). A row-value range
+// (claim_rank, id) > (r, i) would say it in one, but SQLite seeks it on
+// claim_rank alone and filters a whole priority's rows at every step.
 func scopedClaimSQL(cond string) string {
 	next := `SELECT o.id FROM outbox o
 		WHERE o.namespace = %[1]s.namespace AND o.task_queue = %[1]s.task_queue
 		  AND o.state < 2 AND o.ready_at <= ?2` + cond + `%[2]s
-		ORDER BY o.id LIMIT 1`
+		ORDER BY o.claim_rank, o.id LIMIT 1`
+	rank := "(SELECT q.claim_rank FROM outbox q WHERE q.id = p.id)"
 	return `WITH RECURSIVE
 	scope(namespace, task_queue, lim) AS (
 		SELECT value->>0, value->>1, value->>2 FROM json_each(?4)),
 	pick(namespace, task_queue, lim, id, n) AS (
 		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "scope", "") + `), 1 FROM scope
 		UNION ALL
-		SELECT namespace, task_queue, lim, (` + fmt.Sprintf(next, "p", " AND o.id > p.id") + `), n + 1
+		SELECT namespace, task_queue, lim, coalesce((` + fmt.Sprintf(next, "p", " AND o.claim_rank = "+rank+" AND o.id > p.id") + `),
+			(` + fmt.Sprintf(next, "p", " AND o.claim_rank > "+rank) + `)), n + 1
 		FROM pick p WHERE p.n < p.lim AND p.id IS NOT NULL)
 ` + claimSet + `
 WHERE id IN (SELECT id FROM pick WHERE id IS NOT NULL)` + claimReturning

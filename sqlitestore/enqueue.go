@@ -19,8 +19,11 @@ import (
 //
 // A batch with an invalid message (see outbox.Message.Validate) fails with
 // an *outbox.MessageError before the database is touched: nothing is
-// written. Subscribers are signalled once the transaction commits. Cost:
-// one write transaction, O(len(msgs)) index inserts.
+// written. A batch that would leave a namespace over its
+// Options.PendingCaps cap fails with an *outbox.PendingCapError (matching
+// outbox.ErrPendingCap), nothing written. Subscribers are signalled once
+// the transaction commits. Cost: one write transaction, O(len(msgs)) index
+// inserts.
 func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted int, err error) {
 	if err := s.writable(); err != nil {
 		return 0, s.fail("Enqueue", err)
@@ -70,7 +73,9 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // Errors: an *outbox.MessageError for an invalid message (nothing written);
 // an *outbox.ArgumentError (matching outbox.ErrInvalidArgument) for a nil
 // tx, a tx already committed or rolled back (it also matches
-// sql.ErrTxDone), or a tx on a database that is not the store's. An error
+// sql.ErrTxDone), or a tx on a database that is not the store's; an
+// *outbox.PendingCapError for a batch over a pending cap, after which tx is
+// usable and holds none of the batch (a savepoint undid it). An error
 // leaves tx as it was, bar what SQLite itself undid: the caller decides
 // whether to roll back; none of msgs is left in tx. Subscribers in this process learn of the rows by
 // polling (see Subscribe), since the store cannot see tx commit.
@@ -141,8 +146,8 @@ func (s *Store) enqueueIn(ctx context.Context, tx *sql.Tx, op string, msgs []out
 	}
 	now := nanos(s.now())
 	insert, err := tx.PrepareContext(ctx, `
-INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, run_at, ready_at, max_attempts)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
+INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, run_at, ready_at, max_attempts, claim_rank)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)
 ON CONFLICT (dispatch_key) DO NOTHING`)
 	if err != nil {
 		return 0, 0, err
@@ -168,7 +173,7 @@ ON CONFLICT (dispatch_key) DO NOTHING`)
 			limit = s.maxAttempts
 		}
 		res, err := insert.ExecContext(ctx, m.DispatchKey, m.Namespace, m.TaskQueue,
-			backpressure.ShardFor(m.DispatchKey, s.shardCount), payload, now, runAt, limit)
+			backpressure.ShardFor(m.DispatchKey, s.shardCount), payload, now, runAt, limit, -m.Priority)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -187,6 +192,9 @@ ON CONFLICT (dispatch_key) DO NOTHING`)
 				return 0, 0, err
 			}
 		}
+	}
+	if err := s.checkPendingCaps(ctx, tx, op, msgs); err != nil {
+		return 0, 0, err
 	}
 	return inserted, seq, nil
 }

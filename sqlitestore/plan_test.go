@@ -26,7 +26,8 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 				[]string{"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
 			{"ClaimOutboxRowsScoped", scopedClaimSQL(cond), 7, []string{
 				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)",
-				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=? AND id>?)",
+				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=? AND claim_rank=? AND id>?)",
+				"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=? AND claim_rank>?)",
 				"SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"}},
 			{"ClaimOutboxRowsUnscoped", unscopedClaimSQL(cond), 7, []string{
 				"SCAN outbox USING COVERING INDEX outbox_claimable",

@@ -78,6 +78,19 @@ CREATE INDEX outbox_dead ON outbox (namespace, dispatch_key) WHERE state = 3;
 CREATE INDEX outbox_dead_key ON outbox (dispatch_key) WHERE state = 3;
 INSERT INTO outbox_meta (key, value) VALUES ('enqueue_seq', 0), ('db_id', random());
 `,
+	// 3: priority (outbox.Message.Priority, higher first), stored negated
+	// as claim_rank, so that the route index, keyed (claim_rank, id) within
+	// a route, walks a route highest priority first, then oldest, and a
+	// claim steps from row to row with one row-value range seek,
+	// (claim_rank, id) > (r, i), as it stepped by id before. (A generated
+	// column would do, but SQLite then does not read the index as
+	// covering.) Rows enqueued before this version get priority 0. The
+	// index is rebuilt with the same name, predicate and covered columns.
+	`
+ALTER TABLE outbox ADD COLUMN claim_rank INTEGER NOT NULL DEFAULT 0 CHECK (claim_rank BETWEEN -1000 AND 1000);
+DROP INDEX outbox_route_claimable;
+CREATE INDEX outbox_route_claimable ON outbox (namespace, task_queue, claim_rank, id, ready_at, shard, state) WHERE state < 2;
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.

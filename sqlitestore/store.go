@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -80,6 +81,14 @@ type Options struct {
 	// other connections committed (see [Store.Subscribe]). 0 means 100ms;
 	// otherwise at least 1ms.
 	PollInterval time.Duration
+
+	// PendingCaps caps the unfinished rows each namespace may hold (see
+	// outbox.PendingCaps; the zero value caps nothing): an Enqueue or
+	// EnqueueTx past a cap fails with an *outbox.PendingCapError and writes
+	// nothing. The bound is exact under any number of concurrent producers,
+	// since SQLite runs one write transaction at a time. Cost: per capped
+	// namespace of a batch, one count of at most cap + 1 index entries.
+	PendingCaps outbox.PendingCaps
 }
 
 // Store is an outbox.Store on an embedded SQLite database
@@ -98,6 +107,7 @@ type Store struct {
 	shardCount  int
 	lease       time.Duration
 	maxAttempts int
+	caps        outbox.PendingCaps // see pendingcap.go
 	poll        time.Duration
 	now         func() time.Time
 	dbID        int64 // the database's random identity, outbox_meta.db_id
@@ -329,7 +339,8 @@ func openError(what string, err error) error {
 
 // newStore applies the defaults of opts.
 func newStore(opts Options) *Store {
-	s := &Store{lease: opts.Lease, maxAttempts: opts.MaxAttempts, now: opts.Now, poll: opts.PollInterval}
+	s := &Store{lease: opts.Lease, maxAttempts: opts.MaxAttempts, now: opts.Now, poll: opts.PollInterval,
+		caps: outbox.PendingCaps{Default: opts.PendingCaps.Default, PerNamespace: maps.Clone(opts.PendingCaps.PerNamespace)}}
 	if s.lease == 0 {
 		s.lease = outbox.DefaultLease
 	}
@@ -374,7 +385,7 @@ func validate(path string, opts Options) error {
 	case opts.PollInterval < 0 || (opts.PollInterval > 0 && opts.PollInterval < time.Millisecond):
 		return argError("Open", "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
 	}
-	return nil
+	return opts.PendingCaps.Validate("Open", "Options.PendingCaps")
 }
 
 // ready returns outbox.ErrClosed for a nil, zero or closed store.

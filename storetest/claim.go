@@ -62,6 +62,54 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 	})
 
+	t.Run("PriorityThenOldestWithinRoute", func(t *testing.T) {
+		e := setup(t, newHarness)
+		// Priorities arrive out of order, over several batches; keys
+		// descend as rows get newer, so no store passes by key order.
+		// Another route's high-priority rows are never taken by this
+		// route's claim, and do not change its order.
+		prios := []int{0, 5, -3, 5, outbox.MaxPriority, 0, -3, outbox.MinPriority, 5, 0, 2, 0}
+		type entry struct {
+			key  string
+			prio int
+			age  int
+		}
+		var want []entry
+		for i := 0; i < len(prios); i += 3 {
+			var ms []outbox.Message
+			for j := i; j < i+3; j++ {
+				m := msg("a", "q", "k"+strconv.Itoa(99-j))
+				m.Priority = prios[j]
+				ms = append(ms, m)
+				want = append(want, entry{m.DispatchKey, m.Priority, j})
+			}
+			o := msg("a", "other", "o"+strconv.Itoa(i))
+			o.Priority = outbox.MaxPriority
+			ms = append(ms, o)
+			e.enqueue(ms...)
+			e.h.Advance(time.Millisecond)
+		}
+		slices.SortStableFunc(want, func(a, b entry) int { return b.prio - a.prio })
+		for step, n := range []int{1, 3, 2, 6} {
+			rows := e.claim(e.all, scope("a", "q", n))
+			got := e.keys(rows)
+			var w []string
+			for _, x := range want[:n] {
+				w = append(w, x.key)
+			}
+			want = want[n:]
+			slices.Sort(w)
+			if !slices.Equal(got, w) {
+				t.Errorf("step %d: claim(a/q ≤ %d) = %v, want the highest priority, then oldest: %v", step, n, got, w)
+			}
+			for _, k := range got {
+				if s := e.inspect(k); s.Priority != prios[99-mustAtoi(t, k[1:])] {
+					t.Errorf("step %d: row %s reads Priority %d, was enqueued with %d", step, k, s.Priority, prios[99-mustAtoi(t, k[1:])])
+				}
+			}
+		}
+	})
+
 	t.Run("FreshLeaseAndToken", func(t *testing.T) {
 		e := setup(t, newHarness)
 		e.enqueue(msgs("a", "q", "k", 4)...)
@@ -318,4 +366,13 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			e.unchanged("claim failing at statement "+strconv.Itoa(n), before, nil)
 		}
 	})
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("Atoi(%q): %v", s, err)
+	}
+	return n
 }

@@ -10,3 +10,16 @@ const (
 	NamespaceBytes = 255
 	TaskQueueBytes = 255
 )
+
+// Bounds on the planner's settings that a caller may size, shared by package
+// backpressure (which states them in its docs) and cmd/bpsim's scenario
+// checks.
+const (
+	// Weight is the largest weight Config.Weights accepts: it keeps the
+	// planner's exact fractions within int64.
+	Weight = 1 << 20
+	// RatePerSecond bounds Rate.PerSecond (a billion rows a second).
+	RatePerSecond = 1e9
+	// Burst bounds Rate.Burst: a bucket's tokens stay exact in a float64.
+	Burst = 1 << 30
+)

@@ -60,8 +60,8 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 }
 
 // ClaimOutboxRowsScoped claims, all or nothing, at most Limit claimable
-// rows of each claim's route on the owned shards, oldest (first enqueued)
-// first, each with a fresh token and a lease of Lease() from now. A claim
+// rows of each claim's route on the owned shards, highest priority first,
+// then oldest (first enqueued), each with a fresh token and a lease of Lease() from now. A claim
 // with a Limit below 1, a route [backpressure.Route.Validate] rejects, or a
 // route named twice is an [*outbox.ArgumentError] and claims nothing.
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
@@ -93,6 +93,9 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 		rows := next.byID(func(r *outbox.Row) bool {
 			return r.Route() == c.Route && shards.Owns(r.Shard) && claimable(r, now)
 		})
+		// Highest priority first, then oldest (byID's order, kept by a
+		// stable sort).
+		slices.SortStableFunc(rows, func(a, b outbox.Row) int { return b.Priority - a.Priority })
 		for _, r := range rows[:min(len(rows), c.Limit)] {
 			if err := s.step(op); err != nil {
 				return nil, err

@@ -41,6 +41,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 			Payload:     append([]byte{}, m.Payload...),
 			State:       outbox.StatePending,
 			MaxAttempts: m.MaxAttempts,
+			Priority:    m.Priority,
 			EnqueuedAt:  now,
 			RunAt:       now,
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/limits"
 )
 
 // Limits on a scenario, so that a typo cannot ask for a run that never ends.
@@ -164,7 +165,7 @@ func (s Scenario) membershipLease() time.Duration {
 type Change struct {
 	At      time.Duration
 	Quotas  map[string]int // ≥ 0 or -1
-	Weights map[string]int // 1..backpressure.MaxWeight
+	Weights map[string]int // 1..limits.Weight
 }
 
 // ServiceTime is a uniform distribution of the time a worker runs one row,
@@ -189,7 +190,7 @@ type Tenant struct {
 	Quota int
 
 	// Weight is the tenant's weight (backpressure's Config.Weights):
-	// 1..backpressure.MaxWeight; 0 means 1.
+	// 1..limits.Weight; 0 means 1.
 	Weight int
 
 	// Queues is the number of task queues (routes) the tenant's rows are
@@ -970,8 +971,8 @@ func (s Scenario) Validate() error {
 		switch {
 		case t.Quota < 0 && t.Quota != backpressure.Unlimited:
 			return bad(at+".quota", "%d: want ≥ 0 (0 pauses), or -1 for unlimited", t.Quota)
-		case t.Weight < 0 || t.Weight > backpressure.MaxWeight:
-			return bad(at+".weight", "%d is out of range: want 1..%d (0 or left out: 1)", t.Weight, backpressure.MaxWeight)
+		case t.Weight < 0 || t.Weight > limits.Weight:
+			return bad(at+".weight", "%d is out of range: want 1..%d (0 or left out: 1)", t.Weight, limits.Weight)
 		case t.Queues < 1 || t.Queues > maxQueues:
 			return bad(at+".queues", "%d is out of range: want 1..%d", t.Queues, maxQueues)
 		}
@@ -1021,8 +1022,8 @@ func (s Scenario) Validate() error {
 			if _, ok := seen[name]; !ok {
 				return bad(at+".weights."+name, "no tenant has this name")
 			}
-			if w < 1 || w > backpressure.MaxWeight {
-				return bad(at+".weights."+name, "%d is out of range: want 1..%d", w, backpressure.MaxWeight)
+			if w < 1 || w > limits.Weight {
+				return bad(at+".weights."+name, "%d is out of range: want 1..%d", w, limits.Weight)
 			}
 		}
 	}

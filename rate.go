@@ -1,0 +1,312 @@
+package backpressure
+
+import (
+	"github.com/outboxkit/backpressure/internal/limits"
+
+	"math"
+	"strconv"
+	"time"
+)
+
+// Rate limits how fast a namespace's rows are started (claimed), cluster-wide,
+// as a token bucket: PerSecond tokens are added each second up to Burst, and
+// claiming a row spends one. The zero Rate means no rate limit. A node owning
+// o of the n shards runs a bucket of its own with
+//
+//	rate  r_node = PerSecond × o/n
+//	burst b_node = ⌈Burst × o/n⌉   (exact in integers; 0 when o = 0)
+//
+// so the node bursts b_node ≥ 1 rows when it owns any shard, and the
+// per-node bursts of nodes owning disjoint shards sum to at most
+// Burst + k − 1 for k nodes owning shards. The buckets share no counter, and
+// over any window of length T the rows started cluster-wide are
+//
+//	started(T) ≤ PerSecond·T + Burst + (k − 1)
+//
+// for k the nodes that owned shards during the window, as long as no two nodes
+// own one shard at once (the same condition ceilings need), whatever the
+// hand-offs of shards between the nodes in the window; a node's bucket starts
+// empty when [New] builds it, so a restarted node adds no burst either. The
+// bound is exact up to floating-point rounding of the refill (relative error
+// below 1e-12).
+//
+// Rates are independent of quotas and weights: a namespace's demand is
+// min(headroom, tokens, pending), so waiting for tokens never holds a
+// concurrency slot, and the guaranteed slice and max-min fill share the
+// budget over the rate-limited demands.
+type Rate struct {
+	// PerSecond is the cluster-wide rate, rows started per second: 0 (with
+	// Burst 0) for no limit, else finite, above 0 and at most 1e9.
+	PerSecond float64
+	// Burst is the most rows started at once after an idle spell,
+	// cluster-wide: 1 to 2^30 when PerSecond > 0, 0 when it is 0 (the
+	// bound keeps a bucket's tokens exact in a float64).
+	Burst int
+}
+
+// Limits of a [Rate], checked by [New] and [Backpressure.SetConfig].
+const (
+	maxRatePerSecond = limits.RatePerSecond
+	maxBurst         = limits.Burst
+)
+
+// limited reports whether r limits anything.
+func (r Rate) limited() bool { return r.PerSecond > 0 }
+
+// checkRate validates a Rates value or DefaultRate.
+func checkRate(field string, r Rate) error {
+	switch {
+	case math.IsNaN(r.PerSecond) || math.IsInf(r.PerSecond, 0):
+		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be finite"}
+	case r.PerSecond < 0 || r.PerSecond > maxRatePerSecond:
+		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be between 0 (no limit) and 1e9"}
+	case r.Burst < 0 || r.Burst > maxBurst:
+		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be between 0 and " + strconv.Itoa(maxBurst)}
+	case r.PerSecond > 0 && r.Burst == 0:
+		return &ConfigError{Field: field + ".Burst", Value: 0, Reason: "must be at least 1 when PerSecond is set: a bucket that holds no whole token never starts a row"}
+	case r.PerSecond == 0 && r.Burst > 0:
+		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be 0 when PerSecond is 0 (no limit)"}
+	}
+	return nil
+}
+
+// rate returns namespace's rate.
+func (c *config) rate(namespace string) Rate {
+	if r, ok := c.rates[namespace]; ok {
+		return r
+	}
+	return c.defaultRate
+}
+
+// hasRates reports whether some namespace may be rate limited.
+func (c *config) hasRates() bool { return c.defaultRate.limited() || len(c.rates) > 0 }
+
+// bucket is one namespace's token bucket on this node, as of time at.
+// tokens may fall below 0 when a sweep planned with a rate that a change
+// lowered before its claim returned: the debt is repaid before the next row.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// nodeRate returns the node's share of r: its refill per second and its
+// burst.
+func nodeRate(r Rate, f OwnedShardFraction) (perSecond float64, burst int) {
+	return r.PerSecond * float64(f.OwnedCount()) / float64(f.ShardCount()), f.Ceiling(r.Burst)
+}
+
+// refill returns k's tokens at t under rate r on f. A clock that goes back
+// adds nothing.
+func (k bucket) refill(r Rate, f OwnedShardFraction, t time.Time) float64 {
+	perSecond, burst := nodeRate(r, f)
+	tokens := k.tokens
+	if dt := t.Sub(k.at); dt > 0 {
+		tokens += perSecond * dt.Seconds()
+	}
+	return min(tokens, float64(burst))
+}
+
+// rateState is what a Backpressure keeps for rates. It is guarded by
+// Backpressure.mu, like the settings the buckets run under, so that a change
+// of settings settles every bucket at the change under the settings before
+// it (see settleRates).
+//
+// A namespace with no entry in buckets has the bucket dflt (as of the last
+// settle) refilled at its own rate: every bucket starts empty at New, and
+// until a namespace spends a token, its bucket differs from another's only
+// by its rate.
+type rateState struct {
+	buckets map[string]bucket
+	dflt    bucket
+	planAt  time.Time      // the time PlanAt plans at; zero: the clock. Guarded by sem.
+	spent   map[string]int // scratch of spendRows. Guarded by sem.
+}
+
+// rateNow is the clock rates read when no time is given: b's clock
+// (Config.Clock). The caller must not hold b.mu.
+func (b *Backpressure) rateNow() time.Time { return b.now() }
+
+// bucketFor returns namespace's bucket. The caller holds b.mu.
+func (b *Backpressure) bucketFor(namespace string) bucket {
+	if k, ok := b.rates.buckets[namespace]; ok {
+		return k
+	}
+	return b.rates.dflt
+}
+
+// settleRates brings every bucket to t under the settings old, before new
+// settings replace them: a bucket refills at the rate and burst in force
+// when it refilled. The caller holds b.mu. Cost: O(buckets + len(Rates)).
+func (b *Backpressure) settleRates(old settings, t time.Time) {
+	if old.cfg == nil || !old.cfg.hasRates() && len(b.rates.buckets) == 0 {
+		b.rates.dflt = bucket{at: laterOf(t, b.rates.dflt.at)} // nothing limited: nothing accrued
+		return
+	}
+	for ns, k := range b.rates.buckets {
+		r := old.cfg.rate(ns)
+		switch {
+		case !r.limited():
+			b.rates.buckets[ns] = bucket{at: laterOf(t, k.at)} // no limit: empty if it gets one again
+		case t.After(k.at):
+			b.rates.buckets[ns] = bucket{tokens: k.refill(r, old.f, t), at: t}
+		}
+	}
+	for ns, r := range old.cfg.rates {
+		if _, ok := b.rates.buckets[ns]; !ok {
+			if b.rates.buckets == nil {
+				b.rates.buckets = make(map[string]bucket)
+			}
+			k := bucket{at: laterOf(t, b.rates.dflt.at)}
+			if r.limited() {
+				k = b.rates.dflt
+				if t.After(k.at) {
+					k = bucket{tokens: k.refill(r, old.f, t), at: t}
+				}
+			}
+			b.rates.buckets[ns] = k
+		}
+	}
+	switch d := b.rates.dflt; {
+	case !old.cfg.defaultRate.limited():
+		b.rates.dflt = bucket{at: laterOf(t, d.at)} // a namespace given a rate starts empty
+	case t.After(d.at):
+		b.rates.dflt = bucket{tokens: d.refill(old.cfg.defaultRate, old.f, t), at: t}
+	}
+}
+
+// tokensAt fills the rate, tokens and Tokens of every namespace of ns under
+// st at t: the whole tokens its bucket holds, or Unlimited without a rate.
+// The caller holds b.sem.
+func (b *Backpressure) tokensAt(ns []nsWork, st settings, t time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range ns {
+		w := &ns[i]
+		r := st.cfg.rate(w.Namespace)
+		if !r.limited() {
+			w.tokens = Unlimited
+			continue
+		}
+		w.Rate = r
+		w.tokens = int(max(0, math.Floor(b.bucketFor(w.Namespace).refill(r, st.f, t))))
+		w.Tokens = w.tokens
+	}
+}
+
+// SpendTokens is SpendTokensAt with the Backpressure's clock.
+func (b *Backpressure) SpendTokens(started map[string]int) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
+	return b.SpendTokensAt(started, b.rateNow())
+}
+
+// SpendTokensAt records that started[ns] rows of each namespace ns were
+// claimed at t, spending one token of the namespace's bucket each (see
+// [Rate]). [Sweep], [SweepN] and [SweepAhead] call it themselves with the
+// rows their claim returned; a caller of [Backpressure.Plan] who claims the
+// plan's rows itself calls it with the rows the claim returned (not the
+// grants: a grant the claim did not fill spends nothing). Namespaces with no
+// rate limit are ignored. It returns an error matching [ErrInvalidSnapshot],
+// and spends nothing, if a count is negative. Cost: O(len(started)).
+func (b *Backpressure) SpendTokensAt(started map[string]int, t time.Time) error {
+	if b == nil || b.sem == nil {
+		return errNotNew
+	}
+	for ns, n := range started {
+		if n < 0 {
+			return &SnapshotError{Namespace: ns, Count: n, Reason: "negative started count"}
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.spendLocked(started, t)
+	return nil
+}
+
+// spendLocked spends started's tokens at t under the current settings. The
+// caller holds b.mu.
+func (b *Backpressure) spendLocked(started map[string]int, t time.Time) {
+	st := b.set
+	if st.cfg == nil || !st.cfg.hasRates() {
+		return
+	}
+	for ns, n := range started {
+		r := st.cfg.rate(ns)
+		if n == 0 || !r.limited() {
+			continue
+		}
+		k := b.bucketFor(ns)
+		at := laterOf(t, k.at)
+		if b.rates.buckets == nil {
+			b.rates.buckets = make(map[string]bucket)
+		}
+		b.rates.buckets[ns] = bucket{tokens: k.refill(r, st.f, at) - float64(n), at: at}
+	}
+	b.pruneBuckets(st, t)
+}
+
+// pruneBuckets forgets buckets that are full and run at the default rate,
+// when there are many: such a bucket is the same as dflt refilled, so
+// forgetting it changes nothing, and memory follows the namespaces that
+// spend tokens recently rather than every namespace ever seen. The caller
+// holds b.mu.
+func (b *Backpressure) pruneBuckets(st settings, t time.Time) {
+	if len(b.rates.buckets) <= 2*len(st.cfg.rates)+1024 || !st.cfg.defaultRate.limited() {
+		return
+	}
+	r := st.cfg.defaultRate
+	_, burst := nodeRate(r, st.f)
+	if b.rates.dflt.refill(r, st.f, t) < float64(burst) {
+		return
+	}
+	for ns, k := range b.rates.buckets {
+		if _, ok := st.cfg.rates[ns]; !ok && k.refill(r, st.f, t) >= float64(burst) {
+			delete(b.rates.buckets, ns)
+		}
+	}
+}
+
+// routed is a row that says its route, as outbox.Row does: a sweep counts
+// the rows its claim returned per namespace through it, to spend tokens.
+type routed interface{ Route() Route }
+
+// spendClaimed spends the tokens of the rows a sweep claimed on plan. Rows
+// that say their route spend their namespace's token; for a row type that
+// does not, a namespace is charged min(its grant, rows claimed), as many as
+// it may have started (never fewer, so the rate's bound holds). The caller
+// holds b.sem.
+func spendClaimed[R any](b *Backpressure, plan Plan, rows []R) {
+	if len(rows) == 0 || !b.current().cfg.hasRates() {
+		return
+	}
+	t := b.rateNow()
+	spent := b.rates.spent
+	if spent == nil {
+		spent = make(map[string]int)
+		b.rates.spent = spent
+	}
+	clear(spent)
+	if _, ok := any(rows[0]).(routed); ok {
+		for i := range rows {
+			if r, ok := any(rows[i]).(routed); ok {
+				spent[r.Route().Namespace]++
+			}
+		}
+	} else {
+		for _, c := range plan.Claims {
+			spent[c.Route.Namespace] = min(spent[c.Route.Namespace]+c.Limit, len(rows))
+		}
+	}
+	b.mu.Lock()
+	b.spendLocked(spent, t)
+	b.mu.Unlock()
+}
+
+// laterOf returns the later of a and b.
+func laterOf(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
+}
