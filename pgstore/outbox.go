@@ -123,7 +123,7 @@ func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
 		runAts = append(runAts, runAt)
 		maxAttempts := s.maxAttempts
 		if m.MaxAttempts > 0 {
-			maxAttempts = min(m.MaxAttempts, 1<<31-1)
+			maxAttempts = m.MaxAttempts // ≤ outbox.MaxAttemptsLimit: validated
 		}
 		attempts = append(attempts, int32(maxAttempts))
 	}

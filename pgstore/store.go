@@ -43,13 +43,14 @@ type Options struct {
 	// Lease is the visibility timeout of a claim: a claimed row that is
 	// neither completed nor extended within Lease becomes claimable again,
 	// so a crashed claimer's rows come back. Zero value:
-	// [outbox.DefaultLease]; below [outbox.MinLease] is an error.
+	// [outbox.DefaultLease]; below [outbox.MinLease] or above
+	// [outbox.MaxLease] is an error.
 	Lease time.Duration
 
 	// MaxAttempts is the most claims a row gets: a Retry of a row that has
 	// had MaxAttempts claims dead-letters it instead. A message's own
 	// MaxAttempts overrides it. Zero value: [outbox.DefaultMaxAttempts];
-	// negative is an error.
+	// negative or above [outbox.MaxAttemptsLimit] is an error.
 	MaxAttempts int
 
 	// Now is the store's clock. Nil, the default, uses the database server's
@@ -158,14 +159,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		opts.Lease = outbox.DefaultLease
 	case opts.Lease < outbox.MinLease:
 		return nil, argError(op, "Options.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
+	case opts.Lease > outbox.MaxLease:
+		return nil, argError(op, "Options.Lease", "%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease)
 	}
 	switch {
 	case opts.MaxAttempts == 0:
 		opts.MaxAttempts = outbox.DefaultMaxAttempts
 	case opts.MaxAttempts < 0:
 		return nil, argError(op, "Options.MaxAttempts", "%d is negative", opts.MaxAttempts)
-	case int64(opts.MaxAttempts) > 1<<31-1:
-		return nil, argError(op, "Options.MaxAttempts", "%d does not fit a PostgreSQL integer", opts.MaxAttempts)
+	case int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
+		return nil, argError(op, "Options.MaxAttempts", "%d is above outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit)
 	}
 	quoted := pgx.Identifier{opts.Schema}.Sanitize()
 	shardCount, err := open(ctx, pool, opts.Schema, quoted, opts.ShardCount)

@@ -37,14 +37,14 @@ type Options struct {
 	// Lease is how long a claim holds its rows (the visibility timeout):
 	// a claimed row that is neither completed nor extended within Lease is
 	// claimable again, so a crashed claimer's rows come back. 0 means
-	// outbox.DefaultLease (30s); otherwise at least outbox.MinLease
-	// (100ms), else Open fails with an *outbox.ArgumentError.
+	// outbox.DefaultLease (30s); otherwise outbox.MinLease (100ms) to
+	// outbox.MaxLease (24h), else Open fails with an *outbox.ArgumentError.
 	Lease time.Duration
 
 	// MaxAttempts is the most claims a row gets unless its message sets
 	// its own: a Retry of a row that has had MaxAttempts claims
 	// dead-letters it instead. 0 means outbox.DefaultMaxAttempts (25);
-	// negative is refused. Each row records its limit when it is enqueued.
+	// negative or above outbox.MaxAttemptsLimit is refused. Each row records its limit when it is enqueued.
 	MaxAttempts int
 
 	// Now is the store's clock. nil means time.Now. Tests inject a manual
@@ -365,8 +365,10 @@ func validate(path string, opts Options) error {
 		return argError("Open", "Options.ShardCount", fmt.Sprintf("%d is outside 0 to backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount))
 	case opts.Lease < 0 || (opts.Lease > 0 && opts.Lease < outbox.MinLease):
 		return argError("Open", "Options.Lease", fmt.Sprintf("%v is below the floor outbox.MinLease (%v)", opts.Lease, outbox.MinLease))
-	case opts.MaxAttempts < 0:
-		return argError("Open", "Options.MaxAttempts", fmt.Sprintf("%d is negative", opts.MaxAttempts))
+	case opts.Lease > outbox.MaxLease:
+		return argError("Open", "Options.Lease", fmt.Sprintf("%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease))
+	case opts.MaxAttempts < 0 || int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
+		return argError("Open", "Options.MaxAttempts", fmt.Sprintf("%d is outside 0 to outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit))
 	case opts.BusyTimeout < 0 || (opts.BusyTimeout > 0 && opts.BusyTimeout < time.Millisecond):
 		return argError("Open", "Options.BusyTimeout", fmt.Sprintf("%v is below 1ms, SQLite's resolution (0 means 5s)", opts.BusyTimeout))
 	case opts.Readers < 0:
