@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
 )
@@ -59,10 +60,16 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // of a duplicate key does, until tx ends.) Subscribers are woken when tx
 // commits, once per transaction.
 //
-// tx must be a transaction on the store's database; a nil tx is an
-// [*outbox.ArgumentError], and so is a tx already committed or rolled
-// back. A database error leaves tx failed, as any failed statement in a
-// PostgreSQL transaction does: the caller rolls it back. EnqueueTx never
+// tx must be a transaction on the store's database and schema; a nil tx is
+// an [*outbox.ArgumentError], and so is a tx already committed or rolled
+// back. So is a tx on another database, checked by the insert statement
+// itself (no extra round trip) against the identity New recorded (the
+// database's name, the schema's settings table and its random id): where
+// that database has the store's schema, nothing is inserted and tx is
+// left as it was, usable; where it lacks the schema or its tables (SQLSTATE
+// 3F000, 42P01, 42703), the statement failed, which leaves tx failed, as
+// any failed statement in a PostgreSQL transaction does: the caller rolls
+// it back. Any other database error leaves tx failed too. EnqueueTx never
 // retries: the transaction is the caller's.
 func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message) (inserted int, err error) {
 	const op = "EnqueueTx"
@@ -76,15 +83,60 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 	if err != nil || args == nil {
 		return 0, err
 	}
-	inserted, err = scanEnqueue(tx.QueryRow(ctx, s.sql.enqueue, args...))
+	var (
+		n        int64
+		notified bool
+		same     bool
+	)
+	args = append(args, s.identity.database, s.identity.settings, s.identity.storeID)
+	err = tx.QueryRow(ctx, s.sql.enqueueTx, args...).Scan(&n, &notified, &same)
+	var pe *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrTxClosed):
 		return 0, argError(op, "tx", "the transaction is already committed or rolled back")
+	case errors.As(err, &pe) && (pe.Code == "3F000" || pe.Code == "42P01" || pe.Code == "42703"):
+		return 0, argError(op, "tx", "is not on the store's database: it has no outbox schema %s (%s); tx is failed, roll it back", pgx.Identifier{s.schema}.Sanitize(), pe.Message)
 	case err != nil:
 		return 0, opError(op, err)
+	case !same:
+		return 0, argError(op, "tx", "is not on the store's database: its schema %s is another store's (database, table oid or store id differ); nothing was inserted, tx is unchanged", pgx.Identifier{s.schema}.Sanitize())
 	}
-	return inserted, nil
+	return int(n), nil
 }
+
+// enqueueTxSQL is the enqueue statement with EnqueueTx's guard: $10 the
+// database's name, $11 the settings table's oid, $12 the store id, as New
+// read them (identitySQL). On another database's copy of the schema it
+// inserts nothing, notifies nothing, and says so in its third column.
+const enqueueTxSQL = `
+WITH same AS MATERIALIZED (
+	SELECT coalesce((
+		SELECT current_database() = $10::text AND s.tableoid = $11::oid AND s.store_id = $12::text
+		FROM {schema}.settings s), false) AS ok
+),
+ins AS (
+	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at)
+	SELECT m.id, m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), m.max_attempts,
+		t.now, coalesce(m.run_at, t.now)
+	FROM same, (
+		SELECT nextval('{schema}.outbox_id_seq') AS id, u.*
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[])
+			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, ord)
+		WHERE (SELECT ok FROM same)
+		ORDER BY u.ord
+	) m,
+		(SELECT coalesce($1::timestamptz, now()) AS now) t
+	WHERE same.ok
+	ORDER BY m.dispatch_key
+	ON CONFLICT (dispatch_key) DO NOTHING
+	RETURNING 1
+)
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL, same.ok
+FROM (SELECT count(*) AS n FROM ins) c, same`
+
+// identitySQL reads the identity EnqueueTx checks: the database's name,
+// the settings table's oid and the schema's store id.
+const identitySQL = `SELECT current_database(), s.tableoid, s.store_id FROM {schema}.settings s`
 
 // enqueueArgs validates msgs and returns the enqueue statement's
 // parameters, or nil for an empty batch.

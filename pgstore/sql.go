@@ -10,6 +10,7 @@ type statements struct {
 	sweepCount, sweepCountWindow, claimScoped, claimUnscoped string
 	complete, extend, get, stats, listDead, requeue          string
 	purgeSettled, purgeDead                                  string
+	enqueueTx, identity                                      string // see outbox.go
 
 	// The claims of a Membership's store (see fenced), and the
 	// membership's own statements (see membership.go).
@@ -455,6 +456,7 @@ FROM (SELECT count(*) AS n FROM moved) c`),
 	st.claimScopedFenced = x(fenced(st.claimScoped, "$8", "$9"))
 	st.claimUnscopedFenced = x(fenced(st.claimUnscoped, "$6", "$7"))
 	st.membership = prepareMembership(x)
+	st.enqueueTx, st.identity = x(enqueueTxSQL), x(identitySQL)
 	return st
 }
 

@@ -97,7 +97,8 @@ type Store struct {
 	now         func() time.Time
 	closed      atomic.Bool
 	sql         statements
-	channel     string // the LISTEN/NOTIFY channel of the schema
+	channel     string   // the LISTEN/NOTIFY channel of the schema
+	identity    identity // of the store's database and schema, for EnqueueTx
 	listen      listener
 	fence       *Membership // non-nil for a Membership's store: fenced claims
 
@@ -187,6 +188,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if _, err := backpressure.NewOwnedShardFraction(nil, shardCount); err != nil {
 		return nil, fmt.Errorf("pgstore: %s: schema %s records an unusable shard count: %w", op, quoted, err)
 	}
+	sql := prepare(quoted)
+	var id identity
+	if err := pool.QueryRow(ctx, sql.identity).Scan(&id.database, &id.settings, &id.storeID); err != nil {
+		return nil, opError(op+": read schema "+quoted, err)
+	}
 	return &Store{
 		pool:        pool,
 		schema:      opts.Schema,
@@ -194,9 +200,22 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		lease:       opts.Lease,
 		maxAttempts: opts.MaxAttempts,
 		now:         opts.Now,
-		sql:         prepare(quoted),
+		sql:         sql,
 		channel:     channelName(opts.Schema),
+		identity:    id,
 	}, nil
+}
+
+// identity tells the store's database and schema from any other: the
+// database's name, the oid of the schema's settings table, and the
+// schema's random store_id. A copy of the schema elsewhere (a restored
+// dump, a database cloned from a template) differs in the name or the oid;
+// the random id tells apart schemas that match in both (two clusters built
+// alike).
+type identity struct {
+	database string
+	settings uint32
+	storeID  string
 }
 
 // Open connects a pool to databaseURL (a postgres:// URL or key=value
