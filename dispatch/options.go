@@ -25,12 +25,14 @@ const (
 	// results): a channel of that many slots, allocated by Run.
 	MaxCompletionBacklog = 1 << 20
 
-	// MinPollInterval is the shortest Options.PollInterval (1ms): an idle
-	// dispatcher sweeps at most a thousand times a second.
-	MinPollInterval = time.Millisecond
-	// MinFlushInterval is the shortest Options.FlushInterval (100µs): the
-	// completer's timer fires at most 10,000 times a second.
-	MinFlushInterval = 100 * time.Microsecond
+	// MinPollInterval is the shortest Options.PollInterval (100µs): an
+	// idle dispatcher sweeps at most 10,000 times a second, so a store that
+	// answers at once is not polled in a spin.
+	MinPollInterval = 100 * time.Microsecond
+	// MinFlushInterval is the shortest Options.FlushInterval (10µs): the
+	// completer's timer fires at most 100,000 times a second, and only
+	// while results wait.
+	MinFlushInterval = 10 * time.Microsecond
 	// MinErrorBackoff is the shortest Options.ErrorBackoff.Base (1ms): a
 	// failing store is retried at most a thousand times a second.
 	MinErrorBackoff = time.Millisecond

@@ -141,6 +141,8 @@ func TestOptionsRejected(t *testing.T) {
 		{Options{BusyTimeout: 500 * time.Microsecond}, "Options.BusyTimeout"},
 		{Options{BusyTimeout: -1}, "Options.BusyTimeout"},
 		{Options{MaxAttempts: -1}, "Options.MaxAttempts"},
+		{Options{MaxAttempts: outbox.MaxAttemptsLimit + 1}, "Options.MaxAttempts"},
+		{Options{Lease: outbox.MaxLease + time.Nanosecond}, "Options.Lease"},
 		{Options{PollInterval: time.Microsecond}, "Options.PollInterval"},
 		{Options{ShardCount: -1}, "Options.ShardCount"},
 		{Options{ShardCount: backpressure.MaxShardCount + 1}, "Options.ShardCount"},

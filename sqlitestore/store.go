@@ -95,6 +95,7 @@ type Store struct {
 	owned       bool    // Open opened writer and reader: Close closes them
 	immediate   bool    // the writer's transactions begin IMMEDIATE (Open's DSN)
 	readOnly    bool
+	path        string // the database file, as Open was given it or db reports it; "" in memory
 	shardCount  int
 	lease       time.Duration
 	maxAttempts int
@@ -126,8 +127,15 @@ var (
 //
 // It fails with an *outbox.ArgumentError for an invalid option, an
 // *outbox.ShardCountError when Options.ShardCount differs from the
-// database's, and an *outbox.SchemaVersionError for a database migrated by
-// a newer version of this package.
+// database's, an *outbox.SchemaVersionError for a database migrated by a
+// newer version of this package, and a *[FileError] (matching
+// [ErrDatabaseFile], with path) for a file SQLite cannot use: one that
+// cannot be created or opened (with Options.ReadOnly, one that does not
+// exist), is read-only for a read-write Open, is not a SQLite database, or
+// is corrupt. A zero-length file is an empty SQLite database, as SQLite
+// itself has it: a read-write Open creates the outbox in it, and a
+// read-only one fails with an *outbox.ArgumentError (it holds no outbox),
+// as for any database without one.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -137,6 +145,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s := newStore(opts)
 	s.owned, s.immediate, s.readOnly = true, true, opts.ReadOnly
+	if path != ":memory:" {
+		s.path = path
+	}
 	busy := opts.BusyTimeout
 	if busy == 0 {
 		busy = defaultBusyTimeout
@@ -265,13 +276,14 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	case opts.ReadOnly:
 		return nil, argError("New", "Options.ReadOnly", "applies to Open only")
 	}
-	if err := checkAppDB(ctx, db); err != nil {
+	file, err := checkAppDB(ctx, db)
+	if err != nil {
 		return nil, err
 	}
 	s := newStore(opts)
-	s.writer, s.reader = db, db
+	s.writer, s.reader, s.path = db, db, file
 	if err := s.settleSchema(ctx, opts.ShardCount); err != nil {
-		return nil, openError("New", err)
+		return nil, openError(file, err)
 	}
 	if err := s.prepare(ctx); err != nil {
 		s.closeStmts()
@@ -280,31 +292,35 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkAppDB checks New's requirements on db.
-func checkAppDB(ctx context.Context, db *sql.DB) error {
+// checkAppDB checks New's requirements on db and returns its main
+// database's file ("" in memory).
+func checkAppDB(ctx context.Context, db *sql.DB) (string, error) {
 	if !isModernc(db.Driver()) {
-		return argError("New", "db", fmt.Sprintf("uses driver %T; want modernc.org/sqlite", db.Driver()))
+		return "", argError("New", "db", fmt.Sprintf("uses driver %T; want modernc.org/sqlite", db.Driver()))
 	}
 	var file string
 	// database_list: seq, name, file; file is "" for an in-memory database.
 	if err := db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
-		return fmt.Errorf("sqlitestore: New: %w", err)
+		if fe := fileError("", err); fe != nil {
+			return "", fe
+		}
+		return "", fmt.Errorf("sqlitestore: New: %w", err)
 	}
 	if file == "" {
-		return nil
+		return "", nil
 	}
 	var mode string
 	var busy int
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)`).Scan(&mode, &busy); err != nil {
-		return fmt.Errorf("sqlitestore: New: %w", err)
+		return "", openError(file, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		return argError("New", "db", "journal_mode is "+mode+"; open it in WAL mode (_pragma=journal_mode(WAL))")
+		return "", argError("New", "db", "journal_mode is "+mode+"; open it in WAL mode (_pragma=journal_mode(WAL))")
 	}
 	if busy <= 0 {
-		return argError("New", "db", "has no busy timeout; set one (_pragma=busy_timeout(5000))")
+		return "", argError("New", "db", "has no busy timeout; set one (_pragma=busy_timeout(5000))")
 	}
-	return nil
+	return file, nil
 }
 
 // isModernc reports whether d is modernc.org/sqlite's driver.
@@ -314,14 +330,19 @@ func isModernc(d any) bool {
 }
 
 // openError prefixes an error of Open or New, leaving the outbox
-// package's typed errors as they are.
+// package's typed errors as they are, and typing SQLite's errors about
+// the file (path) itself as a *FileError.
 func openError(what string, err error) error {
+	if fe := fileError(what, err); fe != nil {
+		return fe
+	}
 	var (
+		file  *FileError
 		arg   *outbox.ArgumentError
 		shard *outbox.ShardCountError
 		ver   *outbox.SchemaVersionError
 	)
-	if errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) {
+	if errors.As(err, &file) || errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) {
 		return err
 	}
 	return fmt.Errorf("sqlitestore: open %q: %w", what, err)
@@ -350,7 +371,7 @@ func newStore(opts Options) *Store {
 func (s *Store) opened(ctx context.Context, path string) (*Store, error) {
 	if err := s.prepare(ctx); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+		return nil, openError(path, err)
 	}
 	return s, nil
 }
@@ -377,6 +398,14 @@ func validate(path string, opts Options) error {
 		return argError("Open", "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
 	}
 	return nil
+}
+
+// pathOf returns the store's file, "" for a nil store or in memory.
+func (s *Store) pathOf() string {
+	if s == nil {
+		return ""
+	}
+	return s.path
 }
 
 // ready returns outbox.ErrClosed for a nil, zero or closed store.
