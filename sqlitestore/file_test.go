@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/dispatch"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -151,4 +154,23 @@ func TestReadOnlyFileErrors(t *testing.T) {
 	_ = db.Close()
 	_, err = New(ctx, roDB(empty), Options{})
 	wantFileError(t, "New on a read-only file without an outbox", err, empty, sqliteReadOnly)
+}
+
+// TestDispatchRefusesNilStore: a nil *Store in the dispatcher's Store
+// interface is refused by dispatch.New, typed, rather than accepted and run
+// doing nothing.
+func TestDispatchRefusesNilStore(t *testing.T) {
+	all, err := backpressure.AllShards(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := backpressure.New(backpressure.Config{BatchSize: 10, DefaultQuota: 10}, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New(bp, (*Store)(nil), func(context.Context, outbox.Row) error { return nil }, dispatch.Options{Workers: 1})
+	var oe *dispatch.OptionError
+	if d != nil || !errors.Is(err, dispatch.ErrInvalidOptions) || !errors.As(err, &oe) || oe.Field != "store" {
+		t.Fatalf("dispatch.New with a nil *sqlitestore.Store = %v, %v; want an *OptionError on store", d, err)
+	}
 }

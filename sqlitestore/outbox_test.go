@@ -143,6 +143,7 @@ func TestOptionsRejected(t *testing.T) {
 		{Options{MaxAttempts: -1}, "Options.MaxAttempts"},
 		{Options{MaxAttempts: outbox.MaxAttemptsLimit + 1}, "Options.MaxAttempts"},
 		{Options{Lease: outbox.MaxLease + time.Nanosecond}, "Options.Lease"},
+		{Options{Readers: MaxReaders + 1}, "Options.Readers"},
 		{Options{PollInterval: time.Microsecond}, "Options.PollInterval"},
 		{Options{ShardCount: -1}, "Options.ShardCount"},
 		{Options{ShardCount: backpressure.MaxShardCount + 1}, "Options.ShardCount"},

@@ -15,6 +15,11 @@ import (
 	"modernc.org/sqlite" // registers the "sqlite" driver
 )
 
+// MaxReaders bounds Options.Readers (256): each reader is a connection
+// with its own page cache, and SQLite serves reads of one file from a few
+// connections as well as from many.
+const MaxReaders = 256
+
 const (
 	defaultShardCount   = 64
 	defaultBusyTimeout  = 5 * time.Second
@@ -59,8 +64,9 @@ type Options struct {
 	BusyTimeout time.Duration
 
 	// Readers is the number of read connections for a file database (the
-	// counts, Get, Stats, ListDead). 0 means 4. An in-memory database
-	// always uses its one connection for everything. Open only.
+	// counts, Get, Stats, ListDead). 0 means 4; at most [MaxReaders]. An
+	// in-memory database always uses its one connection for everything.
+	// Open only.
 	Readers int
 
 	// SyncNormal selects PRAGMA synchronous=NORMAL instead of FULL for a
@@ -392,8 +398,8 @@ func validate(path string, opts Options) error {
 		return argError("Open", "Options.MaxAttempts", fmt.Sprintf("%d is outside 0 to outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit))
 	case opts.BusyTimeout < 0 || (opts.BusyTimeout > 0 && opts.BusyTimeout < time.Millisecond):
 		return argError("Open", "Options.BusyTimeout", fmt.Sprintf("%v is below 1ms, SQLite's resolution (0 means 5s)", opts.BusyTimeout))
-	case opts.Readers < 0:
-		return argError("Open", "Options.Readers", fmt.Sprintf("%d is negative", opts.Readers))
+	case opts.Readers < 0 || opts.Readers > MaxReaders:
+		return argError("Open", "Options.Readers", fmt.Sprintf("%d is outside 0 to MaxReaders (%d)", opts.Readers, MaxReaders))
 	case opts.PollInterval < 0 || (opts.PollInterval > 0 && opts.PollInterval < time.Millisecond):
 		return argError("Open", "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
 	}
