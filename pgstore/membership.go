@@ -56,17 +56,19 @@ type MembershipOptions struct {
 	// Lease is the membership and ownership lease: a node that has not
 	// heartbeaten for Lease, on the database's clock, is no longer a
 	// member, and its shards may be taken over. Zero value: 3/2 of the
-	// store's claim lease (Options.Lease). It must be at least the claim
-	// lease plus Heartbeat, as the zero values are, so that a node that
-	// dies still owns its shards (and its ceiling still counts) while its
-	// claimed rows' leases run out: that is what keeps a tenant's running
-	// rows within the sum of the current owners' ceilings across a
-	// hand-off. Below that, or above [outbox.MaxLease], is an error.
+	// store's claim lease (Options.Lease), at most [outbox.MaxLease]. It
+	// must be at least the claim lease plus Heartbeat, as the zero values
+	// are (for a claim lease up to 16h), so that a node that dies still
+	// owns its shards (and its ceiling still counts) while its claimed
+	// rows' leases run out: that is what keeps a tenant's running rows
+	// within the sum of the current owners' ceilings across a hand-off.
+	// Below that, or above [outbox.MaxLease], is an error.
 	Lease time.Duration
 
 	// Heartbeat is how often the node renews its leases and rebalances.
-	// Zero value: Lease/4. It must be in [MinHeartbeat, Lease/2], so that
-	// one late or failed heartbeat does not lose the node its shards.
+	// Zero value: Lease/4, at least [MinHeartbeat]. It must be in
+	// [MinHeartbeat, Lease/2], so that one late or failed heartbeat does
+	// not lose the node its shards.
 	Heartbeat time.Duration
 
 	// Logger receives a warning for each failed heartbeat. Nil: none.
@@ -170,7 +172,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	}
 	switch {
 	case opts.Lease == 0:
-		opts.Lease = s.lease * 3 / 2
+		opts.Lease = min(s.lease*3/2, outbox.MaxLease)
 	case opts.Lease < outbox.MinLease:
 		return nil, argError(op, "MembershipOptions.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
 	case opts.Lease > outbox.MaxLease:
@@ -178,7 +180,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	}
 	switch {
 	case opts.Heartbeat == 0:
-		opts.Heartbeat = opts.Lease / 4
+		opts.Heartbeat = max(opts.Lease/4, MinHeartbeat) // ≤ Lease/2: Lease ≥ outbox.MinLease
 	case opts.Heartbeat < MinHeartbeat || opts.Heartbeat > opts.Lease/2:
 		return nil, argError(op, "MembershipOptions.Heartbeat", "%v is not in [MinHeartbeat = %v, Lease/2 = %v]", opts.Heartbeat, MinHeartbeat, opts.Lease/2)
 	}

@@ -40,10 +40,22 @@ func TestJoinRefusesLoopsAndLeases(t *testing.T) {
 			t.Errorf("Join(%+v) returned a Membership with its error", c.opts)
 		}
 	}
-	// The bounds themselves are accepted.
+	// The bounds themselves are accepted, and so are the zero values on a
+	// store with the shortest claim lease (the heartbeat is then raised
+	// to MinHeartbeat).
 	m, err := s.Join(t.Context(), pgstore.MembershipOptions{Lease: outbox.MaxLease, Heartbeat: outbox.MaxLease / 2})
 	if err != nil {
 		t.Fatalf("Join at the bounds: %v", err)
+	}
+	if err := m.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	short, err := pgstore.New(t.Context(), newPool(t, nil, 4), pgstore.Options{Schema: s.Schema(), Lease: outbox.MinLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = short.Join(t.Context(), pgstore.MembershipOptions{}); err != nil {
+		t.Fatalf("Join with zero options on a store with a claim lease of %v: %v", outbox.MinLease, err)
 	}
 	if err := m.Leave(t.Context()); err != nil {
 		t.Fatal(err)
@@ -169,7 +181,8 @@ func TestOwnedLapsesUnconfirmed(t *testing.T) {
 	pgstore.SetReplyHook(m, func() { close(held); <-release })
 	done := make(chan error, 1)
 	go func() { done <- m.Heartbeat(ctx) }()
-	<-held
+	<-held // the heartbeat was sent before this
+	heldAt := time.Now()
 	waitOwnedEmpty(t, m)
 	var live int
 	if err := adminPool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema}.Sanitize()+`.shard_owners
@@ -177,6 +190,7 @@ func TestOwnedLapsesUnconfirmed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("while the reply is held: Owned is empty, the database shows %d live leases of a", live)
+	time.Sleep(time.Until(heldAt.Add(lease))) // hold the reply a full lease after it was sent
 	close(release)
 	if err := <-done; err == nil {
 		t.Fatalf("a heartbeat whose reply came after the lease returned nil")
@@ -217,7 +231,8 @@ func waitOwnedEmpty(t *testing.T, m *pgstore.Membership) {
 // lease at that epoch (a sample that a hand-off between the two clock
 // readings leaves undecided is counted, not judged). The held node must
 // both lose its shards (a lapse) and reclaim them, and the duplicate name
-// must be refused while its holder lives.
+// must be refused while its holder lives; once the holder lapsed, the
+// duplicate may take the name (it then leaves after a few heartbeats).
 func TestMembershipChaosTrust(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: several seconds")
@@ -289,10 +304,25 @@ func TestMembershipChaosTrust(t *testing.T) {
 				t.Errorf("b: Join: %v", err)
 				return
 			default:
+				// b holds the name a while, then leaves, so that a (whose
+				// heartbeats fail with ErrNodeNameInUse meanwhile) can
+				// take it back.
 				mu.Lock()
 				members = append(members, b)
 				dupOK++
 				mu.Unlock()
+				select {
+				case <-stop:
+					return
+				case <-time.After(3 * heartbeat):
+				}
+				mu.Lock()
+				members = members[:2]
+				mu.Unlock()
+				if err := b.Leave(ctx); err != nil {
+					t.Errorf("b: Leave: %v", err)
+					return
+				}
 			}
 		}
 	})
@@ -382,7 +412,7 @@ func TestMembershipChaosTrust(t *testing.T) {
 	if aEmpty == 0 || aFullAfterEmpty == 0 {
 		t.Errorf("a never lapsed (%d) or never reclaimed (%d): the held replies did not exercise the view", aEmpty, aFullAfterEmpty)
 	}
-	for _, m := range members {
+	for _, m := range members { // b left already, or never joined
 		if err := m.Leave(ctx); err != nil {
 			t.Errorf("%s: Leave: %v", m.Node(), err)
 		}
