@@ -111,8 +111,8 @@ type Options struct {
 	CompletionBacklog int
 
 	// LeaseRenewal is the fraction of a row's lease after which the
-	// dispatcher extends it (and again every such fraction), in
-	// [[MinLeaseRenewal], 0.5].
+	// dispatcher extends it (and again every such fraction), from
+	// [MinLeaseRenewal] to 0.5.
 	// Default 1/3: a lease of 30s is extended every 10s, so two
 	// extensions can fail before it is lost.
 	LeaseRenewal float64
