@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,24 @@ func TestNewRejects(t *testing.T) {
 		{"jitter above 1", bp, s, noop, dispatch.Options{Workers: 1, PollJitter: 1.5}, "PollJitter"},
 		{"negative backoff", bp, s, noop, dispatch.Options{Workers: 1, Backoff: dispatch.Backoff{Base: -1}}, "Backoff.Base"},
 		{"negative shutdown", bp, s, noop, dispatch.Options{Workers: 1, ShutdownTimeout: -1}, "ShutdownTimeout"},
+		{"typed nil store", bp, (*memstore.Store)(nil), noop, dispatch.Options{Workers: 1}, "store"},
+		{"workers 1e9", bp, s, noop, dispatch.Options{Workers: 1e9}, "Workers"},
+		{"workers MaxInt", bp, s, noop, dispatch.Options{Workers: math.MaxInt}, "Workers"},
+		{"workers above the bound", bp, s, noop, dispatch.Options{Workers: dispatch.MaxWorkers + 1}, "Workers"},
+		{"queue above the bound", bp, s, noop, dispatch.Options{Workers: 1, Queue: dispatch.MaxQueue + 1}, "Queue"},
+		{"queue MaxInt", bp, s, noop, dispatch.Options{Workers: 1, Queue: math.MaxInt, QueueHighWatermark: 1}, "Queue"},
+		{"watermark at the queue", bp, s, noop, dispatch.Options{Workers: 1, Queue: 20, QueueHighWatermark: 20}, "QueueHighWatermark"},
+		{"complete batch above the bound", bp, s, noop, dispatch.Options{Workers: 1, CompleteBatch: dispatch.MaxCompleteBatch + 1}, "CompleteBatch"},
+		{"backlog above the bound", bp, s, noop, dispatch.Options{Workers: 1, CompletionBacklog: dispatch.MaxCompletionBacklog + 1}, "CompletionBacklog"},
+		{"poll interval 1ns", bp, s, noop, dispatch.Options{Workers: 1, PollInterval: time.Nanosecond}, "PollInterval"},
+		{"flush interval 1ns", bp, s, noop, dispatch.Options{Workers: 1, FlushInterval: time.Nanosecond}, "FlushInterval"},
+		{"jitter NaN", bp, s, noop, dispatch.Options{Workers: 1, PollJitter: math.NaN()}, "PollJitter"},
+		{"renewal NaN", bp, s, noop, dispatch.Options{Workers: 1, LeaseRenewal: math.NaN()}, "LeaseRenewal"},
+		{"renewal tiny", bp, s, noop, dispatch.Options{Workers: 1, LeaseRenewal: 1e-300}, "LeaseRenewal"},
+		{"backoff max below base", bp, s, noop, dispatch.Options{Workers: 1, Backoff: dispatch.Backoff{Base: time.Minute, Max: time.Second}}, "Backoff.Max"},
+		{"backoff max above MaxDelay", bp, s, noop, dispatch.Options{Workers: 1, Backoff: dispatch.Backoff{Max: outbox.MaxDelay + 1}}, "Backoff.Max"},
+		{"backoff jitter NaN", bp, s, noop, dispatch.Options{Workers: 1, Backoff: dispatch.Backoff{Jitter: math.NaN()}}, "Backoff.Jitter"},
+		{"error backoff 1ns", bp, s, noop, dispatch.Options{Workers: 1, ErrorBackoff: dispatch.Backoff{Base: time.Nanosecond}}, "ErrorBackoff.Base"},
 	}
 	for _, c := range cases {
 		d, err := dispatch.New(c.bp, c.store, c.h, c.o)
@@ -51,6 +70,19 @@ func TestNewRejects(t *testing.T) {
 		var oe *dispatch.OptionError
 		require.ErrorAs(t, err, &oe, c.name)
 		require.Equal(t, c.field, oe.Field, c.name)
+		require.NotContains(t, err.Error(), "must be at most", c.name) // NaN is named as NaN
+	}
+	// The bounds themselves are accepted.
+	for _, o := range []dispatch.Options{
+		{Workers: dispatch.MaxWorkers},
+		{Workers: 1, Queue: dispatch.MaxQueue, QueueHighWatermark: 1},
+		{Workers: 1, CompleteBatch: dispatch.MaxCompleteBatch, CompletionBacklog: dispatch.MaxCompletionBacklog},
+		{Workers: 1, PollInterval: dispatch.MinPollInterval, FlushInterval: dispatch.MinFlushInterval, LeaseRenewal: dispatch.MinLeaseRenewal},
+		{Workers: 1, Backoff: dispatch.Backoff{Base: outbox.MaxDelay, Max: outbox.MaxDelay}, ErrorBackoff: dispatch.Backoff{Base: dispatch.MinErrorBackoff}},
+		{Workers: 1, Backoff: dispatch.Backoff{Base: 2 * time.Hour}}, // Max defaults to Base when Base is above 1h
+	} {
+		_, err := dispatch.New(bp, s, noop, o)
+		require.NoError(t, err, "%+v", o)
 	}
 }
 

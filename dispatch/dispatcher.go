@@ -2,8 +2,10 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,8 +51,9 @@ type Dispatcher struct {
 
 // New returns a Dispatcher that runs handler over the rows bp plans from
 // store. It returns an error matching [ErrInvalidOptions] (a *[OptionError])
-// for a nil argument, a Backpressure not built with [backpressure.New], or
-// an invalid option; and the gate's error (a
+// for a nil argument (a store that is a nil pointer, map, slice, channel or
+// func inside a non-nil interface counts as nil: Field "store"), a
+// Backpressure not built with [backpressure.New], or an invalid option; and the gate's error (a
 // *[backpressure.AdvisoryOverflowError]) when Options.Queue describes an
 // advisory hand-off without the headroom for a batch.
 func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Options) (*Dispatcher, error) {
@@ -61,6 +64,8 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 		return nil, &OptionError{Field: "bp", Reason: "was not built with backpressure.New"}
 	case store == nil:
 		return nil, &OptionError{Field: "store", Reason: "is nil"}
+	case isNilValue(store):
+		return nil, &OptionError{Field: "store", Reason: fmt.Sprintf("is a nil %T", store)}
 	case handler == nil:
 		return nil, &OptionError{Field: "handler", Reason: "is nil"}
 	}
@@ -91,6 +96,18 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 		}
 	}
 	return d, nil
+}
+
+// isNilValue reports whether v holds a nil pointer, map, slice, channel or
+// func: a typed nil that passes v != nil, whose methods every store answers
+// with an error (or a panic), so that Run would sweep nothing forever. A
+// reflect check, because dispatch cannot know every store's type.
+func isNilValue(v any) bool {
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Gate returns the gate New verified for the hand-off between sweeps and

@@ -29,7 +29,7 @@ type OptionError struct {
 	Reason string
 }
 
-// Error names the option, its value and why New rejects it.
+// Error names the option and why New rejects it, its value included.
 func (e *OptionError) Error() string {
 	return fmt.Sprintf("dispatch: invalid options: %s %s", e.Field, e.Reason)
 }

@@ -1,16 +1,53 @@
 package dispatch
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"time"
 )
 
+// Bounds of the options that size an allocation, a goroutine count or a
+// loop. New refuses a value beyond one with an *[OptionError].
+const (
+	// MaxWorkers bounds Options.Workers (65,536): Run starts one goroutine
+	// and one channel slot per worker, so the bound caps what Run
+	// allocates up front (a few hundred MiB of stacks at worst) far above
+	// any store's useful concurrency.
+	MaxWorkers = 1 << 16
+	// MaxQueue bounds Options.Queue (1,048,576 rows): the prefetch queue
+	// is a channel of that many slots, allocated by Run.
+	MaxQueue = 1 << 20
+	// MaxCompleteBatch bounds Options.CompleteBatch (10,000 results): one
+	// Complete call, one statement.
+	MaxCompleteBatch = 10_000
+	// MaxCompletionBacklog bounds Options.CompletionBacklog (1,048,576
+	// results): a channel of that many slots, allocated by Run.
+	MaxCompletionBacklog = 1 << 20
+
+	// MinPollInterval is the shortest Options.PollInterval (100µs): an
+	// idle dispatcher sweeps at most 10,000 times a second, so a store that
+	// answers at once is not polled in a spin.
+	MinPollInterval = 100 * time.Microsecond
+	// MinFlushInterval is the shortest Options.FlushInterval (10µs): the
+	// completer's timer fires at most 100,000 times a second, and only
+	// while results wait.
+	MinFlushInterval = 10 * time.Microsecond
+	// MinErrorBackoff is the shortest Options.ErrorBackoff.Base (1ms): a
+	// failing store is retried at most a thousand times a second.
+	MinErrorBackoff = time.Millisecond
+	// MinLeaseRenewal is the smallest Options.LeaseRenewal (0.01): with
+	// the shortest lease, outbox.MinLease (100ms), a lease is extended at
+	// most every millisecond.
+	MinLeaseRenewal = 0.01
+)
+
 // Options configures a [Dispatcher]. Only Workers is required; every other
 // zero field takes the default its comment names.
 type Options struct {
-	// Workers is the most handlers that run at once (≥ 1). Each sweep
-	// claims at most the idle workers' number of rows (enforced credit).
+	// Workers is the most handlers that run at once, 1 to [MaxWorkers].
+	// Each sweep claims at most the idle workers' number of rows (enforced
+	// credit).
 	Workers int
 
 	// Queue, when > 0, switches the hand-off from credit to a prefetch
@@ -23,16 +60,18 @@ type Options struct {
 	// advisory, so New verifies it with
 	// [github.com/outboxkit/backpressure/handoff.WorkerQueueGate] and
 	// refuses it unless Queue ≥ QueueHighWatermark + BatchSize. 0 (the
-	// default): no queue, enforced credit.
+	// default): no queue, enforced credit. At most [MaxQueue];
+	// QueueHighWatermark is below Queue.
 	Queue              int
 	QueueHighWatermark int
 
 	// PollInterval is how long an idle dispatcher waits before sweeping
-	// again when no notification arrives. Default 1s.
+	// again when no notification arrives. Default 1s; at least
+	// [MinPollInterval].
 	PollInterval time.Duration
 	// PollJitter is the fraction of PollInterval randomised around it, in
 	// [0, 1], so that nodes do not sweep in step. 0 means 0.2; negative
-	// means none.
+	// means none; NaN is refused.
 	PollJitter float64
 	// RefillDelay is how long the dispatcher may wait, while some workers
 	// are running and fewer than min(Workers, BatchSize) are idle, for
@@ -55,10 +94,12 @@ type Options struct {
 	FreshCounts bool
 
 	// CompleteBatch is the most results one Complete call writes; a batch
-	// is written as soon as it is full. Default 100.
+	// is written as soon as it is full. Default 100; at most
+	// [MaxCompleteBatch].
 	CompleteBatch int
 	// FlushInterval is the longest a result waits for its batch to fill
-	// before it is written anyway. Default 10ms.
+	// before it is written anyway. Default 10ms; at least
+	// [MinFlushInterval].
 	FlushInterval time.Duration
 	// CompletionBacklog bounds the results waiting to be written: a
 	// worker hands its result over and takes the next row at once, until
@@ -66,11 +107,13 @@ type Options struct {
 	// holds at most CompletionBacklog more while the store is slow or
 	// failing); then workers block until the store catches up, so
 	// completion is under backpressure too. The rows stay claimed until
-	// written, so ceilings count them. Default 10,000.
+	// written, so ceilings count them. Default 10,000, and never below
+	// CompleteBatch; at most [MaxCompletionBacklog].
 	CompletionBacklog int
 
 	// LeaseRenewal is the fraction of a row's lease after which the
-	// dispatcher extends it (and again every such fraction), in (0, 0.5].
+	// dispatcher extends it (and again every such fraction), from
+	// [MinLeaseRenewal] to 0.5.
 	// Default 1/3: a lease of 30s is extended every 10s, so two
 	// extensions can fail before it is lost.
 	LeaseRenewal float64
@@ -83,11 +126,14 @@ type Options struct {
 
 	// Backoff is the delay before a row whose handler failed is claimable
 	// again, by its attempt (Row.Attempts). Zero fields default to Base
-	// 1s, Max 1h, Jitter 0.2.
+	// 1s, Max 1h (or Base, if longer), Jitter 0.2. Max is at most
+	// [outbox.MaxDelay], the longest retry delay a store takes.
 	Backoff Backoff
 	// ErrorBackoff is the delay before a failed store call (a sweep, a
 	// Complete, an ExtendLeases) is tried again, by consecutive failures.
-	// Zero fields default to Base 100ms, Max 30s, Jitter 0.2.
+	// Zero fields default to Base 100ms, Max 30s (or Base, if longer),
+	// Jitter 0.2. Base is at least [MinErrorBackoff]; Max at most
+	// [outbox.MaxDelay].
 	ErrorBackoff Backoff
 
 	// Logger receives the dispatcher's logs: Run's start and stop (info),
@@ -107,34 +153,43 @@ var (
 
 // withDefaults validates o and returns it with its defaults filled in.
 func (o Options) withDefaults() (Options, error) {
-	switch {
-	case o.Workers < 1:
-		return o, &OptionError{Field: "Workers", Reason: "must be at least 1"}
-	case o.Queue < 0:
-		return o, &OptionError{Field: "Queue", Reason: "must not be negative"}
-	case o.QueueHighWatermark < 0:
-		return o, &OptionError{Field: "QueueHighWatermark", Reason: "must not be negative"}
-	case o.Queue == 0 && o.QueueHighWatermark != 0:
-		return o, &OptionError{Field: "QueueHighWatermark", Reason: "is set without a Queue"}
-	case o.PollInterval < 0:
-		return o, &OptionError{Field: "PollInterval", Reason: "must not be negative"}
-	case o.PollJitter > 1 || math.IsNaN(o.PollJitter):
-		return o, &OptionError{Field: "PollJitter", Reason: "must be at most 1"}
-	case o.CompleteBatch < 0:
-		return o, &OptionError{Field: "CompleteBatch", Reason: "must not be negative"}
-	case o.FlushInterval < 0:
-		return o, &OptionError{Field: "FlushInterval", Reason: "must not be negative"}
-	case o.CompletionBacklog < 0:
-		return o, &OptionError{Field: "CompletionBacklog", Reason: "must not be negative"}
-	case o.LeaseRenewal < 0 || o.LeaseRenewal > 0.5 || math.IsNaN(o.LeaseRenewal):
-		return o, &OptionError{Field: "LeaseRenewal", Reason: "must be in (0, 0.5], or 0 for the default 1/3"}
-	case o.ShutdownTimeout < 0:
-		return o, &OptionError{Field: "ShutdownTimeout", Reason: "must not be negative"}
+	bad := func(field, format string, args ...any) (Options, error) {
+		return o, &OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
-	if err := o.Backoff.validate("Backoff"); err != nil {
+	switch {
+	case o.Workers < 1 || o.Workers > MaxWorkers:
+		return bad("Workers", "is %d, not in [1, %d]", o.Workers, MaxWorkers)
+	case o.Queue < 0 || o.Queue > MaxQueue:
+		return bad("Queue", "is %d, not in [0, %d]", o.Queue, MaxQueue)
+	case o.QueueHighWatermark < 0:
+		return bad("QueueHighWatermark", "is %d, negative", o.QueueHighWatermark)
+	case o.Queue == 0 && o.QueueHighWatermark != 0:
+		return bad("QueueHighWatermark", "is set without a Queue")
+	case o.Queue > 0 && o.QueueHighWatermark >= o.Queue:
+		return bad("QueueHighWatermark", "is %d, not below Queue (%d)", o.QueueHighWatermark, o.Queue)
+	case o.PollInterval < 0 || o.PollInterval > 0 && o.PollInterval < MinPollInterval:
+		return bad("PollInterval", "is %v, below %v (0 means 1s)", o.PollInterval, MinPollInterval)
+	case math.IsNaN(o.PollJitter):
+		return bad("PollJitter", "is NaN; want a fraction in [0, 1], or negative for none")
+	case o.PollJitter > 1:
+		return bad("PollJitter", "is %v, above 1", o.PollJitter)
+	case o.CompleteBatch < 0 || o.CompleteBatch > MaxCompleteBatch:
+		return bad("CompleteBatch", "is %d, not in [0, %d]", o.CompleteBatch, MaxCompleteBatch)
+	case o.FlushInterval < 0 || o.FlushInterval > 0 && o.FlushInterval < MinFlushInterval:
+		return bad("FlushInterval", "is %v, below %v (0 means 10ms)", o.FlushInterval, MinFlushInterval)
+	case o.CompletionBacklog < 0 || o.CompletionBacklog > MaxCompletionBacklog:
+		return bad("CompletionBacklog", "is %d, not in [0, %d]", o.CompletionBacklog, MaxCompletionBacklog)
+	case math.IsNaN(o.LeaseRenewal):
+		return bad("LeaseRenewal", "is NaN; want a fraction in [%v, 0.5], or 0 for the default 1/3", MinLeaseRenewal)
+	case o.LeaseRenewal != 0 && (o.LeaseRenewal < MinLeaseRenewal || o.LeaseRenewal > 0.5):
+		return bad("LeaseRenewal", "is %v, not in [%v, 0.5] (0 means 1/3)", o.LeaseRenewal, MinLeaseRenewal)
+	case o.ShutdownTimeout < 0:
+		return bad("ShutdownTimeout", "is %v, negative", o.ShutdownTimeout)
+	}
+	if err := o.Backoff.validate("Backoff", 0); err != nil {
 		return o, err
 	}
-	if err := o.ErrorBackoff.validate("ErrorBackoff"); err != nil {
+	if err := o.ErrorBackoff.validate("ErrorBackoff", MinErrorBackoff); err != nil {
 		return o, err
 	}
 	if o.PollInterval == 0 {

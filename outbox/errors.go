@@ -59,7 +59,7 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 type MessageError struct {
 	Index       int    // the message's index in the batch; -1 for a lone message
 	DispatchKey string // the message's key, possibly invalid itself
-	Field       string // "DispatchKey", "Namespace", "TaskQueue", "Payload", "MaxAttempts"
+	Field       string // "DispatchKey", "Namespace", "TaskQueue", "Payload", "RunAt", "MaxAttempts"
 	Reason      string
 	Err         error // the route rule's *backpressure.RouteError, when it decided
 }

@@ -27,7 +27,33 @@ const (
 	// MaxErrorBytes bounds the error text a completion records; a longer
 	// text is truncated (at a UTF-8 boundary), not rejected.
 	MaxErrorBytes = 4096
+
+	// MaxAttemptsLimit bounds every MaxAttempts: a message's and a store
+	// option's, 0 to 2³¹−1 (PostgreSQL's integer). Above it is refused
+	// with a typed error, never clamped, so both stores keep exactly the
+	// value given.
+	MaxAttemptsLimit = 1<<31 - 1
+
+	// MaxDelay bounds a retry delay ([Completion.Delay]) and the backoff
+	// caps a dispatcher computes them from: 3,650 days (about ten years).
+	// A longer one is refused with an [*ArgumentError], never clamped.
+	MaxDelay = 3650 * 24 * time.Hour
+
+	// MaxLease bounds a store's claim lease and a membership lease: 24
+	// hours. A lease is a crash's recovery time (a dead claimer's rows, a
+	// dead node's shards, come back only when it runs out), and the
+	// dispatcher extends leases while handlers run, so none needs longer.
+	MaxLease = 24 * time.Hour
 )
+
+// MaxTime is the latest [Message.RunAt] a store accepts,
+// 2200-01-01T00:00:00Z. With the store's clock at or before it, every time
+// a store derives (now plus at most [MaxDelay] or [MaxLease]) is before
+// 2262-04-11, the end of SQLite's int64 nanoseconds (PostgreSQL's
+// timestamptz goes far further), so both stores keep every time exactly as
+// given and read it back alike. A later RunAt is a [*MessageError]. Treat
+// it as a constant.
+var MaxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Message is one row to enqueue.
 type Message struct {
@@ -47,13 +73,14 @@ type Message struct {
 	Payload []byte
 
 	// RunAt is the earliest time the row may be claimed (a scheduled row);
-	// the zero time means at once. Counts and claims ignore the row until
+	// the zero time (or any past time) means at once; after [MaxTime] is
+	// refused. Counts and claims ignore the row until
 	// then, as they ignore a row waiting out a retry delay.
 	RunAt time.Time
 
-	// MaxAttempts overrides the store's most attempts for this row (≥ 0; 0
-	// keeps the store's): a Retry of a row that has had MaxAttempts claims
-	// dead-letters it instead.
+	// MaxAttempts overrides the store's most attempts for this row (0 to
+	// [MaxAttemptsLimit]; 0 keeps the store's): a Retry of a row that has
+	// had MaxAttempts claims dead-letters it instead.
 	MaxAttempts int
 
 	// Priority orders the message among the rows of its route: a claim
@@ -120,8 +147,11 @@ func (m *Message) validate(index int) error {
 	if m.Priority < MinPriority || m.Priority > MaxPriority {
 		return fail("Priority", fmt.Sprintf("%d is outside MinPriority..MaxPriority (%d..%d)", m.Priority, MinPriority, MaxPriority), nil)
 	}
-	if m.MaxAttempts < 0 {
-		return fail("MaxAttempts", fmt.Sprintf("%d is negative", m.MaxAttempts), nil)
+	if m.MaxAttempts < 0 || int64(m.MaxAttempts) > MaxAttemptsLimit {
+		return fail("MaxAttempts", fmt.Sprintf("%d is outside 0 to %d", m.MaxAttempts, MaxAttemptsLimit), nil)
+	}
+	if m.RunAt.After(MaxTime) {
+		return fail("RunAt", fmt.Sprintf("%v is after outbox.MaxTime (%v)", m.RunAt, MaxTime), nil)
 	}
 	return nil
 }

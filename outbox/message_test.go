@@ -2,8 +2,10 @@ package outbox_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"pgregory.net/rapid"
@@ -45,6 +47,9 @@ func TestValidateLimits(t *testing.T) {
 		{"negative MaxAttempts", func(m *outbox.Message) { m.MaxAttempts = -1 }, "MaxAttempts", false},
 		{"Priority above MaxPriority", func(m *outbox.Message) { m.Priority = outbox.MaxPriority + 1 }, "Priority", false},
 		{"Priority below MinPriority", func(m *outbox.Message) { m.Priority = outbox.MinPriority - 1 }, "Priority", false},
+		{"MaxAttempts above the limit", func(m *outbox.Message) { m.MaxAttempts = int(min(int64(outbox.MaxAttemptsLimit)+1, math.MaxInt)) }, "MaxAttempts", false},
+		{"RunAt after MaxTime", func(m *outbox.Message) { m.RunAt = outbox.MaxTime.Add(time.Microsecond) }, "RunAt", false},
+		{"RunAt in year 9999", func(m *outbox.Message) { m.RunAt = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC) }, "RunAt", false},
 	} {
 		m := ok
 		tc.edit(&m)
@@ -78,7 +83,7 @@ func TestValidateAgreesWithRouteRule(t *testing.T) {
 		}
 		k := m.DispatchKey
 		keyOK := k != "" && len(k) <= outbox.MaxDispatchKeyBytes && utf8.ValidString(k) && !strings.Contains(k, "\x00")
-		want := keyOK && m.Route().Validate() == nil && m.MaxAttempts >= 0 &&
+		want := keyOK && m.Route().Validate() == nil && m.MaxAttempts >= 0 && m.MaxAttempts <= outbox.MaxAttemptsLimit &&
 			m.Priority >= outbox.MinPriority && m.Priority <= outbox.MaxPriority
 		if got := m.Validate() == nil; got != want {
 			t.Fatalf("Validate(%+v) valid = %v, want %v", m, got, want)
@@ -155,5 +160,22 @@ func TestErrorsMatchTheirSentinels(t *testing.T) {
 		if errors.Is(tc.err, outbox.ErrClosed) {
 			t.Errorf("%T matches ErrClosed", tc.err)
 		}
+	}
+}
+
+// TestValidateBoundaries: the limits themselves are accepted, so a value at
+// a limit is stored as given by every store.
+func TestValidateBoundaries(t *testing.T) {
+	for _, m := range []outbox.Message{
+		{DispatchKey: "k", Namespace: "n", RunAt: outbox.MaxTime},
+		{DispatchKey: "k", Namespace: "n", MaxAttempts: outbox.MaxAttemptsLimit},
+		{DispatchKey: "k", Namespace: "n", RunAt: time.Unix(0, 0)},
+	} {
+		if err := m.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v, want nil", m, err)
+		}
+	}
+	if outbox.MaxTime.Add(outbox.MaxDelay).Add(outbox.MaxLease).After(time.Unix(0, math.MaxInt64)) {
+		t.Errorf("MaxTime + MaxDelay + MaxLease = %v passes the last int64-nanosecond time", outbox.MaxTime.Add(outbox.MaxDelay))
 	}
 }

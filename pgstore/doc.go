@@ -166,8 +166,12 @@
 // longer assigned for one heartbeat (no claims on it, out of its owned set)
 // before releasing it. After a crash, the dead node's
 // shards move within a membership lease and a heartbeat; after a join,
-// within a few heartbeats. Tables: members (node, joined_at,
-// lease_expires_at), shard_owners (shard, owner, epoch, lease_expires_at),
+// within a few heartbeats. A node name is held by one live member at a
+// time: a second Join under it fails with [ErrNodeNameInUse] until the
+// first leaves or lapses. A node's own view ([Membership.Owned]) lapses a
+// membership lease after its last confirmed heartbeat was sent, so it never
+// names a shard the database no longer gives it. Tables: members (node,
+// joined_at, lease_expires_at, incarnation), shard_owners (shard, owner, epoch, lease_expires_at),
 // shard_epochs (shard, epoch, owner, acquired_at: every acquisition, for
 // audit).
 //

@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"context"
+	"maps"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,3 +87,33 @@ func SetHeld(shardCount int, shards ...int32) (backpressure.OwnedShardFraction, 
 // MembershipDone returns the channel closed when m's heartbeat loop has
 // stopped.
 func MembershipDone(m *Membership) <-chan struct{} { return m.done }
+
+// SetReplyHook makes every later heartbeat of m run hook once its
+// transaction has committed, before its reply is judged: a hook that
+// sleeps holds the heartbeat's reply, as a slow network would.
+func SetReplyHook(m *Membership, hook func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.replyHook = hook
+}
+
+// HeldNow returns, for each of ms at one instant (every one's lock held),
+// the shards it would claim on with their epochs: its held set, or none if
+// it has lapsed, exactly as Owned and the fence judge it.
+func HeldNow(ms ...*Membership) []map[int32]int64 {
+	for _, m := range ms {
+		m.mu.Lock()
+	}
+	now := time.Now()
+	out := make([]map[int32]int64, len(ms))
+	for i, m := range ms {
+		out[i] = map[int32]int64{}
+		if !m.lapsed(now) {
+			maps.Copy(out[i], m.held)
+		}
+	}
+	for _, m := range ms {
+		m.mu.Unlock()
+	}
+	return out
+}

@@ -28,7 +28,7 @@ import (
 //
 // A call with an invalid entry — a dispatch key that is empty or not
 // storable text, one key twice, an Outcome other than the three, a
-// negative Delay — is an [*outbox.ArgumentError] before the database is
+// Delay outside 0 to [outbox.MaxDelay] — is an [*outbox.ArgumentError] before the database is
 // touched; any error means nothing was applied. An empty batch returns no
 // results (an empty, non-nil slice) without a round trip. Cost:
 // O(len(completions) × log n).
@@ -56,8 +56,8 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		switch c.Outcome {
 		case outbox.Settle, outbox.DeadLetter:
 		case outbox.Retry:
-			if c.Delay < 0 {
-				return nil, argError(op, arg("Delay"), "%v is negative", c.Delay)
+			if c.Delay < 0 || c.Delay > outbox.MaxDelay {
+				return nil, argError(op, arg("Delay"), "%v is outside 0 to outbox.MaxDelay (%v)", c.Delay, outbox.MaxDelay)
 			}
 		default:
 			return nil, argError(op, arg("Outcome"), "%v is not Settle, Retry or DeadLetter", c.Outcome)

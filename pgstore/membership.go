@@ -25,27 +25,50 @@ import (
 // MaxNodeBytes is the longest node name, in bytes.
 const MaxNodeBytes = 255
 
+// MinHeartbeat is the shortest MembershipOptions.Heartbeat (50ms). A
+// heartbeat is one transaction of three statements, so a node heartbeats
+// at most 20 times a second, and the interval stays well above the round
+// trips a heartbeat needs on any network where a lease of
+// [outbox.MinLease] makes sense; a shorter interval would only spin.
+const MinHeartbeat = 50 * time.Millisecond
+
+// ErrNodeNameInUse reports a Join, or a heartbeat, whose node name is held
+// by another live member of the schema (another process, or another Join in
+// this one): it is a member under that name until it leaves or its lease
+// lapses, with every ownership lease it holds under the name. The Join
+// failed and left nothing running; a heartbeat that gets it owns nothing
+// from then on (its leases lapsed already, since the name is taken only
+// once they have), and later heartbeats try the name again.
+var ErrNodeNameInUse = errors.New("pgstore: node name in use by another live member")
+
 // MembershipOptions configures [Store.Join]. The zero value is valid.
 type MembershipOptions struct {
-	// Node names this node; it must be unique among the nodes sharing the
-	// schema, non-empty, valid UTF-8 without NUL bytes, at most
-	// [MaxNodeBytes] bytes. Zero value: host name, process id and a random
-	// suffix, so a restarted process is a new node.
+	// Node names this node: valid UTF-8 without NUL bytes, at most
+	// [MaxNodeBytes] bytes. The database keeps it unique among live
+	// members: a Join under a name another Join holds (in any process)
+	// fails with [ErrNodeNameInUse] until that one leaves, or its member
+	// lease and every ownership lease it holds lapse; the holder is
+	// unaffected. So a process restarted under a fixed name may rejoin
+	// only after about a Lease. Zero value: host name, process id and a
+	// random suffix, so a restarted process is a new node at once.
 	Node string
 
 	// Lease is the membership and ownership lease: a node that has not
 	// heartbeaten for Lease, on the database's clock, is no longer a
 	// member, and its shards may be taken over. Zero value: 3/2 of the
-	// store's claim lease (Options.Lease). It must be at least the claim
-	// lease plus Heartbeat, as the zero values are, so that a node that
-	// dies still owns its shards (and its ceiling still counts) while its
-	// claimed rows' leases run out: that is what keeps a tenant's running
-	// rows within the sum of the current owners' ceilings across a
-	// hand-off. Below that is an error.
+	// store's claim lease (Options.Lease), at most [outbox.MaxLease]. It
+	// must be at least the claim lease plus Heartbeat, as the zero values
+	// are (for a claim lease up to 16h), so that a node that dies still
+	// owns its shards (and its ceiling still counts) while its claimed
+	// rows' leases run out: that is what keeps a tenant's running rows
+	// within the sum of the current owners' ceilings across a hand-off.
+	// Below that, or above [outbox.MaxLease], is an error.
 	Lease time.Duration
 
 	// Heartbeat is how often the node renews its leases and rebalances.
-	// Zero value: Lease/4. It must be below Lease.
+	// Zero value: Lease/4, at least [MinHeartbeat]. It must be in
+	// [MinHeartbeat, Lease/2], so that one late or failed heartbeat does
+	// not lose the node its shards.
 	Heartbeat time.Duration
 
 	// Logger receives a warning for each failed heartbeat. Nil: none.
@@ -78,17 +101,27 @@ type MembershipOptions struct {
 // Build it with [Store.Join]; end it with [Membership.Leave]. A Membership
 // is safe for concurrent use.
 //
+// The node's own view, [Membership.Owned], never runs ahead of the
+// database: a heartbeat's leases are taken to run for Lease from the
+// instant the heartbeat was sent (the database starts them later, when it
+// runs the statements), on this process's monotonic clock, so the view is
+// empty from the moment any of its leases may have lapsed, whatever the
+// replies said or failed to say, and fills again from the database's
+// answer to the next heartbeat that is confirmed within a Lease of being
+// sent.
+//
 // Convergence: after a join, ownership matches the new assignment within
 // about four heartbeats; after a node leaves without Leave (it crashed or
 // is paused), within Lease plus a heartbeat, both on the database's clock.
 type Membership struct {
-	store     *Store // unfenced: the heartbeats
-	view      *Store // fenced: the claims
-	node      string
-	lease     time.Duration
-	heartbeat time.Duration
-	logger    *slog.Logger
-	manual    bool // tests: no background heartbeats
+	store       *Store // unfenced: the heartbeats
+	view        *Store // fenced: the claims
+	node        string
+	incarnation string // random, per Join: the database keeps one live incarnation per node name
+	lease       time.Duration
+	heartbeat   time.Duration
+	logger      *slog.Logger
+	manual      bool // tests: no background heartbeats
 
 	mu       sync.Mutex
 	held     map[int32]int64 // shard → epoch, as of the last heartbeat: the claims' shards
@@ -96,8 +129,13 @@ type Membership struct {
 	owned    backpressure.OwnedShardFraction
 	none     backpressure.OwnedShardFraction      // no shard of the store's count
 	changes  chan backpressure.OwnedShardFraction // holds the newest unread set
-	lastOK   time.Time                            // local, monotonic: when a heartbeat last succeeded
-	left     bool
+	// validUntil is when held may stop being true: the sending time of
+	// the last heartbeat confirmed in time, plus the lease, on the
+	// monotonic clock; zero before the first. expiry empties held then.
+	validUntil time.Time
+	expiry     *time.Timer
+	replyHook  func() // tests: runs once a heartbeat's transaction committed, before its reply is judged
+	left       bool
 
 	beating chan struct{} // a token per heartbeat or Leave release in flight: one at a time
 	stop    context.CancelFunc
@@ -134,15 +172,17 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	}
 	switch {
 	case opts.Lease == 0:
-		opts.Lease = s.lease * 3 / 2
+		opts.Lease = min(s.lease*3/2, outbox.MaxLease)
 	case opts.Lease < outbox.MinLease:
 		return nil, argError(op, "MembershipOptions.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
+	case opts.Lease > outbox.MaxLease:
+		return nil, argError(op, "MembershipOptions.Lease", "%v is above outbox.MaxLease (%v): a dead node's shards would not move for that long", opts.Lease, outbox.MaxLease)
 	}
 	switch {
 	case opts.Heartbeat == 0:
-		opts.Heartbeat = opts.Lease / 4
-	case opts.Heartbeat < 0 || opts.Heartbeat >= opts.Lease:
-		return nil, argError(op, "MembershipOptions.Heartbeat", "%v is not in (0, Lease = %v)", opts.Heartbeat, opts.Lease)
+		opts.Heartbeat = max(opts.Lease/4, MinHeartbeat) // ≤ Lease/2: Lease ≥ outbox.MinLease
+	case opts.Heartbeat < MinHeartbeat || opts.Heartbeat > opts.Lease/2:
+		return nil, argError(op, "MembershipOptions.Heartbeat", "%v is not in [MinHeartbeat = %v, Lease/2 = %v]", opts.Heartbeat, MinHeartbeat, opts.Lease/2)
 	}
 	// The tests' manual memberships may lapse while claims live, to show
 	// that fencing alone stops the claims; a real one may not.
@@ -156,19 +196,22 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	if err != nil { // New bounds the shard count; a zero Store has none
 		return nil, fmt.Errorf("pgstore: %s: %w", op, err)
 	}
+	var inc [16]byte
+	_, _ = rand.Read(inc[:])
 	m := &Membership{
-		store:     s,
-		node:      opts.Node,
-		lease:     opts.Lease,
-		heartbeat: opts.Heartbeat,
-		logger:    opts.Logger,
-		manual:    joinManual(ctx),
-		held:      map[int32]int64{},
-		owned:     none,
-		none:      none,
-		changes:   make(chan backpressure.OwnedShardFraction, 1),
-		beating:   make(chan struct{}, 1),
-		done:      make(chan struct{}),
+		store:       s,
+		node:        opts.Node,
+		incarnation: hex.EncodeToString(inc[:]),
+		lease:       opts.Lease,
+		heartbeat:   opts.Heartbeat,
+		logger:      opts.Logger,
+		manual:      joinManual(ctx),
+		held:        map[int32]int64{},
+		owned:       none,
+		none:        none,
+		changes:     make(chan backpressure.OwnedShardFraction, 1),
+		beating:     make(chan struct{}, 1),
+		done:        make(chan struct{}),
 	}
 	m.view = &Store{
 		pool:        s.pool,
@@ -178,12 +221,19 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 		maxAttempts: s.maxAttempts,
 		sql:         s.sql,
 		channel:     s.channel,
+		identity:    s.identity,
 		fence:       m,
 	}
 	if _, err := s.pool.Exec(ctx, s.sql.membership.seed, int32(s.shardCount)); err != nil {
 		return nil, opError(op, err)
 	}
+	m.expiry = time.AfterFunc(time.Hour, m.expire)
+	m.expiry.Stop()
 	if err := m.Heartbeat(ctx); err != nil {
+		m.expiry.Stop()
+		if errors.Is(err, ErrNodeNameInUse) {
+			return nil, fmt.Errorf("pgstore: %s: node %q: %w", op, m.node, ErrNodeNameInUse)
+		}
 		return nil, err
 	}
 	s.adopt(m.view)
@@ -215,13 +265,36 @@ func (m *Membership) Node() string { return m.node }
 // the store closes it.
 func (m *Membership) Store() *Store { return m.view }
 
-// Owned returns the shards the node owned at its last successful
-// heartbeat; none once a heartbeat has not succeeded for a lease (the
-// leases have lapsed by then), after Leave, or once its store is closed.
+// Owned returns the shards the database said the node owned at its last
+// heartbeat confirmed within a Lease of being sent; none from the instant
+// a Lease has passed since that heartbeat was sent (its leases may have
+// lapsed by then, whatever later heartbeats did that were not confirmed),
+// after Leave, once its store is closed, or once a heartbeat found the
+// name taken ([ErrNodeNameInUse]).
 func (m *Membership) Owned() backpressure.OwnedShardFraction {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.lapsed(time.Now()) {
+		return m.none
+	}
 	return m.owned
+}
+
+// lapsed reports whether the held set may no longer be true at now. m.mu
+// is held.
+func (m *Membership) lapsed(now time.Time) bool {
+	return !now.Before(m.validUntil)
+}
+
+// expire empties the held set once validUntil has passed: the timer's
+// function, armed at every confirmed heartbeat (a stale firing finds a
+// later validUntil and does nothing).
+func (m *Membership) expire() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.held) > 0 && m.lapsed(time.Now()) {
+		_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
+	}
 }
 
 // Changes returns a channel that receives the owned set each time it
@@ -265,7 +338,10 @@ func (m *Membership) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		hctx, cancel := context.WithTimeout(ctx, m.heartbeat)
+		// A reply later than a lease is of no use (see Heartbeat), and one
+		// cut off sooner may leave the database renewing what this node
+		// believes lost.
+		hctx, cancel := context.WithTimeout(ctx, m.lease)
 		err := m.Heartbeat(hctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
@@ -286,11 +362,14 @@ func (m *Membership) loop(ctx context.Context) {
 // Heartbeat runs one heartbeat now (the background loop runs one every
 // MembershipOptions.Heartbeat): renew the member lease, read the live
 // members, and release, renew and take shards as the assignment says. It
-// is three statements in one transaction. On error the node's view is
-// unchanged, except that a node with no successful heartbeat for a lease
-// owns nothing in its view. Heartbeats run one at a time. After
-// [Membership.Leave] it returns an error matching [outbox.ErrClosed] and
-// takes nothing.
+// is three statements in one transaction. Its reply sets the node's view
+// (see [Membership.Owned]) to what the database says the node owns, valid
+// for a Lease from when it was sent. A reply that comes a Lease or more
+// after it was sent empties the view instead, and is an error. On any
+// other error the view is unchanged, still lapsing a Lease after the last
+// confirmed heartbeat was sent; an error matching [ErrNodeNameInUse]
+// empties it. Heartbeats run one at a time. After [Membership.Leave] it
+// returns an error matching [outbox.ErrClosed] and takes nothing.
 func (m *Membership) Heartbeat(ctx context.Context) error {
 	const op = "Heartbeat"
 	if err := m.store.begin(ctx, op); err != nil {
@@ -313,25 +392,42 @@ func (m *Membership) Heartbeat(ctx context.Context) error {
 	if draining == nil {
 		draining = []int32{} // not NULL to the statement
 	}
+	sent := time.Now() // monotonic: every lease the database grants below starts later
 	held, drain, err := m.beat(ctx, draining)
 	if err != nil {
-		m.mu.Lock()
-		if !m.lastOK.IsZero() && time.Since(m.lastOK) >= m.lease {
+		if errors.Is(err, ErrNodeNameInUse) {
+			m.mu.Lock()
+			m.validUntil = time.Time{}
 			_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
+			m.mu.Unlock()
 		}
-		m.mu.Unlock()
 		return opError(op, err)
+	}
+	m.mu.Lock()
+	hook := m.replyHook
+	m.mu.Unlock()
+	if hook != nil {
+		hook()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.left {
 		return closedError(op)
 	}
-	m.lastOK = time.Now()
 	m.draining = drain
+	until := sent.Add(m.lease)
+	if took := time.Since(sent); took >= m.lease {
+		// The leases this heartbeat renewed may have lapsed by now; the
+		// next confirmed heartbeat says what the node owns.
+		m.validUntil = time.Time{}
+		_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
+		return opError(op, fmt.Errorf("reply came %v after the heartbeat was sent, not within the lease (%v): owning nothing until the next", took, m.lease))
+	}
+	m.validUntil = until
 	if err := m.setHeld(held); err != nil {
 		return opError(op, err)
 	}
+	m.expiry.Reset(time.Until(until))
 	return nil
 }
 
@@ -355,13 +451,16 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 	sql := &m.store.sql.membership
 	err = pgx.BeginFunc(ctx, m.store.pool, func(tx pgx.Tx) error {
 		held, drain = map[int32]int64{}, []int32{}
-		rows, err := tx.Query(ctx, sql.renew, m.node, m.lease.Microseconds())
+		rows, err := tx.Query(ctx, sql.renew, m.node, m.lease.Microseconds(), m.incarnation)
 		if err != nil {
 			return err
 		}
 		live, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return err
+		}
+		if !slices.Contains(live, m.node) { // renew did not write: another incarnation holds the name
+			return ErrNodeNameInUse
 		}
 		assigned, err := assignedTo(m.node, live, m.store.shardCount)
 		if err != nil {
@@ -437,6 +536,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 	m.left = true
 	_ = m.setHeld(map[int32]int64{}) // cannot fail: no shard
 	m.mu.Unlock()
+	m.expiry.Stop()
 	m.stop()
 	<-m.done
 	if err := m.store.begin(ctx, "Leave"); err != nil {
@@ -448,7 +548,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 		return opError("Leave", ctx.Err())
 	}
 	defer func() { <-m.beating }()
-	if _, err := m.store.pool.Exec(ctx, m.store.sql.membership.leave, m.node); err != nil {
+	if _, err := m.store.pool.Exec(ctx, m.store.sql.membership.leave, m.node, m.incarnation); err != nil {
 		return opError("Leave", err)
 	}
 	return nil
@@ -460,6 +560,9 @@ func (m *Membership) Leave(ctx context.Context) error {
 func (m *Membership) fence(st *statements, sql string, params []any) (string, []any, bool) {
 	m.mu.Lock()
 	held := maps.Clone(m.held)
+	if m.lapsed(time.Now()) && !m.manual { // the tests' manual memberships show the database's fence alone
+		held = nil
+	}
 	m.mu.Unlock()
 	var shards []int32
 	if all := params[len(params)-1].(bool); all {
@@ -567,11 +670,15 @@ INSERT INTO {schema}.shard_owners (shard)
 SELECT generate_series(0, $1::int4 - 1)
 ON CONFLICT (shard) DO NOTHING`),
 
-		// $1: node, $2: lease µs. Renews (or starts) the node's member
-		// lease, a rejoin after it lapsed counting as a new join, and
-		// returns the live members, the node included. Members whose
-		// lease lapsed over an hour ago are deleted, so crashed nodes'
-		// rows do not pile up.
+		// $1: node, $2: lease µs, $3: incarnation. Renews (or starts) the
+		// node's member lease, a rejoin after it lapsed counting as a new
+		// join, and returns the live members, the node included. Another
+		// incarnation's row is taken over only once its member lease and
+		// every ownership lease under the name have lapsed (so its fenced
+		// claims have stopped, and every shard it held is taken at a new
+		// epoch); until then nothing is written and the node is not
+		// among the rows returned. Members whose lease lapsed over an hour
+		// ago are deleted, so crashed nodes' rows do not pile up.
 		renew: x(`
 WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
 gone AS (
@@ -579,11 +686,17 @@ gone AS (
 	WHERE m.lease_expires_at < t.now - interval '1 hour' AND m.node <> $1::text
 ),
 me AS (
-	INSERT INTO {schema}.members AS m (node, joined_at, lease_expires_at)
-	SELECT $1::text, t.now, t.now + $2::bigint * interval '1 microsecond' FROM t
+	INSERT INTO {schema}.members AS m (node, joined_at, lease_expires_at, incarnation)
+	SELECT $1::text, t.now, t.now + $2::bigint * interval '1 microsecond', $3::text FROM t
 	ON CONFLICT (node) DO UPDATE SET
 		lease_expires_at = excluded.lease_expires_at,
-		joined_at = CASE WHEN m.lease_expires_at <= excluded.joined_at THEN excluded.joined_at ELSE m.joined_at END
+		joined_at = CASE WHEN m.lease_expires_at <= excluded.joined_at OR m.incarnation <> excluded.incarnation
+			THEN excluded.joined_at ELSE m.joined_at END,
+		incarnation = excluded.incarnation
+	WHERE m.incarnation = excluded.incarnation
+		OR m.lease_expires_at <= excluded.joined_at AND NOT EXISTS (
+			SELECT FROM {schema}.shard_owners s
+			WHERE s.owner = excluded.node AND s.lease_expires_at > excluded.joined_at)
 	RETURNING m.node
 )
 SELECT m.node FROM {schema}.members m, t WHERE m.lease_expires_at > t.now AND m.node <> $1::text
@@ -636,20 +749,24 @@ logged AS (
 )
 SELECT h.shard, h.epoch, h.keeping FROM held h ORDER BY h.shard`),
 
-		// $1: node.
+		// $1: node, $2: incarnation. Releases the node's shards and
+		// removes it, unless another incarnation holds the name now.
 		leave: x(`
-WITH released AS (
-	UPDATE {schema}.shard_owners s SET owner = NULL, lease_expires_at = clock_timestamp()
-	WHERE s.owner = $1::text
+WITH me AS (
+	DELETE FROM {schema}.members m WHERE m.node = $1::text AND m.incarnation = $2::text
+	RETURNING m.node
 )
-DELETE FROM {schema}.members m WHERE m.node = $1::text`),
+UPDATE {schema}.shard_owners s SET owner = NULL, lease_expires_at = clock_timestamp()
+FROM me WHERE s.owner = me.node`),
 	}
 }
 
 // manualKey, in Join's ctx, makes a Membership without background
-// heartbeats (the tests drive them) and lets its lease be shorter than the
+// heartbeats (the tests drive them), lets its lease be shorter than the
 // claim lease plus a heartbeat (the fencing tests need ownership to lapse
-// under live claims). Only export_test.go sets it.
+// under live claims), and makes its fence skip the local lease deadline,
+// so that a test shows the database's fence alone stops a lapsed node's
+// claims. Only export_test.go sets it.
 type manualKey struct{}
 
 func joinManual(ctx context.Context) bool {

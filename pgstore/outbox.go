@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
 )
@@ -66,10 +67,16 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // of a duplicate key does, until tx ends.) Subscribers are woken when tx
 // commits, once per transaction.
 //
-// tx must be a transaction on the store's database; a nil tx is an
-// [*outbox.ArgumentError], and so is a tx already committed or rolled
-// back. A database error leaves tx failed, as any failed statement in a
-// PostgreSQL transaction does: the caller rolls it back. A batch refused
+// tx must be a transaction on the store's database and schema; a nil tx is
+// an [*outbox.ArgumentError], and so is a tx already committed or rolled
+// back. So is a tx on another database, checked by the insert statement
+// itself (no extra round trip) against the identity New recorded (the
+// database's name, the schema's settings table and its random id): where
+// that database has the store's schema, nothing is inserted and tx is
+// left as it was, usable; where it lacks the schema or its tables (SQLSTATE
+// 3F000, 42P01, 42703), the statement failed, which leaves tx failed, as
+// any failed statement in a PostgreSQL transaction does: the caller rolls
+// it back. Any other database error leaves tx failed too. A batch refused
 // by Options.PendingCaps (an *outbox.PendingCapError) is not a database
 // error: tx is left usable, holding none of the batch, and holds the capped
 // namespaces' advisory locks until it ends. EnqueueTx never retries: the
@@ -86,22 +93,82 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 	if err != nil || args == nil {
 		return 0, err
 	}
+	args = append(args, s.identity.database, s.identity.settings, s.identity.storeID)
 	if namespaces, caps := s.caps.Capped(msgs); namespaces != nil {
 		inserted, err = s.enqueueCappedTx(ctx, tx, op, args, namespaces, caps)
 	} else {
-		inserted, err = scanEnqueue(tx.QueryRow(ctx, s.sql.enqueue, args...))
+		inserted, err = s.enqueueTxRows(ctx, tx, op, args)
 	}
-	var capErr *outbox.PendingCapError
+	var (
+		capErr *outbox.PendingCapError
+		argErr *outbox.ArgumentError
+		pe     *pgconn.PgError
+	)
 	switch {
-	case errors.As(err, &capErr):
+	case errors.As(err, &capErr), errors.As(err, &argErr):
 		return 0, err
 	case errors.Is(err, pgx.ErrTxClosed):
 		return 0, argError(op, "tx", "the transaction is already committed or rolled back")
+	case errors.As(err, &pe) && (pe.Code == "3F000" || pe.Code == "42P01" || pe.Code == "42703"):
+		return 0, argError(op, "tx", "is not on the store's database: it has no outbox schema %s (%s); tx is failed, roll it back", pgx.Identifier{s.schema}.Sanitize(), pe.Message)
 	case err != nil:
 		return 0, opError(op, err)
 	}
 	return inserted, nil
 }
+
+// enqueueTxRows runs EnqueueTx's guarded insert (enqueueTxSQL) on q, the
+// caller's transaction or a savepoint in it, and returns the rows inserted,
+// or an *outbox.ArgumentError when q is on another database's copy of the
+// schema (nothing inserted, q unchanged).
+func (s *Store) enqueueTxRows(ctx context.Context, q pgx.Tx, op string, args []any) (int, error) {
+	var (
+		n        int64
+		notified bool
+		same     bool
+	)
+	if err := q.QueryRow(ctx, s.sql.enqueueTx, args...).Scan(&n, &notified, &same); err != nil {
+		return 0, err
+	}
+	if !same {
+		return 0, argError(op, "tx", "is not on the store's database: its schema %s is another store's (database, table oid or store id differ); nothing was inserted, tx is unchanged", pgx.Identifier{s.schema}.Sanitize())
+	}
+	return int(n), nil
+}
+
+// enqueueTxSQL is the enqueue statement with EnqueueTx's guard: $11 the
+// database's name, $12 the settings table's oid, $13 the store id, as New
+// read them (identitySQL). On another database's copy of the schema it
+// inserts nothing, notifies nothing, and says so in its third column.
+const enqueueTxSQL = `
+WITH same AS MATERIALIZED (
+	SELECT coalesce((
+		SELECT current_database() = $11::text AND s.tableoid = $12::oid AND s.store_id = $13::text
+		FROM {schema}.settings s), false) AS ok
+),
+ins AS (
+	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority)
+	SELECT m.id, m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), m.max_attempts,
+		t.now, coalesce(m.run_at, t.now), m.priority
+	FROM same, (
+		SELECT nextval('{schema}.outbox_id_seq') AS id, u.*
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[], $10::int2[])
+			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, priority, ord)
+		WHERE (SELECT ok FROM same)
+		ORDER BY u.ord
+	) m,
+		(SELECT coalesce($1::timestamptz, now()) AS now) t
+	WHERE same.ok
+	ORDER BY m.dispatch_key
+	ON CONFLICT (dispatch_key) DO NOTHING
+	RETURNING 1
+)
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL, same.ok
+FROM (SELECT count(*) AS n FROM ins) c, same`
+
+// identitySQL reads the identity EnqueueTx checks: the database's name,
+// the settings table's oid and the schema's store id.
+const identitySQL = `SELECT current_database(), s.tableoid, s.store_id FROM {schema}.settings s`
 
 // enqueueArgs validates msgs and returns the enqueue statement's
 // parameters, or nil for an empty batch.
@@ -141,7 +208,7 @@ func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
 		runAts = append(runAts, runAt)
 		maxAttempts := s.maxAttempts
 		if m.MaxAttempts > 0 {
-			maxAttempts = min(m.MaxAttempts, 1<<31-1)
+			maxAttempts = m.MaxAttempts // ≤ outbox.MaxAttemptsLimit: validated
 		}
 		attempts = append(attempts, int32(maxAttempts))
 		prios = append(prios, int16(m.Priority)) // MinPriority..MaxPriority: validated

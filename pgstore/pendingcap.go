@@ -39,6 +39,9 @@ LIMIT 1`
 // over its cap.
 func (s *Store) enqueueCapped(ctx context.Context, op string, msgs []outbox.Message, args []any, namespaces []string, caps []int) (int, error) {
 	var inserted int
+	// The guarded insert (enqueueTxSQL) serves both paths; on the store's
+	// own pool its identity check always passes.
+	args = append(args[:len(args):len(args)], s.identity.database, s.identity.settings, s.identity.storeID)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		inserted, err = s.enqueueCappedTx(ctx, tx, op, args, namespaces, caps)
@@ -59,7 +62,7 @@ func (s *Store) enqueueCappedTx(ctx context.Context, tx pgx.Tx, op string, args 
 	if err != nil {
 		return 0, err
 	}
-	inserted, err := scanEnqueue(sp.QueryRow(ctx, s.sql.enqueue, args...))
+	inserted, err := s.enqueueTxRows(ctx, sp, op, args)
 	if err != nil {
 		return 0, errors.Join(err, sp.Rollback(context.WithoutCancel(ctx)))
 	}

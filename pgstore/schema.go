@@ -228,11 +228,23 @@ DROP INDEX {schema}.outbox_route_oldest_idx;
 CREATE INDEX outbox_route_oldest_idx ON {schema}.outbox (namespace, task_queue, priority DESC, enqueued_at, id)
 	INCLUDE (shard, claimable_at) WHERE state NOT IN ('settled', 'dead');
 `,
+
+	// 7: one live incarnation per node name (see membership.go): each Join
+	// draws a random incarnation, and a heartbeat under a name another
+	// incarnation holds under a live lease writes nothing. And the
+	// schema's random identity, settings.store_id, which EnqueueTx checks
+	// in its statement (with the database's name and the settings table's
+	// oid) to refuse a transaction on another database.
+	`
+ALTER TABLE {schema}.members ADD COLUMN incarnation text NOT NULL DEFAULT '' COLLATE "C";
+ALTER TABLE {schema}.settings ADD COLUMN store_id text NOT NULL
+	DEFAULT md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text);
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

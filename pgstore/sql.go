@@ -11,6 +11,7 @@ type statements struct {
 	complete, extend, get, stats, listDead, requeue          string
 	purgeSettled, purgeDead                                  string
 	capCount                                                 string // see pendingcap.go
+	enqueueTx, identity                                      string // see outbox.go
 
 	// The claims of a Membership's store (see fenced), and the
 	// membership's own statements (see membership.go).
@@ -458,6 +459,7 @@ FROM (SELECT count(*) AS n FROM moved) c`),
 	st.claimUnscopedFenced = x(fenced(st.claimUnscoped, "$6", "$7"))
 	st.membership = prepareMembership(x)
 	st.capCount = x(capCountSQL)
+	st.enqueueTx, st.identity = x(enqueueTxSQL), x(identitySQL)
 	return st
 }
 

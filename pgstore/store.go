@@ -44,13 +44,14 @@ type Options struct {
 	// Lease is the visibility timeout of a claim: a claimed row that is
 	// neither completed nor extended within Lease becomes claimable again,
 	// so a crashed claimer's rows come back. Zero value:
-	// [outbox.DefaultLease]; below [outbox.MinLease] is an error.
+	// [outbox.DefaultLease]; below [outbox.MinLease] or above
+	// [outbox.MaxLease] is an error.
 	Lease time.Duration
 
 	// MaxAttempts is the most claims a row gets: a Retry of a row that has
 	// had MaxAttempts claims dead-letters it instead. A message's own
 	// MaxAttempts overrides it. Zero value: [outbox.DefaultMaxAttempts];
-	// negative is an error.
+	// negative or above [outbox.MaxAttemptsLimit] is an error.
 	MaxAttempts int
 
 	// Now is the store's clock. Nil, the default, uses the database server's
@@ -112,7 +113,8 @@ type Store struct {
 	now         func() time.Time
 	closed      atomic.Bool
 	sql         statements
-	channel     string // the LISTEN/NOTIFY channel of the schema
+	channel     string   // the LISTEN/NOTIFY channel of the schema
+	identity    identity // of the store's database and schema, for EnqueueTx
 	listen      listener
 	fence       *Membership // non-nil for a Membership's store: fenced claims
 
@@ -174,14 +176,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		opts.Lease = outbox.DefaultLease
 	case opts.Lease < outbox.MinLease:
 		return nil, argError(op, "Options.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
+	case opts.Lease > outbox.MaxLease:
+		return nil, argError(op, "Options.Lease", "%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease)
 	}
 	switch {
 	case opts.MaxAttempts == 0:
 		opts.MaxAttempts = outbox.DefaultMaxAttempts
 	case opts.MaxAttempts < 0:
 		return nil, argError(op, "Options.MaxAttempts", "%d is negative", opts.MaxAttempts)
-	case int64(opts.MaxAttempts) > 1<<31-1:
-		return nil, argError(op, "Options.MaxAttempts", "%d does not fit a PostgreSQL integer", opts.MaxAttempts)
+	case int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
+		return nil, argError(op, "Options.MaxAttempts", "%d is above outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit)
 	}
 	if err := opts.PendingCaps.Validate(op, "Options.PendingCaps"); err != nil {
 		return nil, fmt.Errorf("pgstore: %w", err)
@@ -203,6 +207,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if _, err := backpressure.NewOwnedShardFraction(nil, shardCount); err != nil {
 		return nil, fmt.Errorf("pgstore: %s: schema %s records an unusable shard count: %w", op, quoted, err)
 	}
+	sql := prepare(quoted)
+	var id identity
+	if err := pool.QueryRow(ctx, sql.identity).Scan(&id.database, &id.settings, &id.storeID); err != nil {
+		return nil, opError(op+": read schema "+quoted, err)
+	}
 	return &Store{
 		pool:        pool,
 		schema:      opts.Schema,
@@ -211,9 +220,22 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 		maxAttempts: opts.MaxAttempts,
 		caps:        outbox.PendingCaps{Default: opts.PendingCaps.Default, PerNamespace: maps.Clone(opts.PendingCaps.PerNamespace)},
 		now:         opts.Now,
-		sql:         prepare(quoted),
+		sql:         sql,
 		channel:     channelName(opts.Schema),
+		identity:    id,
 	}, nil
+}
+
+// identity tells the store's database and schema from any other: the
+// database's name, the oid of the schema's settings table, and the
+// schema's random store_id. A copy of the schema elsewhere (a restored
+// dump, a database cloned from a template) differs in the name or the oid;
+// the random id tells apart schemas that match in both (two clusters built
+// alike).
+type identity struct {
+	database string
+	settings uint32
+	storeID  string
 }
 
 // Open connects a pool to databaseURL (a postgres:// URL or key=value

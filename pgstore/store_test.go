@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,9 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{pgstore.Options{Lease: time.Microsecond}, "Options.Lease"},
 		{pgstore.Options{Lease: outbox.MinLease - time.Microsecond}, "Options.Lease"},
 		{pgstore.Options{MaxAttempts: -1}, "Options.MaxAttempts"},
+		{pgstore.Options{MaxAttempts: outbox.MaxAttemptsLimit + 1}, "Options.MaxAttempts"},
+		{pgstore.Options{Lease: outbox.MaxLease + time.Microsecond}, "Options.Lease"},
+		{pgstore.Options{Lease: math.MaxInt64}, "Options.Lease"},
 	} {
 		s, err := pgstore.New(t.Context(), pool, c.opts)
 		var oe *outbox.ArgumentError

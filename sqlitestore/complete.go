@@ -80,8 +80,7 @@ WHERE (namespace, task_queue) IN (SELECT value->>0, value->>1 FROM json_each(?1)
 //
 //   - Settle: the row is settled for good, kept for dedup and audit until
 //     purged.
-//   - Retry: the row is pending again, claimable after Delay (a delay past
-//     2262-04-11T23:47:16Z, the largest time the store holds, ends then),
+//   - Retry: the row is pending again, claimable after Delay,
 //     keeping its attempts, its place in its route and Error as LastError;
 //     a row that has had its MaxAttempts claims is dead instead.
 //   - DeadLetter: the row is dead at once, with Error as LastError.
@@ -90,7 +89,7 @@ WHERE (namespace, task_queue) IN (SELECT value->>0, value->>1 FROM json_each(?1)
 // already, expired, claimed again, purged, never claimed, or no such key)
 // gets a *outbox.LeaseLostError in its Result and leaves its row unchanged;
 // the others still apply. A call with an invalid Outcome, a Retry with a
-// negative Delay, or a dispatch key that is empty, not valid UTF-8, holds a
+// Delay outside 0 to outbox.MaxDelay, or a dispatch key that is empty, not valid UTF-8, holds a
 // NUL byte or is named twice fails with an *outbox.ArgumentError and
 // applies nothing; so does any other error. An empty batch returns no
 // results (an empty, non-nil slice) without touching the database. Cost:
@@ -168,8 +167,8 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 		switch {
 		case c.Outcome != outbox.Settle && c.Outcome != outbox.Retry && c.Outcome != outbox.DeadLetter:
 			return nil, argError(op, indexed("completions", i)+".Outcome", fmt.Sprintf("%v is not Settle, Retry or DeadLetter", c.Outcome))
-		case c.Outcome == outbox.Retry && c.Delay < 0:
-			return nil, argError(op, indexed("completions", i)+".Delay", fmt.Sprintf("%v is negative", c.Delay))
+		case c.Outcome == outbox.Retry && (c.Delay < 0 || c.Delay > outbox.MaxDelay):
+			return nil, argError(op, indexed("completions", i)+".Delay", fmt.Sprintf("%v is outside 0 to outbox.MaxDelay (%v)", c.Delay, outbox.MaxDelay))
 		}
 	}
 	if err := checkLeases(op, "completions", len(completions), func(i int) string { return completions[i].DispatchKey }); err != nil {

@@ -99,59 +99,36 @@ func TestClaimRejectsBadRoutes(t *testing.T) {
 	}
 }
 
-// TestHugeDurationsDoNotWrap: a lease or retry delay too long to represent
-// ends at the largest stored time, far in the future, instead of wrapping
-// around to a time already past (which made the row claimable at once).
-func TestHugeDurationsDoNotWrap(t *testing.T) {
+// TestHugeDurationsRefused: a lease or retry delay beyond the shared
+// bounds (outbox.MaxLease, outbox.MaxDelay) is a typed error, never a
+// clamped time; the bounds themselves are stored exactly.
+func TestHugeDurationsRefused(t *testing.T) {
 	ctx := t.Context()
-	const century = 100 * 365 * 24 * time.Hour
-	for _, lease := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second, 250 * 365 * 24 * time.Hour} {
-		clock := storetest.NewClock()
-		s := openT(t, ":memory:", Options{Now: clock.Now, Lease: lease})
-		f := allShards(t, s)
-		if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n"}, Limit: 1}})
-		if err != nil || len(rows) != 1 {
-			t.Fatalf("lease %v: claim = %v, %v", lease, rows, err)
-		}
-		if !rows[0].LeaseExpiresAt.After(clock.Now().Add(2 * century)) {
-			t.Errorf("lease %v: LeaseExpiresAt %v, want centuries after %v", lease, rows[0].LeaseExpiresAt, clock.Now())
-		}
-		clock.Advance(2 * century)
-		if again, err := s.ClaimOutboxRowsUnscoped(ctx, f, 1); err != nil || len(again) != 0 {
-			t.Errorf("lease %v: a claim two centuries later = %d rows, %v; want the lease still live", lease, len(again), err)
-		}
-		if c, err := s.CountClaimedOutboxRows(ctx, f); err != nil || c["n"] != 1 {
-			t.Errorf("lease %v: CountClaimedOutboxRows = %v, %v; want n: 1", lease, c, err)
-		}
-		if err := s.Settle(ctx, outbox.Lease{DispatchKey: "k", Token: rows[0].Token}); err != nil {
-			t.Errorf("lease %v: Settle two centuries later: %v", lease, err)
+	for _, lease := range []time.Duration{math.MaxInt64, outbox.MaxLease + time.Nanosecond} {
+		if _, err := Open(ctx, ":memory:", Options{Lease: lease}); !errors.Is(err, outbox.ErrInvalidArgument) {
+			t.Errorf("Open with Lease %v = %v, want ErrInvalidArgument", lease, err)
 		}
 	}
-
 	clock := storetest.NewClock()
-	s := openT(t, ":memory:", Options{Now: clock.Now})
+	s := openT(t, ":memory:", Options{Now: clock.Now, Lease: outbox.MaxLease})
 	f := allShards(t, s)
-	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "a", Namespace: "n"}, {DispatchKey: "b", Namespace: "n"}}); err != nil {
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "a", Namespace: "n"}}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.ClaimOutboxRowsUnscoped(ctx, f, 2)
-	if err != nil || len(rows) != 2 {
-		t.Fatalf("claim = %v, %v", rows, err)
+	rows, err := s.ClaimOutboxRowsUnscoped(ctx, f, 1)
+	if err != nil || len(rows) != 1 || !rows[0].LeaseExpiresAt.Equal(clock.Now().Add(outbox.MaxLease)) {
+		t.Fatalf("claim with Lease MaxLease = %v, %v; want one row leased until %v", rows, err, clock.Now().Add(outbox.MaxLease))
 	}
-	for i, delay := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Millisecond} {
-		if err := s.Retry(ctx, rows[i].Lease(), delay, nil); err != nil {
-			t.Fatalf("Retry(%v): %v", delay, err)
+	for _, delay := range []time.Duration{math.MaxInt64, outbox.MaxDelay + time.Nanosecond} {
+		if err := s.Retry(ctx, rows[0].Lease(), delay, nil); !errors.Is(err, outbox.ErrInvalidArgument) {
+			t.Errorf("Retry(%v) = %v, want ErrInvalidArgument", delay, err)
 		}
 	}
-	if again, err := s.ClaimOutboxRowsUnscoped(ctx, f, 2); err != nil || len(again) != 0 {
-		t.Errorf("claim right after retries with huge delays = %d rows, %v; want none", len(again), err)
+	if err := s.Retry(ctx, rows[0].Lease(), outbox.MaxDelay, nil); err != nil {
+		t.Fatalf("Retry(MaxDelay): %v", err)
 	}
-	clock.Advance(2 * century)
-	if st, err := s.Stats(ctx); err != nil || st.Scheduled != 2 {
-		t.Errorf("Stats two centuries after retries with huge delays = %+v, %v; want 2 scheduled", st, err)
+	if r := getT(t, s, "a"); r.State != outbox.StatePending || !r.RunAt.Equal(clock.Now().Add(outbox.MaxDelay)) {
+		t.Errorf("row after Retry(MaxDelay) = %v RunAt %v, want pending at %v", r.State, r.RunAt, clock.Now().Add(outbox.MaxDelay))
 	}
 }
 

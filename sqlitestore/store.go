@@ -16,6 +16,11 @@ import (
 	"modernc.org/sqlite" // registers the "sqlite" driver
 )
 
+// MaxReaders bounds Options.Readers (256): each reader is a connection
+// with its own page cache, and SQLite serves reads of one file from a few
+// connections as well as from many.
+const MaxReaders = 256
+
 const (
 	defaultShardCount   = 64
 	defaultBusyTimeout  = 5 * time.Second
@@ -38,14 +43,14 @@ type Options struct {
 	// Lease is how long a claim holds its rows (the visibility timeout):
 	// a claimed row that is neither completed nor extended within Lease is
 	// claimable again, so a crashed claimer's rows come back. 0 means
-	// outbox.DefaultLease (30s); otherwise at least outbox.MinLease
-	// (100ms), else Open fails with an *outbox.ArgumentError.
+	// outbox.DefaultLease (30s); otherwise outbox.MinLease (100ms) to
+	// outbox.MaxLease (24h), else Open fails with an *outbox.ArgumentError.
 	Lease time.Duration
 
 	// MaxAttempts is the most claims a row gets unless its message sets
 	// its own: a Retry of a row that has had MaxAttempts claims
 	// dead-letters it instead. 0 means outbox.DefaultMaxAttempts (25);
-	// negative is refused. Each row records its limit when it is enqueued.
+	// negative or above outbox.MaxAttemptsLimit is refused. Each row records its limit when it is enqueued.
 	MaxAttempts int
 
 	// Now is the store's clock. nil means time.Now. Tests inject a manual
@@ -60,8 +65,9 @@ type Options struct {
 	BusyTimeout time.Duration
 
 	// Readers is the number of read connections for a file database (the
-	// counts, Get, Stats, ListDead). 0 means 4. An in-memory database
-	// always uses its one connection for everything. Open only.
+	// counts, Get, Stats, ListDead). 0 means 4; at most [MaxReaders]. An
+	// in-memory database always uses its one connection for everything.
+	// Open only.
 	Readers int
 
 	// SyncNormal selects PRAGMA synchronous=NORMAL instead of FULL for a
@@ -104,6 +110,7 @@ type Store struct {
 	owned       bool    // Open opened writer and reader: Close closes them
 	immediate   bool    // the writer's transactions begin IMMEDIATE (Open's DSN)
 	readOnly    bool
+	path        string // the database file, as Open was given it or db reports it; "" in memory
 	shardCount  int
 	lease       time.Duration
 	maxAttempts int
@@ -136,8 +143,15 @@ var (
 //
 // It fails with an *outbox.ArgumentError for an invalid option, an
 // *outbox.ShardCountError when Options.ShardCount differs from the
-// database's, and an *outbox.SchemaVersionError for a database migrated by
-// a newer version of this package.
+// database's, an *outbox.SchemaVersionError for a database migrated by a
+// newer version of this package, and a *[FileError] (matching
+// [ErrDatabaseFile], with path) for a file SQLite cannot use: one that
+// cannot be created or opened (with Options.ReadOnly, one that does not
+// exist), is read-only for a read-write Open, is not a SQLite database, or
+// is corrupt. A zero-length file is an empty SQLite database, as SQLite
+// itself has it: a read-write Open creates the outbox in it, and a
+// read-only one fails with an *outbox.ArgumentError (it holds no outbox),
+// as for any database without one.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -147,6 +161,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s := newStore(opts)
 	s.owned, s.immediate, s.readOnly = true, true, opts.ReadOnly
+	if path != ":memory:" {
+		s.path = path
+	}
 	busy := opts.BusyTimeout
 	if busy == 0 {
 		busy = defaultBusyTimeout
@@ -275,13 +292,14 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	case opts.ReadOnly:
 		return nil, argError("New", "Options.ReadOnly", "applies to Open only")
 	}
-	if err := checkAppDB(ctx, db); err != nil {
+	file, err := checkAppDB(ctx, db)
+	if err != nil {
 		return nil, err
 	}
 	s := newStore(opts)
-	s.writer, s.reader = db, db
+	s.writer, s.reader, s.path = db, db, file
 	if err := s.settleSchema(ctx, opts.ShardCount); err != nil {
-		return nil, openError("New", err)
+		return nil, openError(file, err)
 	}
 	if err := s.prepare(ctx); err != nil {
 		s.closeStmts()
@@ -290,31 +308,35 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkAppDB checks New's requirements on db.
-func checkAppDB(ctx context.Context, db *sql.DB) error {
+// checkAppDB checks New's requirements on db and returns its main
+// database's file ("" in memory).
+func checkAppDB(ctx context.Context, db *sql.DB) (string, error) {
 	if !isModernc(db.Driver()) {
-		return argError("New", "db", fmt.Sprintf("uses driver %T; want modernc.org/sqlite", db.Driver()))
+		return "", argError("New", "db", fmt.Sprintf("uses driver %T; want modernc.org/sqlite", db.Driver()))
 	}
 	var file string
 	// database_list: seq, name, file; file is "" for an in-memory database.
 	if err := db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
-		return fmt.Errorf("sqlitestore: New: %w", err)
+		if fe := fileError("", err); fe != nil {
+			return "", fe
+		}
+		return "", fmt.Errorf("sqlitestore: New: %w", err)
 	}
 	if file == "" {
-		return nil
+		return "", nil
 	}
 	var mode string
 	var busy int
 	if err := db.QueryRowContext(ctx, `SELECT (SELECT journal_mode FROM pragma_journal_mode), (SELECT timeout FROM pragma_busy_timeout)`).Scan(&mode, &busy); err != nil {
-		return fmt.Errorf("sqlitestore: New: %w", err)
+		return "", openError(file, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		return argError("New", "db", "journal_mode is "+mode+"; open it in WAL mode (_pragma=journal_mode(WAL))")
+		return "", argError("New", "db", "journal_mode is "+mode+"; open it in WAL mode (_pragma=journal_mode(WAL))")
 	}
 	if busy <= 0 {
-		return argError("New", "db", "has no busy timeout; set one (_pragma=busy_timeout(5000))")
+		return "", argError("New", "db", "has no busy timeout; set one (_pragma=busy_timeout(5000))")
 	}
-	return nil
+	return file, nil
 }
 
 // isModernc reports whether d is modernc.org/sqlite's driver.
@@ -324,14 +346,19 @@ func isModernc(d any) bool {
 }
 
 // openError prefixes an error of Open or New, leaving the outbox
-// package's typed errors as they are.
+// package's typed errors as they are, and typing SQLite's errors about
+// the file (path) itself as a *FileError.
 func openError(what string, err error) error {
+	if fe := fileError(what, err); fe != nil {
+		return fe
+	}
 	var (
+		file  *FileError
 		arg   *outbox.ArgumentError
 		shard *outbox.ShardCountError
 		ver   *outbox.SchemaVersionError
 	)
-	if errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) {
+	if errors.As(err, &file) || errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) {
 		return err
 	}
 	return fmt.Errorf("sqlitestore: open %q: %w", what, err)
@@ -361,7 +388,7 @@ func newStore(opts Options) *Store {
 func (s *Store) opened(ctx context.Context, path string) (*Store, error) {
 	if err := s.prepare(ctx); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("sqlitestore: open %q: %w", path, err)
+		return nil, openError(path, err)
 	}
 	return s, nil
 }
@@ -376,16 +403,26 @@ func validate(path string, opts Options) error {
 		return argError("Open", "Options.ShardCount", fmt.Sprintf("%d is outside 0 to backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount))
 	case opts.Lease < 0 || (opts.Lease > 0 && opts.Lease < outbox.MinLease):
 		return argError("Open", "Options.Lease", fmt.Sprintf("%v is below the floor outbox.MinLease (%v)", opts.Lease, outbox.MinLease))
-	case opts.MaxAttempts < 0:
-		return argError("Open", "Options.MaxAttempts", fmt.Sprintf("%d is negative", opts.MaxAttempts))
+	case opts.Lease > outbox.MaxLease:
+		return argError("Open", "Options.Lease", fmt.Sprintf("%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease))
+	case opts.MaxAttempts < 0 || int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
+		return argError("Open", "Options.MaxAttempts", fmt.Sprintf("%d is outside 0 to outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit))
 	case opts.BusyTimeout < 0 || (opts.BusyTimeout > 0 && opts.BusyTimeout < time.Millisecond):
 		return argError("Open", "Options.BusyTimeout", fmt.Sprintf("%v is below 1ms, SQLite's resolution (0 means 5s)", opts.BusyTimeout))
-	case opts.Readers < 0:
-		return argError("Open", "Options.Readers", fmt.Sprintf("%d is negative", opts.Readers))
+	case opts.Readers < 0 || opts.Readers > MaxReaders:
+		return argError("Open", "Options.Readers", fmt.Sprintf("%d is outside 0 to MaxReaders (%d)", opts.Readers, MaxReaders))
 	case opts.PollInterval < 0 || (opts.PollInterval > 0 && opts.PollInterval < time.Millisecond):
 		return argError("Open", "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
 	}
 	return opts.PendingCaps.Validate("Open", "Options.PendingCaps")
+}
+
+// pathOf returns the store's file, "" for a nil store or in memory.
+func (s *Store) pathOf() string {
+	if s == nil {
+		return ""
+	}
+	return s.path
 }
 
 // ready returns outbox.ErrClosed for a nil, zero or closed store.

@@ -40,7 +40,7 @@
 // (every limit of [outbox.Message.Validate] refused whole with a
 // [*outbox.MessageError], and a property test: any batch Enqueue accepts,
 // odd text and "" task queues included, is claimed in full, each row once,
-// by repeated [backpressure.Sweep]s), Complete, Extend, DeadLetters,
+// by repeated [backpressure.Sweep]s), Limits (see below), Complete, Extend, DeadLetters,
 // Scheduled, Retention, Stats, Notifier, Closed and Context check the rest
 // of [outbox.Store]; Counter and SweepTx check the optional planner
 // extensions. A store that implements only
@@ -50,6 +50,12 @@
 //
 // Beyond the letter of the interfaces, the suite requires:
 //
+//   - The Limits area: one rule for values at the edge of what a store
+//     holds. MaxAttempts up to [outbox.MaxAttemptsLimit], a RunAt up to
+//     [outbox.MaxTime] and a retry delay up to [outbox.MaxDelay] are kept
+//     exactly (read back equal); beyond them Enqueue refuses the batch
+//     with a [*outbox.MessageError] and Complete with a
+//     [*outbox.ArgumentError], changing nothing. No store clamps.
 //   - A ClaimOutboxRowsScoped call naming one route in two claims fails
 //     with an error and claims nothing. The planner never names a route
 //     twice; a store that summed the limits, or took either, would be
@@ -70,8 +76,8 @@
 //     claimed with exactly that token and the lease is live: a settled,
 //     retried, dead, purged, re-claimed, expired or never-claimed row.
 //   - Complete refuses a whole batch, with a [*outbox.ArgumentError] and
-//     nothing applied, for an invalid Outcome, a Retry with a negative
-//     Delay, or a dispatch key named twice.
+//     nothing applied, for an invalid Outcome, a Retry with a Delay
+//     outside 0 to [outbox.MaxDelay], or a dispatch key named twice.
 //   - PurgeSettled and PurgeDead remove rows finished (FinishedAt) strictly
 //     before the given time, oldest first; a limit below 1 is an
 //     [*outbox.ArgumentError]; ListDead's Limit outside 0 to 10,000 too.
@@ -257,6 +263,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"SweepTx", testSweepTx[R]},
 		{"SweepAhead", testSweepAhead[R]},
 		{"Messages", testMessages[R]},
+		{"Limits", testLimits[R]},
 		{"Complete", testComplete[R]},
 		{"Extend", testExtend[R]},
 		{"InvalidKeys", testInvalidKeys[R]},

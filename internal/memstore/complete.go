@@ -11,8 +11,8 @@ import (
 // Complete applies each completion to its row, fenced by its lease: one
 // whose lease is not the row's current live claim is reported in its
 // [outbox.Result] as a [*outbox.LeaseLostError] and changes nothing; the
-// others take effect together. An invalid Outcome, a Retry with a negative
-// Delay, a dispatch key no row can have (empty, not valid UTF-8, holding a
+// others take effect together. An invalid Outcome, a Retry with a Delay
+// outside 0 to [outbox.MaxDelay], a dispatch key no row can have (empty, not valid UTF-8, holding a
 // NUL byte) or one named twice is an [*outbox.ArgumentError], and then
 // nothing is applied.
 func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) ([]outbox.Result, error) {
@@ -27,8 +27,8 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		switch {
 		case c.Outcome != outbox.Settle && c.Outcome != outbox.Retry && c.Outcome != outbox.DeadLetter:
 			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Outcome", Reason: c.Outcome.String() + " is not an outcome"}
-		case c.Outcome == outbox.Retry && c.Delay < 0:
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Delay", Reason: fmt.Sprintf("%v is negative", c.Delay)}
+		case c.Outcome == outbox.Retry && (c.Delay < 0 || c.Delay > outbox.MaxDelay):
+			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Delay", Reason: fmt.Sprintf("%v is outside 0 to outbox.MaxDelay (%v)", c.Delay, outbox.MaxDelay)}
 		case badKey(c.DispatchKey) != "":
 			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".DispatchKey", Reason: badKey(c.DispatchKey)}
 		case seen[c.DispatchKey]:

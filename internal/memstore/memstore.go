@@ -98,8 +98,10 @@ func New(opts Options) (*Store, error) {
 		return nil, bad("ShardCount", fmt.Sprintf("%d is outside 0 to backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount))
 	case opts.Lease < 0 || (opts.Lease > 0 && opts.Lease < outbox.MinLease):
 		return nil, bad("Lease", fmt.Sprintf("%v is below the floor of %v", opts.Lease, outbox.MinLease))
-	case opts.MaxAttempts < 0:
-		return nil, bad("MaxAttempts", fmt.Sprintf("%d is negative", opts.MaxAttempts))
+	case opts.Lease > outbox.MaxLease:
+		return nil, bad("Lease", fmt.Sprintf("%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease))
+	case opts.MaxAttempts < 0 || int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
+		return nil, bad("MaxAttempts", fmt.Sprintf("%d is outside 0 to outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit))
 	}
 	s := &Store{
 		now:         opts.Now,

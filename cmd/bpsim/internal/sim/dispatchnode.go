@@ -264,7 +264,7 @@ func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *si
 	g := newGatedStore(s, rows)
 	d, err := dispatch.New(bp, g, g.handler, dispatch.Options{
 		Workers:         workers,
-		PollInterval:    time.Nanosecond,
+		PollInterval:    dispatch.MinPollInterval,
 		PollJitter:      -1,
 		RefillDelay:     1000 * time.Hour,
 		FlushInterval:   50 * time.Microsecond,
