@@ -27,7 +27,7 @@ func TestConformance(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		return &storetest.Harness[outbox.Row]{
-			Store:      s,
+			Outbox:     s,
 			Now:        clock.Now,
 			Advance:    clock.Advance,
 			RoundTrips: tr.queries.Load,

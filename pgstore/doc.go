@@ -28,7 +28,7 @@
 //	bp, err := backpressure.New(backpressure.Config{BatchSize: 100, DefaultQuota: 10}, shards)
 //	wake, err := store.Subscribe(ctx) // a value soon after rows commit
 //	for {
-//		rows, _, err := backpressure.Sweep(ctx, bp, store)
+//		rows, _, err := backpressure.Sweep(ctx, bp, store.Claimer())
 //		done := make([]outbox.Completion, len(rows))
 //		for i, r := range rows {
 //			if runErr := run(r); runErr != nil {
@@ -42,6 +42,11 @@
 //			select { case <-wake: case <-time.After(time.Second): } // poll as a fallback
 //		}
 //	}
+//
+// The planner's counts and claim are on [Store.Claimer], not on the Store:
+// an application enqueues, completes and inspects rows; only a sweep counts
+// and claims them. dispatch.New takes the Store itself and sweeps through
+// its Claimer.
 //
 // # Exactly-once
 //
@@ -121,8 +126,8 @@
 // node that owns every shard). So no count reads a
 // whole backlog. The window walks the routes from its start, carrying how
 // many namespaces it has filled, and stops at the last one.
-// [Store.CountOutboxRows] returns either pending count, with the claimed
-// counts when asked, in one statement.
+// The Claimer's CountOutboxRows ([backpressure.Counter]) returns either
+// pending count, with the claimed counts when asked, in one statement.
 // [Store.Complete] is one UPDATE … FROM unnest of the completions' arrays,
 // through the dispatch key's unique index, fenced on the updated row itself
 // (token, state, live lease), returning each entry's new state; one round

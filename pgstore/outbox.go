@@ -157,7 +157,8 @@ func badText(v string, required bool) string {
 // shards whose lease is live now. It reads only the live-lease index, so its
 // cost is O(claimed rows), however large the backlog. See
 // [backpressure.OutboxStore].
-func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	s := (*Store)(c)
 	const op = "CountClaimedOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -199,7 +200,8 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 // never read — that stops at the capPerRoute-th claimable row on the owned
 // shards; the claimable rows on other shards met before then are read and
 // skipped. Never the whole backlog. See [backpressure.OutboxStore].
-func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	s := (*Store)(c)
 	const op = "CountPendingOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -220,13 +222,13 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 
 // CountOutboxRows returns, in one statement (one round trip, one
 // snapshot), the pending counts p describes and, when p.Claimed, what
-// [Store.CountClaimedOutboxRows] returns (see [backpressure.Counter]; it
+// CountClaimedOutboxRows returns (see [backpressure.Counter]; it
 // serves every CountParams). [backpressure.Sweep] uses it to count only the
 // namespaces it can serve, and to make a sweep's counts one round trip
 // rather than two.
 //
 // With p.Namespaces 0 the pending counts are what
-// [Store.CountPendingOutboxRows] returns for p.CapPerRoute, at its cost, and
+// CountPendingOutboxRows returns for p.CapPerRoute, at its cost, and
 // p.After is ignored. With p.Namespaces ≥ 1 they are those of a window:
 // walking the namespaces in ascending byte order from the first one above
 // p.After, wrapping around to the smallest, the first p.Namespaces of them
@@ -242,14 +244,15 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 //
 // A window's cost: one index descent per route of the namespaces walked,
 // plus, per route with a claimable row, the capped range of
-// [Store.CountPendingOutboxRows] — skipped when p.CapPerRoute is 1, as a
+// CountPendingOutboxRows — skipped when p.CapPerRoute is 1, as a
 // sweep's window asks, and the route's earliest claimable row, which the
 // descent found, is on an owned shard (always, on a node that owns every
 // shard). The walk stops at the p.Namespaces-th namespace with claimable
 // rows, so it reads the window's namespaces and those between them with
 // none claimable, never the routes of the namespaces beyond the window.
-// The claimed counts add the cost of [Store.CountClaimedOutboxRows].
-func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
+// The claimed counts add the cost of CountClaimedOutboxRows.
+func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
+	s := (*Store)(c)
 	const op = "CountOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, nil, err
@@ -359,7 +362,8 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 // kept: the call may then return ctx's error although rows were claimed.
 // Such rows are not lost: no one can settle them without their tokens, and
 // they are claimable again when their lease expires.
-func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	const op = "ClaimOutboxRowsScoped"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -415,11 +419,12 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 // shards, oldest first whatever their namespace: the claim a dispatcher
 // without backpressure makes, kept as the baseline the fair sweep is
 // measured against. Leases, tokens and atomicity are as for
-// [Store.ClaimOutboxRowsScoped], and so is a cancelled ctx. Rows come back
+// ClaimOutboxRowsScoped, and so is a cancelled ctx. Rows come back
 // oldest first. Cost: one walk of the unsettled rows in enqueue order until
 // limit claimable owned rows are found, reading and skipping the older rows
 // that are delayed, leased or on other shards.
-func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	const op = "ClaimOutboxRowsUnscoped"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err

@@ -110,9 +110,8 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store         = (*Store)(nil)
-	_ outbox.Notifier      = (*Store)(nil)
-	_ backpressure.Counter = (*Store)(nil)
+	_ outbox.Store    = (*Store)(nil)
+	_ outbox.Notifier = (*Store)(nil)
 )
 
 // New returns a store over pool, after validating opts and opening the

@@ -64,7 +64,8 @@ func withShards(args []any, arg []byte) []any {
 // shards that hold a live lease now (pending, expired and settled rows are
 // not counted; namespaces with none are left out). One read statement over
 // the live-lease index: O(live leases).
-func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	s := (*Store)(c)
 	if err := s.ready(); err != nil {
 		return nil, s.fail("CountClaimedOutboxRows", err)
 	}
@@ -130,7 +131,8 @@ func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 // O(routes · log rows + Σ per route min(claimable, capPerRoute) + the
 // delayed, leased and unowned rows before the cap is reached), bounded by
 // the capped counts only when few rows are delayed, leased or elsewhere.
-func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	s := (*Store)(c)
 	if err := s.ready(); err != nil {
 		return nil, s.fail("CountPendingOutboxRows", err)
 	}
@@ -260,7 +262,8 @@ const (
 // visible), the rows under a live lease and, on a node owning part of the
 // shards, the rows on shards it does not own, that lie before the route's
 // Limit-th claimable row (or all of them, when the route has fewer).
-func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	if err := s.writable(); err != nil {
 		return nil, s.fail("ClaimOutboxRowsScoped", err)
 	}
@@ -351,7 +354,8 @@ func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg [
 // the claimable index in ID order from the oldest pending or claimed row,
 // stepping over the scheduled, leased and unowned rows before the
 // limit-th claimable one.
-func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	if err := s.writable(); err != nil {
 		return nil, s.fail("ClaimOutboxRowsUnscoped", err)
 	}

@@ -47,7 +47,7 @@ func TestEnqueueRejectsTextAClaimCannotName(t *testing.T) {
 	if n, err := s.Enqueue(ctx, odd); err != nil || n != len(odd) {
 		t.Fatalf("Enqueue(odd but valid names) = %d, %v", n, err)
 	}
-	counts, err := s.CountPendingOutboxRows(ctx, allShards(t, s), 10)
+	counts, err := claimerOf(s).CountPendingOutboxRows(ctx, allShards(t, s), 10)
 	if err != nil || len(counts) != len(odd) {
 		t.Fatalf("CountPendingOutboxRows = %v, %v; want %d routes", counts, err, len(odd))
 	}
@@ -55,7 +55,7 @@ func TestEnqueueRejectsTextAClaimCannotName(t *testing.T) {
 	for _, c := range counts {
 		claims = append(claims, backpressure.ScopedClaim{Route: c.Route, Limit: 1})
 	}
-	if rows, err := s.ClaimOutboxRowsScoped(ctx, allShards(t, s), claims); err != nil || len(rows) != len(odd) {
+	if rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, allShards(t, s), claims); err != nil || len(rows) != len(odd) {
 		t.Errorf("claim of every counted route = %d rows, %v; want %d", len(rows), err, len(odd))
 	}
 }
@@ -83,7 +83,7 @@ func TestClaimRejectsBadRoutes(t *testing.T) {
 		"invalid UTF-8 namespace": {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "\xff", TaskQueue: "q"}, Limit: 1}}, "claims[1].Route"},
 		"NUL in task queue":       {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "b", TaskQueue: "q\x00"}, Limit: 1}}, "claims[1].Route"},
 	} {
-		rows, err := s.ClaimOutboxRowsScoped(ctx, allShards(t, s), c.claims)
+		rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, allShards(t, s), c.claims)
 		var arg *outbox.ArgumentError
 		if !errors.As(err, &arg) || !errors.Is(err, outbox.ErrInvalidArgument) || arg.Arg != c.arg || len(rows) != 0 {
 			t.Errorf("%s: claim = %d rows, %v; want an *outbox.ArgumentError on %s and no rows", name, len(rows), err, c.arg)
@@ -112,7 +112,7 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 		if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
 			t.Fatal(err)
 		}
-		rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n"}, Limit: 1}})
+		rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n"}, Limit: 1}})
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("lease %v: claim = %v, %v", lease, rows, err)
 		}
@@ -120,10 +120,10 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 			t.Errorf("lease %v: LeaseExpiresAt %v, want centuries after %v", lease, rows[0].LeaseExpiresAt, clock.Now())
 		}
 		clock.Advance(2 * century)
-		if again, err := s.ClaimOutboxRowsUnscoped(ctx, f, 1); err != nil || len(again) != 0 {
+		if again, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 1); err != nil || len(again) != 0 {
 			t.Errorf("lease %v: a claim two centuries later = %d rows, %v; want the lease still live", lease, len(again), err)
 		}
-		if c, err := s.CountClaimedOutboxRows(ctx, f); err != nil || c["n"] != 1 {
+		if c, err := claimerOf(s).CountClaimedOutboxRows(ctx, f); err != nil || c["n"] != 1 {
 			t.Errorf("lease %v: CountClaimedOutboxRows = %v, %v; want n: 1", lease, c, err)
 		}
 		if err := s.Settle(ctx, outbox.Lease{DispatchKey: "k", Token: rows[0].Token}); err != nil {
@@ -137,7 +137,7 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "a", Namespace: "n"}, {DispatchKey: "b", Namespace: "n"}}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.ClaimOutboxRowsUnscoped(ctx, f, 2)
+	rows, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 2)
 	if err != nil || len(rows) != 2 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
@@ -146,7 +146,7 @@ func TestHugeDurationsDoNotWrap(t *testing.T) {
 			t.Fatalf("Retry(%v): %v", delay, err)
 		}
 	}
-	if again, err := s.ClaimOutboxRowsUnscoped(ctx, f, 2); err != nil || len(again) != 0 {
+	if again, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 2); err != nil || len(again) != 0 {
 		t.Errorf("claim right after retries with huge delays = %d rows, %v; want none", len(again), err)
 	}
 	clock.Advance(2 * century)
@@ -192,7 +192,7 @@ func TestManyShardsPartlyOwned(t *testing.T) {
 	if _, err := s.Enqueue(ctx, ms); err != nil {
 		t.Fatal(err)
 	}
-	counts, err := s.CountPendingOutboxRows(ctx, evenF, 1000)
+	counts, err := claimerOf(s).CountPendingOutboxRows(ctx, evenF, 1000)
 	if err != nil {
 		t.Fatalf("CountPendingOutboxRows(even shards): %v", err)
 	}
@@ -206,7 +206,7 @@ func TestManyShardsPartlyOwned(t *testing.T) {
 	if len(counts) != len(wantEven) {
 		t.Errorf("CountPendingOutboxRows(even shards) = %v, want %v", counts, wantEven)
 	}
-	rows, err := s.ClaimOutboxRowsScoped(ctx, evenF, claims)
+	rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, evenF, claims)
 	if err != nil || len(rows) != onEven {
 		t.Fatalf("claim on even shards = %d rows, %v; want %d", len(rows), err, onEven)
 	}
@@ -215,13 +215,13 @@ func TestManyShardsPartlyOwned(t *testing.T) {
 			t.Errorf("claim on even shards returned %q on shard %d", r.DispatchKey, r.Shard)
 		}
 	}
-	if c, err := s.CountClaimedOutboxRows(ctx, evenF); err != nil || c["n0"]+c["n1"]+c["n2"] != onEven {
+	if c, err := claimerOf(s).CountClaimedOutboxRows(ctx, evenF); err != nil || c["n0"]+c["n1"]+c["n2"] != onEven {
 		t.Errorf("CountClaimedOutboxRows(even shards) = %v, %v; want %d in all", c, err, onEven)
 	}
-	if c, err := s.CountClaimedOutboxRows(ctx, oddF); err != nil || len(c) != 0 {
+	if c, err := claimerOf(s).CountClaimedOutboxRows(ctx, oddF); err != nil || len(c) != 0 {
 		t.Errorf("CountClaimedOutboxRows(odd shards) = %v, %v; want none", c, err)
 	}
-	rest, err := s.ClaimOutboxRowsUnscoped(ctx, oddF, 1000)
+	rest, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, oddF, 1000)
 	if err != nil || len(rest) != len(ms)-onEven {
 		t.Fatalf("unscoped claim on odd shards = %d rows, %v; want %d", len(rest), err, len(ms)-onEven)
 	}
@@ -259,7 +259,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 	}
 	claim := func(ns string, n int) []outbox.Row {
 		t.Helper()
-		rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: ns, TaskQueue: "q"}, Limit: n}})
+		rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: ns, TaskQueue: "q"}, Limit: n}})
 		if err != nil || len(rows) != n {
 			t.Fatalf("claim(%s/q ≤ %d) = %d rows, %v", ns, n, len(rows), err)
 		}
@@ -299,7 +299,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 	if got := routes(); len(got) != 0 {
 		t.Errorf("after settling every row: routes %q, want none", got)
 	}
-	if c, err := s.CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 0 {
+	if c, err := claimerOf(s).CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 0 {
 		t.Errorf("CountPendingOutboxRows with every row settled = %v, %v; want none", c, err)
 	}
 	// A settled key enqueued again is ignored and adds no route; a new key does.
@@ -312,7 +312,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "b2", Namespace: "b", TaskQueue: "q"}}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
+	if c, err := claimerOf(s).CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
 		t.Errorf("CountPendingOutboxRows after a new row on b/q = %v, %v; want b/q: 1", c, err)
 	}
 }
@@ -337,7 +337,7 @@ func TestLegacyUnnameableRoutesNotCounted(t *testing.T) {
 		}
 	}
 	f := allShards(t, s)
-	counts, err := s.CountPendingOutboxRows(ctx, f, 10)
+	counts, err := claimerOf(s).CountPendingOutboxRows(ctx, f, 10)
 	if err != nil || len(counts) != 1 || counts[0].Route != (backpressure.Route{Namespace: "n", TaskQueue: "q"}) {
 		t.Errorf("CountPendingOutboxRows = %v, %v; want only n/q", counts, err)
 	}
@@ -345,7 +345,7 @@ func TestLegacyUnnameableRoutesNotCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rows, _, err := backpressure.Sweep(ctx, bp, s); err != nil || len(rows) != 1 || rows[0].DispatchKey != "ok" {
+	if rows, _, err := backpressure.Sweep(ctx, bp, s.Claimer()); err != nil || len(rows) != 1 || rows[0].DispatchKey != "ok" {
 		t.Errorf("Sweep = %v, %v; want the one nameable row", rows, err)
 	}
 }

@@ -111,9 +111,8 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store                         = (*Store)(nil)
-	_ outbox.Notifier                      = (*Store)(nil)
-	_ backpressure.OutboxStore[outbox.Row] = (*Store)(nil)
+	_ outbox.Store    = (*Store)(nil)
+	_ outbox.Notifier = (*Store)(nil)
 )
 
 // Open opens (creating it if need be) the outbox database at path and
@@ -521,12 +520,11 @@ func (s *Store) Lease() time.Duration {
 	return s.lease
 }
 
-// RoundTrips returns how many round trips the store has made since Open:
+// roundTrips returns how many round trips the store has made since Open:
 // each call of a method that reaches the database counts one, because each
 // runs one statement or one transaction. It is the hook the conformance
-// suite (storetest) counts with; it is also a cheap load metric.
-// Subscribe and its polling are not counted.
-func (s *Store) RoundTrips() int64 {
+// suite (storetest) counts with. Subscribe and its polling are not counted.
+func (s *Store) roundTrips() int64 {
 	if s == nil {
 		return 0
 	}

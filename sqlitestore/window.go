@@ -9,8 +9,6 @@ import (
 	"github.com/outboxkit/backpressure"
 )
 
-var _ backpressure.Counter = (*Store)(nil)
-
 // CountOutboxRows returns the pending counts p describes (see
 // backpressure.Counter). With p.Namespaces 0 they are what
 // CountPendingOutboxRows(ctx, shards, p.CapPerRoute) returns. With
@@ -26,7 +24,7 @@ var _ backpressure.Counter = (*Store)(nil)
 //
 // It does not serve p.Claimed: with it set, it returns
 // backpressure.ErrNotSupported at once. Its calls are in-process, so one
-// call would save nothing over two, and [Store.InSweepTx] already runs a
+// call would save nothing over two, and InSweepTx already runs a
 // sweep's counts and claim in one transaction.
 //
 // It fails with an *outbox.ArgumentError when p.CapPerRoute is < 1 or
@@ -44,7 +42,8 @@ var _ backpressure.Counter = (*Store)(nil)
 // namespace up to p.After. Its cost is that of CountPendingOutboxRows
 // restricted to the routes of the namespaces it walks: those of the window
 // and those of the namespaces without claimable rows it passes on the way.
-func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	s := (*Store)(c)
 	if p.Claimed {
 		return nil, nil, backpressure.ErrNotSupported
 	}

@@ -16,7 +16,7 @@
 //			}
 //			t.Cleanup(func() { _ = s.Close() })
 //			return &storetest.Harness[outbox.Row]{
-//				Store:       s,
+//				Outbox:      s,
 //				MaxAttempts: 5,           // the store's option; 0 means outbox.DefaultMaxAttempts
 //				Now:         clock.Now,
 //				Advance:     clock.Advance,
@@ -143,10 +143,11 @@ type RowState struct {
 // Harness adapts one fresh, empty store to the suite.
 //
 // A store that implements [outbox.Store] (with R = [outbox.Row]) needs only
-// Store, Now and Advance: every other field left zero defaults from the
-// store (Enqueue, Settle, Retry, Key, ShardCount, Lease, ErrLeaseLost, and
-// Inspect from Get), and the suite runs every area. A store that implements
-// only [backpressure.OutboxStore] must set every field marked required, and
+// Outbox, Now and Advance: every other field left zero defaults from the
+// store (Store from Claimer, Enqueue, Settle, Retry, Key, ShardCount, Lease,
+// ErrLeaseLost, and Inspect from Get), and the suite runs every area. A
+// store that implements only [backpressure.OutboxStore] sets Store and
+// every other field marked required, and
 // the areas of the full outbox contract (Messages, Complete, Extend,
 // DeadLetters, Scheduled, Retention, Stats, Closed, Notifier, Context) are
 // skipped, saying so. An optional func left nil skips the checks that need
@@ -155,8 +156,16 @@ type RowState struct {
 // The store must read time only through the clock behind Now and Advance,
 // so the suite can expire leases and retry delays without sleeping.
 type Harness[R any] struct {
-	// Store is the implementation under test. Required.
+	// Store is the planner-facing side of the implementation under test:
+	// its counts and claim, and the optional extensions it implements.
+	// Required, or nil for Outbox.Claimer().
 	Store backpressure.OutboxStore[R]
+
+	// Outbox is the implementation under test as a whole [outbox.Store],
+	// for a store that is one (the Harness is then a Harness[outbox.Row]).
+	// Nil for a store that implements only [backpressure.OutboxStore]: the
+	// areas of the full outbox contract are then skipped.
+	Outbox outbox.Store
 
 	// ShardCount is the shard count the store places rows with. Required,
 	// or 0 for the [outbox.Store]'s ShardCount().

@@ -20,7 +20,7 @@ func TestMemstore(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = s.Close() })
 		return &storetest.Harness[outbox.Row]{
-			Store:       s,
+			Outbox:      s,
 			MaxAttempts: s.MaxAttempts(),
 			Now:         clock.Now,
 			Advance:     clock.Advance,

@@ -251,6 +251,10 @@ func copyRow(r outbox.Row) outbox.Row {
 	return r
 }
 
+// Claimer returns s itself: the reference store keeps its planner calls on
+// the Store, which [outbox.Store.Claimer] allows.
+func (s *Store) Claimer() backpressure.OutboxStore[outbox.Row] { return s }
+
 var (
 	_ outbox.Store                         = (*Store)(nil)
 	_ outbox.Notifier                      = (*Store)(nil)
