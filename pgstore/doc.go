@@ -86,53 +86,9 @@
 // created and migrated idempotently, versioned, under a transaction-scoped
 // advisory lock, so many nodes may start at once.
 //
-//	outbox (id, dispatch_key UNIQUE, namespace, task_queue, shard, payload,
-//	        state (pending, claimed, settled, dead), attempts, max_attempts, token,
-//	        enqueued_at, visible_at (the run-at), claimed_at, lease_expires_at,
-//	        finished_at, last_error,
-//	        claimable_at GENERATED: visible_at if pending, lease_expires_at if claimed)
-//	outbox_route_oldest_idx (namespace, task_queue, enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state NOT IN ('settled', 'dead')  -- scoped claims
-//	outbox_route_claimable_idx (namespace, task_queue, claimable_at) INCLUDE (shard)
-//	                        WHERE state IN ('pending', 'claimed')  -- pending counts, their routes
-//	outbox_oldest_idx       (enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state NOT IN ('settled', 'dead')  -- the unscoped claim
-//	outbox_live_lease_idx   (lease_expires_at) INCLUDE (namespace, shard)
-//	                        WHERE state = 'claimed'   -- claimed counts
-//	outbox_settled_idx      (finished_at) WHERE state = 'settled'  -- PurgeSettled
-//	outbox_finished_dead_idx (finished_at) WHERE state = 'dead'   -- PurgeDead
-//	outbox_dead_key_idx     (dispatch_key COLLATE "C") WHERE state = 'dead'  -- ListDead
-//	settings (shard_count)  -- one row, written once
-//	members, shard_owners, shard_epochs  -- the optional membership (see below)
-//	schema_version (version, applied_at)
-//
-// The scoped claim is ONE statement for all scopes: unnest of the routes and
-// limits, and per scope a LATERAL subquery that walks outbox_route_oldest_idx
-// oldest first, filters the owned shards (shard = ANY($n); no filter for a
-// node that owns them all) and claimable rows, and locks at most its limit
-// FOR UPDATE SKIP LOCKED. Being oldest
-// first, a claim reads (and skips) the route's older rows that are not
-// claimable now: rows in retry back-off, under a live lease, or on other
-// shards. Pending counts find the routes with a loose index scan of
-// outbox_route_claimable_idx (a recursive CTE, one index descent per route
-// with unsettled rows), which also gives each route's earliest claimable
-// time: a route with none due yet is not counted at all. The others are
-// counted over a subquery LIMITed to the cap that walks the same index over
-// claimable_at <= now: rows in retry back-off or under a live lease are
-// outside that range and never read, and the walk stops at the cap-th
-// claimable row on the owned shards (reading the claimable rows on other
-// shards it passes). At a cap of 1, as a sweep's window asks, the descent
-// alone decides when that earliest row is on an owned shard (always, on a
-// node that owns every shard). So no count reads a
-// whole backlog. The window walks the routes from its start, carrying how
-// many namespaces it has filled, and stops at the last one.
-// The Claimer's CountOutboxRows ([backpressure.Counter]) returns either
-// pending count, with the claimed counts when asked, in one statement.
-// [Store.Complete] is one UPDATE … FROM unnest of the completions' arrays,
-// through the dispatch key's unique index, fenced on the updated row itself
-// (token, state, live lease), returning each entry's new state; one round
-// trip and one commit per batch rather than per row. ExtendLeases is the
-// same shape.
+// The tables, their indexes and how each statement uses them are described
+// in docs/pgstore.md; the cost notes on each method state what a call
+// reads.
 //
 // # Many nodes: membership with fenced ownership (optional)
 //

@@ -4,11 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
@@ -35,7 +32,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
-	args, err := s.enqueueArgs(msgs)
+	args, err := s.enqueueArgs(op, msgs)
 	if err != nil || args == nil {
 		return 0, err
 	}
@@ -72,7 +69,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 	if tx == nil {
 		return 0, argError(op, "tx", "nil pgx.Tx")
 	}
-	args, err := s.enqueueArgs(msgs)
+	args, err := s.enqueueArgs(op, msgs)
 	if err != nil || args == nil {
 		return 0, err
 	}
@@ -88,9 +85,9 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 
 // enqueueArgs validates msgs and returns the enqueue statement's
 // parameters, or nil for an empty batch.
-func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
-	if err := outbox.ValidateMessages(msgs); err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
+func (s *Store) enqueueArgs(op string, msgs []outbox.Message) ([]any, error) {
+	if err := call(op).Messages(msgs); err != nil {
+		return nil, err
 	}
 	if len(msgs) == 0 {
 		return nil, nil
@@ -138,19 +135,6 @@ func scanEnqueue(row pgx.Row) (int, error) {
 	)
 	err := row.Scan(&n, &notified)
 	return int(n), err
-}
-
-// badText says why v cannot be stored as PostgreSQL text, or "".
-func badText(v string, required bool) string {
-	switch {
-	case required && v == "":
-		return "empty"
-	case !utf8.ValidString(v):
-		return "not valid UTF-8"
-	case strings.IndexByte(v, 0) >= 0:
-		return "contains a NUL byte"
-	}
-	return ""
 }
 
 // CountClaimedOutboxRows returns, per namespace, the rows on the owned
@@ -206,8 +190,8 @@ func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressur
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	if capPerRoute < 1 {
-		return nil, argError(op, "capPerRoute", "%d is below 1", capPerRoute)
+	if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
+		return nil, err
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -304,16 +288,8 @@ func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.Owned
 // the cap, then, for a window (p.Namespaces > 0), $4 After and $5
 // Namespaces, and last the flag that every shard is owned.
 func (s *Store) countArgs(op string, shards backpressure.OwnedShardFraction, p backpressure.CountParams) ([]any, error) {
-	if p.CapPerRoute < 1 {
-		return nil, argError(op, "p.CapPerRoute", "%d is below 1", p.CapPerRoute)
-	}
-	if p.Namespaces < 0 {
-		return nil, argError(op, "p.Namespaces", "%d is negative", p.Namespaces)
-	}
-	if p.Namespaces > 0 {
-		if reason := badText(p.After, false); reason != "" {
-			return nil, argError(op, "p.After", "%s", reason)
-		}
+	if err := call(op).CountParams(p); err != nil {
+		return nil, err
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -345,9 +321,10 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 // Rows come back grouped by claim, in the claims' order, oldest first
 // within a route.
 //
-// A claim with Limit 0 claims nothing; a negative Limit, or a route named
-// twice, is an [*outbox.ArgumentError]. An empty claim list returns nil without a
-// round trip.
+// A Limit below 1, a route backpressure.ValidateRoute refuses, or a route
+// named twice is an [*outbox.ArgumentError] (checked by internal/validate,
+// before any round trip), and claims nothing. An empty claim list, or no
+// shard owned, returns an empty slice without a round trip.
 //
 // Cost: per scope, one walk of its route's unsettled rows in enqueue order
 // from the oldest until Limit claimable rows on the owned shards are found.
@@ -372,36 +349,21 @@ func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure
 	if err != nil {
 		return nil, err
 	}
+	if err := call(op).Claims(claims); err != nil {
+		return nil, err
+	}
 	var (
-		spaces = make([]string, 0, len(claims))
-		queues = make([]string, 0, len(claims))
-		limits = make([]int64, 0, len(claims))
+		spaces = make([]string, len(claims))
+		queues = make([]string, len(claims))
+		limits = make([]int64, len(claims))
 		order  = make(map[backpressure.Route]int, len(claims))
 	)
 	for i, c := range claims {
-		arg := func(field string) string { return fmt.Sprintf("claims[%d].%s", i, field) } // only for an error
-		if c.Limit < 0 {
-			return nil, argError(op, arg("Limit"), "%d is negative", c.Limit)
-		}
-		if _, dup := order[c.Route]; dup {
-			return nil, argError(op, arg("Route"), "route %s is claimed twice", c.Route)
-		}
-		if reason := badText(c.Route.Namespace, false); reason != "" {
-			return nil, argError(op, arg("Route.Namespace"), "%s", reason)
-		}
-		if reason := badText(c.Route.TaskQueue, false); reason != "" {
-			return nil, argError(op, arg("Route.TaskQueue"), "%s", reason)
-		}
+		spaces[i], queues[i], limits[i] = c.Route.Namespace, c.Route.TaskQueue, int64(c.Limit)
 		order[c.Route] = i
-		if c.Limit == 0 {
-			continue
-		}
-		spaces = append(spaces, c.Route.Namespace)
-		queues = append(queues, c.Route.TaskQueue)
-		limits = append(limits, int64(c.Limit))
 	}
-	if len(limits) == 0 || none {
-		return nil, nil
+	if len(claims) == 0 || none {
+		return []outbox.Row{}, nil
 	}
 	claimed, err := s.claim(ctx, op, s.sql.claimScoped, owned, spaces, queues, limits, all)
 	if err != nil {
@@ -429,15 +391,15 @@ func (c *claimer) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressu
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	if limit < 0 {
-		return nil, argError(op, "limit", "%d is negative", limit)
+	if err := call(op).Positive("limit", limit); err != nil {
+		return nil, err
 	}
 	owned, all, none, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	if limit == 0 || none {
-		return nil, nil
+	if none {
+		return []outbox.Row{}, nil
 	}
 	claimed, err := s.claim(ctx, op, s.sql.claimUnscoped, owned, int64(limit), all)
 	if err != nil {

@@ -376,11 +376,13 @@ CREATE TRIGGER poison BEFORE UPDATE ON `+q+`.outbox FOR EACH ROW EXECUTE FUNCTIO
 	}
 }
 
+// A batch is claimed in the order it was given, not in key order, and
+// rows come back grouped by claim in the claims' order; a Limit of 0 is
+// refused (the contract of backpressure.OutboxStore), claiming nothing.
 func TestClaimOrderAndZeroLimit(t *testing.T) {
 	f := newFixture(t)
-	// A batch is claimed in the order it was given, not in key order.
 	f.enqueue(message("a", "q", "k3"), message("a", "q", "k1"), message("a", "q", "k2"), message("b", "q", "b1"))
-	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("b", "q", 5), claim("c", "q", 0), claim("a", "q", 2)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("b", "q", 5), claim("c", "q", 1), claim("a", "q", 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,8 +393,13 @@ func TestClaimOrderAndZeroLimit(t *testing.T) {
 	if want := "b1 k3 k1"; strings.Join(got, " ") != want {
 		t.Errorf("claim returned %v, want %s (grouped by claim, oldest first)", got, want)
 	}
-	if rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 0)}); err != nil || rows != nil {
-		t.Errorf("claim with only a zero limit = %v, %v; want nothing", rows, err)
+	rows, err = claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1), claim("b", "q", 0)})
+	var ae *outbox.ArgumentError
+	if !errors.As(err, &ae) || ae.Arg != "claims[1].Limit" || rows != nil {
+		t.Errorf("claim with a zero limit = %v, %v; want an *outbox.ArgumentError on claims[1].Limit", rows, err)
+	}
+	if st := f.state("k2"); st != outbox.StatePending {
+		t.Errorf("k2 is %s after the refused claim, want pending", st)
 	}
 }
 

@@ -46,6 +46,7 @@ func newHarness(t *testing.T, path string, opts Options) *storetest.Harness[outb
 		Advance:     clock.Advance,
 		RoundTrips:  s.roundTrips,
 		FailNth:     func(n int) { s.failNth.Store(int64(n)) },
+		ErrorPrefix: "sqlitestore",
 	}
 }
 

@@ -80,8 +80,8 @@ func TestClaimRejectsBadRoutes(t *testing.T) {
 		arg    string
 	}{
 		"repeated route":          {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: b, Limit: 1}, {Route: a, Limit: 2}}, "claims[2].Route"},
-		"invalid UTF-8 namespace": {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "\xff", TaskQueue: "q"}, Limit: 1}}, "claims[1].Route"},
-		"NUL in task queue":       {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "b", TaskQueue: "q\x00"}, Limit: 1}}, "claims[1].Route"},
+		"invalid UTF-8 namespace": {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "\xff", TaskQueue: "q"}, Limit: 1}}, "claims[1].Route.Namespace"},
+		"NUL in task queue":       {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "b", TaskQueue: "q\x00"}, Limit: 1}}, "claims[1].Route.TaskQueue"},
 	} {
 		rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, allShards(t, s), c.claims)
 		var arg *outbox.ArgumentError

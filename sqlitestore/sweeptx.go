@@ -171,7 +171,7 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 	if err != nil {
 		return nil, v.s.fail("claim", err)
 	}
-	return rows, nil
+	return inClaimOrder(rows, claims), nil
 }
 
 // idsOf returns the first Limit counted IDs of each claim's route, and

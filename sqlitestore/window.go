@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"slices"
 
 	"github.com/outboxkit/backpressure"
@@ -59,11 +58,8 @@ func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.Owned
 // on db, recording the rows counted in rec (when not nil).
 func (s *Store) countOutboxRows(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, p backpressure.CountParams, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
 	const op = "CountOutboxRows"
-	if p.CapPerRoute < 1 {
-		return nil, argError(op, "p.CapPerRoute", fmt.Sprintf("%d is below 1", p.CapPerRoute))
-	}
-	if p.Namespaces < 0 {
-		return nil, argError(op, "p.Namespaces", fmt.Sprintf("%d is negative", p.Namespaces))
+	if err := call(op).CountParams(p); err != nil {
+		return nil, err
 	}
 	if p.Namespaces == 0 {
 		return s.countPending(ctx, op, db, tx, shards, p.CapPerRoute, now, rec)

@@ -26,6 +26,7 @@ func TestMemstore(t *testing.T) {
 			Advance:     clock.Advance,
 			RoundTrips:  s.RoundTrips,
 			FailNth:     s.FailNth,
+			ErrorPrefix: "memstore",
 		}
 	})
 }
