@@ -1,5 +1,6 @@
 # make test: gofmt, go vet, staticcheck and go test -race over every module
-# in go.work. Tools are installed into ./bin at pinned versions.
+# in go.work, the README's outside-use recipe (.ci/outside), and every
+# benchmark once. Tools are installed into ./bin at pinned versions.
 
 GO          ?= go
 BIN         := $(CURDIR)/bin
@@ -10,9 +11,9 @@ RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
-.PHONY: test fmt-check vet staticcheck unit bench-smoke bench bench-drain chaos fuzz tools chart clean
+.PHONY: test fmt-check vet staticcheck unit outside bench-smoke bench bench-drain chaos fuzz tools chart clean
 
-test: fmt-check vet staticcheck unit bench-smoke
+test: fmt-check vet staticcheck unit outside bench-smoke
 
 tools: $(STATICCHECK)
 
@@ -41,6 +42,11 @@ unit:
 		done; \
 	done
 
+# The README's recipe for an application module outside the checkout, run in
+# a fresh module in a temporary directory on the README's quick start.
+outside:
+	.ci/outside
+
 # Every benchmark once, to prove they still run.
 bench-smoke:
 	@set -e; for d in $(MODULES); do (cd $$d && $(GO) test -run '^$$' -bench . -benchtime=1x ./... >/dev/null) && echo "benchmarks ran: $$d"; done
@@ -61,10 +67,11 @@ bench-drain:
 chaos:
 	cd pgstore && PGSTORE_CHAOS=1 $(GO) test -race -count=1 -run '^TestChaosMembership$$' -v -timeout 9m .
 
-# Coverage-guided fuzzing of the planner and the gate, FUZZTIME each.
+# Coverage-guided fuzzing of the planner, the gate and its classes, FUZZTIME each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime=$(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzGateVerify$$' -fuzztime=$(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime=$(FUZZTIME) ./handoff
 
 clean:
 	rm -rf $(BIN) bpsim-out

@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"slices"
-	"time"
 )
 
 // SweepAhead is [SweepN] for a caller that sweeps again at once whenever a
@@ -107,9 +106,6 @@ const aheadHops = 4
 // reads ahead and may use counts read ahead (see sweepN), for tests that need a read-ahead
 // started and used whatever the machine's pace.
 var noExpiry = false
-
-// timeNow is the clock of that test (a variable for tests).
-var timeNow = time.Now
 
 // startReadAhead starts reading, on counter, the counts the sweep after one
 // that planned plan (with out, on st, with budget) will ask for, raised by

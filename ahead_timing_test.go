@@ -35,9 +35,8 @@ func (s *tickingStore) ClaimOutboxRowsScoped(ctx context.Context, f backpressure
 // the next back-to-back sweep plans from it.
 func TestSweepAheadReadsAheadOnlyBackToBack(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	defer backpressure.SetSweepClock(clock.now)()
 	store := &tickingStore{aheadStore: deepStore(3, 2, 200), clock: clock, tick: time.Millisecond}
-	b := newTestBP(t, backpressure.Config{BatchSize: 6, DefaultQuota: backpressure.Unlimited}, 1)
+	b := newTestBP(t, backpressure.Config{BatchSize: 6, DefaultQuota: backpressure.Unlimited, Clock: clock.now}, 1)
 	sweep := func() {
 		t.Helper()
 		rows, _, err := backpressure.SweepAhead(context.Background(), b, store, 6)

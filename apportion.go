@@ -42,33 +42,18 @@ const (
 	//	U_n      = { (h + ⌊j × S / r⌋) mod S : 0 ≤ j < r },  r = q mod S,  h = ShardFor(n, S)
 	//	ceiling  = max(1, Σ_{s ∈ owned} share(s))   (0 when nothing is owned)
 	//
-	// The r extra units are spread evenly over the shard space, starting at
-	// the namespace's own shard h, so that they fall on different nodes for
-	// different namespaces. The shares of all S shards sum to q exactly, so
-	// over any partition
+	// The r extra units start at the namespace's own shard h, so that they
+	// fall on different nodes for different namespaces. The shares of all S
+	// shards sum to q exactly, so over any partition
 	//
 	//	Σ ceilings = q + z
 	//
 	// where z counts the nodes that own shards but whose shares sum to 0,
-	// raised to 1 so that they do not starve. z = 0 when q ≥ S (every
-	// share is ≥ 1): the cluster runs exactly q. For q < S, 0 ≤ z ≤ k − 1
-	// and z ≥ k − q; a node owning a run of L consecutive shards (cyclically)
-	// gets ⌊q × L / S⌋ or ⌈q × L / S⌉, never more than ApportionCeil would
-	// give it, so ranges of at least S/q shards each make the cluster exact.
-	// Under a hashing membership each owning node draws none of the q unit
-	// shares with probability about e^(−q/k), so z ≈ k × e^(−q/k): far
-	// below ApportionCeil's overshoot of about k/2 once q passes k, and
-	// slightly above it for q under about k, where both rules sit near the
-	// floor k (go run ./internal/apportionstat prints the distributions).
-	//
-	// Exactness for every partition is impossible with any rule computed
-	// from a node's own shards, even with q ≥ k, once q < S. With S = 4 and
-	// q = 3, the partitions {a}, {b}, {c, d} force every pair to a ceiling
-	// of 1 (each node needs 1 and the three must sum to 3), and then the
-	// partition {a, b}, {c, d} sums to 2 < q.
-	//
-	// A node's share is computed in O(owned) from exact integer arithmetic,
-	// without overflow for every int quota and shard count.
+	// raised to 1 so that they do not starve: z = 0 when q ≥ S, and
+	// max(0, k − q) ≤ z ≤ k − 1 otherwise. A node never gets more than
+	// ApportionCeil would give it. docs/planner.md compares the two rules'
+	// overshoot and shows that no rule computed from a node's own shards
+	// is exact for every partition. Cost: O(owned) per ceiling.
 	ApportionShares
 )
 

@@ -36,7 +36,7 @@ func TestPlanSharesEquivalence(t *testing.T) {
 			names[ns] = true
 		}
 		for ns := range names {
-			if ValidateRoute(Route{Namespace: ns}) != nil {
+			if (Route{Namespace: ns}).Validate() != nil {
 				continue // held as an invalid route under either config
 			}
 			c := w.frac.CeilingFor(ns, quota(ns), ApportionShares)

@@ -6,10 +6,10 @@
 // [OwnedShardFraction]; then call [Sweep] (or [SweepN], with a smaller
 // budget, when fewer workers are free, or [SweepAhead], which reads the next
 // sweep's counts while this sweep's claim runs) against a store that
-// implements [OutboxStore], and run the rows it returns. Each sweep claims at most B
-// rows in one atomic claim; rows it does not claim stay Pending, untouched,
-// for a later sweep, so the store's exactly-once guarantee is never
-// weakened.
+// implements [OutboxStore], and run the rows it returns. Each sweep claims
+// at most B rows in one atomic claim; rows it does not claim stay Pending,
+// untouched, for a later sweep, so the store's exactly-once guarantee is
+// never weakened.
 //
 // A sweep gives every namespace (tenant) with demand an equal share of the
 // batch, or a share in proportion to its weight, before any namespace can
@@ -17,12 +17,30 @@
 // queues), rotates the remainder from sweep to sweep, and never lets a
 // namespace exceed its per-node ceiling ⌈quota × owned/shardCount⌉ of
 // concurrently claimed rows. Quotas, weights and the batch size change at
-// run time with [Backpressure.SetConfig], which keeps the rotation. [Backpressure.Plan]
-// is the same planner without I/O, and the returned [Plan] reports, per
+// run time with [Backpressure.SetConfig], which keeps the rotation.
+// [Backpressure.Plan] is the same planner without I/O, and the returned [Plan] reports, per
 // namespace, what was granted and what was held and why.
 //
 // [BackpressureGate] checks, separately, whether a channel's advisory
-// backpressure actually protects its consumer.
+// backpressure actually protects its consumer (seed 003's design card);
+// package [github.com/outboxkit/backpressure/handoff] holds the instruments
+// that check the gate's premises.
+//
+// What is exported, and why. The planner: [Backpressure], [Config], [New],
+// [Snapshot], [Plan] and its [NamespaceReport] with a [HoldReason]. The
+// sweep: [Sweep], [SweepN], [SweepAhead] and the store contract they call,
+// [OutboxStore] with its optional extensions [Counter] and [TxSweeper] and
+// the values they exchange ([Route], [RouteCount], [ScopedClaim],
+// [CountParams]). Ceilings: [OwnedShardFraction], [ShardFor], [Unlimited],
+// [Apportionment]. The gate: [BackpressureGate], [AdvisoryOverflowError],
+// [DispatchBackpressureMode] and [Mode]. Errors: a sentinel per kind of
+// bad input or failure, matched with [errors.Is], and a typed error per
+// kind carrying the details, matched with [errors.As] (the gate's verdict
+// is the typed error alone); a call that rejects its input leaves its
+// receiver unchanged. [MaxWeight] and [MaxShardCount] bound inputs a caller
+// may size; a route's limits are package outbox's, beside the message's.
+// Mechanism is in docs/planner.md and docs/gate.md. Time is read only
+// through [Config].Clock.
 package backpressure
 
 import (
@@ -36,7 +54,9 @@ import (
 )
 
 // Config is the configuration of a [Backpressure]. [New] and
-// [Backpressure.SetConfig] validate it.
+// [Backpressure.SetConfig] validate and copy it; a Config they reject
+// changes nothing. The zero Config is invalid (BatchSize and DefaultQuota
+// must be set); every other field's zero value is a usable default.
 type Config struct {
 	// BatchSize is the sweep's claim budget B: the most rows one sweep may
 	// claim, across all namespaces. It is a hard bound and must be ≥ 1.
@@ -68,12 +88,18 @@ type Config struct {
 	// ⌈q × owned/shardCount⌉; [ApportionShares] is tighter cluster-wide
 	// (exactly q when q ≥ shardCount). Other values are rejected.
 	Apportionment Apportionment
+
+	// Clock is the time source of every decision the Backpressure makes by
+	// time: whether sweeps run back to back (SweepAhead reads ahead only
+	// then), and the token buckets of rate limits. nil means [time.Now].
+	// It is called with no lock held that a caller could need, possibly
+	// from several goroutines, and its readings should not go backwards. A
+	// test injects a clock it moves by hand; SetConfig replaces it.
+	Clock func() time.Time
 }
 
-// MaxWeight is the largest weight [Config.Weights] accepts. The planner
-// compares positions in a round of the rotation (see [Plan]) as fractions
-// with denominators up to MaxWeight, exactly in int64 arithmetic, which
-// this bound keeps from overflowing.
+// MaxWeight is the largest weight [Config.Weights] accepts, 2^20: the bound
+// that keeps the planner's exact arithmetic within int64 (docs/planner.md).
 const MaxWeight = 1 << 20
 
 // Backpressure plans the claims of one dispatcher node. It holds the node's
@@ -89,8 +115,10 @@ const MaxWeight = 1 << 20
 // never two claims). Use one Backpressure per node, for its lifetime: change its
 // configuration with [Backpressure.SetConfig] and its shards with
 // [Backpressure.SetOwnedShards], which keep the rotation. The zero value is
-// not usable: call [New]; Sweep and Plan on a zero Backpressure return an
-// error matching [ErrInvalidConfig].
+// not usable: call [New]. Sweep, Plan, SetConfig and SetOwnedShards on a
+// nil or zero Backpressure return an error matching [ErrInvalidConfig] and
+// change nothing; on a zero Backpressure the accessors answer for an empty
+// configuration (BatchSize 0, Quota 0, Weight 1, the zero OwnedShards).
 type Backpressure struct {
 	mu  sync.Mutex // guards set
 	set settings
@@ -119,6 +147,7 @@ type config struct {
 	quotas       map[string]int
 	weights      map[string]int // only weights above 1
 	apportion    Apportionment
+	clock        func() time.Time // nil: time.Now
 }
 
 // ceiling returns namespace's ceiling on a node owning f's shards.
@@ -199,8 +228,8 @@ var errNilStore = fmt.Errorf("%w: nil OutboxStore", ErrInvalidConfig)
 // the field) if BatchSize < 1, if DefaultQuota is 0 or negative other than
 // [Unlimited], if a Quotas value is negative other than Unlimited, if a
 // Weights value is outside 1 to [MaxWeight], or if a Quotas or Weights key
-// is a namespace no row can have (one [ValidateRoute] rejects: "", a NUL
-// byte, invalid UTF-8, over [MaxNamespaceBytes]); and one matching
+// is a namespace no row can have (one [Route.Validate] rejects: "", a NUL
+// byte, invalid UTF-8, over 255 bytes); and one matching
 // [ErrInvalidShards] if f is the zero OwnedShardFraction.
 func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	if f.ShardCount() < 1 {
@@ -240,7 +269,7 @@ func newConfig(cfg Config) (*config, error) {
 	if !validApportionment(cfg.Apportionment) {
 		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
 	}
-	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment}
+	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment, clock: cfg.Clock}
 	for ns, w := range cfg.Weights {
 		field := "Weights[" + strconv.Quote(ns) + "]"
 		if err := checkKey(field, ns, w); err != nil {
@@ -261,7 +290,7 @@ func newConfig(cfg Config) (*config, error) {
 
 // checkKey rejects a Quotas or Weights key that no row can have.
 func checkKey(field, namespace string, value int) error {
-	if err := ValidateRoute(Route{Namespace: namespace}); err != nil {
+	if err := (Route{Namespace: namespace}).Validate(); err != nil {
 		var re *RouteError
 		errors.As(err, &re)
 		return &ConfigError{Field: field, Value: value, Reason: "no row can have this namespace: it " + re.Reason}
@@ -279,8 +308,8 @@ func checkKey(field, namespace string, value int) error {
 // claimed rows has no headroom, max(0, C − K) = 0, and its rows are held
 // until enough claimed rows settle. A quota of 0 pauses a namespace and
 // setting it back resumes it where the rotation stands. A
-// [BackpressureGate] built from the old batch size (WorkerQueueGateSweeps)
-// must be built again.
+// [BackpressureGate] built from the old batch size (by
+// handoff.WorkerQueueGateSweeps) must be built again.
 func (b *Backpressure) SetConfig(cfg Config) error {
 	if b == nil || b.sem == nil {
 		return errNotNew
@@ -298,12 +327,22 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 }
 
 // Config returns a copy of b's current configuration, with maps of its own
-// (nil when empty; Weights lists only weights above 1). Change it and pass
+// (nil when empty; Weights lists only weights above 1) and the Clock it was
+// given (nil for time.Now). Change it and pass
 // it to [Backpressure.SetConfig]; concurrent changes made this way race, the
 // last SetConfig wins.
 func (b *Backpressure) Config() Config {
 	c := b.current().cfg
-	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion}
+	return Config{BatchSize: c.batchSize, DefaultQuota: c.defaultQuota, Quotas: maps.Clone(c.quotas), Weights: maps.Clone(c.weights), Apportionment: c.apportion, Clock: c.clock}
+}
+
+// now reads the clock of b's current settings (Config.Clock, else
+// time.Now). It is the one entry point for every decision b makes by time.
+func (b *Backpressure) now() time.Time {
+	if clock := b.current().cfg.clock; clock != nil {
+		return clock()
+	}
+	return time.Now()
 }
 
 // BatchSize returns the sweep's claim budget B: no sweep claims more rows.

@@ -10,7 +10,8 @@ import (
 var (
 	// ErrInvalidShards reports an owned-shard set that cannot exist.
 	ErrInvalidShards = errors.New("backpressure: invalid owned shards")
-	// ErrInvalidConfig reports a Config that New rejects.
+	// ErrInvalidConfig reports a setting that cannot hold: a Config that
+	// New rejects, or a BackpressureGate that cannot exist.
 	ErrInvalidConfig = errors.New("backpressure: invalid config")
 	// ErrInvalidSnapshot reports a Snapshot that Plan rejects.
 	ErrInvalidSnapshot = errors.New("backpressure: invalid snapshot")
@@ -41,15 +42,16 @@ func (e *ShardError) Error() string {
 // Is reports whether target is [ErrInvalidShards].
 func (e *ShardError) Is(target error) bool { return target == ErrInvalidShards }
 
-// ConfigError describes a Config field that New rejects. It matches
-// [ErrInvalidConfig].
+// ConfigError describes a setting that cannot hold: a [Config] field that
+// New or SetConfig rejects, or a [BackpressureGate] field that Validate
+// rejects. It matches [ErrInvalidConfig].
 type ConfigError struct {
-	Field  string // e.g. "BatchSize", "DefaultQuota", `Quotas["acme"]`
+	Field  string // e.g. "BatchSize", `Quotas["acme"]`, "BackpressureGate.HighWatermark"
 	Value  int
 	Reason string
 }
 
-// Error names the Config field, its value and why New rejects it.
+// Error names the field, its value and why it cannot hold.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("backpressure: invalid config: %s = %d: %s", e.Field, e.Value, e.Reason)
 }

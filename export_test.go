@@ -1,7 +1,5 @@
 package backpressure
 
-import "time"
-
 // PendingCountCap exposes pendingCountCap to the external tests.
 func (b *Backpressure) PendingCountCap() int { return b.pendingCountCap() }
 
@@ -28,14 +26,4 @@ func AheadPending(b *Backpressure) bool {
 	b.sem <- struct{}{}
 	defer func() { <-b.sem }()
 	return b.ahead != nil
-}
-
-// SetSweepClock replaces the clock SweepAhead reads to decide whether
-// sweeps run back to back and whether counts read ahead are young enough,
-// and returns a func that restores it. Tests that call it must not run in
-// parallel.
-func SetSweepClock(now func() time.Time) (restore func()) {
-	old := timeNow
-	timeNow = now
-	return func() { timeNow = old }
 }

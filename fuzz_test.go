@@ -95,7 +95,7 @@ func FuzzPlan(f *testing.F) {
 }
 
 // FuzzGateVerify checks Verify against capacity ≥ watermark + in-flight
-// computed in 128 bits, for any ints: never a panic, invalid configs are ErrInvalidGate
+// computed in 128 bits, for any ints: never a panic, invalid gates are ErrInvalidConfig
 // and nothing else, and an overflow verdict exactly when the headroom is
 // short. make fuzz runs it.
 func FuzzGateVerify(f *testing.F) {
@@ -110,8 +110,8 @@ func FuzzGateVerify(f *testing.F) {
 		var overflow *AdvisoryOverflowError
 		switch {
 		case invalid:
-			if !errors.Is(err, ErrInvalidGate) || errors.As(err, &overflow) {
-				t.Fatalf("%+v: Verify() = %v, want ErrInvalidGate only", g, err)
+			if !errors.Is(err, ErrInvalidConfig) || errors.As(err, &overflow) {
+				t.Fatalf("%+v: Verify() = %v, want ErrInvalidConfig only", g, err)
 			}
 		case enforced || verified:
 			if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -42,15 +41,15 @@ func seedGateDispatch(g BackpressureGate) string {
 	return "backpressure-protective"
 }
 
-// checkGateVerdict checks that Verify, Class and DispatchBackpressureMode agree
-// on a valid gate and with the naive rule, and returns the class.
-func checkGateVerdict(t gateFatalfer, g BackpressureGate) GateClass {
+// checkGateVerdict checks that Verify and DispatchBackpressureMode agree on
+// a valid gate and with the naive rule, and returns whether the gate is
+// protective.
+func checkGateVerdict(t gateFatalfer, g BackpressureGate) bool {
 	t.Helper()
 	err := g.Verify()
-	class, cerr := g.Class()
 	mode, merr := DispatchBackpressureMode(g)
-	if cerr != nil || merr != nil {
-		t.Fatalf("%+v: Class err = %v, DispatchBackpressureMode err = %v, want nil", g, cerr, merr)
+	if merr != nil {
+		t.Fatalf("%+v: DispatchBackpressureMode err = %v, want nil", g, merr)
 	}
 	want := seedGateVerify(g)
 	if want == "" {
@@ -65,9 +64,8 @@ func checkGateVerdict(t gateFatalfer, g BackpressureGate) GateClass {
 		if got := oe.Error(); got != "backpressure: "+want {
 			t.Fatalf("%+v: message %q, want %q", g, got, "backpressure: "+want)
 		}
-		if !errors.Is(err, ErrAdvisoryOverflow) || errors.Is(err, ErrInvalidGate) {
-			t.Fatalf("%+v: %v matches ErrAdvisoryOverflow %v, ErrInvalidGate %v; want true, false", g, err,
-				errors.Is(err, ErrAdvisoryOverflow), errors.Is(err, ErrInvalidGate))
+		if errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("%+v: overflow verdict %v matches ErrInvalidConfig", g, err)
 		}
 		wantRequired, _ := addOver(g.HighWatermark, g.ProducerMaxInflight, false)
 		if oe.QueueCapacity != g.QueueCapacity || oe.Required != wantRequired ||
@@ -75,13 +73,10 @@ func checkGateVerdict(t gateFatalfer, g BackpressureGate) GateClass {
 			t.Fatalf("%+v: error fields %+v, want capacity, required %d, watermark and in-flight of the gate", g, *oe, wantRequired)
 		}
 	}
-	if (err == nil) != class.Protective() {
-		t.Fatalf("%+v: Verify() = %v but class %v", g, err, class)
+	if mode.String() != seedGateDispatch(g) {
+		t.Fatalf("%+v: DispatchBackpressureMode = %v, want %s", g, mode, seedGateDispatch(g))
 	}
-	if mode.String() != seedGateDispatch(g) || mode != class.Mode() {
-		t.Fatalf("%+v: DispatchBackpressureMode = %v, want %s (class %v)", g, mode, seedGateDispatch(g), class)
-	}
-	return class
+	return err == nil
 }
 
 func TestGateVerifyTable(t *testing.T) {
@@ -89,37 +84,36 @@ func TestGateVerifyTable(t *testing.T) {
 	tests := []struct {
 		name     string
 		g        BackpressureGate
-		class    GateClass
-		required int // for ClassAdvisoryOverflow
+		protect  bool
+		required int // for an overflow verdict
 	}{
-		{"enforced, no headroom", BackpressureGate{Enforced: true, QueueCapacity: 10, HighWatermark: 7, ProducerMaxInflight: 5}, ClassEnforced, 0},
-		{"enforced and verified", BackpressureGate{Enforced: true, ProducerComplianceVerified: true, QueueCapacity: 10, HighWatermark: 7, ProducerMaxInflight: 5}, ClassEnforced, 0},
-		{"enforced, in-flight past MaxInt", BackpressureGate{Enforced: true, QueueCapacity: maxInt, HighWatermark: maxInt, ProducerMaxInflight: maxInt}, ClassEnforced, 0},
-		{"advisory verified, no headroom", BackpressureGate{ProducerComplianceVerified: true, QueueCapacity: 10, HighWatermark: 7, ProducerMaxInflight: 5}, ClassAdvisoryVerified, 0},
-		{"advisory verified, zero queue", BackpressureGate{ProducerComplianceVerified: true, ProducerMaxInflight: 1}, ClassAdvisoryVerified, 0},
-		{"headroom to spare", BackpressureGate{QueueCapacity: 13, HighWatermark: 7, ProducerMaxInflight: 5}, ClassAdvisoryHeadroom, 0},
-		{"boundary: capacity == watermark + in-flight", BackpressureGate{QueueCapacity: 12, HighWatermark: 7, ProducerMaxInflight: 5}, ClassAdvisoryHeadroom, 0},
-		{"one short of the boundary", BackpressureGate{QueueCapacity: 11, HighWatermark: 7, ProducerMaxInflight: 5}, ClassAdvisoryOverflow, 12},
-		{"zero value", BackpressureGate{}, ClassAdvisoryHeadroom, 0},
-		{"zero queue, one in flight", BackpressureGate{ProducerMaxInflight: 1}, ClassAdvisoryOverflow, 1},
-		{"watermark at capacity, nothing in flight", BackpressureGate{QueueCapacity: 10, HighWatermark: 10}, ClassAdvisoryHeadroom, 0},
-		{"watermark at capacity, one in flight", BackpressureGate{QueueCapacity: 10, HighWatermark: 10, ProducerMaxInflight: 1}, ClassAdvisoryOverflow, 11},
-		{"zero watermark", BackpressureGate{QueueCapacity: 5, ProducerMaxInflight: 5}, ClassAdvisoryHeadroom, 0},
-		{"seed trace", BackpressureGate{QueueCapacity: 10_000, HighWatermark: 7_000, ProducerMaxInflight: 5_000}, ClassAdvisoryOverflow, 12_000},
-		{"seed trace with headroom", BackpressureGate{QueueCapacity: 12_000, HighWatermark: 7_000, ProducerMaxInflight: 5_000}, ClassAdvisoryHeadroom, 0},
-		{"MaxInt boundary", BackpressureGate{QueueCapacity: maxInt, ProducerMaxInflight: maxInt}, ClassAdvisoryHeadroom, 0},
-		{"MaxInt one short", BackpressureGate{QueueCapacity: maxInt - 1, ProducerMaxInflight: maxInt}, ClassAdvisoryOverflow, maxInt},
-		{"sum wraps: MaxInt + 1", BackpressureGate{QueueCapacity: maxInt, HighWatermark: maxInt, ProducerMaxInflight: 1}, ClassAdvisoryOverflow, maxInt},
-		{"sum wraps: small queue", BackpressureGate{QueueCapacity: 5, HighWatermark: 3, ProducerMaxInflight: maxInt}, ClassAdvisoryOverflow, maxInt},
-		{"sum wraps: both MaxInt", BackpressureGate{QueueCapacity: maxInt, HighWatermark: maxInt, ProducerMaxInflight: maxInt}, ClassAdvisoryOverflow, maxInt},
+		{"enforced, no headroom", BackpressureGate{Enforced: true, QueueCapacity: 10, HighWatermark: 7, ProducerMaxInflight: 5}, true, 0},
+		{"enforced and verified", BackpressureGate{Enforced: true, ProducerComplianceVerified: true, QueueCapacity: 10, HighWatermark: 7, ProducerMaxInflight: 5}, true, 0},
+		{"enforced, in-flight past MaxInt", BackpressureGate{Enforced: true, QueueCapacity: maxInt, HighWatermark: maxInt, ProducerMaxInflight: maxInt}, true, 0},
+		{"advisory verified, no headroom", BackpressureGate{ProducerComplianceVerified: true, QueueCapacity: 10, HighWatermark: 7, ProducerMaxInflight: 5}, true, 0},
+		{"advisory verified, zero queue", BackpressureGate{ProducerComplianceVerified: true, ProducerMaxInflight: 1}, true, 0},
+		{"headroom to spare", BackpressureGate{QueueCapacity: 13, HighWatermark: 7, ProducerMaxInflight: 5}, true, 0},
+		{"boundary: capacity == watermark + in-flight", BackpressureGate{QueueCapacity: 12, HighWatermark: 7, ProducerMaxInflight: 5}, true, 0},
+		{"one short of the boundary", BackpressureGate{QueueCapacity: 11, HighWatermark: 7, ProducerMaxInflight: 5}, false, 12},
+		{"zero value", BackpressureGate{}, true, 0},
+		{"zero queue, one in flight", BackpressureGate{ProducerMaxInflight: 1}, false, 1},
+		{"watermark at capacity, nothing in flight", BackpressureGate{QueueCapacity: 10, HighWatermark: 10}, true, 0},
+		{"watermark at capacity, one in flight", BackpressureGate{QueueCapacity: 10, HighWatermark: 10, ProducerMaxInflight: 1}, false, 11},
+		{"zero watermark", BackpressureGate{QueueCapacity: 5, ProducerMaxInflight: 5}, true, 0},
+		{"seed trace", BackpressureGate{QueueCapacity: 10_000, HighWatermark: 7_000, ProducerMaxInflight: 5_000}, false, 12_000},
+		{"seed trace with headroom", BackpressureGate{QueueCapacity: 12_000, HighWatermark: 7_000, ProducerMaxInflight: 5_000}, true, 0},
+		{"MaxInt boundary", BackpressureGate{QueueCapacity: maxInt, ProducerMaxInflight: maxInt}, true, 0},
+		{"MaxInt one short", BackpressureGate{QueueCapacity: maxInt - 1, ProducerMaxInflight: maxInt}, false, maxInt},
+		{"sum wraps: MaxInt + 1", BackpressureGate{QueueCapacity: maxInt, HighWatermark: maxInt, ProducerMaxInflight: 1}, false, maxInt},
+		{"sum wraps: small queue", BackpressureGate{QueueCapacity: 5, HighWatermark: 3, ProducerMaxInflight: maxInt}, false, maxInt},
+		{"sum wraps: both MaxInt", BackpressureGate{QueueCapacity: maxInt, HighWatermark: maxInt, ProducerMaxInflight: maxInt}, false, maxInt},
 	}
 	for i, tt := range tests {
 		if err := tt.g.Validate(); err != nil {
 			t.Fatalf("case %d (%s): Validate(%+v) = %v, want nil", i, tt.name, tt.g, err)
 		}
-		class := checkGateVerdict(t, tt.g)
-		if class != tt.class {
-			t.Errorf("case %d (%s): Class(%+v) = %v, want %v", i, tt.name, tt.g, class, tt.class)
+		if protect := checkGateVerdict(t, tt.g); protect != tt.protect {
+			t.Errorf("case %d (%s): Verify(%+v) protective %v, want %v", i, tt.name, tt.g, protect, tt.protect)
 		}
 		var oe *AdvisoryOverflowError
 		if errors.As(tt.g.Verify(), &oe) && oe.Required != tt.required {
@@ -182,9 +176,9 @@ func TestGateInvalidTable(t *testing.T) {
 	}
 	for i, tt := range tests {
 		err := tt.g.Verify()
-		var ge *GateError
-		if !errors.As(err, &ge) || ge.Field != tt.field {
-			t.Errorf("case %d: Verify(%+v) = %v, want *GateError on %s", i, tt.g, err, tt.field)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != "BackpressureGate."+tt.field {
+			t.Errorf("case %d: Verify(%+v) = %v, want *ConfigError on BackpressureGate.%s", i, tt.g, err, tt.field)
 			continue
 		}
 		checkInvalidGate(t, tt.g, err)
@@ -195,54 +189,26 @@ func TestGateInvalidTable(t *testing.T) {
 func checkInvalidGate(t gateFatalfer, g BackpressureGate, err error) {
 	t.Helper()
 	var oe *AdvisoryOverflowError
-	if !errors.Is(err, ErrInvalidGate) || errors.As(err, &oe) || errors.Is(err, ErrAdvisoryOverflow) {
-		t.Fatalf("%+v: Verify() = %v, want ErrInvalidGate and no overflow verdict", g, err)
+	if !errors.Is(err, ErrInvalidConfig) || errors.As(err, &oe) {
+		t.Fatalf("%+v: Verify() = %v, want ErrInvalidConfig and no overflow verdict", g, err)
 	}
 	if verr := g.Validate(); verr == nil || verr.Error() != err.Error() {
 		t.Fatalf("%+v: Validate() = %v, want %v", g, verr, err)
 	}
-	if class, cerr := g.Class(); class != 0 || !errors.Is(cerr, ErrInvalidGate) {
-		t.Fatalf("%+v: Class() = %v, %v; want 0, ErrInvalidGate", g, class, cerr)
-	}
-	if mode, merr := DispatchBackpressureMode(g); mode != 0 || !errors.Is(merr, ErrInvalidGate) {
-		t.Fatalf("%+v: DispatchBackpressureMode = %v, %v; want 0, ErrInvalidGate", g, mode, merr)
-	}
-	if v, verr := g.Verdict(SignalReceipt{}, ComplianceSignature{}, EnforcedBoundReceipt{}); v.Class != 0 || !errors.Is(verr, ErrInvalidGate) {
-		t.Fatalf("%+v: Verdict = %+v, %v; want zero, ErrInvalidGate", g, v, verr)
+	if mode, merr := DispatchBackpressureMode(g); mode != 0 || merr == nil || merr.Error() != err.Error() {
+		t.Fatalf("%+v: DispatchBackpressureMode = %v, %v; want 0, %v", g, mode, merr, err)
 	}
 }
 
 func TestGateError(t *testing.T) {
 	err := BackpressureGate{QueueCapacity: 10, HighWatermark: 11}.Verify()
-	want := "backpressure: invalid gate: HighWatermark = 11: above QueueCapacity 10"
+	want := "backpressure: invalid config: BackpressureGate.HighWatermark = 11: above QueueCapacity 10"
 	if err == nil || err.Error() != want {
 		t.Errorf("Verify() = %v, want %q", err, want)
 	}
 }
 
-func TestGateClassAndModeStrings(t *testing.T) {
-	classes := map[GateClass]string{
-		0:                     "GateClass(0)",
-		ClassEnforced:         "enforced",
-		ClassAdvisoryVerified: "advisory-verified",
-		ClassAdvisoryHeadroom: "advisory-headroom",
-		ClassAdvisoryOverflow: "advisory-overflow",
-		5:                     "GateClass(5)",
-	}
-	for c, want := range classes {
-		if c.String() != want {
-			t.Errorf("GateClass(%d).String() = %q, want %q", uint8(c), c.String(), want)
-		}
-	}
-	protective := []bool{false, true, true, true, false, false}
-	cooperation := []bool{false, false, true, false, false, false}
-	modes := []Mode{0, ModeBackpressureProtective, ModeBackpressureProtective, ModeBackpressureProtective, ModeAddEnforcedCredit, 0}
-	for c := range GateClass(6) {
-		if c.Protective() != protective[c] || c.AssumesCooperation() != cooperation[c] || c.Mode() != modes[c] {
-			t.Errorf("%v: Protective %v, AssumesCooperation %v, Mode %v; want %v, %v, %v",
-				c, c.Protective(), c.AssumesCooperation(), c.Mode(), protective[c], cooperation[c], modes[c])
-		}
-	}
+func TestGateModeStrings(t *testing.T) {
 	for m, want := range map[Mode]string{0: "Mode(0)", ModeBackpressureProtective: "backpressure-protective", ModeAddEnforcedCredit: "add-enforced-credit", 9: "Mode(9)"} {
 		if m.String() != want {
 			t.Errorf("Mode(%d).String() = %q, want %q", uint8(m), m.String(), want)
@@ -315,11 +281,11 @@ func TestGateVerifyNeverPanicsProperty(t *testing.T) {
 		g := anyGateDraw(t)
 		err := g.Verify()
 		var oe *AdvisoryOverflowError
-		var ge *GateError
+		var ce *ConfigError
 		switch {
-		case err == nil, errors.As(err, &oe), errors.As(err, &ge):
+		case err == nil, errors.As(err, &oe), errors.As(err, &ce):
 		default:
-			t.Fatalf("%+v: Verify() = %T %v, want nil, *AdvisoryOverflowError or *GateError", g, err, err)
+			t.Fatalf("%+v: Verify() = %T %v, want nil, *AdvisoryOverflowError or *ConfigError", g, err, err)
 		}
 		if g.Validate() != nil {
 			checkInvalidGate(t, g, err)
@@ -355,102 +321,4 @@ func TestGateInvalidProperty(t *testing.T) {
 		g := invalidGateDraw(t)
 		checkInvalidGate(t, g, g.Verify())
 	})
-}
-
-func TestGateVerdictGaps(t *testing.T) {
-	enforced := BackpressureGate{Enforced: true, QueueCapacity: 100, HighWatermark: 70, ProducerMaxInflight: 50}
-	verified := BackpressureGate{ProducerComplianceVerified: true, QueueCapacity: 100, HighWatermark: 70, ProducerMaxInflight: 50}
-	headroom := BackpressureGate{QueueCapacity: 120, HighWatermark: 70, ProducerMaxInflight: 50}
-	overflow := BackpressureGate{QueueCapacity: 100, HighWatermark: 70, ProducerMaxInflight: 50}
-	credit := SignalReceipt{Kind: SignalCredit}
-	retry := SignalReceipt{Kind: SignalRetryAfter, Acknowledged: true}
-	met := ComplianceSignature{Verdict: ComplianceMet}
-	tests := []struct {
-		g         BackpressureGate
-		signal    SignalReceipt
-		comp      ComplianceSignature
-		bound     EnforcedBoundReceipt
-		gaps      []string
-		checkable bool
-	}{
-		{enforced, credit, ComplianceSignature{}, EnforcedBoundReceipt{Kind: BoundCredit, Limit: 100}, nil, true},
-		{enforced, SignalReceipt{Kind: SignalHardReject}, ComplianceSignature{}, EnforcedBoundReceipt{Kind: BoundHardDrop, Limit: 0}, nil, true},
-		{enforced, SignalReceipt{}, ComplianceSignature{}, EnforcedBoundReceipt{}, []string{
-			"signal receipt: want an enforced kind, have SignalKind(0)",
-			"enforced-bound receipt: want a kind and 0 ≤ limit ≤ capacity 100, have BoundKind(0) limit 0",
-		}, false},
-		{enforced, retry, ComplianceSignature{}, EnforcedBoundReceipt{Kind: BoundWindow, Limit: 101}, []string{
-			"signal receipt: want an enforced kind, have retry-after",
-			"enforced-bound receipt: want a kind and 0 ≤ limit ≤ capacity 100, have window limit 101",
-		}, false},
-		{enforced, credit, ComplianceSignature{}, EnforcedBoundReceipt{Kind: BoundCredit, Limit: -1}, []string{
-			"enforced-bound receipt: want a kind and 0 ≤ limit ≤ capacity 100, have credit limit -1",
-		}, false},
-		{verified, retry, met, EnforcedBoundReceipt{}, nil, true},
-		{verified, SignalReceipt{Kind: SignalNackHint}, met, EnforcedBoundReceipt{}, []string{
-			"signal receipt: not acknowledged by the producer",
-		}, false},
-		{verified, credit, ComplianceSignature{Verdict: ComplianceBreached}, EnforcedBoundReceipt{}, []string{
-			"signal receipt: want an advisory kind, have credit",
-			"producer-compliance signature: want compliant, have non-compliant",
-		}, false},
-		{verified, retry, ComplianceSignature{Verdict: ComplianceInGrace}, EnforcedBoundReceipt{}, []string{
-			"producer-compliance signature: want compliant, have in-grace",
-		}, false},
-		{headroom, SignalReceipt{Kind: SignalHighWatermark}, ComplianceSignature{}, EnforcedBoundReceipt{}, nil, true},
-		{headroom, SignalReceipt{}, ComplianceSignature{}, EnforcedBoundReceipt{}, []string{
-			"signal receipt: want an advisory kind, have SignalKind(0)",
-		}, false},
-		// An overflow claims no protection, so nothing is missing and nothing is checkable.
-		{overflow, retry, met, EnforcedBoundReceipt{Kind: BoundCredit, Limit: 10}, nil, false},
-	}
-	for i, tt := range tests {
-		v, err := tt.g.Verdict(tt.signal, tt.comp, tt.bound)
-		if err != nil {
-			t.Fatalf("case %d: Verdict(%+v) error %v", i, tt.g, err)
-		}
-		if gaps := v.Gaps(); !slices.Equal(gaps, tt.gaps) || v.Checkable() != tt.checkable {
-			t.Errorf("case %d: %v verdict with %+v, %+v, %+v: Gaps() = %q, Checkable() = %v; want %q, %v",
-				i, v.Class, tt.signal, tt.comp, tt.bound, gaps, v.Checkable(), tt.gaps, tt.checkable)
-		}
-		if v.Protective() != (tt.g.Verify() == nil) || v.Mode() != v.Class.Mode() {
-			t.Errorf("case %d: Protective() = %v, Mode() = %v; disagree with Verify() = %v", i, v.Protective(), v.Mode(), tt.g.Verify())
-		}
-	}
-	var zero Verdict
-	if zero.Protective() || zero.Checkable() || zero.Gaps() != nil {
-		t.Errorf("zero Verdict: Protective %v, Checkable %v, Gaps %q; want false, false, nil", zero.Protective(), zero.Checkable(), zero.Gaps())
-	}
-}
-
-func TestGateSignalAndBoundKinds(t *testing.T) {
-	tests := []struct {
-		k                 SignalKind
-		name              string
-		enforced, advisry bool
-	}{
-		{0, "SignalKind(0)", false, false},
-		{SignalCredit, "credit", true, false},
-		{SignalWindow, "window", true, false},
-		{SignalHardReject, "hard-reject", true, false},
-		{SignalHighWatermark, "high-watermark", false, true},
-		{SignalRetryAfter, "retry-after", false, true},
-		{SignalNackHint, "nack-hint", false, true},
-		{7, "SignalKind(7)", false, false},
-	}
-	for _, tt := range tests {
-		if tt.k.String() != tt.name || tt.k.Enforced() != tt.enforced || tt.k.Advisory() != tt.advisry ||
-			(SignalReceipt{Kind: tt.k}).Enforced() != tt.enforced {
-			t.Errorf("SignalKind(%d): %q enforced %v advisory %v; want %q, %v, %v",
-				uint8(tt.k), tt.k, tt.k.Enforced(), tt.k.Advisory(), tt.name, tt.enforced, tt.advisry)
-		}
-	}
-	for k, want := range map[BoundKind]string{0: "BoundKind(0)", BoundCredit: "credit", BoundWindow: "window", BoundHardDrop: "hard-drop", 4: "BoundKind(4)"} {
-		if k.String() != want {
-			t.Errorf("BoundKind(%d).String() = %q, want %q", uint8(k), k.String(), want)
-		}
-	}
-	if (EnforcedBoundReceipt{Kind: 4, Limit: 1}).holds(10) {
-		t.Errorf("an unknown BoundKind holds")
-	}
 }

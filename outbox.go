@@ -53,7 +53,7 @@ type ScopedClaim struct {
 // is claimable again. A settled row is never claimed again.
 //
 // Arguments a plan never holds are refused, not guessed at: a claim Limit
-// or a cap below 1, a route [ValidateRoute] rejects (no row can be on it),
+// or a cap below 1, a route [Route.Validate] rejects (no row can be on it),
 // a route named twice. Such a call returns an error (the outbox stores: an
 // *outbox.ArgumentError naming the argument) and changes nothing. A call
 // that fails returns nil results; one that succeeds returns a non-nil map

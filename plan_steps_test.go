@@ -284,7 +284,7 @@ func TestNewConfigErrors(t *testing.T) {
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"": 5}}, `Quotas[""]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"a\x00b": 5}}, `Quotas["a\x00b"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{"\xff": 0}}, `Quotas["\xff"]`},
-		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes+1): 1}}, `Quotas["` + strings.Repeat("n", MaxNamespaceBytes+1) + `"]`},
+		{Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", maxNamespaceBytes+1): 1}}, `Quotas["` + strings.Repeat("n", maxNamespaceBytes+1) + `"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": 0}}, `Weights["x"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": -3}}, `Weights["x"]`},
 		{Config{BatchSize: 1, DefaultQuota: 1, Weights: map[string]int{"x": MaxWeight + 1}}, `Weights["x"]`},
@@ -336,7 +336,7 @@ func TestNewConfigErrors(t *testing.T) {
 		t.Errorf("zero Backpressure: BatchSize %d, Quota %d, Weight %d", zero.BatchSize(), zero.Quota("x"), zero.Weight("x"))
 	}
 	// The longest valid key, and text that is odd but valid, are accepted.
-	if _, err := New(Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", MaxNamespaceBytes): 1, "é/ü q": 2}}, f); err != nil {
+	if _, err := New(Config{BatchSize: 1, DefaultQuota: 1, Quotas: map[string]int{strings.Repeat("n", maxNamespaceBytes): 1, "é/ü q": 2}}, f); err != nil {
 		t.Errorf("New with valid odd keys: %v", err)
 	}
 	quotas := map[string]int{"x": 3}
@@ -374,7 +374,7 @@ func TestZeroBackpressure(t *testing.T) {
 	}
 }
 
-// 100 rows of 10 tenants plus rows on routes ValidateRoute rejects (written
+// 100 rows of 10 tenants plus rows on routes Route.Validate rejects (written
 // by other means): the plan grants the 100, holds each invalid route's rows
 // with reason invalid-route in its namespace's report, and plans the rest
 // as if they were absent. "" is a valid task queue, planned like any other.
@@ -384,11 +384,11 @@ func TestPlanInvalidRouteHeld(t *testing.T) {
 		{"t03", "bad\x00queue"},
 		{"bad\x00ns", "q"},
 		{"t05", "\xff"},
-		{strings.Repeat("n", MaxNamespaceBytes+1), "q"},
-		{"t07", strings.Repeat("q", MaxTaskQueueBytes+1)},
+		{strings.Repeat("n", maxNamespaceBytes+1), "q"},
+		{"t07", strings.Repeat("q", maxTaskQueueBytes+1)},
 	} {
-		if ValidateRoute(bad) == nil {
-			t.Fatalf("step %d: ValidateRoute(%q) = nil, the test needs an invalid route", i, bad)
+		if bad.Validate() == nil {
+			t.Fatalf("step %d: Route.Validate(%q) = nil, the test needs an invalid route", i, bad)
 		}
 		b := mustNew(t, Config{BatchSize: 200, DefaultQuota: Unlimited}, allShards(t, 4))
 		clean := mustNew(t, Config{BatchSize: 200, DefaultQuota: Unlimited}, allShards(t, 4))

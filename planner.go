@@ -9,7 +9,10 @@ import (
 	"strings"
 )
 
-// Snapshot is what a node knows of its outbox at the start of a sweep.
+// Snapshot is what a node knows of its outbox at the start of a sweep: the
+// input of [Backpressure.Plan]. Plan reads it and never keeps or changes
+// it. The zero Snapshot (nothing claimed, nothing pending, budget B) is
+// valid and plans nothing.
 type Snapshot struct {
 	// Claimed maps a namespace to its rows holding a live lease on the
 	// node's shards (OutboxStore.CountClaimedOutboxRows). Missing means 0.
@@ -29,7 +32,8 @@ type Snapshot struct {
 }
 
 // HoldReason says why a namespace's pending rows were held (left Pending
-// for a later sweep) rather than claimed.
+// for a later sweep) rather than claimed. The zero value, HeldNone, means
+// nothing was held.
 type HoldReason uint8
 
 const (
@@ -44,14 +48,15 @@ const (
 	// HeldPaused: the namespace's quota is 0.
 	HeldPaused
 	// HeldInvalidRoute: some of the namespace's rows are on a route that
-	// [ValidateRoute] rejects (written by other means than a store's
+	// [Route.Validate] rejects (written by other means than a store's
 	// Enqueue); the report's Invalid counts them. They are never claimed,
 	// and the rest of the sweep is planned as if they were absent. This
 	// reason takes precedence over the others: it needs an operator.
 	HeldInvalidRoute
 )
 
-// String returns "", "at-ceiling", "budget", "paused" or "invalid-route".
+// String returns "", "at-ceiling", "budget", "paused" or "invalid-route",
+// and "HoldReason(n)" for any other value.
 func (r HoldReason) String() string {
 	switch r {
 	case HeldNone:
@@ -69,11 +74,9 @@ func (r HoldReason) String() string {
 }
 
 // NamespaceReport is a plan's account of one namespace: every namespace
-// with pending or claimed rows in the snapshot has one. With P the
-// namespace's pending rows (Σ P_r over its routes) as the snapshot counted
-// them — Sweep counts each route only as deep as a plan can use, so under
-// Sweep Pending and Held are lower bounds for a namespace with a larger
-// backlog, and Capped says so:
+// with pending or claimed rows in the snapshot has one. Its counts are the
+// snapshot's (Sweep counts a route only as deep as a plan can use, so
+// under Sweep they may be lower bounds: see Capped), and they satisfy
 //
 //	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
 //	Demand   = min(Headroom, Pending − Invalid)
@@ -90,7 +93,7 @@ type NamespaceReport struct {
 	Demand    int        // rows it could usefully claim this sweep
 	Granted   int        // rows planned for it this sweep
 	Held      int        // rows left Pending for a later sweep
-	Invalid   int        // pending rows on routes ValidateRoute rejects: held, never claimed (see HeldInvalidRoute)
+	Invalid   int        // pending rows on routes Route.Validate rejects: held, never claimed (see HeldInvalidRoute)
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
 	// Capped is set by Sweep when a route of the namespace was counted only
 	// up to the depth Sweep counted at, so it may hold more rows: Pending,
@@ -127,8 +130,9 @@ func (r NamespaceReport) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
-// Plan is one sweep's claim plan. Its slices are its own: a caller may keep
-// it. With B the plan's Budget and d_n, g_n, w_n a namespace's demand, grant
+// Plan is one sweep's claim plan, made by [Backpressure.Plan] or a sweep.
+// Its slices are its own: a caller may keep and read it from several
+// goroutines. The zero Plan claims nothing. With B the plan's Budget and d_n, g_n, w_n a namespace's demand, grant
 // and weight:
 //
 //	Σ Claims[i].Limit = Σ g_n = min(B, Σ d_n)          (budget, work-conserving)
@@ -141,20 +145,15 @@ func (r NamespaceReport) LogValue() slog.Value {
 // g_j ≤ g_i + 1: no namespace gets more than one row above one whose demand
 // was not met.
 //
-// The rule comes from how grants are made. The rotation is a sequence of
-// rounds; in each, a namespace of weight w has w turns, at the fractions
-// 0, 1/w, …, (w−1)/w of the round, and turns at the same fraction go in
-// namespace order. A sweep walks this sequence from where the last sweep's
-// grants ended (the rotation cursor), one row per turn, skipping the turns
-// of namespaces whose demand is met, until its budget or the demand runs
-// out. Across sweeps the walk goes on where it stopped, so under steady
-// demand the namespaces G that no sweep has satisfied have cumulative grants
-// G_n that track their weights within one row:
+// Across sweeps, under steady demand, the namespaces G that no sweep has
+// satisfied have cumulative grants G_n that track their weights within one
+// row:
 //
 //	(G_j − 1)/w_j ≤ G_i/w_i   for all i, j in G
 //
 // and each of them is served at least once every ⌈Σ w_n / b⌉ sweeps, for b
-// the smallest budget and the sum over the namespaces with demand.
+// the smallest budget and the sum over the namespaces with demand. The
+// rotation that makes this so is described in docs/planner.md.
 type Plan struct {
 	// Budget is the most rows the plan could grant: the batch size, or the
 	// smaller budget the sweep asked for (Snapshot.Budget, SweepN).
@@ -254,7 +253,7 @@ type nsWork struct {
 	NamespaceReport
 	lo, hi      int
 	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
-	validName   bool // the namespace passes ValidateRoute
+	validName   bool // the namespace passes Route.Validate
 }
 
 // routeCursorUpdate is a route cursor to install when the plan commits.
@@ -475,7 +474,7 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 // pending rows to ns, in order. With checkOrder it stops early, reporting
 // sorted = false, at the first route out of (namespace, task queue) order;
 // without it the routes must be ordered. Routes with a count of 0 stay in
-// their namespace's range but add nothing; so do routes ValidateRoute
+// their namespace's range but add nothing; so do routes Route.Validate
 // rejects, whose rows go to Invalid. A malformed count or order is a store
 // bug and fails the plan; an invalid route is a row written by other
 // means, and fails nothing.
@@ -485,7 +484,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= name {
 			return ns, false, nil
 		}
-		valid := name != "" && validName(name, MaxNamespaceBytes)
+		valid := name != "" && validName(name, maxNamespaceBytes)
 		lo := i
 		pending, invalid, over := 0, 0, false
 		for ; i < len(routes) && routes[i].Route.Namespace == name; i++ {
@@ -503,7 +502,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 					return ns, false, nil
 				}
 			} else {
-				validTQ = validName(rc.Route.TaskQueue, MaxTaskQueueBytes)
+				validTQ = validName(rc.Route.TaskQueue, maxTaskQueueBytes)
 			}
 			if valid && validTQ {
 				pending, over = addOver(pending, rc.Count, over)
@@ -523,11 +522,11 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 }
 
 // nextTaskQueue returns compareNames(prev, tq) and validName(tq,
-// MaxTaskQueueBytes), the two checks of every route but a namespace's
+// maxTaskQueueBytes), the two checks of every route but a namespace's
 // first, reading tq's first eight bytes once for both.
 func nextTaskQueue(prev, tq string) (int, bool) {
-	if len(prev) < 8 || len(tq) < 8 || len(tq) > MaxTaskQueueBytes {
-		return compareNames(prev, tq), validName(tq, MaxTaskQueueBytes)
+	if len(prev) < 8 || len(tq) < 8 || len(tq) > maxTaskQueueBytes {
+		return compareNames(prev, tq), validName(tq, maxTaskQueueBytes)
 	}
 	x, y := first8(prev), first8(tq)
 	c := cmp.Compare(x, y)
@@ -538,9 +537,9 @@ func nextTaskQueue(prev, tq string) (int, bool) {
 	// the rest is.
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	if (y|(y-lo)&^y)&hi != 0 {
-		return c, validName(tq, MaxTaskQueueBytes)
+		return c, validName(tq, maxTaskQueueBytes)
 	}
-	return c, len(tq) == 8 || validName(tq[8:], MaxTaskQueueBytes)
+	return c, len(tq) == 8 || validName(tq[8:], maxTaskQueueBytes)
 }
 
 // compareNames is strings.Compare, with a fast path for names of eight
@@ -584,7 +583,7 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	sc := &b.scratch
 	caps := sc.caps[:0]
 	for _, r := range rs {
-		if w.Invalid > 0 && ValidateRoute(r.Route) != nil {
+		if w.Invalid > 0 && r.Route.Validate() != nil {
 			caps = append(caps, 0) // never granted, as if absent
 		} else {
 			caps = append(caps, r.Count)

@@ -86,10 +86,10 @@ func genWorld(t *rapid.T) world {
 			})
 		}
 	}
-	// Now and then routes ValidateRoute rejects, written by other means:
+	// Now and then routes Route.Validate rejects, written by other means:
 	// held, never planned.
 	for i := rapid.IntRange(0, 2).Draw(t, "invalidRoutes"); i > 0; i-- {
-		r := rapid.SampledFrom([]Route{{"", "q"}, {"", ""}, {"ns00", "q\x00"}, {"ns01", "\xff"}, {"bad\x00", "q"}, {"ns02", strings.Repeat("x", MaxTaskQueueBytes+1)}}).Draw(t, "invalidRoute")
+		r := rapid.SampledFrom([]Route{{"", "q"}, {"", ""}, {"ns00", "q\x00"}, {"ns01", "\xff"}, {"bad\x00", "q"}, {"ns02", strings.Repeat("x", maxTaskQueueBytes+1)}}).Draw(t, "invalidRoute")
 		if !slices.ContainsFunc(w.snap.Pending, func(rc RouteCount) bool { return rc.Route == r }) {
 			w.snap.Pending = append(w.snap.Pending, RouteCount{Route: r, Count: rapid.IntRange(0, 9).Draw(t, "invalidPending")})
 		}
@@ -135,7 +135,7 @@ func budgetOf(cfg Config, s Snapshot) int {
 }
 
 // facts computes each namespace's headroom, pending and demand straight
-// from their definitions; invalid counts the rows of routes ValidateRoute
+// from their definitions; invalid counts the rows of routes Route.Validate
 // rejects, which pending includes and demand does not.
 type nsFacts struct{ ceiling, headroom, pending, invalid, demand int }
 
@@ -147,7 +147,7 @@ func facts(w world) map[string]nsFacts {
 		}
 		f := m[rc.Route.Namespace]
 		f.pending += rc.Count
-		if ValidateRoute(rc.Route) != nil {
+		if rc.Route.Validate() != nil {
 			f.invalid += rc.Count
 		}
 		m[rc.Route.Namespace] = f
@@ -206,7 +206,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 		if !ok || pr == 0 {
 			t.Fatalf("claim %d for route %v that has no pending rows", i, c.Route)
 		}
-		if err := ValidateRoute(c.Route); err != nil {
+		if err := c.Route.Validate(); err != nil {
 			t.Fatalf("claim %d for an invalid route: %v", i, err)
 		}
 		if c.Limit > pr {
@@ -249,7 +249,7 @@ func verifyPlan(t interface{ Fatalf(string, ...any) }, w world, p Plan) {
 	// 5. Max-min across the routes of a namespace.
 	for ns, cs := range routeLimits {
 		for _, rc := range w.snap.Pending {
-			if rc.Route.Namespace != ns || rc.Count == 0 || ValidateRoute(rc.Route) != nil {
+			if rc.Route.Namespace != ns || rc.Count == 0 || rc.Route.Validate() != nil {
 				continue
 			}
 			li := 0
@@ -834,7 +834,7 @@ func TestPlanAllOnesIsUnweighted(t *testing.T) {
 		w := genWorld(t)
 		w.cfg.Weights = map[string]int{}
 		for _, rc := range w.snap.Pending {
-			if ValidateRoute(Route{Namespace: rc.Route.Namespace}) == nil { // a key Config accepts
+			if Route.Validate(Route{Namespace: rc.Route.Namespace}) == nil { // a key Config accepts
 				w.cfg.Weights[rc.Route.Namespace] = 1
 			}
 		}
@@ -1044,14 +1044,14 @@ func TestCompareNames(t *testing.T) {
 func TestNextTaskQueue(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		part := rapid.StringOfN(rapid.SampledFrom([]rune{'a', 'q', 'é', 0, 0x7f, 0x80}), 0, 10, -1)
-		raw := rapid.SampledFrom([]string{"", "\xff", "\xc3", "queue-0", "queue-00", "12345678", strings.Repeat("x", MaxTaskQueueBytes-8)})
+		raw := rapid.SampledFrom([]string{"", "\xff", "\xc3", "queue-0", "queue-00", "12345678", strings.Repeat("x", maxTaskQueueBytes-8)})
 		prev := raw.Draw(t, "prevPrefix") + part.Draw(t, "prev")
 		tq := raw.Draw(t, "tqPrefix") + part.Draw(t, "tq")
 		if rapid.Bool().Draw(t, "related") {
 			tq = prev + part.Draw(t, "more")
 		}
 		c, ok := nextTaskQueue(prev, tq)
-		if wc, wok := strings.Compare(prev, tq), validName(tq, MaxTaskQueueBytes); c != wc || ok != wok {
+		if wc, wok := strings.Compare(prev, tq), validName(tq, maxTaskQueueBytes); c != wc || ok != wok {
 			t.Fatalf("nextTaskQueue(%q, %q) = %d, %v; want %d, %v", prev, tq, c, ok, wc, wok)
 		}
 	})

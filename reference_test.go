@@ -43,7 +43,7 @@ func (r *refPlanner) weight(ns string) int {
 
 func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 	routes := slices.Clone(s.Pending)
-	routes = slices.DeleteFunc(routes, func(rc RouteCount) bool { return rc.Count == 0 || ValidateRoute(rc.Route) != nil })
+	routes = slices.DeleteFunc(routes, func(rc RouteCount) bool { return rc.Count == 0 || rc.Route.Validate() != nil })
 	slices.SortFunc(routes, cmpRoute)
 	byNS := map[string][]RouteCount{}
 	var names []string

@@ -5,22 +5,23 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/outboxkit/backpressure/internal/limits"
 )
 
-// The longest namespace and task queue a route may have, in bytes. Every
-// store accepts exactly the routes [ValidateRoute] accepts, so a row a store
-// holds is a route the planner can plan; the bound keeps a route inside one
-// index entry of every store (PostgreSQL's B-tree entries hold about 2.7 KB).
+// The longest namespace and task queue a route may have, in bytes:
+// exported to store users as outbox.MaxNamespaceBytes and
+// outbox.MaxTaskQueueBytes, beside the other limits of a message.
 const (
-	MaxNamespaceBytes = 255
-	MaxTaskQueueBytes = 255
+	maxNamespaceBytes = limits.NamespaceBytes
+	maxTaskQueueBytes = limits.TaskQueueBytes
 )
 
 // ErrInvalidRoute reports a route that no store may hold and the planner
-// never plans: see [ValidateRoute].
+// never plans: see [Route.Validate].
 var ErrInvalidRoute = errors.New("backpressure: invalid route")
 
-// RouteError describes why [ValidateRoute] rejected a route. It matches
+// RouteError describes why [Route.Validate] rejected a route. It matches
 // [ErrInvalidRoute].
 type RouteError struct {
 	Route  Route
@@ -36,23 +37,24 @@ func (e *RouteError) Error() string {
 // Is reports whether target is [ErrInvalidRoute].
 func (e *RouteError) Is(target error) bool { return target == ErrInvalidRoute }
 
-// ValidateRoute is the one rule for what a route is, shared by the planner,
-// [Config.Quotas] and every store's Enqueue:
+// Validate is the one rule for what a route is, shared by the planner,
+// [Config.Quotas] and every store's Enqueue. It returns nil exactly when
 //
-//   - the namespace is 1 to [MaxNamespaceBytes] bytes;
-//   - the task queue is 0 to [MaxTaskQueueBytes] bytes: "" is the
-//     namespace's default task queue, a route like any other;
-//   - both are valid UTF-8 and hold no NUL byte.
+//   - the namespace is 1 to 255 bytes;
+//   - the task queue is 0 to 255 bytes ("" is the
+//     namespace's default task queue, a route like any other);
+//   - both are valid UTF-8 and hold no NUL byte;
 //
-// It returns nil or a [*RouteError]. Cost: O(len(namespace) + len(task queue)).
-func ValidateRoute(r Route) error {
+// and otherwise a *[RouteError] naming the first field that fails, the
+// namespace first. Cost: O(len(Namespace) + len(TaskQueue)).
+func (r Route) Validate() error {
 	if r.Namespace == "" {
 		return &RouteError{Route: r, Field: "namespace", Reason: "is empty"}
 	}
-	if reason := checkName(r.Namespace, MaxNamespaceBytes); reason != "" {
+	if reason := checkName(r.Namespace, maxNamespaceBytes); reason != "" {
 		return &RouteError{Route: r, Field: "namespace", Reason: reason}
 	}
-	if reason := checkName(r.TaskQueue, MaxTaskQueueBytes); reason != "" {
+	if reason := checkName(r.TaskQueue, maxTaskQueueBytes); reason != "" {
 		return &RouteError{Route: r, Field: "task queue", Reason: reason}
 	}
 	return nil

@@ -111,9 +111,8 @@ func (f OwnedShardFraction) Equal(g OwnedShardFraction) bool {
 //
 //	Ceiling(q) = ⌈q × owned / shardCount⌉
 //
-// computed exactly with a 128-bit intermediate product, so it is right for
-// every non-negative int quota (a float64 gets ⌈3 × 0.1⌉ and large quotas
-// wrong). It returns 0 when no shard is owned, whatever the quota (the node
+// exactly, for every non-negative int quota. It returns 0 when no shard is
+// owned, whatever the quota (the node
 // has no rows to claim), q when every shard is, and otherwise [Unlimited]
 // for Unlimited. A negative quota other than Unlimited has no
 // meaning; Ceiling returns 0 for it (paused), and [New] rejects it earlier.

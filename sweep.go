@@ -73,7 +73,7 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 		return nil, Plan{}, err
 	}
 
-	began := timeNow()
+	began := b.now()
 	st := b.current()
 	budget := min(n, st.cfg.batchSize)
 	carried := b.ahead // used by this sweep or by none
@@ -123,7 +123,7 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	}
 	b.advanceCursors(out.plan.Windowed)
 	b.hints.record(out)
-	b.lastEnd = timeNow()
+	b.lastEnd = b.now()
 	b.lastDur = b.lastEnd.Sub(began)
 	if a := out.ahead; a != nil {
 		// Only a sweep that claimed every row it planned, its whole

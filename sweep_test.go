@@ -249,7 +249,7 @@ func TestSweepStateful(t *testing.T) {
 }
 
 // Issue 13 §1: 100 rows of 10 tenants (half on the default task queue "")
-// and rows on routes ValidateRoute rejects, written by other means. Every
+// and rows on routes Route.Validate rejects, written by other means. Every
 // sweep succeeds, the 100 rows are claimed, the invalid ones never are, and
 // each sweep's plan reports them held as invalid-route.
 func TestSweepInvalidRouteDoesNotStopTheNode(t *testing.T) {
@@ -268,7 +268,7 @@ func TestSweepInvalidRouteDoesNotStopTheNode(t *testing.T) {
 			t.Fatalf("sweep %d: %v", sweep, err)
 		}
 		for _, r := range rows {
-			if err := backpressure.ValidateRoute(backpressure.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}); err != nil {
+			if err := (backpressure.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}).Validate(); err != nil {
 				t.Fatalf("sweep %d claimed a row on an invalid route: %v", sweep, err)
 			}
 		}

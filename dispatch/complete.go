@@ -252,6 +252,7 @@ func (r *run) applied(batch []*job, res []outbox.Result) {
 	}
 	r.mu.Unlock()
 	for i, j := range batch {
+		r.results.add(res[i])
 		if err := res[i].Err; err != nil {
 			r.m.LeaseLost(LeaseLostEvent{Row: j.row, Op: "Complete"})
 			r.log.Debug("dispatch: result not written: lease lost", "dispatch_key", j.row.DispatchKey, "namespace", j.row.Namespace,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/dispatch"
+	"github.com/outboxkit/backpressure/handoff"
 	"github.com/outboxkit/backpressure/internal/memstore"
 	"github.com/outboxkit/backpressure/outbox"
 )
@@ -66,22 +67,21 @@ func TestNewQueueGate(t *testing.T) {
 	bp := newBP(t, 10, 5, nil)
 
 	_, err := dispatch.New(bp, s, noop, dispatch.Options{Workers: 4, Queue: 12, QueueHighWatermark: 3})
-	require.ErrorIs(t, err, backpressure.ErrAdvisoryOverflow)
 	var ov *backpressure.AdvisoryOverflowError
 	require.ErrorAs(t, err, &ov)
 	require.Equal(t, backpressure.AdvisoryOverflowError{QueueCapacity: 12, Required: 13, HighWatermark: 3, ProducerMaxInflight: 10}, *ov)
 
 	d, err := dispatch.New(bp, s, noop, dispatch.Options{Workers: 4, Queue: 13, QueueHighWatermark: 3})
 	require.NoError(t, err)
-	class, err := d.Gate().Class()
+	class, err := handoff.Classify(d.Gate())
 	require.NoError(t, err)
-	require.Equal(t, backpressure.ClassAdvisoryHeadroom, class)
+	require.Equal(t, handoff.ClassAdvisoryHeadroom, class)
 
 	d, err = dispatch.New(bp, s, noop, dispatch.Options{Workers: 4})
 	require.NoError(t, err)
-	class, err = d.Gate().Class()
+	class, err = handoff.Classify(d.Gate())
 	require.NoError(t, err)
-	require.Equal(t, backpressure.ClassEnforced, class)
+	require.Equal(t, handoff.ClassEnforced, class)
 }
 
 func TestRunTwiceConcurrently(t *testing.T) {

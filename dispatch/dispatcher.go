@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/handoff"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -54,8 +55,8 @@ type Dispatcher struct {
 // New returns a Dispatcher that runs handler over the rows bp plans from
 // store. It returns an error matching [ErrInvalidOptions] (a *[OptionError])
 // for a nil argument, a Backpressure not built with [backpressure.New], or
-// an invalid option; and the gate's error (matching
-// [backpressure.ErrAdvisoryOverflow]) when Options.Queue describes an
+// an invalid option; and the gate's error (a
+// *[backpressure.AdvisoryOverflowError]) when Options.Queue describes an
 // advisory hand-off without the headroom for a batch.
 func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Options) (*Dispatcher, error) {
 	switch {
@@ -80,7 +81,7 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 	d.notifier, _ = store.(outbox.Notifier)
 	if o.Queue > 0 {
 		// An advisory hand-off: only the watermark check holds sweeps back.
-		g, err := backpressure.WorkerQueueGate(bp, o.Queue, o.QueueHighWatermark)
+		g, err := handoff.WorkerQueueGate(bp, o.Queue, o.QueueHighWatermark)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +120,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	defer d.running.Store(false)
 	r := newRun(d, ctx)
-	return r.run(ctx)
+	r.logStart()
+	err := r.run(ctx)
+	r.logStop(ctx, err)
+	return err
 }
 
 // run is the state of one Run.
@@ -156,6 +160,9 @@ type run struct {
 	done        int                   // jobs marked done: each one's result is sent to the completer
 
 	unstarted atomic.Int64 // queued rows released unstarted at shutdown, counted as abandoned
+
+	results tally       // results the store applied, for the stop line
+	held    heldLimiter // the sweep loop's Debug lines on held namespaces
 }
 
 func newRun(d *Dispatcher, ctx context.Context) *run {
@@ -177,6 +184,7 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 		closed:      make(chan struct{}),
 		jobs:        make(map[outbox.Lease]*job),
 		stopCtx:     ctx,
+		held:        heldLimiter{interval: heldLogInterval},
 	}
 	base := context.WithoutCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(base)
@@ -325,6 +333,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 		failures = 0
 		r.hand(rows)
 		r.m.Swept(SweepEvent{Asked: n, Claimed: len(rows), Duration: took, Plan: plan})
+		r.logHeld(ctx, plan, began.Add(took))
 		if len(rows) >= n {
 			continue // full: there may be more
 		}

@@ -43,6 +43,30 @@
 //
 // When the store implements [outbox.Notifier], an idle dispatcher sweeps as
 // soon as rows are enqueued; otherwise, and as a fallback for a lost
-// notification, every jittered Options.PollInterval. An idle dispatcher logs
+// notification, every jittered Options.PollInterval.
+//
+// Logs (Options.Logger). Run logs one Info line when it starts ("dispatch:
+// run started": workers, the store's type, shards owned of the shard
+// count, batch size, the hand-off, the gate New verified and its mode) and
+// one when it stops ("dispatch: run stopped": the results written, as
+// settled, retried, dead-lettered and lease lost; the reason, ctx's cause;
+// whether the shutdown was clean, and if not what it abandoned). At Debug,
+// each namespace a plan holds at its ceiling, paused, or for an invalid
+// route gets a line ("dispatch: namespace held": reason, held, claimed,
+// ceiling, quota) at most once every 10 s while it stays held; a namespace
+// waiting only for its turn in the batch gets none. Store failures,
+// dead letters and panics are Warn and Error lines; an idle dispatcher logs
 // nothing.
+//
+// What is exported, and why: [New], [Options] and the [Dispatcher] it
+// returns are the service's whole loop; [Handler] is what the service
+// writes, [Mux] routes rows to a handler per task queue and [JSON] decodes
+// a typed JSON payload, with [Permanent] and [IsPermanent] to dead-letter a row at once
+// and [Backoff] to shape retries; [Store] names the store calls the loop
+// makes, so that any store (or a test double) fits. [Metrics], [NopMetrics]
+// and the event types ([SweepEvent], [CompletionEvent], [LeaseLostEvent])
+// are the observation hook that otelmetrics implements. Errors:
+// [ErrInvalidOptions] with [OptionError] for New, [ErrRunning] for a second
+// Run, [ErrUncleanShutdown] with [ShutdownError] for handlers abandoned at
+// the deadline, and [PanicError], the result a panicking handler gets.
 package dispatch

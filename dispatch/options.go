@@ -20,7 +20,8 @@ type Options struct {
 	// whenever the queue holds at most QueueHighWatermark rows. Workers
 	// then never wait for a sweep, but queued rows wait for workers while
 	// their leases run (the dispatcher extends them). This hand-off is
-	// advisory, so New verifies it with [backpressure.WorkerQueueGate] and
+	// advisory, so New verifies it with
+	// [github.com/outboxkit/backpressure/handoff.WorkerQueueGate] and
 	// refuses it unless Queue ≥ QueueHighWatermark + BatchSize. 0 (the
 	// default): no queue, enforced credit.
 	Queue              int
@@ -89,9 +90,11 @@ type Options struct {
 	// Zero fields default to Base 100ms, Max 30s, Jitter 0.2.
 	ErrorBackoff Backoff
 
-	// Logger receives the dispatcher's logs: store failures (warn),
-	// handler panics with their stack (error), dead letters (warn),
-	// retries and lost leases (debug). Nil means slog.Default().
+	// Logger receives the dispatcher's logs: Run's start and stop (info),
+	// store failures (warn), handler panics with their stack (error), dead
+	// letters (warn), retries, lost leases and held namespaces (debug, at
+	// most one line per namespace per 10s; see the package doc). Nil means
+	// slog.Default().
 	Logger *slog.Logger
 	// Metrics receives what the dispatcher does. Nil means [NopMetrics].
 	Metrics Metrics

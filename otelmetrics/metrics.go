@@ -20,6 +20,11 @@
 //
 // The namespace attribute has one value per tenant: with many tenants, bound
 // the cardinality with the SDK's views or attribute filters.
+//
+// What is exported, and why: [New] returns the [Metrics] that implements
+// dispatch.Metrics (its methods are that interface's, called by the
+// dispatcher, not by the application), and [ScopeName] is the
+// instrumentation scope, for filtering in the SDK. Nothing else.
 package otelmetrics
 
 import (

@@ -6,7 +6,7 @@
 // dispatch package consumes it, and the storetest conformance suite checks a
 // store against it, so a user's own store that passes storetest works with
 // dispatch unchanged. The package has no dependency beyond the planner's own
-// route rule ([backpressure.ValidateRoute]).
+// route rule ([backpressure.Route.Validate]).
 //
 // A row's life:
 //
@@ -20,4 +20,19 @@
 // dispatcher's rows come back. Every completion is fenced by the claim's
 // token, so a claimer whose lease was lost can never settle a row that
 // another claim holds.
+//
+// What is exported, and why: this is the vocabulary every store and the
+// dispatcher share, so that backends cannot drift apart. [Message] and
+// [Row] with its [State] are what goes in and comes out; a [Completion]
+// (built by [SettleRow], [RetryRow] or [DeadLetterRow]) with its [Outcome]
+// is how a row finishes, and [Result] what a batched call did to each row;
+// [Lease] names one claim, the fence of every completion, and [MinLease]
+// and [DefaultLease] bound lease durations; [Store], [Completer] and
+// [Notifier] are the capabilities a store offers, with [Stats] and
+// [ListDeadParams] for inspection. The Max* constants
+// are every limit a message meets at Enqueue, route limits included, so a
+// message one store accepts every store accepts; [ValidateMessages] applies
+// them. Errors are sentinels (ErrLeaseLost, ErrNotFound, ErrClosed, …) with
+// a typed error per kind carrying the details, matched with errors.Is and
+// errors.As.
 package outbox

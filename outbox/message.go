@@ -7,14 +7,18 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/limits"
 )
 
 // Limits every store enforces in Enqueue, before it touches its database,
 // with a [*MessageError]. They are the same in every store, so a message one
-// store accepts every store accepts. Namespaces and task queues are bounded
-// by [backpressure.ValidateRoute] ([backpressure.MaxNamespaceBytes],
-// [backpressure.MaxTaskQueueBytes]).
+// store accepts every store accepts. A route (namespace and task queue)
+// must also pass [backpressure.Route.Validate].
 const (
+	// MaxNamespaceBytes bounds a namespace, which must be at least 1 byte.
+	MaxNamespaceBytes = limits.NamespaceBytes
+	// MaxTaskQueueBytes bounds a task queue; "" is the default task queue.
+	MaxTaskQueueBytes = limits.TaskQueueBytes
 	// MaxDispatchKeyBytes bounds a dispatch key: it is a unique index entry.
 	MaxDispatchKeyBytes = 1024
 	// MaxPayloadBytes bounds a payload (64 MiB): an outbox row carries a
@@ -33,7 +37,7 @@ type Message struct {
 	DispatchKey string
 
 	// Namespace is the tenant, and with TaskQueue the route: see
-	// [backpressure.ValidateRoute]. TaskQueue "" is the namespace's default
+	// [backpressure.Route.Validate]. TaskQueue "" is the namespace's default
 	// task queue.
 	Namespace string
 	TaskQueue string
@@ -90,7 +94,7 @@ func (m *Message) validate(index int) error {
 	case strings.IndexByte(k, 0) >= 0:
 		return fail("DispatchKey", "holds a NUL byte", nil)
 	}
-	if err := backpressure.ValidateRoute(m.Route()); err != nil {
+	if err := m.Route().Validate(); err != nil {
 		field := "Namespace"
 		if re, ok := err.(*backpressure.RouteError); ok && re.Field == "task queue" {
 			field = "TaskQueue"

@@ -19,8 +19,8 @@ func TestValidateLimits(t *testing.T) {
 	}
 	atLimit := outbox.Message{
 		DispatchKey: strings.Repeat("k", outbox.MaxDispatchKeyBytes),
-		Namespace:   strings.Repeat("n", backpressure.MaxNamespaceBytes),
-		TaskQueue:   strings.Repeat("q", backpressure.MaxTaskQueueBytes),
+		Namespace:   strings.Repeat("n", outbox.MaxNamespaceBytes),
+		TaskQueue:   strings.Repeat("q", outbox.MaxTaskQueueBytes),
 		Payload:     make([]byte, outbox.MaxPayloadBytes),
 	}
 	if err := atLimit.Validate(); err != nil {
@@ -37,9 +37,9 @@ func TestValidateLimits(t *testing.T) {
 		{"key not UTF-8", func(m *outbox.Message) { m.DispatchKey = "k\xff" }, "DispatchKey", false},
 		{"key with NUL", func(m *outbox.Message) { m.DispatchKey = "k\x00" }, "DispatchKey", false},
 		{"empty namespace", func(m *outbox.Message) { m.Namespace = "" }, "Namespace", true},
-		{"long namespace", func(m *outbox.Message) { m.Namespace = strings.Repeat("n", backpressure.MaxNamespaceBytes+1) }, "Namespace", true},
+		{"long namespace", func(m *outbox.Message) { m.Namespace = strings.Repeat("n", outbox.MaxNamespaceBytes+1) }, "Namespace", true},
 		{"namespace with NUL", func(m *outbox.Message) { m.Namespace = "a\x00" }, "Namespace", true},
-		{"long task queue", func(m *outbox.Message) { m.TaskQueue = strings.Repeat("q", backpressure.MaxTaskQueueBytes+1) }, "TaskQueue", true},
+		{"long task queue", func(m *outbox.Message) { m.TaskQueue = strings.Repeat("q", outbox.MaxTaskQueueBytes+1) }, "TaskQueue", true},
 		{"task queue not UTF-8", func(m *outbox.Message) { m.TaskQueue = "\xc3" }, "TaskQueue", true},
 		{"payload over the limit", func(m *outbox.Message) { m.Payload = make([]byte, outbox.MaxPayloadBytes+1) }, "Payload", false},
 		{"negative MaxAttempts", func(m *outbox.Message) { m.MaxAttempts = -1 }, "MaxAttempts", false},
@@ -62,7 +62,7 @@ func TestValidateLimits(t *testing.T) {
 }
 
 // A message is valid exactly when its key passes the key rule, its route
-// passes backpressure.ValidateRoute and its payload and MaxAttempts their
+// passes backpressure.Route.Validate and its payload and MaxAttempts their
 // bounds: the stores and the planner can never disagree on a route.
 func TestValidateAgreesWithRouteRule(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -75,7 +75,7 @@ func TestValidateAgreesWithRouteRule(t *testing.T) {
 		}
 		k := m.DispatchKey
 		keyOK := k != "" && len(k) <= outbox.MaxDispatchKeyBytes && utf8.ValidString(k) && !strings.Contains(k, "\x00")
-		want := keyOK && backpressure.ValidateRoute(m.Route()) == nil && m.MaxAttempts >= 0
+		want := keyOK && m.Route().Validate() == nil && m.MaxAttempts >= 0
 		if got := m.Validate() == nil; got != want {
 			t.Fatalf("Validate(%+v) valid = %v, want %v", m, got, want)
 		}

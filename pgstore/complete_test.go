@@ -337,8 +337,8 @@ func TestEnqueueLimits(t *testing.T) {
 	f := newFixture(t)
 	for i, bad := range []outbox.Message{
 		message("a", "q", strings.Repeat("k", outbox.MaxDispatchKeyBytes+1)),
-		message(strings.Repeat("n", backpressure.MaxNamespaceBytes+1), "q", "k"),
-		message("a", strings.Repeat("q", backpressure.MaxTaskQueueBytes+1), "k"),
+		message(strings.Repeat("n", outbox.MaxNamespaceBytes+1), "q", "k"),
+		message("a", strings.Repeat("q", outbox.MaxTaskQueueBytes+1), "k"),
 		{DispatchKey: "k", Namespace: "a", Payload: make([]byte, outbox.MaxPayloadBytes+1)},
 		{DispatchKey: "k", Namespace: "a", MaxAttempts: -1},
 	} {
@@ -356,7 +356,7 @@ func TestEnqueueLimits(t *testing.T) {
 		t.Errorf("after refused batches: %+v, want an empty outbox", st)
 	}
 	// At the limits exactly, PostgreSQL stores the row (no B-tree error).
-	at := message(strings.Repeat("n", backpressure.MaxNamespaceBytes), strings.Repeat("q", backpressure.MaxTaskQueueBytes), strings.Repeat("é", outbox.MaxDispatchKeyBytes/2))
+	at := message(strings.Repeat("n", outbox.MaxNamespaceBytes), strings.Repeat("q", outbox.MaxTaskQueueBytes), strings.Repeat("é", outbox.MaxDispatchKeyBytes/2))
 	if n, err := f.s.Enqueue(f.ctx, []outbox.Message{at}); err != nil || n != 1 {
 		t.Errorf("Enqueue at the limits = %d, %v", n, err)
 	}

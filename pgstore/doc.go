@@ -168,4 +168,14 @@
 // a schema of its own, dropped afterwards. Without a reachable database the
 // tests skip, saying so in one line, unless PGSTORE_REQUIRE=1, which makes
 // them fail.
+//
+// What is exported, and why: [Open] (a pool the store owns) and [New] (an
+// application's pool), configured by [Options] with [DefaultSchema] and
+// [DefaultShardCount] as its zero values, return the [Store]; [SchemaVersion]
+// is the schema this package migrates to, for operators comparing
+// databases. [Membership] with [MembershipOptions] is the optional fenced
+// shard ownership for users without a membership of their own, and
+// [AssignShards] the assignment rule it applies, exported so that an
+// operator can predict it; [MaxNodeBytes] bounds a node name. Errors are
+// package outbox's or backpressure's.
 package pgstore

@@ -321,7 +321,7 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 // Rows come back grouped by claim, in the claims' order, oldest first
 // within a route.
 //
-// A Limit below 1, a route backpressure.ValidateRoute refuses, or a route
+// A Limit below 1, a route backpressure.Route.Validate refuses, or a route
 // named twice is an [*outbox.ArgumentError] (checked by internal/validate,
 // before any round trip), and claims nothing. An empty claim list, or no
 // shard owned, returns an empty slice without a round trip.

@@ -116,7 +116,7 @@ func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 // sorted by namespace and task queue (the order the planner is fastest
 // with). Scheduled rows (RunAt ahead), rows waiting out a retry delay, live
 // leases, settled and dead rows are not claimable. Routes that
-// backpressure.ValidateRoute refuses (only a database written by an older
+// backpressure.Route.Validate refuses (only a database written by an older
 // version, or by hand, can hold such rows) are left out; Stats still counts
 // their rows.
 //
@@ -182,10 +182,10 @@ func (s *Store) countPending(ctx context.Context, op string, db *sql.DB, tx *sql
 		}
 		// Filtering here rather than in SQL keeps SQLite from evaluating
 		// the count subquery twice. A route no claim can name (one that
-		// backpressure.ValidateRoute refuses, written by an older version
+		// backpressure.Route.Validate refuses, written by an older version
 		// or by hand) is left out, so the planner never puts it in a claim
 		// that would be refused.
-		if c.Count > 0 && backpressure.ValidateRoute(c.Route) == nil {
+		if c.Count > 0 && c.Route.Validate() == nil {
 			counts = append(counts, c)
 		}
 	}
@@ -252,7 +252,7 @@ const (
 // It fails with an *outbox.ArgumentError, before anything is claimed, when
 // a Limit is < 1, when a route is named by two claims (the planner never
 // does; summing or picking a limit would be a guess), or when
-// backpressure.ValidateRoute refuses a route (Enqueue refuses such rows, so
+// backpressure.Route.Validate refuses a route (Enqueue refuses such rows, so
 // no row could match).
 //
 // The claim is one statement for all scopes: a recursive query walks each

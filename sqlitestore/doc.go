@@ -75,4 +75,11 @@
 //
 // Each method that reaches the database is one round trip (one statement or
 // one transaction).
+//
+// What is exported, and why: [Open] (a file the store owns) and [New] (an
+// application's *sql.DB, for enqueueing in its own transactions), both
+// configured by [Options], return the [Store]; its methods are the outbox
+// contracts of package outbox, with the planner's counts and claim on
+// [Store.Claimer]. [ErrReadOnly] and [ErrSweepTxDone] are this store's own
+// conditions; every other error is package outbox's or backpressure's.
 package sqlitestore

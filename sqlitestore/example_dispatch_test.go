@@ -14,10 +14,12 @@ import (
 	"github.com/outboxkit/backpressure/sqlitestore"
 )
 
-// The README's quick start: orders written with their outbox rows in one
-// transaction, and a dispatcher that runs them fairly across tenants with
-// at most 16 handlers at once and at most 10 per tenant. Here the handler
-// stops the dispatcher after the last row; a service stops it on SIGTERM.
+// A dispatcher over this store, as in the README's quick start (whole, as
+// a program, in examples/quickstart): orders written with their outbox
+// rows in one transaction, and a dispatcher that runs them fairly across
+// tenants with at most 16 handlers at once and at most 10 per tenant. Here
+// the handler stops the dispatcher after the last row; a service stops it
+// on SIGTERM.
 func Example_dispatch() {
 	dir, _ := os.MkdirTemp("", "quickstart")
 	defer os.RemoveAll(dir)

@@ -169,7 +169,7 @@ func TestEnqueueOverLimitWritesNothing(t *testing.T) {
 	for name, m := range map[string]outbox.Message{
 		"payload":      {DispatchKey: "big", Namespace: "n", Payload: make([]byte, outbox.MaxPayloadBytes+1)},
 		"key":          {DispatchKey: strings.Repeat("k", outbox.MaxDispatchKeyBytes+1), Namespace: "n"},
-		"namespace":    {DispatchKey: "k", Namespace: strings.Repeat("n", backpressure.MaxNamespaceBytes+1)},
+		"namespace":    {DispatchKey: "k", Namespace: strings.Repeat("n", outbox.MaxNamespaceBytes+1)},
 		"task queue":   {DispatchKey: "k", Namespace: "n", TaskQueue: "a\x00"},
 		"max attempts": {DispatchKey: "k", Namespace: "n", MaxAttempts: -1},
 	} {

@@ -181,7 +181,7 @@ func (w *windowWalk) scan(part string, bounds ...any) (*windowFull, error) {
 		}
 		// As in CountPendingOutboxRows: filtered here so the count
 		// subquery runs once, and unclaimable names are left out.
-		if c.Count <= 0 || backpressure.ValidateRoute(c.Route) != nil {
+		if c.Count <= 0 || c.Route.Validate() != nil {
 			continue
 		}
 		w.out = append(w.out, c)

@@ -231,12 +231,12 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 				t.Errorf("claim(%+q ≤ 5) = %+q, want [%+q]: a counted row must be claimable", r.String(), got, k)
 			}
 		}
-		// A claim naming a route backpressure.ValidateRoute refuses fails
+		// A claim naming a route backpressure.Route.Validate refuses fails
 		// whole, with an *outbox.ArgumentError: no row can be on that route.
 		e.enqueue(msgs("valid", "q", "valid", 3)...)
 		before := e.snapshot(messageKeys(msgs("valid", "q", "valid", 3)))
 		for _, c := range claims {
-			if backpressure.ValidateRoute(c.Route) == nil {
+			if c.Route.Validate() == nil {
 				continue
 			}
 			rows, err := e.h.Store.ClaimOutboxRowsScoped(e.ctx, e.all, []backpressure.ScopedClaim{scope("valid", "q", 3), c})

@@ -23,7 +23,7 @@ func testEdges[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		ms := append(msgs("a", "q", "a", 3), msgs("b", "q", "b", 3)...)
 		e.enqueue(ms...)
 		before := e.snapshot(messageKeys(ms))
-		long := strings.Repeat("n", backpressure.MaxNamespaceBytes+1)
+		long := strings.Repeat("n", outbox.MaxNamespaceBytes+1)
 		for _, c := range []struct {
 			name   string
 			claims []backpressure.ScopedClaim

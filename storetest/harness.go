@@ -57,7 +57,7 @@
 //   - Text a store accepts as a dispatch key, namespace or task queue is
 //     counted and claimed by naming it, byte for byte; text it refuses
 //     (invalid UTF-8, NUL bytes, …) fails the whole Enqueue batch, and a
-//     claim naming a route [backpressure.ValidateRoute] refuses fails whole
+//     claim naming a route [backpressure.Route.Validate] refuses fails whole
 //     with an [*outbox.ArgumentError].
 //   - The Edges area: a claim with a Limit below 1 (0 included), an
 //     invalid route or a route named twice, and a pending count with a cap
@@ -128,6 +128,13 @@
 // Without Harness.FailNth the suite cannot check that a claim or a batch
 // completion failing part-way (a database error after some rows were
 // written) changes nothing; it says so in the log and skips those checks.
+//
+// What is exported, and why: [Run] is the suite, called once from a
+// store's tests; [Harness] is what the store hands it (the store under
+// test, how to read a row's state as a [RowState], how to move time);
+// [Clock] and [NewClock] are the manual clock a store under test is given,
+// so that leases and retry delays are exercised without sleeping. Nothing
+// else is exported: the checks themselves are named subtests.
 package storetest
 
 import (

@@ -31,10 +31,10 @@ func testMessages[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) 
 			{"DispatchKey", outbox.Message{DispatchKey: "k\xff", Namespace: "a"}},
 			{"DispatchKey", outbox.Message{DispatchKey: "k\x00", Namespace: "a"}},
 			{"Namespace", outbox.Message{DispatchKey: "k", Namespace: ""}},
-			{"Namespace", outbox.Message{DispatchKey: "k", Namespace: long(backpressure.MaxNamespaceBytes + 1)}},
+			{"Namespace", outbox.Message{DispatchKey: "k", Namespace: long(outbox.MaxNamespaceBytes + 1)}},
 			{"Namespace", outbox.Message{DispatchKey: "k", Namespace: "a\xc3"}},
 			{"Namespace", outbox.Message{DispatchKey: "k", Namespace: "a\x00"}},
-			{"TaskQueue", outbox.Message{DispatchKey: "k", Namespace: "a", TaskQueue: long(backpressure.MaxTaskQueueBytes + 1)}},
+			{"TaskQueue", outbox.Message{DispatchKey: "k", Namespace: "a", TaskQueue: long(outbox.MaxTaskQueueBytes + 1)}},
 			{"TaskQueue", outbox.Message{DispatchKey: "k", Namespace: "a", TaskQueue: "\xff"}},
 			{"TaskQueue", outbox.Message{DispatchKey: "k", Namespace: "a", TaskQueue: "q\x00"}},
 			{"Payload", outbox.Message{DispatchKey: "k", Namespace: "a", Payload: make([]byte, outbox.MaxPayloadBytes+1)}},
@@ -64,8 +64,8 @@ func testMessages[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) 
 		o := setupStore(t, newHarness)
 		// Longest of each, in multi-byte runes where they fit exactly.
 		key := strings.Repeat("é", outbox.MaxDispatchKeyBytes/2)
-		ns := strings.Repeat("x", backpressure.MaxNamespaceBytes)
-		tq := strings.Repeat("€", backpressure.MaxTaskQueueBytes/3)
+		ns := strings.Repeat("x", outbox.MaxNamespaceBytes)
+		tq := strings.Repeat("€", outbox.MaxTaskQueueBytes/3)
 		ms := []outbox.Message{
 			{DispatchKey: key, Namespace: ns, TaskQueue: tq, MaxAttempts: 1},
 			{DispatchKey: "nil payload", Namespace: "a"},
@@ -193,8 +193,8 @@ func genMessage(prefix string) *rapid.Generator[outbox.Message] {
 	return rapid.Custom(func(t *rapid.T) outbox.Message {
 		m := outbox.Message{
 			DispatchKey: prefix + genText(outbox.MaxDispatchKeyBytes-len(prefix), false).Draw(t, "key"),
-			Namespace:   genText(backpressure.MaxNamespaceBytes, true).Draw(t, "namespace"),
-			TaskQueue:   genText(backpressure.MaxTaskQueueBytes, false).Draw(t, "task queue"),
+			Namespace:   genText(outbox.MaxNamespaceBytes, true).Draw(t, "namespace"),
+			TaskQueue:   genText(outbox.MaxTaskQueueBytes, false).Draw(t, "task queue"),
 			Payload:     []byte(rapid.StringN(0, 8, -1).Draw(t, "payload")),
 		}
 		if rapid.Bool().Draw(t, "repeat route") {

@@ -99,7 +99,7 @@ func (c Call) Messages(msgs []outbox.Message) error {
 
 // Claims checks a claim list against the rule every store keeps: each
 // claim's Limit is at least 1, its Route passes
-// [backpressure.ValidateRoute] (a route no row can have), and no route is
+// [backpressure.Route.Validate] (a route no row can have), and no route is
 // named twice. The first claim that breaks it is reported as
 // claims[i].Limit, claims[i].Route.Namespace, claims[i].Route.TaskQueue or
 // claims[i].Route. It allocates only when the claims are not in strictly
@@ -111,7 +111,7 @@ func (c Call) Claims(claims []backpressure.ScopedClaim) error {
 		if cl.Limit < 1 {
 			return c.Argf(at+"Limit", "%d is below 1", cl.Limit)
 		}
-		if err := backpressure.ValidateRoute(cl.Route); err != nil {
+		if err := cl.Route.Validate(); err != nil {
 			field, reason := "Route", err.Error()
 			if re, ok := err.(*backpressure.RouteError); ok {
 				field, reason = "Route.Namespace", re.Reason

@@ -43,7 +43,7 @@ func TestKeyMatchesMessageValidate(t *testing.T) {
 }
 
 // Claims against a naive reference: refused exactly when some claim has a
-// Limit below 1, a route ValidateRoute refuses, or a route an earlier claim
+// Limit below 1, a route Route.Validate refuses, or a route an earlier claim
 // named, and then it names the first such claim.
 func TestClaimsMatchesReference(t *testing.T) {
 	c := validate.Call{Pkg: "p", Op: "Claim"}
@@ -63,7 +63,7 @@ func TestClaimsMatchesReference(t *testing.T) {
 		want := -1
 		seen := map[backpressure.Route]bool{}
 		for i, cl := range claims {
-			if cl.Limit < 1 || backpressure.ValidateRoute(cl.Route) != nil || seen[cl.Route] {
+			if cl.Limit < 1 || cl.Route.Validate() != nil || seen[cl.Route] {
 				want = i
 				break
 			}

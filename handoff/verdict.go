@@ -1,8 +1,10 @@
-package backpressure
+package handoff
 
 import (
 	"strconv"
 	"time"
+
+	"github.com/outboxkit/backpressure"
 )
 
 // SignalKind is how a consumer tells its producer to slow down. Three kinds
@@ -121,21 +123,22 @@ func (r EnforcedBoundReceipt) holds(capacity int) bool {
 // make it checkable: the signal receipt, the producer-compliance signature
 // and the enforced-bound receipt. The class says what protection is claimed;
 // the records say whether anyone could confirm it. Build one with
-// [BackpressureGate.Verdict]. The zero Verdict has no class and is neither
-// protective nor checkable.
+// [NewVerdict]. The zero Verdict has no class and is neither protective nor
+// checkable.
 type Verdict struct {
-	Gate       BackpressureGate
-	Class      GateClass
+	Gate       backpressure.BackpressureGate
+	Class      Class
 	Signal     SignalReceipt
 	Compliance ComplianceSignature
 	Bound      EnforcedBoundReceipt
 }
 
-// Verdict classifies g and attaches the records. It returns an error
-// matching [ErrInvalidGate] for a gate that cannot exist. A record that is
-// missing is passed as its zero value; [Verdict.Gaps] names what is missing.
-func (g BackpressureGate) Verdict(signal SignalReceipt, compliance ComplianceSignature, bound EnforcedBoundReceipt) (Verdict, error) {
-	class, err := g.Class()
+// NewVerdict classifies g with [Classify] and attaches the records. A record
+// that is missing is passed as its zero value; [Verdict.Gaps] then names it.
+// For a gate that cannot exist it returns the zero Verdict and an error
+// matching [backpressure.ErrInvalidConfig].
+func NewVerdict(g backpressure.BackpressureGate, signal SignalReceipt, compliance ComplianceSignature, bound EnforcedBoundReceipt) (Verdict, error) {
+	class, err := Classify(g)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -146,7 +149,7 @@ func (g BackpressureGate) Verdict(signal SignalReceipt, compliance ComplianceSig
 func (v Verdict) Protective() bool { return v.Class.Protective() }
 
 // Mode returns the mode to dispatch for the verdict's class.
-func (v Verdict) Mode() Mode { return v.Class.Mode() }
+func (v Verdict) Mode() backpressure.Mode { return v.Class.Mode() }
 
 // Gaps names each claim the verdict's protection rests on that its records
 // do not back, in a fixed order; nil when every claim is backed or nothing

@@ -1,4 +1,4 @@
-package backpressure
+package handoff
 
 import (
 	"errors"
@@ -611,7 +611,7 @@ func TestMonitorConfigErrors(t *testing.T) {
 	if sig := m.CheckAt(monT0); sig.Requested != 0 {
 		t.Errorf("a rejected rate changed the request to %v", sig.Requested)
 	}
-	want := "backpressure: invalid compliance monitor: Window = 0s: must be positive"
+	want := "handoff: invalid compliance monitor: Window = 0s: must be positive"
 	if _, err := NewComplianceMonitor(ComplianceMonitorConfig{}); err == nil || err.Error() != want {
 		t.Errorf("NewComplianceMonitor(zero) = %v, want %q", err, want)
 	}

@@ -1,4 +1,4 @@
-package backpressure
+package handoff
 
 import (
 	"errors"
@@ -64,7 +64,7 @@ func TestQueueInvalid(t *testing.T) {
 			}
 		}
 	}
-	want := "backpressure: invalid queue model: HighWatermark = 11: must be in [0, Capacity 10]"
+	want := "handoff: invalid queue model: HighWatermark = 11: must be in [0, Capacity 10]"
 	if err := (QueueModel{Capacity: 10, HighWatermark: 11}).Validate(); err == nil || err.Error() != want {
 		t.Errorf("Validate() = %v, want %q", err, want)
 	}

@@ -1,4 +1,4 @@
-package backpressure
+package handoff
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 )
 
 // ErrInvalidQueue reports a [QueueModel] or depth that cannot exist.
-var ErrInvalidQueue = errors.New("backpressure: invalid queue model")
+var ErrInvalidQueue = errors.New("handoff: invalid queue model")
 
 // QueueError describes a [QueueModel] field or depth that cannot hold. It
 // matches [ErrInvalidQueue].
@@ -20,7 +20,7 @@ type QueueError struct {
 
 // Error names the field or depth and why the queue model cannot exist.
 func (e *QueueError) Error() string {
-	return fmt.Sprintf("backpressure: invalid queue model: %s = %v: %s", e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("handoff: invalid queue model: %s = %v: %s", e.Field, e.Value, e.Reason)
 }
 
 // Is reports whether target is [ErrInvalidQueue].

@@ -1,19 +1,31 @@
-package backpressure
+package handoff
 
 import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/outboxkit/backpressure"
 )
 
-func TestGateWorkerQueue(t *testing.T) {
-	newBP := func(batch int) *Backpressure {
-		return mustNew(t, Config{BatchSize: batch, DefaultQuota: Unlimited}, allShards(t, 4))
+func newBP(t *testing.T, batch int) *backpressure.Backpressure {
+	t.Helper()
+	shards, err := backpressure.AllShards(4)
+	if err != nil {
+		t.Fatal(err)
 	}
-	b500 := newBP(500)
-	huge := newBP(math.MaxInt/2 + 1)
+	b, err := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: backpressure.Unlimited}, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestGateWorkerQueue(t *testing.T) {
+	b500 := newBP(t, 500)
+	huge := newBP(t, math.MaxInt/2+1)
 	tests := []struct {
-		b                 *Backpressure
+		b                 *backpressure.Backpressure
 		sweeps            int
 		capacity, wm      int
 		inflight          int
@@ -25,19 +37,19 @@ func TestGateWorkerQueue(t *testing.T) {
 		{b500, 1, 500, 0, 500, false, false, ""},
 		{b500, 3, 2200, 700, 1500, false, false, ""},
 		{b500, 3, 2199, 700, 1500, true, false, ""},
-		{b500, 1, 100, 101, 500, false, true, "HighWatermark"},
-		{b500, 1, -1, 0, 500, false, true, "QueueCapacity"},
+		{b500, 1, 100, 101, 500, false, true, "BackpressureGate.HighWatermark"},
+		{b500, 1, -1, 0, 500, false, true, "BackpressureGate.QueueCapacity"},
 		{huge, 1, math.MaxInt, 0, math.MaxInt/2 + 1, false, false, ""},
 		// 2 × (MaxInt/2 + 1) = MaxInt + 1: no int queue has the headroom.
 		{huge, 2, math.MaxInt, 0, math.MaxInt, true, false, ""},
-		{huge, 2, 10, 11, math.MaxInt, false, true, "HighWatermark"},
+		{huge, 2, 10, 11, math.MaxInt, false, true, "BackpressureGate.HighWatermark"},
 		{b500, 0, 1200, 700, 0, false, true, "sweepsInFlight"},
 		{nil, 1, 1200, 700, 0, false, true, "Backpressure"},
 	}
 	for i, tt := range tests {
 		g, err := WorkerQueueGateSweeps(tt.b, tt.sweeps, tt.capacity, tt.wm)
-		var oe *AdvisoryOverflowError
-		var ge *GateError
+		var oe *backpressure.AdvisoryOverflowError
+		var ce *backpressure.ConfigError
 		switch {
 		case g.ProducerMaxInflight != tt.inflight || g.Enforced || g.ProducerComplianceVerified:
 			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) = %+v, want an advisory unverified gate with in-flight %d",
@@ -45,8 +57,8 @@ func TestGateWorkerQueue(t *testing.T) {
 		case tt.overflow && (!errors.As(err, &oe) || oe.ProducerMaxInflight != tt.inflight):
 			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) error %v, want an overflow with in-flight %d",
 				i, tt.sweeps, tt.capacity, tt.wm, err, tt.inflight)
-		case tt.invalid && (!errors.As(err, &ge) || ge.Field != tt.field || !errors.Is(err, ErrInvalidGate)):
-			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) error %v, want ErrInvalidGate on %s",
+		case tt.invalid && (!errors.As(err, &ce) || ce.Field != tt.field || !errors.Is(err, backpressure.ErrInvalidConfig)):
+			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) error %v, want ErrInvalidConfig on %s",
 				i, tt.sweeps, tt.capacity, tt.wm, err, tt.field)
 		case !tt.overflow && !tt.invalid && err != nil:
 			t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, %d, %d) error %v, want nil", i, tt.sweeps, tt.capacity, tt.wm, err)
@@ -63,20 +75,20 @@ func TestGateWorkerQueue(t *testing.T) {
 // TestGateWorkerQueueRejectsUnbuiltBackpressure: a Backpressure not built
 // with New has no batch size to bound a sweep, so the gate it would give is
 // meaningless; Sweep and Plan reject such a value with ErrInvalidConfig, and
-// so does the gate, as an invalid gate too.
+// so does the gate builder.
 func TestGateWorkerQueueRejectsUnbuiltBackpressure(t *testing.T) {
-	for i, b := range []*Backpressure{nil, {}, {set: settings{cfg: &config{batchSize: 10}}}, {sem: make(chan struct{}, 1)}} {
+	for i, b := range []*backpressure.Backpressure{nil, {}} {
 		for _, sweeps := range []int{1, 3} {
 			g, err := WorkerQueueGateSweeps(b, sweeps, 10, 10)
-			var ge *GateError
-			if g != (BackpressureGate{}) || !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, ErrInvalidGate) ||
-				!errors.As(err, &ge) || ge.Field != "Backpressure" || errors.Is(err, ErrAdvisoryOverflow) {
-				t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, 10, 10) = %+v, %v; want the zero gate and an error matching ErrInvalidConfig and ErrInvalidGate on Backpressure",
+			var ce *backpressure.ConfigError
+			if g != (backpressure.BackpressureGate{}) || !errors.Is(err, backpressure.ErrInvalidConfig) ||
+				!errors.As(err, &ce) || ce.Field != "Backpressure" || isOverflow(err) {
+				t.Errorf("case %d: WorkerQueueGateSweeps(%d sweeps, 10, 10) = %+v, %v; want the zero gate and a *ConfigError on Backpressure",
 					i, sweeps, g, err)
 			}
 		}
 		g, err := WorkerQueueGate(b, 10, 10)
-		if g != (BackpressureGate{}) || !errors.Is(err, ErrInvalidConfig) {
+		if g != (backpressure.BackpressureGate{}) || !errors.Is(err, backpressure.ErrInvalidConfig) {
 			t.Errorf("case %d: WorkerQueueGate(10, 10) = %+v, %v; want the zero gate and ErrInvalidConfig", i, g, err)
 		}
 	}

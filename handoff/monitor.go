@@ -1,4 +1,4 @@
-package backpressure
+package handoff
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 
 // ErrInvalidMonitor reports a [ComplianceMonitorConfig] or a requested rate
 // that a [ComplianceMonitor] rejects.
-var ErrInvalidMonitor = errors.New("backpressure: invalid compliance monitor")
+var ErrInvalidMonitor = errors.New("handoff: invalid compliance monitor")
 
 // MonitorError describes a compliance-monitor setting that cannot hold. It
 // matches [ErrInvalidMonitor].
@@ -23,7 +23,7 @@ type MonitorError struct {
 
 // Error names the setting and why it cannot hold.
 func (e *MonitorError) Error() string {
-	return fmt.Sprintf("backpressure: invalid compliance monitor: %s = %v: %s", e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("handoff: invalid compliance monitor: %s = %v: %s", e.Field, e.Value, e.Reason)
 }
 
 // Is reports whether target is [ErrInvalidMonitor].
@@ -85,7 +85,7 @@ type ComplianceSignature struct {
 }
 
 // Verified reports whether the signature shows a compliant producer, the
-// evidence behind [BackpressureGate].ProducerComplianceVerified.
+// evidence behind [backpressure.BackpressureGate].ProducerComplianceVerified.
 func (s ComplianceSignature) Verified() bool { return s.Verdict == ComplianceMet }
 
 // String returns the signature in one line, e.g.

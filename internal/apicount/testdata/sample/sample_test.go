@@ -1,0 +1,4 @@
+package sample
+
+// TestOnly is in a test file and does not count.
+func TestOnly() {}
