@@ -146,20 +146,11 @@
 //
 // # Large backlogs and JIT
 //
-// PostgreSQL compiles a statement with JIT when its estimated cost passes
-// jit_above_cost (100,000 by default), and the store's statements gain
-// nothing from it. The claims' and the pending counts' row limits are
-// parameters, which the planner estimates at a tenth of a route or of an
-// index, so their estimates grow with the backlog: with 2,000,000
-// unsettled rows in 20 routes a claim of 20 scopes is estimated at about
-// 245,000, and each claim would spend about 15 ms compiling for 4–5 ms of
-// work; [Store.PurgeSettled]'s grows likewise with the settled rows kept.
-// So the claims, the pending counts and PurgeSettled turn JIT off for
-// themselves: each is sent in one batch (one round trip, one implicit
-// transaction) after SELECT set_config('jit', 'off', true), which lasts
-// until that transaction ends and leaves the session's own setting alone.
-// The other statements' estimates do not grow with the backlog. [Open]
-// also runs its pool's sessions with jit = off, unless its URL sets jit.
+// The claims, the pending counts and [Store.PurgeSettled] run with JIT off
+// for their own implicit transaction, leaving the session's setting alone:
+// their estimated cost grows with the backlog, and compiling would cost
+// more than the work (figures in docs/pgstore.md). [Open] also runs its
+// pool's sessions with jit = off, unless its URL sets jit.
 //
 // # Testing
 //
@@ -171,7 +162,8 @@
 //
 // What is exported, and why: [Open] (a pool the store owns) and [New] (an
 // application's pool), configured by [Options] with [DefaultSchema] and
-// [DefaultShardCount] as its zero values, return the [Store]; [SchemaVersion]
+// [DefaultShardCount] as its zero values, return the [Store], whose
+// planner-facing counts and claim are on [Store.Claimer]; [SchemaVersion]
 // is the schema this package migrates to, for operators comparing
 // databases. [Membership] with [MembershipOptions] is the optional fenced
 // shard ownership for users without a membership of their own, and
