@@ -54,6 +54,13 @@ type ScopedClaim struct {
 // row is claimed while its lease is live; a claimed row whose lease expired
 // is claimable again. A settled row is never claimed again.
 //
+// Arguments a plan never holds are refused, not guessed at: a claim Limit
+// or a cap below 1, a route [Route.Validate] rejects (no row can be on it),
+// a route named twice. Such a call returns an error (the outbox stores: an
+// *outbox.ArgumentError naming the argument) and changes nothing. A call
+// that fails returns nil results; one that succeeds returns a non-nil map
+// or slice, empty when there is nothing to count or claim.
+//
 // Two optional extensions make a sweep cheaper; a store implements those
 // that fit it. [Counter] counts only the namespaces a sweep can serve (fewer
 // probes with many namespaces) and, for a store over a network, both counts
@@ -67,23 +74,28 @@ type OutboxStore[R any] interface {
 	// CountClaimedOutboxRows returns, per namespace, the number of rows on
 	// the owned shards that hold a live lease now. Pending, expired and
 	// settled rows are not counted. Namespaces with no claimed rows may be
-	// left out of the map.
+	// left out of the map; the map is never nil on success.
 	CountClaimedOutboxRows(ctx context.Context, shards OwnedShardFraction) (map[string]int, error)
 
 	// CountPendingOutboxRows returns, per route with at least one claimable
 	// row on the owned shards, the number of claimable rows (visible pending
 	// rows and rows whose lease expired), each count capped at capPerRoute
-	// (capPerRoute ≥ 1), so the store never has to count a whole backlog.
-	// Each route appears at most once; counts are ≥ 1.
+	// (capPerRoute ≥ 1; below it is an error), so the store never has to
+	// count a whole backlog. Each route appears at most once, in
+	// [Route.Compare] order; counts are ≥ 1.
 	CountPendingOutboxRows(ctx context.Context, shards OwnedShardFraction, capPerRoute int) ([]RouteCount, error)
 
 	// ClaimOutboxRowsScoped claims, atomically across all claims (all or
 	// nothing), at most Limit claimable rows of each claim's Route on the
 	// owned shards, oldest first within a route (highest priority first,
 	// then oldest, in a store with priorities), and returns them with their
-	// new lease and claim token. Rows it does not return are unchanged in
+	// new lease and claim token, grouped by claim in the claims' order, in
+	// that order within each. Rows it does not return are unchanged in
 	// every column. Two concurrent callers never both hold a live lease on
 	// one row, and settling a row requires the token of its current claim.
+	// Every claim needs Limit ≥ 1 and a valid route, each route at most
+	// once; else the call is an error and claims nothing. No claims, or no
+	// shard owned, claim nothing without an error.
 	ClaimOutboxRowsScoped(ctx context.Context, shards OwnedShardFraction, claims []ScopedClaim) ([]R, error)
 }
 

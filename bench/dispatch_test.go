@@ -153,17 +153,31 @@ func adminExec(ctx context.Context, d *dispatchSetup, sql string) (int64, error)
 // as a dispatcher without backpressure would: oldest first whatever the
 // namespace, with no counts. It reports the backlog as one route as deep
 // as the sweep may count (no round trip), so the planner grants the whole
-// budget to it, and claims that budget with ClaimOutboxRowsUnscoped.
-// Completion, lease extension and wake-ups are the store's own. It holds
-// the store in a field rather than embedding it, so that the sweep does
-// not find the store's count extensions (SweepCounter,
-// PendingWindowCounter) through it.
+// budget to it, and claims that budget with the store's
+// ClaimOutboxRowsUnscoped (on its Claimer, for benchmarks). Completion,
+// lease extension and wake-ups are the store's own. Its Claimer holds the
+// store's Claimer in a field rather than embedding it, so that the sweep
+// does not find the store's count extension (backpressure.Counter)
+// through it.
 type unscopedStore struct{ s *pgstore.Store }
 
 var (
 	_ dispatch.Store  = unscopedStore{}
 	_ outbox.Notifier = unscopedStore{}
 )
+
+// unscopedClaim is the benchmark baseline a pgstore Claimer has.
+type unscopedClaim interface {
+	ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error)
+}
+
+// unscopedClaimer is the planner's view of an unscopedStore.
+type unscopedClaimer struct{ c unscopedClaim }
+
+// Claimer returns the unscoped counts and claim.
+func (u unscopedStore) Claimer() backpressure.OutboxStore[outbox.Row] {
+	return unscopedClaimer{u.s.Claimer().(unscopedClaim)}
+}
 
 // Complete is the store's.
 func (u unscopedStore) Complete(ctx context.Context, cs []outbox.Completion) ([]outbox.Result, error) {
@@ -187,22 +201,22 @@ func (u unscopedStore) Lease() time.Duration { return u.s.Lease() }
 var backlogRoute = backpressure.Route{Namespace: "backlog"}
 
 // CountClaimedOutboxRows reports nothing claimed: no ceiling is enforced.
-func (unscopedStore) CountClaimedOutboxRows(context.Context, backpressure.OwnedShardFraction) (map[string]int, error) {
+func (unscopedClaimer) CountClaimedOutboxRows(context.Context, backpressure.OwnedShardFraction) (map[string]int, error) {
 	return nil, nil
 }
 
 // CountPendingOutboxRows reports the backlog as one route, capPerRoute
 // deep: as much as the sweep can use.
-func (unscopedStore) CountPendingOutboxRows(_ context.Context, _ backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+func (unscopedClaimer) CountPendingOutboxRows(_ context.Context, _ backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
 	return []backpressure.RouteCount{{Route: backlogRoute, Count: capPerRoute}}, nil
 }
 
 // ClaimOutboxRowsScoped claims the budget granted to the one route, oldest
 // first over every namespace.
-func (u unscopedStore) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+func (u unscopedClaimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	limit := 0
 	for _, c := range claims {
 		limit += c.Limit
 	}
-	return u.s.ClaimOutboxRowsUnscoped(ctx, shards, limit)
+	return u.c.ClaimOutboxRowsUnscoped(ctx, shards, limit)
 }

@@ -38,6 +38,7 @@ func TestNewRejects(t *testing.T) {
 		{"zero bp", &backpressure.Backpressure{}, s, noop, dispatch.Options{Workers: 1}, "bp"},
 		{"nil store", bp, nil, noop, dispatch.Options{Workers: 1}, "store"},
 		{"nil handler", bp, s, nil, dispatch.Options{Workers: 1}, "handler"},
+		{"nil claimer", bp, nilClaimer{s}, noop, dispatch.Options{Workers: 1}, "store"},
 		{"no workers", bp, s, noop, dispatch.Options{}, "Workers"},
 		{"watermark without queue", bp, s, noop, dispatch.Options{Workers: 1, QueueHighWatermark: 3}, "QueueHighWatermark"},
 		{"renewal too late", bp, s, noop, dispatch.Options{Workers: 1, LeaseRenewal: 0.6}, "LeaseRenewal"},
@@ -85,6 +86,11 @@ func TestNewRejects(t *testing.T) {
 		require.NoError(t, err, "%+v", o)
 	}
 }
+
+// nilClaimer is a store whose Claimer returns nil.
+type nilClaimer struct{ *memstore.Store }
+
+func (nilClaimer) Claimer() backpressure.OutboxStore[outbox.Row] { return nil }
 
 // A prefetch queue is an advisory hand-off: New verifies it with the
 // project's gate and refuses one without the headroom for a batch.
@@ -602,6 +608,9 @@ func (f *failingStore) CountClaimedOutboxRows(ctx context.Context, shards backpr
 	}
 	return f.Store.CountClaimedOutboxRows(ctx, shards)
 }
+
+// Claimer returns f, so that sweeps count through its failing count.
+func (f *failingStore) Claimer() backpressure.OutboxStore[outbox.Row] { return f }
 
 // Sweep errors are reported and retried; they never end Run.
 func TestSweepErrorsRetried(t *testing.T) {

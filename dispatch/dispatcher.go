@@ -16,14 +16,18 @@ import (
 )
 
 // Store is what a [Dispatcher] needs of an outbox store: the planner's
-// three calls and batched completion and lease extension. Every
-// [outbox.Store] is one; a store that also implements [outbox.Notifier]
-// wakes an idle dispatcher when rows are enqueued. A Dispatcher calls its
-// store from several goroutines at once (completions and extensions beside
-// sweeps, and unless Options.FreshCounts a count read ahead beside a
-// claim), so the store must be safe for concurrent use.
+// calls (through Claimer, as [outbox.Store] has them) and batched
+// completion and lease extension. Every [outbox.Store] is one; a store that
+// also implements [outbox.Notifier] wakes an idle dispatcher when rows are
+// enqueued. [New] calls Claimer once and sweeps through the value it
+// returns. A Dispatcher calls its store from several goroutines at once
+// (completions and extensions beside sweeps, and unless
+// Options.FreshCounts a count read ahead beside a claim), so the store must
+// be safe for concurrent use.
 type Store interface {
-	backpressure.OutboxStore[outbox.Row]
+	// Claimer returns the counts and the claim a sweep makes, as
+	// [outbox.Store.Claimer] does.
+	Claimer() backpressure.OutboxStore[outbox.Row]
 	outbox.Completer
 }
 
@@ -42,7 +46,8 @@ type Handler func(ctx context.Context, row outbox.Row) error
 type Dispatcher struct {
 	bp       *backpressure.Backpressure
 	store    Store
-	notifier outbox.Notifier // nil if store is not one
+	claimer  backpressure.OutboxStore[outbox.Row] // store.Claimer()
+	notifier outbox.Notifier                      // nil if store is not one
 	handler  Handler
 	opts     Options // defaults filled in
 	gate     backpressure.BackpressureGate
@@ -73,7 +78,11 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 	if err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{bp: bp, store: store, handler: handler, opts: o}
+	claimer := store.Claimer()
+	if claimer == nil {
+		return nil, &OptionError{Field: "store", Reason: "Claimer() returned nil"}
+	}
+	d := &Dispatcher{bp: bp, store: store, claimer: claimer, handler: handler, opts: o}
 	d.notifier, _ = store.(outbox.Notifier)
 	if o.Queue > 0 {
 		// An advisory hand-off: only the watermark check holds sweeps back.
@@ -323,7 +332,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 			return
 		}
 		began := time.Now()
-		rows, plan, err := sweep(ctx, r.d.bp, r.d.store, n)
+		rows, plan, err := sweep(ctx, r.d.bp, r.d.claimer, n)
 		took := time.Since(began)
 		if err != nil {
 			if ctx.Err() != nil {

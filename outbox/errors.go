@@ -57,20 +57,23 @@ func (e *LeaseLostError) Is(target error) bool { return target == ErrLeaseLost }
 
 // MessageError is the detail of [ErrInvalidMessage].
 type MessageError struct {
+	Pkg         string // the package that refused the message, e.g. "pgstore"; "" reads "outbox"
+	Op          string // the call, e.g. "Enqueue"; "" for [ValidateMessages] and [Message.Validate]
 	Index       int    // the message's index in the batch; -1 for a lone message
 	DispatchKey string // the message's key, possibly invalid itself
-	Field       string // "DispatchKey", "Namespace", "TaskQueue", "Payload", "RunAt", "MaxAttempts"
-	Reason      string
-	Err         error // the route rule's *backpressure.RouteError, when it decided
+	Field       string // "DispatchKey", "Namespace", "TaskQueue", "Payload", "Priority", "MaxAttempts", "RunAt"
+	Reason      string // what is wrong with the field, e.g. "is empty"
+	Err         error  // the route rule's *backpressure.RouteError, when it decided
 }
 
-// Error names the message's index, the field and why it breaks a limit.
+// Error reads "pkg: Op: msgs[i].Field: Reason", e.g.
+// "pgstore: Enqueue: msgs[0].Namespace: is empty".
 func (e *MessageError) Error() string {
-	at := ""
+	at := e.Field
 	if e.Index >= 0 {
-		at = fmt.Sprintf("msgs[%d].", e.Index)
+		at = fmt.Sprintf("msgs[%d].%s", e.Index, e.Field)
 	}
-	return fmt.Sprintf("outbox: invalid message: %s%s %s", at, e.Field, e.Reason)
+	return prefix(e.Pkg, e.Op) + at + ": " + e.Reason
 }
 
 // Is reports whether target is [ErrInvalidMessage] or [ErrInvalidArgument].
@@ -83,18 +86,32 @@ func (e *MessageError) Unwrap() error { return e.Err }
 
 // ArgumentError is the detail of [ErrInvalidArgument].
 type ArgumentError struct {
+	Pkg    string // the package that refused the argument, e.g. "sqlitestore"; "" reads "outbox"
 	Op     string // the store method or constructor, e.g. "Open", "Complete"
 	Arg    string // the argument, e.g. "Options.Lease", "completions[3].Outcome"
-	Reason string
+	Reason string // what is wrong with it, e.g. "is negative"
 }
 
-// Error names the call, the argument and why it was rejected.
+// Error reads "pkg: Op: Arg: Reason", e.g.
+// "pgstore: Open: Options.Schema: is not a lower-case identifier …".
 func (e *ArgumentError) Error() string {
-	return fmt.Sprintf("outbox: %s: invalid argument %s: %s", e.Op, e.Arg, e.Reason)
+	return prefix(e.Pkg, e.Op) + e.Arg + ": " + e.Reason
 }
 
 // Is reports whether target is [ErrInvalidArgument].
 func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// prefix returns "pkg: op: ", with "outbox" for an empty pkg and no op
+// part for an empty op.
+func prefix(pkg, op string) string {
+	if pkg == "" {
+		pkg = "outbox"
+	}
+	if op == "" {
+		return pkg + ": "
+	}
+	return pkg + ": " + op + ": "
+}
 
 // ShardCountError is the detail of [ErrShardCountMismatch].
 type ShardCountError struct {

@@ -139,7 +139,11 @@ func (m *Message) validate(index int) error {
 		if re, ok := err.(*backpressure.RouteError); ok && re.Field == "task queue" {
 			field = "TaskQueue"
 		}
-		return fail(field, "is not a valid route", err)
+		reason := "is not a valid route"
+		if re, ok := err.(*backpressure.RouteError); ok {
+			reason = re.Reason
+		}
+		return fail(field, reason, err)
 	}
 	if len(m.Payload) > MaxPayloadBytes {
 		return fail("Payload", fmt.Sprintf("is %d bytes, over the limit of %d", len(m.Payload), MaxPayloadBytes), nil)

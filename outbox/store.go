@@ -21,17 +21,31 @@ const (
 	DefaultMaxAttempts = 25
 )
 
-// Store is the whole contract of an outbox store: the planner's three calls
-// ([backpressure.OutboxStore]), enqueueing, batched completion and lease
-// extension, dead letters, retention and inspection. sqlitestore and pgstore
-// implement it; the storetest suite checks an implementation against it.
+// Store is the whole contract of an outbox store: enqueueing, batched
+// completion and lease extension, dead letters, retention and inspection,
+// and, through Claimer, the planner's counts and claim. sqlitestore and
+// pgstore implement it; the storetest suite checks an implementation
+// against it.
 //
 // Every method honours ctx (when ctx is done it returns ctx's error, wrapped
 // is fine, and changes nothing), and returns an error matching [ErrClosed]
 // on a closed or zero store. A method that returns an error other than a
 // per-row [Result] changed nothing.
 type Store interface {
-	backpressure.OutboxStore[Row]
+	// Claimer returns the store's planner-facing calls: the counts and the
+	// claim that [backpressure.Sweep] makes, and any of the optional
+	// extensions ([backpressure.Counter], [backpressure.TxSweeper]) the
+	// store implements, found on the returned value by type assertion. It
+	// never fails and makes no call to the database: on a closed or zero
+	// store the returned value's calls return an error matching
+	// [ErrClosed]. Every call returns an equivalent value, so a caller may
+	// keep one. A store of one's own may return itself.
+	//
+	// The planner's calls live behind Claimer, not on the Store, because
+	// an application enqueues and inspects rows while only the planner and
+	// the dispatcher count and claim them.
+	Claimer() backpressure.OutboxStore[Row]
+
 	Completer
 
 	// Enqueue inserts msgs in one transaction and returns how many rows it
@@ -80,7 +94,7 @@ type Store interface {
 }
 
 // Completer is the part of a [Store] a dispatcher needs beyond the
-// planner's three calls.
+// planner's calls ([Store.Claimer]).
 type Completer interface {
 	// Complete applies each completion to its row, fenced by its lease,
 	// in one statement and one transaction, and returns one [Result] per

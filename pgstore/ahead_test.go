@@ -14,14 +14,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
-	"github.com/outboxkit/backpressure/pgstore"
 )
 
 // countingStore is the store as a sweeper sees it, counting the counts
 // it is asked for with the claimed rows: one per sweep that counts
 // afresh, one per read-ahead.
 type countingStore struct {
-	*pgstore.Store
+	planner
 	withClaimed atomic.Int64
 }
 
@@ -29,7 +28,7 @@ func (c *countingStore) CountOutboxRows(ctx context.Context, shards backpressure
 	if p.Claimed {
 		c.withClaimed.Add(1)
 	}
-	return c.Store.CountOutboxRows(ctx, shards, p)
+	return c.planner.CountOutboxRows(ctx, shards, p)
 }
 
 // TestSweepAheadCeilingsUnderCompletion drives SweepAhead on one node
@@ -92,7 +91,7 @@ func sweepAheadUnderCompletion(t *testing.T, cfg backpressure.Config, msgs []out
 	f := newFixture(t)
 	f.enqueue(msgs...)
 	total := len(msgs)
-	store := &countingStore{Store: f.s}
+	store := &countingStore{planner: claimerOf(f.s)}
 	b, err := backpressure.New(cfg, f.all)
 	if err != nil {
 		t.Fatal(err)

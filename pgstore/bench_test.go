@@ -120,7 +120,7 @@ WHERE id IN (SELECT id FROM `+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox WHE
 	fill(backlog)
 	pending := backlog
 
-	timed := &claimTimer{Store: fair}
+	timed := &claimTimer{planner: claimerOf(fair)}
 	var fairTime, plainTime time.Duration
 	var fairRows, plainRows int
 	b.ReportAllocs()
@@ -135,7 +135,7 @@ WHERE id IN (SELECT id FROM `+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox WHE
 		fairRows += len(rows)
 
 		start = time.Now()
-		plainClaimed, err := plain.ClaimOutboxRowsUnscoped(ctx, shards, batch)
+		plainClaimed, err := claimerOf(plain).ClaimOutboxRowsUnscoped(ctx, shards, batch)
 		plainTime += time.Since(start)
 		if err != nil {
 			b.Fatal(err)
@@ -168,14 +168,14 @@ WHERE id IN (SELECT id FROM `+pgx.Identifier{s.Schema()}.Sanitize()+`.outbox WHE
 
 // claimTimer times a store's scoped claims.
 type claimTimer struct {
-	*pgstore.Store
+	planner
 	d time.Duration
 }
 
 func (c *claimTimer) ClaimOutboxRowsScoped(ctx context.Context, f backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	start := time.Now()
 	defer func() { c.d += time.Since(start) }()
-	return c.Store.ClaimOutboxRowsScoped(ctx, f, claims)
+	return c.planner.ClaimOutboxRowsScoped(ctx, f, claims)
 }
 
 // newBenchStore returns a store in a fresh schema of its own.

@@ -227,7 +227,7 @@ func TestPendingWindowByteOrderUnderLinguisticCollation(t *testing.T) {
 func checkByteOrder(t *testing.T, s *pgstore.Store, all backpressure.OwnedShardFraction) {
 	t.Helper()
 	ctx := t.Context()
-	full, err := s.CountPendingOutboxRows(ctx, all, 10)
+	full, err := claimerOf(s).CountPendingOutboxRows(ctx, all, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func checkByteOrder(t *testing.T, s *pgstore.Store, all backpressure.OwnedShardF
 	}
 	for _, after := range []string{"", "A", "B", "C", "Z", "_", "a", "b", "c", "é", "z"} {
 		for n := 1; n <= 9; n++ {
-			got, err := pendingOf(s.CountOutboxRows(ctx, all, backpressure.CountParams{CapPerRoute: 10, After: after, Namespaces: n}))
+			got, err := pendingOf(claimerOf(s).CountOutboxRows(ctx, all, backpressure.CountParams{CapPerRoute: 10, After: after, Namespaces: n}))
 			if err != nil {
 				t.Fatal(err)
 			}

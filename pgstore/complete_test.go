@@ -16,7 +16,7 @@ import (
 // claimAll claims up to 100 rows of ns/q.
 func (f *fixture) claimAll(ns, q string) []outbox.Row {
 	f.t.Helper()
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim(ns, q, 100)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim(ns, q, 100)})
 	if err != nil {
 		f.t.Fatalf("claim %s/%s: %v", ns, q, err)
 	}
@@ -184,10 +184,10 @@ func TestRetryPastMaxAttempts(t *testing.T) {
 	}
 	// Dead rows are never claimed, whatever the time.
 	f.now = f.now.Add(24 * time.Hour)
-	if rows, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, f.all, 10); err != nil || len(rows) != 0 {
+	if rows, err := claimerOf(f.s).ClaimOutboxRowsUnscoped(f.ctx, f.all, 10); err != nil || len(rows) != 0 {
 		t.Errorf("unscoped claim with only dead rows = %v, %v", rows, err)
 	}
-	if c, err := f.s.CountPendingOutboxRows(f.ctx, f.all, 10); err != nil || len(c) != 0 {
+	if c, err := claimerOf(f.s).CountPendingOutboxRows(f.ctx, f.all, 10); err != nil || len(c) != 0 {
 		t.Errorf("pending counts with only dead rows = %v, %v", c, err)
 	}
 }
@@ -203,7 +203,7 @@ func TestDeadLetters(t *testing.T) {
 	}
 	f.enqueue(message("a", "q", "alive"))
 	for i, k := range keys {
-		rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim(k[:1], "q", 1)})
+		rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim(k[:1], "q", 1)})
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim %s: %v, %v", k, rows, err)
 		}
@@ -312,7 +312,7 @@ func TestRunAt(t *testing.T) {
 	if r := f.get("later"); !r.RunAt.Equal(later.RunAt) || !r.EnqueuedAt.Equal(f.now) {
 		t.Errorf("scheduled row = %+v, want RunAt %v", r, later.RunAt)
 	}
-	if c, err := f.s.CountPendingOutboxRows(f.ctx, f.all, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
+	if c, err := claimerOf(f.s).CountPendingOutboxRows(f.ctx, f.all, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
 		t.Errorf("pending count before RunAt = %v, %v; want the past row only", c, err)
 	}
 	rows := f.claimAll("a", "q")

@@ -27,11 +27,12 @@ func TestConformance(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		return &storetest.Harness[outbox.Row]{
-			Store:      s,
-			Now:        clock.Now,
-			Advance:    clock.Advance,
-			RoundTrips: tr.queries.Load,
-			FailNth:    tr.arm,
+			Outbox:      s,
+			Now:         clock.Now,
+			Advance:     clock.Advance,
+			RoundTrips:  tr.queries.Load,
+			FailNth:     tr.arm,
+			ErrorPrefix: "pgstore",
 		}
 	})
 }

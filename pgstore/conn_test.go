@@ -77,7 +77,7 @@ func TestLostConnections(t *testing.T) {
 		if n := terminate(t, app); n != conns {
 			t.Fatalf("round %d: terminated %d sessions, want the pool's %d", round, n, conns)
 		}
-		claimed, _, err := backpressure.Sweep(ctx, bp, s)
+		claimed, _, err := backpressure.Sweep(ctx, bp, s.Claimer())
 		if err != nil {
 			t.Fatalf("round %d: Sweep after the pool's connections were terminated: %v", round, err)
 		}

@@ -28,7 +28,7 @@
 //	bp, err := backpressure.New(backpressure.Config{BatchSize: 100, DefaultQuota: 10}, shards)
 //	wake, err := store.Subscribe(ctx) // a value soon after rows commit
 //	for {
-//		rows, _, err := backpressure.Sweep(ctx, bp, store)
+//		rows, _, err := backpressure.Sweep(ctx, bp, store.Claimer())
 //		done := make([]outbox.Completion, len(rows))
 //		for i, r := range rows {
 //			if runErr := run(r); runErr != nil {
@@ -42,6 +42,11 @@
 //			select { case <-wake: case <-time.After(time.Second): } // poll as a fallback
 //		}
 //	}
+//
+// The planner's counts and claim are on [Store.Claimer], not on the Store:
+// an application enqueues, completes and inspects rows; only a sweep counts
+// and claims them. dispatch.New takes the Store itself and sweeps through
+// its Claimer.
 //
 // # Exactly-once
 //
@@ -81,53 +86,9 @@
 // created and migrated idempotently, versioned, under a transaction-scoped
 // advisory lock, so many nodes may start at once.
 //
-//	outbox (id, dispatch_key UNIQUE, namespace, task_queue, shard, payload,
-//	        state (pending, claimed, settled, dead), attempts, max_attempts, token,
-//	        enqueued_at, visible_at (the run-at), claimed_at, lease_expires_at,
-//	        finished_at, last_error,
-//	        claimable_at GENERATED: visible_at if pending, lease_expires_at if claimed)
-//	outbox_route_oldest_idx (namespace, task_queue, priority DESC, enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state NOT IN ('settled', 'dead')  -- scoped claims
-//	outbox_route_claimable_idx (namespace, task_queue, claimable_at) INCLUDE (shard)
-//	                        WHERE state IN ('pending', 'claimed')  -- pending counts, their routes
-//	outbox_oldest_idx       (enqueued_at, id) INCLUDE (shard, claimable_at)
-//	                        WHERE state NOT IN ('settled', 'dead')  -- the unscoped claim
-//	outbox_live_lease_idx   (lease_expires_at) INCLUDE (namespace, shard)
-//	                        WHERE state = 'claimed'   -- claimed counts
-//	outbox_settled_idx      (finished_at) WHERE state = 'settled'  -- PurgeSettled
-//	outbox_finished_dead_idx (finished_at) WHERE state = 'dead'   -- PurgeDead
-//	outbox_dead_key_idx     (dispatch_key COLLATE "C") WHERE state = 'dead'  -- ListDead
-//	settings (shard_count)  -- one row, written once
-//	members, shard_owners, shard_epochs  -- the optional membership (see below)
-//	schema_version (version, applied_at)
-//
-// The scoped claim is ONE statement for all scopes: unnest of the routes and
-// limits, and per scope a LATERAL subquery that walks outbox_route_oldest_idx
-// highest priority first, then oldest (the index's order: no sort), filters the owned shards (shard = ANY($n); no filter for a
-// node that owns them all) and claimable rows, and locks at most its limit
-// FOR UPDATE SKIP LOCKED. Being oldest
-// first, a claim reads (and skips) the route's older rows that are not
-// claimable now: rows in retry back-off, under a live lease, or on other
-// shards. Pending counts find the routes with a loose index scan of
-// outbox_route_claimable_idx (a recursive CTE, one index descent per route
-// with unsettled rows), which also gives each route's earliest claimable
-// time: a route with none due yet is not counted at all. The others are
-// counted over a subquery LIMITed to the cap that walks the same index over
-// claimable_at <= now: rows in retry back-off or under a live lease are
-// outside that range and never read, and the walk stops at the cap-th
-// claimable row on the owned shards (reading the claimable rows on other
-// shards it passes). At a cap of 1, as a sweep's window asks, the descent
-// alone decides when that earliest row is on an owned shard (always, on a
-// node that owns every shard). So no count reads a
-// whole backlog. The window walks the routes from its start, carrying how
-// many namespaces it has filled, and stops at the last one.
-// [Store.CountOutboxRows] returns either pending count, with the claimed
-// counts when asked, in one statement.
-// [Store.Complete] is one UPDATE … FROM unnest of the completions' arrays,
-// through the dispatch key's unique index, fenced on the updated row itself
-// (token, state, live lease), returning each entry's new state; one round
-// trip and one commit per batch rather than per row. ExtendLeases is the
-// same shape.
+// The tables, their indexes and how each statement uses them are described
+// in docs/pgstore.md; the cost notes on each method state what a call
+// reads.
 //
 // # Many nodes: membership with fenced ownership (optional)
 //
@@ -189,20 +150,11 @@
 //
 // # Large backlogs and JIT
 //
-// PostgreSQL compiles a statement with JIT when its estimated cost passes
-// jit_above_cost (100,000 by default), and the store's statements gain
-// nothing from it. The claims' and the pending counts' row limits are
-// parameters, which the planner estimates at a tenth of a route or of an
-// index, so their estimates grow with the backlog: with 2,000,000
-// unsettled rows in 20 routes a claim of 20 scopes is estimated at about
-// 245,000, and each claim would spend about 15 ms compiling for 4–5 ms of
-// work; [Store.PurgeSettled]'s grows likewise with the settled rows kept.
-// So the claims, the pending counts and PurgeSettled turn JIT off for
-// themselves: each is sent in one batch (one round trip, one implicit
-// transaction) after SELECT set_config('jit', 'off', true), which lasts
-// until that transaction ends and leaves the session's own setting alone.
-// The other statements' estimates do not grow with the backlog. [Open]
-// also runs its pool's sessions with jit = off, unless its URL sets jit.
+// The claims, the pending counts and [Store.PurgeSettled] run with JIT off
+// for their own implicit transaction, leaving the session's setting alone:
+// their estimated cost grows with the backlog, and compiling would cost
+// more than the work (figures in docs/pgstore.md). [Open] also runs its
+// pool's sessions with jit = off, unless its URL sets jit.
 //
 // # Testing
 //
@@ -214,7 +166,8 @@
 //
 // What is exported, and why: [Open] (a pool the store owns) and [New] (an
 // application's pool), configured by [Options] with [DefaultSchema] and
-// [DefaultShardCount] as its zero values, return the [Store]; [SchemaVersion]
+// [DefaultShardCount] as its zero values, return the [Store], whose
+// planner-facing counts and claim are on [Store.Claimer]; [SchemaVersion]
 // is the schema this package migrates to, for operators comparing
 // databases. [Membership] with [MembershipOptions] is the optional fenced
 // shard ownership for users without a membership of their own, and

@@ -146,11 +146,11 @@ func benchmarkDrain(b *testing.B, namespaces int) {
 		// The fair and the unscoped drain take turns, sweep by sweep, so
 		// that what else the machine does falls on both alike.
 		fairClaim := func() ([]outbox.Row, error) {
-			rows, _, err := backpressure.Sweep(ctx, fairBP, fair.s)
+			rows, _, err := backpressure.Sweep(ctx, fairBP, fair.s.Claimer())
 			return rows, err
 		}
 		unscopedClaim := func() ([]outbox.Row, error) {
-			return unscoped.s.ClaimOutboxRowsUnscoped(ctx, all, batch)
+			return claimerOf(unscoped.s).ClaimOutboxRowsUnscoped(ctx, all, batch)
 		}
 		for fairLeft, unscopedLeft := backlog, backlog; fairLeft > 0 || unscopedLeft > 0; {
 			if fairLeft > 0 {
@@ -170,7 +170,7 @@ func benchmarkDrain(b *testing.B, namespaces int) {
 		}
 		for left := perRowSample; left > 0; {
 			n := step(perRow, func() ([]outbox.Row, error) {
-				rows, _, err := backpressure.Sweep(ctx, perRowBP, perRow.s)
+				rows, _, err := backpressure.Sweep(ctx, perRowBP, perRow.s.Claimer())
 				return rows, err
 			}, func(rows []outbox.Row) error {
 				for _, r := range rows {

@@ -45,7 +45,7 @@ FROM `+pgx.Identifier{f.schema}.Sanitize()+`.outbox WHERE dispatch_key <> 'old'`
 		t.Errorf("Get(old) = %+v, %v; want the row enqueued before the batch", r, err)
 	}
 	// The batch is claimed in the order its first copies were given.
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("copy0", "q", 3)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("copy0", "q", 3)})
 	if err != nil || len(rows) != 3 || rows[0].DispatchKey != "k0000" || rows[1].DispatchKey != "k0007" || rows[2].DispatchKey != "k0014" {
 		t.Errorf("claim of the oldest three = %v, %v; want k0000 k0007 k0014", rows, err)
 	}
@@ -57,12 +57,12 @@ FROM `+pgx.Identifier{f.schema}.Sanitize()+`.outbox WHERE dispatch_key <> 'old'`
 func TestLargeLimitsAndBadKeys(t *testing.T) {
 	f := newFixture(t)
 	f.enqueue(message("a", "q", "k1"), message("a", "q", "k2"), message("b", "q", "k3"))
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", math.MaxInt32+1), claim("b", "q", math.MaxInt)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", math.MaxInt32+1), claim("b", "q", math.MaxInt)})
 	if err != nil || len(rows) != 3 {
 		t.Errorf("claim with limits ≥ 2^31 = %d rows, %v; want all 3", len(rows), err)
 	}
 	f.now = f.now.Add(outbox.DefaultLease)
-	if rows, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, f.all, math.MaxInt); err != nil || len(rows) != 3 {
+	if rows, err := claimerOf(f.s).ClaimOutboxRowsUnscoped(f.ctx, f.all, math.MaxInt); err != nil || len(rows) != 3 {
 		t.Errorf("unscoped claim with limit MaxInt = %d rows, %v; want all 3", len(rows), err)
 	}
 	if n, err := f.s.PurgeSettled(f.ctx, f.now, math.MaxInt); err != nil || n != 0 {

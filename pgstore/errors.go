@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -24,10 +25,13 @@ func closedError(op string) error {
 	return fmt.Errorf("pgstore: %s: %w", op, outbox.ErrClosed)
 }
 
-// argError is an [outbox.ArgumentError] for op.
+// argError is an [outbox.ArgumentError] of this package for op.
 func argError(op, arg, format string, a ...any) error {
-	return &outbox.ArgumentError{Op: op, Arg: arg, Reason: fmt.Sprintf(format, a...)}
+	return call(op).Argf(arg, format, a...)
 }
+
+// call names op of this package in the errors internal/validate returns.
+func call(op string) validate.Call { return validate.Call{Pkg: "pgstore", Op: op} }
 
 // Whether a call may run again on another connection after its connection
 // was lost.

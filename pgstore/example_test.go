@@ -40,7 +40,7 @@ func Example() {
 
 	shards, _ := backpressure.AllShards(store.ShardCount())
 	bp, _ := backpressure.New(backpressure.Config{BatchSize: 10, DefaultQuota: 1}, shards)
-	rows, _, err := backpressure.Sweep(ctx, bp, store)
+	rows, _, err := backpressure.Sweep(ctx, bp, store.Claimer())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -100,7 +100,7 @@ func ExampleStore_EnqueueTx() {
 
 	shards, _ := backpressure.AllShards(store.ShardCount())
 	bp, _ := backpressure.New(backpressure.Config{BatchSize: 10, DefaultQuota: 10}, shards)
-	rows, _, err := backpressure.Sweep(ctx, bp, store)
+	rows, _, err := backpressure.Sweep(ctx, bp, store.Claimer())
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -48,7 +48,7 @@ func TestExplainUsesIndexes(t *testing.T) {
 	// 10% claimed. (Set in bulk here; the store's own completions are
 	// tested elsewhere.)
 	for sweep := 0; sweep < 3; sweep++ {
-		if _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, f.all, 4000); err != nil {
+		if _, err := claimerOf(f.s).ClaimOutboxRowsUnscoped(f.ctx, f.all, 4000); err != nil {
 			t.Fatal(err)
 		}
 	}

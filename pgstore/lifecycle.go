@@ -37,6 +37,9 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	if err := call(op).Completions(completions); err != nil {
+		return nil, err
+	}
 	if len(completions) == 0 {
 		return []outbox.Result{}, nil
 	}
@@ -46,22 +49,8 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		outcomes = make([]int32, len(completions))
 		delays   = make([]int64, len(completions))
 		texts    = make([]string, len(completions))
-		seen     = make(map[string]int, len(completions))
 	)
 	for i, c := range completions {
-		arg := func(field string) string { return fmt.Sprintf("completions[%d].%s", i, field) }
-		if err := checkLeaseKey(op, arg("DispatchKey"), c.DispatchKey, seen, i); err != nil {
-			return nil, err
-		}
-		switch c.Outcome {
-		case outbox.Settle, outbox.DeadLetter:
-		case outbox.Retry:
-			if c.Delay < 0 || c.Delay > outbox.MaxDelay {
-				return nil, argError(op, arg("Delay"), "%v is outside 0 to outbox.MaxDelay (%v)", c.Delay, outbox.MaxDelay)
-			}
-		default:
-			return nil, argError(op, arg("Outcome"), "%v is not Settle, Retry or DeadLetter", c.Outcome)
-		}
 		keys[i], tokens[i], outcomes[i] = c.DispatchKey, c.Token, int32(c.Outcome)
 		delays[i] = c.Delay.Microseconds()
 		if c.Outcome != outbox.Settle {
@@ -99,19 +88,6 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 	return results, nil
 }
 
-// checkLeaseKey rejects a dispatch key no row can have (empty, not valid
-// UTF-8, holding a NUL byte) and a key seen earlier in the same call.
-func checkLeaseKey(op, arg, key string, seen map[string]int, i int) error {
-	if reason := badText(key, true); reason != "" {
-		return argError(op, arg, "%s", reason)
-	}
-	if j, dup := seen[key]; dup {
-		return argError(op, arg, "dispatch key %q is also at index %d", key, j)
-	}
-	seen[key] = i
-	return nil
-}
-
 // ExtendLeases extends each live lease to Lease() from now (the store's
 // clock), fenced as [Store.Complete] is, in one statement, and returns one
 // [outbox.Result] per lease at the same index: State claimed and the new
@@ -125,16 +101,15 @@ func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outb
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	if err := call(op).Leases(leases); err != nil {
+		return nil, err
+	}
 	if len(leases) == 0 {
 		return []outbox.Result{}, nil
 	}
 	keys := make([]string, len(leases))
 	tokens := make([]int64, len(leases))
-	seen := make(map[string]int, len(leases))
 	for i, l := range leases {
-		if err := checkLeaseKey(op, fmt.Sprintf("leases[%d].DispatchKey", i), l.DispatchKey, seen, i); err != nil {
-			return nil, err
-		}
 		keys[i], tokens[i] = l.DispatchKey, l.Token
 	}
 	results := make([]outbox.Result, len(leases))
@@ -221,8 +196,8 @@ func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
 	if err := s.begin(ctx, op); err != nil {
 		return outbox.Row{}, err
 	}
-	if reason := badText(dispatchKey, true); reason != "" {
-		return outbox.Row{}, argError(op, "dispatchKey", "%s", reason)
+	if err := call(op).DispatchKey("dispatchKey", dispatchKey); err != nil {
+		return outbox.Row{}, err
 	}
 	var row outbox.Row
 	err := s.run(ctx, anyLoss, func() error {
@@ -266,12 +241,6 @@ func (s *Store) Stats(ctx context.Context) (outbox.Stats, error) {
 	return st, nil
 }
 
-// The most rows one ListDead call returns, and its default.
-const (
-	maxListDead     = 10_000
-	defaultListDead = 100
-)
-
 // ListDead returns dead rows in dispatch-key order (bytes, whatever the
 // database's collation), from the first key after p.After, at most p.Limit
 // (0: 100; above 10,000 or negative is an [*outbox.ArgumentError]), only
@@ -284,20 +253,13 @@ func (s *Store) ListDead(ctx context.Context, p outbox.ListDeadParams) ([]outbox
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	switch {
-	case p.Limit == 0:
-		p.Limit = defaultListDead
-	case p.Limit < 0 || p.Limit > maxListDead:
-		return nil, argError(op, "p.Limit", "%d is not within 1 to %d", p.Limit, maxListDead)
+	limit, err := call(op).ListDead(p)
+	if err != nil {
+		return nil, err
 	}
-	if reason := badText(p.Namespace, false); reason != "" {
-		return nil, argError(op, "p.Namespace", "%s", reason)
-	}
-	if reason := badText(p.After, false); reason != "" {
-		return nil, argError(op, "p.After", "%s", reason)
-	}
+	p.Limit = limit
 	var dead []outbox.Row
-	err := s.run(ctx, anyLoss, func() error {
+	err = s.run(ctx, anyLoss, func() error {
 		rows, err := s.pool.Query(ctx, s.sql.listDead, p.Namespace, p.After, int64(p.Limit))
 		if err != nil {
 			return err
@@ -322,10 +284,8 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
-	for i, k := range dispatchKeys {
-		if reason := badText(k, true); reason != "" {
-			return 0, argError(op, fmt.Sprintf("dispatchKeys[%d]", i), "%s", reason)
-		}
+	if err := call(op).Keys(dispatchKeys); err != nil {
+		return 0, err
 	}
 	if len(dispatchKeys) == 0 {
 		return 0, nil
@@ -371,8 +331,8 @@ func (s *Store) PurgeDead(ctx context.Context, before time.Time, limit int) (int
 }
 
 func (s *Store) purge(ctx context.Context, op, sql string, before time.Time, limit int) (int, error) {
-	if limit < 0 {
-		return 0, argError(op, "limit", "%d is negative", limit)
+	if err := call(op).PurgeLimit(limit); err != nil {
+		return 0, err
 	}
 	if limit == 0 {
 		return 0, nil

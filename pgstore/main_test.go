@@ -16,6 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+	"github.com/outboxkit/backpressure/pgstore"
 )
 
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
@@ -179,3 +182,13 @@ func newPool(t testing.TB, tr *tracer, maxConns int32, settings ...string) *pgxp
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// planner is every call a Store's Claimer serves, as its doc promises.
+type planner interface {
+	backpressure.OutboxStore[outbox.Row]
+	backpressure.Counter
+	ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error)
+}
+
+// claimerOf returns s's Claimer with every call it serves.
+func claimerOf(s *pgstore.Store) planner { return s.Claimer().(planner) }

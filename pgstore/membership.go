@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -164,7 +165,7 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	if opts.Node == "" {
 		opts.Node = defaultNode()
 	}
-	switch reason := badText(opts.Node, true); {
+	switch reason := validate.Text(opts.Node); {
 	case reason != "":
 		return nil, argError(op, "MembershipOptions.Node", "%s", reason)
 	case len(opts.Node) > MaxNodeBytes:

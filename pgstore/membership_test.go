@@ -214,7 +214,7 @@ func TestCloseClosesFencedViews(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"Get":   func() error { _, err := view.Get(ctx, "k"); return err },
 		"Stats": func() error { _, err := view.Stats(ctx); return err },
-		"Claim": func() error { _, err := view.ClaimOutboxRowsUnscoped(ctx, all, 1); return err },
+		"Claim": func() error { _, err := claimerOf(view).ClaimOutboxRowsUnscoped(ctx, all, 1); return err },
 		"Enqueue": func() error {
 			_, err := view.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "ns"}})
 			return err
@@ -395,7 +395,7 @@ func TestMembershipFencing(t *testing.T) {
 	claimedByAny := 0
 	claim := func(m *pgstore.Membership, limit int) []outbox.Row {
 		t.Helper()
-		rows, err := m.Store().ClaimOutboxRowsUnscoped(ctx, all, limit)
+		rows, err := claimerOf(m.Store()).ClaimOutboxRowsUnscoped(ctx, all, limit)
 		claimedByAny += len(rows)
 		if err != nil {
 			t.Fatalf("%s: claim: %v", m.Node(), err)
@@ -426,7 +426,7 @@ func TestMembershipFencing(t *testing.T) {
 		t.Fatalf("a claimed %d rows with its ownership leases lapsed, want 0", len(rows))
 	}
 	// The scoped claim is fenced the same way.
-	if rows, err := a.Store().ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "ns", TaskQueue: "q"}, Limit: 10}}); err != nil || len(rows) != 0 {
+	if rows, err := claimerOf(a.Store()).ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "ns", TaskQueue: "q"}, Limit: 10}}); err != nil || len(rows) != 0 {
 		t.Fatalf("a's scoped claim with its leases lapsed = %d rows, %v; want none", len(rows), err)
 	}
 
@@ -515,7 +515,7 @@ func TestMembershipFencing(t *testing.T) {
 	}
 	// Claimed counts are per shard, whoever claimed: b's headroom counts
 	// the rows a claimed and still runs.
-	if counts, err := b.Store().CountClaimedOutboxRows(ctx, b.Owned()); err != nil || counts["ns"] != claimedByAny {
+	if counts, err := claimerOf(b.Store()).CountClaimedOutboxRows(ctx, b.Owned()); err != nil || counts["ns"] != claimedByAny {
 		t.Errorf("b's claimed count after the hand-off = %v, %v; want ns: %d (a's rows and b's)", counts, err, claimedByAny)
 	}
 	select {

@@ -71,7 +71,7 @@ func TestCompletionMatchesModel(t *testing.T) {
 			switch rapid.IntRange(0, 4).Draw(rt, "action") {
 			case 0: // claim, oldest first
 				n := rapid.IntRange(1, rows).Draw(rt, "n")
-				got, err := s.ClaimOutboxRowsUnscoped(f.ctx, f.all, n)
+				got, err := claimerOf(s).ClaimOutboxRowsUnscoped(f.ctx, f.all, n)
 				if err != nil {
 					rt.Fatal(err)
 				}

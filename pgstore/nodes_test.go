@@ -114,7 +114,7 @@ func TestManyNodes(t *testing.T) {
 	}
 	// check samples one node's claimed rows against its ceilings.
 	check := func(where string, n int) {
-		claimed, err := cluster[n].store.CountClaimedOutboxRows(ctx, cluster[n].shards)
+		claimed, err := claimerOf(cluster[n].store).CountClaimedOutboxRows(ctx, cluster[n].shards)
 		if err != nil {
 			if ctx.Err() == nil {
 				fail(fmt.Errorf("%s: node %d: CountClaimedOutboxRows: %w", where, n, err))
@@ -143,7 +143,7 @@ func TestManyNodes(t *testing.T) {
 			for n := range cluster {
 				check("sampler", n)
 			}
-			claimed, err := producer.CountClaimedOutboxRows(runCtx, allShards)
+			claimed, err := claimerOf(producer).CountClaimedOutboxRows(runCtx, allShards)
 			if err != nil {
 				if runCtx.Err() == nil {
 					fail(fmt.Errorf("sampler: cluster CountClaimedOutboxRows: %w", err))
@@ -198,7 +198,7 @@ func TestManyNodes(t *testing.T) {
 			defer wg.Done()
 			defer func() { close(work); workers.Wait() }()
 			for runCtx.Err() == nil {
-				rows, _, err := backpressure.Sweep(runCtx, cluster[n].bp, cluster[n].store)
+				rows, _, err := backpressure.Sweep(runCtx, cluster[n].bp, cluster[n].store.Claimer())
 				if err != nil {
 					if runCtx.Err() == nil {
 						fail(fmt.Errorf("node %d: Sweep: %w", n, err))

@@ -4,11 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,7 +36,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 	if err := s.begin(ctx, op); err != nil {
 		return 0, err
 	}
-	args, err := s.enqueueArgs(msgs)
+	args, err := s.enqueueArgs(op, msgs)
 	if err != nil || args == nil {
 		return 0, err
 	}
@@ -89,7 +86,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, msgs []outbox.Message)
 	if tx == nil {
 		return 0, argError(op, "tx", "nil pgx.Tx")
 	}
-	args, err := s.enqueueArgs(msgs)
+	args, err := s.enqueueArgs(op, msgs)
 	if err != nil || args == nil {
 		return 0, err
 	}
@@ -172,9 +169,9 @@ const identitySQL = `SELECT current_database(), s.tableoid, s.store_id FROM {sch
 
 // enqueueArgs validates msgs and returns the enqueue statement's
 // parameters, or nil for an empty batch.
-func (s *Store) enqueueArgs(msgs []outbox.Message) ([]any, error) {
-	if err := outbox.ValidateMessages(msgs); err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
+func (s *Store) enqueueArgs(op string, msgs []outbox.Message) ([]any, error) {
+	if err := call(op).Messages(msgs); err != nil {
+		return nil, err
 	}
 	if len(msgs) == 0 {
 		return nil, nil
@@ -226,24 +223,12 @@ func scanEnqueue(row pgx.Row) (int, error) {
 	return int(n), err
 }
 
-// badText says why v cannot be stored as PostgreSQL text, or "".
-func badText(v string, required bool) string {
-	switch {
-	case required && v == "":
-		return "empty"
-	case !utf8.ValidString(v):
-		return "not valid UTF-8"
-	case strings.IndexByte(v, 0) >= 0:
-		return "contains a NUL byte"
-	}
-	return ""
-}
-
 // CountClaimedOutboxRows returns, per namespace, the rows on the owned
 // shards whose lease is live now. It reads only the live-lease index, so its
 // cost is O(claimed rows), however large the backlog. See
 // [backpressure.OutboxStore].
-func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	s := (*Store)(c)
 	const op = "CountClaimedOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -285,13 +270,14 @@ func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.
 // never read — that stops at the capPerRoute-th claimable row on the owned
 // shards; the claimable rows on other shards met before then are read and
 // skipped. Never the whole backlog. See [backpressure.OutboxStore].
-func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	s := (*Store)(c)
 	const op = "CountPendingOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	if capPerRoute < 1 {
-		return nil, argError(op, "capPerRoute", "%d is below 1", capPerRoute)
+	if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
+		return nil, err
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -306,13 +292,13 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 
 // CountOutboxRows returns, in one statement (one round trip, one
 // snapshot), the pending counts p describes and, when p.Claimed, what
-// [Store.CountClaimedOutboxRows] returns (see [backpressure.Counter]; it
+// CountClaimedOutboxRows returns (see [backpressure.Counter]; it
 // serves every CountParams). [backpressure.Sweep] uses it to count only the
 // namespaces it can serve, and to make a sweep's counts one round trip
 // rather than two.
 //
 // With p.Namespaces 0 the pending counts are what
-// [Store.CountPendingOutboxRows] returns for p.CapPerRoute, at its cost, and
+// CountPendingOutboxRows returns for p.CapPerRoute, at its cost, and
 // p.After is ignored. With p.Namespaces ≥ 1 they are those of a window:
 // walking the namespaces in ascending byte order from the first one above
 // p.After, wrapping around to the smallest, the first p.Namespaces of them
@@ -328,14 +314,15 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 //
 // A window's cost: one index descent per route of the namespaces walked,
 // plus, per route with a claimable row, the capped range of
-// [Store.CountPendingOutboxRows] — skipped when p.CapPerRoute is 1, as a
+// CountPendingOutboxRows — skipped when p.CapPerRoute is 1, as a
 // sweep's window asks, and the route's earliest claimable row, which the
 // descent found, is on an owned shard (always, on a node that owns every
 // shard). The walk stops at the p.Namespaces-th namespace with claimable
 // rows, so it reads the window's namespaces and those between them with
 // none claimable, never the routes of the namespaces beyond the window.
-// The claimed counts add the cost of [Store.CountClaimedOutboxRows].
-func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
+// The claimed counts add the cost of CountClaimedOutboxRows.
+func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (claimed map[string]int, pending []backpressure.RouteCount, err error) {
+	s := (*Store)(c)
 	const op = "CountOutboxRows"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, nil, err
@@ -387,16 +374,8 @@ func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedSh
 // the cap, then, for a window (p.Namespaces > 0), $4 After and $5
 // Namespaces, and last the flag that every shard is owned.
 func (s *Store) countArgs(op string, shards backpressure.OwnedShardFraction, p backpressure.CountParams) ([]any, error) {
-	if p.CapPerRoute < 1 {
-		return nil, argError(op, "p.CapPerRoute", "%d is below 1", p.CapPerRoute)
-	}
-	if p.Namespaces < 0 {
-		return nil, argError(op, "p.Namespaces", "%d is negative", p.Namespaces)
-	}
-	if p.Namespaces > 0 {
-		if reason := badText(p.After, false); reason != "" {
-			return nil, argError(op, "p.After", "%s", reason)
-		}
+	if err := call(op).CountParams(p); err != nil {
+		return nil, err
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -428,9 +407,10 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 // Rows come back grouped by claim, in the claims' order, highest priority
 // first, then oldest, within a route.
 //
-// A claim with Limit 0 claims nothing; a negative Limit, or a route named
-// twice, is an [*outbox.ArgumentError]. An empty claim list returns nil without a
-// round trip.
+// A Limit below 1, a route backpressure.Route.Validate refuses, or a route
+// named twice is an [*outbox.ArgumentError] (checked by internal/validate,
+// before any round trip), and claims nothing. An empty claim list, or no
+// shard owned, returns an empty slice without a round trip.
 //
 // Cost: per scope, one walk of its route's unsettled rows in enqueue order
 // from the oldest until Limit claimable rows on the owned shards are found.
@@ -445,7 +425,8 @@ func scanRouteCount(row pgx.CollectableRow) (backpressure.RouteCount, error) {
 // kept: the call may then return ctx's error although rows were claimed.
 // Such rows are not lost: no one can settle them without their tokens, and
 // they are claimable again when their lease expires.
-func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	const op = "ClaimOutboxRowsScoped"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
@@ -454,36 +435,21 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if err != nil {
 		return nil, err
 	}
+	if err := call(op).Claims(claims); err != nil {
+		return nil, err
+	}
 	var (
-		spaces = make([]string, 0, len(claims))
-		queues = make([]string, 0, len(claims))
-		limits = make([]int64, 0, len(claims))
+		spaces = make([]string, len(claims))
+		queues = make([]string, len(claims))
+		limits = make([]int64, len(claims))
 		order  = make(map[backpressure.Route]int, len(claims))
 	)
 	for i, c := range claims {
-		arg := func(field string) string { return fmt.Sprintf("claims[%d].%s", i, field) } // only for an error
-		if c.Limit < 0 {
-			return nil, argError(op, arg("Limit"), "%d is negative", c.Limit)
-		}
-		if _, dup := order[c.Route]; dup {
-			return nil, argError(op, arg("Route"), "route %s is claimed twice", c.Route)
-		}
-		if reason := badText(c.Route.Namespace, false); reason != "" {
-			return nil, argError(op, arg("Route.Namespace"), "%s", reason)
-		}
-		if reason := badText(c.Route.TaskQueue, false); reason != "" {
-			return nil, argError(op, arg("Route.TaskQueue"), "%s", reason)
-		}
+		spaces[i], queues[i], limits[i] = c.Route.Namespace, c.Route.TaskQueue, int64(c.Limit)
 		order[c.Route] = i
-		if c.Limit == 0 {
-			continue
-		}
-		spaces = append(spaces, c.Route.Namespace)
-		queues = append(queues, c.Route.TaskQueue)
-		limits = append(limits, int64(c.Limit))
 	}
-	if len(limits) == 0 || none {
-		return nil, nil
+	if len(claims) == 0 || none {
+		return []outbox.Row{}, nil
 	}
 	claimed, err := s.claim(ctx, op, s.sql.claimScoped, owned, spaces, queues, limits, all)
 	if err != nil {
@@ -501,24 +467,25 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 // shards, oldest first whatever their namespace: the claim a dispatcher
 // without backpressure makes, kept as the baseline the fair sweep is
 // measured against. Leases, tokens and atomicity are as for
-// [Store.ClaimOutboxRowsScoped], and so is a cancelled ctx. Rows come back
+// ClaimOutboxRowsScoped, and so is a cancelled ctx. Rows come back
 // oldest first. Cost: one walk of the unsettled rows in enqueue order until
 // limit claimable owned rows are found, reading and skipping the older rows
 // that are delayed, leased or on other shards.
-func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	const op = "ClaimOutboxRowsUnscoped"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	if limit < 0 {
-		return nil, argError(op, "limit", "%d is negative", limit)
+	if err := call(op).Positive("limit", limit); err != nil {
+		return nil, err
 	}
 	owned, all, none, err := s.ownedShards(op, shards)
 	if err != nil {
 		return nil, err
 	}
-	if limit == 0 || none {
-		return nil, nil
+	if none {
+		return []outbox.Row{}, nil
 	}
 	claimed, err := s.claim(ctx, op, s.sql.claimUnscoped, owned, int64(limit), all)
 	if err != nil {

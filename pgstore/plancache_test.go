@@ -42,22 +42,22 @@ func TestCountsUseGenericPlans(t *testing.T) {
 	}
 	all, _ := backpressure.AllShards(s.ShardCount())
 	for i := 0; i < 10; i++ {
-		if _, err := s.CountPendingOutboxRows(ctx, all, 5+i); err != nil {
+		if _, err := claimerOf(s).CountPendingOutboxRows(ctx, all, 5+i); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.ClaimOutboxRowsUnscoped(ctx, all, 1+i); err != nil {
+		if _, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, all, 1+i); err != nil {
 			t.Fatal(err)
 		}
 		for _, capPerRoute := range []int{1, 5 + i} {
 			w := backpressure.CountParams{CapPerRoute: capPerRoute, After: fmt.Sprint("ns", i%10), Namespaces: 3}
-			if _, err := pendingOf(s.CountOutboxRows(ctx, all, w)); err != nil {
+			if _, err := pendingOf(claimerOf(s).CountOutboxRows(ctx, all, w)); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.CountOutboxRows(ctx, all, withClaimed(w)); err != nil {
+			if _, _, err := claimerOf(s).CountOutboxRows(ctx, all, withClaimed(w)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, _, err := s.CountOutboxRows(ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 5 + i})); err != nil {
+		if _, _, err := claimerOf(s).CountOutboxRows(ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 5 + i})); err != nil {
 			t.Fatal(err)
 		}
 	}

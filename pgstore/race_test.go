@@ -92,9 +92,9 @@ func TestClaimRace(t *testing.T) {
 					var rows []outbox.Row
 					var err error
 					if rng.IntN(2) == 0 {
-						rows, err = s.ClaimOutboxRowsScoped(ctx, all, scopes)
+						rows, err = claimerOf(s).ClaimOutboxRowsScoped(ctx, all, scopes)
 					} else {
-						rows, err = s.ClaimOutboxRowsUnscoped(ctx, all, 8)
+						rows, err = claimerOf(s).ClaimOutboxRowsUnscoped(ctx, all, 8)
 					}
 					if err != nil {
 						fail(fmt.Errorf("node %d claimer %d: claim: %w", n, c, err))

@@ -87,11 +87,11 @@ func TestRateBoundAcrossNodes(t *testing.T) {
 		}
 		for _, bp := range bps { // every node sweeps, greedily
 			f := bp.OwnedShards()
-			pending, err := s.CountPendingOutboxRows(ctx, f, 100)
+			pending, err := claimerOf(s).CountPendingOutboxRows(ctx, f, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			claimed, err := s.CountClaimedOutboxRows(ctx, f)
+			claimed, err := claimerOf(s).CountClaimedOutboxRows(ctx, f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,7 +101,7 @@ func TestRateBoundAcrossNodes(t *testing.T) {
 			}
 			var got []outbox.Row
 			if len(p.Claims) > 0 {
-				if got, err = s.ClaimOutboxRowsScoped(ctx, f, p.Claims); err != nil {
+				if got, err = claimerOf(s).ClaimOutboxRowsScoped(ctx, f, p.Claims); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -110,11 +110,11 @@ GROUP BY 1, 2 ORDER BY 1, 2`, now, ids, capPerRoute)
 				t.Fatal(err)
 			}
 			where := fmt.Sprintf("trial %d, shards %v, cap %d", trial, owned, capPerRoute)
-			got, err := s.CountPendingOutboxRows(ctx, f, capPerRoute)
+			got, err := claimerOf(s).CountPendingOutboxRows(ctx, f, capPerRoute)
 			if err != nil || !slices.Equal(got, full) {
 				t.Fatalf("%s: CountPendingOutboxRows = %v, %v; want %v", where, got, err, full)
 			}
-			claimed, pending, err := s.CountOutboxRows(ctx, f, withClaimed(backpressure.CountParams{CapPerRoute: capPerRoute}))
+			claimed, pending, err := claimerOf(s).CountOutboxRows(ctx, f, withClaimed(backpressure.CountParams{CapPerRoute: capPerRoute}))
 			if err != nil || !slices.Equal(pending, full) || !maps.Equal(claimed, claimedRef) {
 				t.Fatalf("%s: CountOutboxRows(claimed) = %v, %v, %v; want %v, %v", where, claimed, pending, err, claimedRef, full)
 			}
@@ -122,11 +122,11 @@ GROUP BY 1, 2 ORDER BY 1, 2`, now, ids, capPerRoute)
 				for n := 1; n <= len(names)+1; n++ {
 					w := backpressure.CountParams{CapPerRoute: capPerRoute, After: after, Namespaces: n}
 					want := windowReference(full, after, n)
-					got, err := pendingOf(s.CountOutboxRows(ctx, f, w))
+					got, err := pendingOf(claimerOf(s).CountOutboxRows(ctx, f, w))
 					if err != nil || !slices.Equal(got, want) {
 						t.Fatalf("%s: CountOutboxRows(%+v) = %v, %v; want %v (full %v)", where, w, got, err, want, full)
 					}
-					claimed, pending, err := s.CountOutboxRows(ctx, f, withClaimed(w))
+					claimed, pending, err := claimerOf(s).CountOutboxRows(ctx, f, withClaimed(w))
 					if err != nil || !slices.Equal(pending, want) || !maps.Equal(claimed, claimedRef) {
 						t.Fatalf("%s: CountOutboxRows(claimed, %+v) = %v, %v, %v; want %v, %v", where, w, claimed, pending, err, claimedRef, want)
 					}

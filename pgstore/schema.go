@@ -17,7 +17,7 @@ import (
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 func validateSchema(op, name string) error {
-	fail := func(reason string) error { return &outbox.ArgumentError{Op: op, Arg: "Options.Schema", Reason: reason} }
+	fail := func(reason string) error { return argError(op, "Options.Schema", "%s", reason) }
 	switch {
 	case !schemaName.MatchString(name):
 		return fail(fmt.Sprintf("%q is not a lower-case identifier of 1 to 63 characters [a-z_][a-z0-9_]*", name))

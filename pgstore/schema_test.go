@@ -133,7 +133,7 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA `+q+` TO `+r); err != nil {
 	if _, err := s.Enqueue(ctx, []outbox.Message{message("a", "q", "k")}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+	rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
@@ -206,7 +206,7 @@ VALUES
 		t.Errorf("Settle of a row claimed before the migration: %v", err)
 	}
 	all, _ := backpressure.AllShards(16)
-	rows, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 10)})
+	rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 10)})
 	if err != nil || len(rows) != 1 || rows[0].DispatchKey != "pending" {
 		t.Fatalf("claim after the migration = %v, %v; want the pending row", rows, err)
 	}

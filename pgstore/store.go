@@ -91,17 +91,14 @@ type Options struct {
 //
 // # Lost connections
 //
-// When a call finds its connection lost (the server restarted or failed
-// over, or pg_terminate_backend ended the session), the store checks the
-// pool's other idle connections at once and drops the dead ones, so one
-// call finds them all. Reads and claims then run once more on a live
-// connection and succeed. Other writes run once more only if their
-// statement never reached the server, and otherwise return the error: the
-// server may or may not have committed them, and running them again would
-// misreport what they did (dedup makes an Enqueue's rows safe either way).
-// A claim whose connection died after the server committed it is not
-// lost: its rows stay claimed under tokens nobody holds until their lease
-// expires, and are then claimed again, with one more attempt counted.
+// A call whose connection is lost (a server restart or failover,
+// pg_terminate_backend) runs once more on a live connection when running it
+// again cannot misreport what it did: reads and claims always, other writes
+// only if their statement never reached the server; otherwise it returns
+// the error, and the write may or may not have committed (dedup makes an
+// Enqueue's rows safe either way). A claim committed before its connection
+// died leaves its rows claimed under tokens nobody holds until their lease
+// expires; they are then claimed again, with one more attempt counted.
 type Store struct {
 	pool        *pgxpool.Pool
 	ownsPool    bool
@@ -128,9 +125,8 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store         = (*Store)(nil)
-	_ outbox.Notifier      = (*Store)(nil)
-	_ backpressure.Counter = (*Store)(nil)
+	_ outbox.Store    = (*Store)(nil)
+	_ outbox.Notifier = (*Store)(nil)
 )
 
 // New returns a store over pool, after validating opts and opening the
@@ -149,7 +145,11 @@ var (
 // schema newer than this package is an [*outbox.SchemaVersionError]. The
 // store does not own pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
-	const op = "New"
+	return newStore(ctx, "New", pool, opts)
+}
+
+// newStore is New, naming op (New or Open) in its errors.
+func newStore(ctx context.Context, op string, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, argError(op, "pool", "nil *pgxpool.Pool")
 	}
@@ -255,7 +255,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	if err != nil {
 		return nil, opError("Open", err)
 	}
-	s, err := New(ctx, pool, opts)
+	s, err := newStore(ctx, "Open", pool, opts)
 	if err != nil {
 		pool.Close()
 		return nil, err

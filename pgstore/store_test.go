@@ -197,11 +197,11 @@ func TestSchemasAreIsolated(t *testing.T) {
 	if n, err := b.s.Enqueue(b.ctx, []outbox.Message{message("acme", "q", "k")}); err != nil || n != 1 {
 		t.Errorf("Enqueue of the same key in another schema = %d, %v; want 1, nil", n, err)
 	}
-	rows, err := a.s.ClaimOutboxRowsScoped(a.ctx, a.all, []backpressure.ScopedClaim{claim("acme", "q", 10)})
+	rows, err := claimerOf(a.s).ClaimOutboxRowsScoped(a.ctx, a.all, []backpressure.ScopedClaim{claim("acme", "q", 10)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim in schema a = %v, %v; want one row", rows, err)
 	}
-	if c, err := b.s.CountClaimedOutboxRows(b.ctx, b.all); err != nil || len(c) != 0 {
+	if c, err := claimerOf(b.s).CountClaimedOutboxRows(b.ctx, b.all); err != nil || len(c) != 0 {
 		t.Errorf("claimed in schema b after a claim in schema a = %v, %v; want none", c, err)
 	}
 }
@@ -222,15 +222,15 @@ func TestInvalidInputTouchesNothing(t *testing.T) {
 			return err
 		},
 		func() error {
-			_, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", -1)})
+			_, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", -1)})
 			return err
 		},
 		func() error {
-			_, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", 1), claim("acme", "q", 1)})
+			_, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", 1), claim("acme", "q", 1)})
 			return err
 		},
-		func() error { _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, f.all, -1); return err },
-		func() error { _, err := f.s.CountPendingOutboxRows(f.ctx, f.all, 0); return err },
+		func() error { _, err := claimerOf(f.s).ClaimOutboxRowsUnscoped(f.ctx, f.all, -1); return err },
+		func() error { _, err := claimerOf(f.s).CountPendingOutboxRows(f.ctx, f.all, 0); return err },
 		func() error { return f.s.Retry(f.ctx, outbox.Lease{DispatchKey: "k", Token: 1}, -time.Second, nil) },
 		func() error { return f.s.Settle(f.ctx, outbox.Lease{}) },
 		func() error {
@@ -290,7 +290,7 @@ func TestNotFoundAndLeaseLost(t *testing.T) {
 	if !errors.Is(err, outbox.ErrLeaseLost) || !errors.As(err, &le) || le.DispatchKey != "k" || le.Op != "Settle" {
 		t.Errorf("Settle(pending row) = %v, want a *LeaseLostError for k", err)
 	}
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", 1)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", 1)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
@@ -313,7 +313,7 @@ func TestGetAndAttempts(t *testing.T) {
 	}
 	var tokens []int64
 	for attempt := 1; attempt <= 3; attempt++ {
-		rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", 1)})
+		rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("acme", "q", 1)})
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("attempt %d: claim = %v, %v", attempt, rows, err)
 		}
@@ -360,12 +360,12 @@ END $$;
 CREATE TRIGGER poison BEFORE UPDATE ON `+q+`.outbox FOR EACH ROW EXECUTE FUNCTION `+q+`.poison();`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, claims)
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, claims)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "P0001" || len(rows) != 0 {
 		t.Fatalf("claim with a poisoned row = %d rows, %v; want the trigger's error", len(rows), err)
 	}
-	if c, err := f.s.CountClaimedOutboxRows(f.ctx, f.all); err != nil || len(c) != 0 {
+	if c, err := claimerOf(f.s).CountClaimedOutboxRows(f.ctx, f.all); err != nil || len(c) != 0 {
 		t.Errorf("claimed after the failed claim = %v, %v; want none", c, err)
 	}
 	var touched int
@@ -375,16 +375,18 @@ CREATE TRIGGER poison BEFORE UPDATE ON `+q+`.outbox FOR EACH ROW EXECUTE FUNCTIO
 	if _, err := adminPool.Exec(f.ctx, `DROP TRIGGER poison ON `+q+`.outbox`); err != nil {
 		t.Fatal(err)
 	}
-	if rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, claims); err != nil || len(rows) != 16 {
+	if rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, claims); err != nil || len(rows) != 16 {
 		t.Errorf("claim without the trigger = %d rows, %v; want 16", len(rows), err)
 	}
 }
 
+// A batch is claimed in the order it was given, not in key order, and
+// rows come back grouped by claim in the claims' order; a Limit of 0 is
+// refused (the contract of backpressure.OutboxStore), claiming nothing.
 func TestClaimOrderAndZeroLimit(t *testing.T) {
 	f := newFixture(t)
-	// A batch is claimed in the order it was given, not in key order.
 	f.enqueue(message("a", "q", "k3"), message("a", "q", "k1"), message("a", "q", "k2"), message("b", "q", "b1"))
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("b", "q", 5), claim("c", "q", 0), claim("a", "q", 2)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("b", "q", 5), claim("c", "q", 1), claim("a", "q", 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,8 +397,13 @@ func TestClaimOrderAndZeroLimit(t *testing.T) {
 	if want := "b1 k3 k1"; strings.Join(got, " ") != want {
 		t.Errorf("claim returned %v, want %s (grouped by claim, oldest first)", got, want)
 	}
-	if rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 0)}); err != nil || rows != nil {
-		t.Errorf("claim with only a zero limit = %v, %v; want nothing", rows, err)
+	rows, err = claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1), claim("b", "q", 0)})
+	var ae *outbox.ArgumentError
+	if !errors.As(err, &ae) || ae.Arg != "claims[1].Limit" || rows != nil {
+		t.Errorf("claim with a zero limit = %v, %v; want an *outbox.ArgumentError on claims[1].Limit", rows, err)
+	}
+	if st := f.state("k2"); st != outbox.StatePending {
+		t.Errorf("k2 is %s after the refused claim, want pending", st)
 	}
 }
 
@@ -425,7 +432,7 @@ func TestClaimUnscoped(t *testing.T) {
 			want = append(want, k)
 		}
 	}
-	rows, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, even, 5)
+	rows, err := claimerOf(f.s).ClaimOutboxRowsUnscoped(f.ctx, even, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +444,7 @@ func TestClaimUnscoped(t *testing.T) {
 		t.Errorf("unscoped claim on even shards = %v, want the oldest %v", got, want)
 	}
 	other, _ := backpressure.AllShards(f.s.ShardCount() * 2)
-	if _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, other, 5); !errors.Is(err, outbox.ErrShardCountMismatch) {
+	if _, err := claimerOf(f.s).ClaimOutboxRowsUnscoped(f.ctx, other, 5); !errors.Is(err, outbox.ErrShardCountMismatch) {
 		t.Errorf("unscoped claim with a mismatched shard count = %v, want ErrShardCountMismatch", err)
 	}
 }
@@ -452,7 +459,7 @@ func TestDatabaseClock(t *testing.T) {
 	if _, err := s.Enqueue(t.Context(), []outbox.Message{message("a", "q", "k")}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.ClaimOutboxRowsScoped(t.Context(), all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+	rows, err := claimerOf(s).ClaimOutboxRowsScoped(t.Context(), all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
@@ -474,7 +481,7 @@ func TestPurgeSettled(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		f.enqueue(message("a", "q", fmt.Sprintf("k%d", i)))
 	}
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 3)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 3)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,18 +626,18 @@ func TestClaimsAndCountsRunWithoutJIT(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"CountPendingOutboxRows", func() error { _, err := f.s.CountPendingOutboxRows(f.ctx, all, 5); return err }},
-		{"CountOutboxRows (window)", func() error { _, err := pendingOf(f.s.CountOutboxRows(f.ctx, all, w)); return err }},
-		{"CountOutboxRows (window, claimed)", func() error { _, _, err := f.s.CountOutboxRows(f.ctx, all, withClaimed(w)); return err }},
+		{"CountPendingOutboxRows", func() error { _, err := claimerOf(f.s).CountPendingOutboxRows(f.ctx, all, 5); return err }},
+		{"CountOutboxRows (window)", func() error { _, err := pendingOf(claimerOf(f.s).CountOutboxRows(f.ctx, all, w)); return err }},
+		{"CountOutboxRows (window, claimed)", func() error { _, _, err := claimerOf(f.s).CountOutboxRows(f.ctx, all, withClaimed(w)); return err }},
 		{"CountOutboxRows (claimed)", func() error {
-			_, _, err := f.s.CountOutboxRows(f.ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 5}))
+			_, _, err := claimerOf(f.s).CountOutboxRows(f.ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 5}))
 			return err
 		}},
 		{"ClaimOutboxRowsScoped", func() error {
-			_, err := f.s.ClaimOutboxRowsScoped(f.ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+			_, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 			return err
 		}},
-		{"ClaimOutboxRowsUnscoped", func() error { _, err := f.s.ClaimOutboxRowsUnscoped(f.ctx, all, 1); return err }},
+		{"ClaimOutboxRowsUnscoped", func() error { _, err := claimerOf(f.s).ClaimOutboxRowsUnscoped(f.ctx, all, 1); return err }},
 		{"PurgeSettled", func() error { _, err := f.s.PurgeSettled(f.ctx, f.now, 10); return err }},
 	} {
 		trips, batches := f.tr.queries.Load(), f.tr.batches.Load()
@@ -649,14 +656,14 @@ func TestFailedBatchClaimsNothing(t *testing.T) {
 	f := newFixture(t)
 	f.enqueue(message("a", "q", "k1"))
 	f.tr.arm(1)
-	_, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+	_, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("claim with its batch failed: %v, want an error matching context.Canceled", err)
 	}
 	if got := f.state("k1"); got != outbox.StatePending {
 		t.Fatalf("k1 is %s after the failed claim, want pending", got)
 	}
-	rows, err := f.s.ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+	rows, err := claimerOf(f.s).ClaimOutboxRowsScoped(f.ctx, f.all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim after the failure: %d rows, %v; want 1 row", len(rows), err)
 	}
@@ -699,22 +706,25 @@ func storeCalls(s *pgstore.Store, all backpressure.OwnedShardFraction, now time.
 		"ListDead":     func(ctx context.Context) error { _, err := s.ListDead(ctx, outbox.ListDeadParams{}); return err },
 		"Requeue":      func(ctx context.Context) error { _, err := s.Requeue(ctx, []string{"k"}); return err },
 		"Subscribe":    func(ctx context.Context) error { _, err := s.Subscribe(ctx); return err },
-		"CountClaimed": func(ctx context.Context) error { _, err := s.CountClaimedOutboxRows(ctx, all); return err },
-		"CountPending": func(ctx context.Context) error { _, err := s.CountPendingOutboxRows(ctx, all, 1); return err },
+		"CountClaimed": func(ctx context.Context) error { _, err := claimerOf(s).CountClaimedOutboxRows(ctx, all); return err },
+		"CountPending": func(ctx context.Context) error {
+			_, err := claimerOf(s).CountPendingOutboxRows(ctx, all, 1)
+			return err
+		},
 		"CountOutboxRows (claimed)": func(ctx context.Context) error {
-			_, _, err := s.CountOutboxRows(ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 1}))
+			_, _, err := claimerOf(s).CountOutboxRows(ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 1}))
 			return err
 		},
 		"Window": func(ctx context.Context) error {
-			_, err := pendingOf(s.CountOutboxRows(ctx, all, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1}))
+			_, err := pendingOf(claimerOf(s).CountOutboxRows(ctx, all, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1}))
 			return err
 		},
 		"Scoped": func(ctx context.Context) error {
-			_, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
+			_, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("a", "q", 1)})
 			return err
 		},
 		"Unscoped": func(ctx context.Context) error {
-			_, err := s.ClaimOutboxRowsUnscoped(ctx, all, 1)
+			_, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, all, 1)
 			return err
 		},
 		"PurgeSettled": func(ctx context.Context) error { _, err := s.PurgeSettled(ctx, now, 1); return err },
@@ -724,7 +734,7 @@ func storeCalls(s *pgstore.Store, all backpressure.OwnedShardFraction, now time.
 			if err != nil {
 				return err
 			}
-			_, _, err = backpressure.Sweep(ctx, bp, s)
+			_, _, err = backpressure.Sweep(ctx, bp, s.Claimer())
 			return err
 		},
 	}

@@ -74,22 +74,22 @@ func TestEnqueueTx(t *testing.T) {
 	if n, err := s.EnqueueTx(ctx, tx, msgs[:2]); err != nil || n != 0 {
 		t.Errorf("EnqueueTx again in the same transaction = %d, %v; want 0 (dedup)", n, err)
 	}
-	if c, err := s.CountPendingOutboxRows(ctx, all, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
+	if c, err := claimerOf(s).CountPendingOutboxRows(ctx, all, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
 		t.Errorf("pending counts with an open transaction = %v, %v; want the committed row only", c, err)
 	}
 	for _, w := range []backpressure.CountParams{{CapPerRoute: 10}, {CapPerRoute: 1, Namespaces: 5}} {
-		if _, p, err := s.CountOutboxRows(ctx, all, withClaimed(w)); err != nil || len(p) != 1 {
+		if _, p, err := claimerOf(s).CountOutboxRows(ctx, all, withClaimed(w)); err != nil || len(p) != 1 {
 			t.Errorf("CountOutboxRows(%+v) with an open transaction = %v, %v; want the committed route only", w, p, err)
 		}
 	}
-	if rows, err := s.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("b", "q", 10)}); err != nil || len(rows) != 0 {
+	if rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{claim("b", "q", 10)}); err != nil || len(rows) != 0 {
 		t.Errorf("scoped claim of the uncommitted route = %v, %v; want nothing, at once", rows, err)
 	}
-	rows, _, err := backpressure.Sweep(ctx, bp, s)
+	rows, _, err := backpressure.Sweep(ctx, bp, s.Claimer())
 	if err != nil || len(rows) != 1 || rows[0].DispatchKey != "committed" {
 		t.Fatalf("Sweep with an open transaction = %v, %v; want the committed row only", rows, err)
 	}
-	if rows, err := s.ClaimOutboxRowsUnscoped(ctx, all, 10); err != nil || len(rows) != 0 {
+	if rows, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, all, 10); err != nil || len(rows) != 0 {
 		t.Errorf("unscoped claim with an open transaction = %v, %v; want nothing", rows, err)
 	}
 	if st, err := s.Stats(ctx); err != nil || st.Total != 1 {
@@ -100,7 +100,7 @@ func TestEnqueueTx(t *testing.T) {
 	}
 
 	// Committed: claimable, with the business row.
-	rows, _, err = backpressure.Sweep(ctx, bp, s)
+	rows, _, err = backpressure.Sweep(ctx, bp, s.Claimer())
 	if err != nil || len(rows) != 2 {
 		t.Errorf("Sweep after commit = %v, %v; want in-tx and in-tx-2", rows, err)
 	}

@@ -91,14 +91,14 @@ func TestPendingWindowMatchesFullCounts(t *testing.T) {
 		f    backpressure.OwnedShardFraction
 	}{{"all", f.all}, {"half", half}} {
 		for _, capPerRoute := range []int{1, 3, 100} {
-			full, err := f.s.CountPendingOutboxRows(f.ctx, shards.f, capPerRoute)
+			full, err := claimerOf(f.s).CountPendingOutboxRows(f.ctx, shards.f, capPerRoute)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, after := range afters {
 				for _, n := range []int{1, 2, 3, 5, 8, 100} {
 					before := f.tr.queries.Load()
-					got, err := pendingOf(f.s.CountOutboxRows(f.ctx, shards.f, backpressure.CountParams{CapPerRoute: capPerRoute, After: after, Namespaces: n}))
+					got, err := pendingOf(claimerOf(f.s).CountOutboxRows(f.ctx, shards.f, backpressure.CountParams{CapPerRoute: capPerRoute, After: after, Namespaces: n}))
 					if err != nil {
 						t.Fatalf("%s shards, cap %d, after %q, %d namespaces: %v", shards.name, capPerRoute, after, n, err)
 					}
@@ -113,11 +113,11 @@ func TestPendingWindowMatchesFullCounts(t *testing.T) {
 		}
 	}
 	// The full window is the full count.
-	full, err := f.s.CountPendingOutboxRows(f.ctx, f.all, 2)
+	full, err := claimerOf(f.s).CountPendingOutboxRows(f.ctx, f.all, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := pendingOf(f.s.CountOutboxRows(f.ctx, f.all, backpressure.CountParams{CapPerRoute: 2, After: "m", Namespaces: 1 << 30}))
+	got, err := pendingOf(claimerOf(f.s).CountOutboxRows(f.ctx, f.all, backpressure.CountParams{CapPerRoute: 2, After: "m", Namespaces: 1 << 30}))
 	if err != nil || !slices.Equal(got, full) {
 		t.Errorf("widest window = %v, %v; want the full counts %v", got, err, full)
 	}
@@ -129,7 +129,7 @@ func TestPendingWindowMatchesFullCounts(t *testing.T) {
 func TestPendingWindowErrors(t *testing.T) {
 	f := newFixture(t)
 	w := backpressure.CountParams{CapPerRoute: 1, Namespaces: 1}
-	if got, err := pendingOf(f.s.CountOutboxRows(f.ctx, f.all, w)); err != nil || len(got) != 0 {
+	if got, err := pendingOf(claimerOf(f.s).CountOutboxRows(f.ctx, f.all, w)); err != nil || len(got) != 0 {
 		t.Errorf("window of an empty store = %v, %v; want none", got, err)
 	}
 	before := f.tr.queries.Load()
@@ -143,7 +143,7 @@ func TestPendingWindowErrors(t *testing.T) {
 		{CapPerRoute: 1, Namespaces: 1, After: "a\x00"},
 		{CapPerRoute: 1, Namespaces: 1, After: "\xff", Claimed: true},
 	} {
-		_, _, err := f.s.CountOutboxRows(f.ctx, f.all, bad)
+		_, _, err := claimerOf(f.s).CountOutboxRows(f.ctx, f.all, bad)
 		var ae *outbox.ArgumentError
 		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) || ae.Op != "CountOutboxRows" {
 			t.Errorf("CountOutboxRows(%+v): error %v, want a pgstore *ArgumentError of CountOutboxRows", bad, err)
@@ -154,12 +154,12 @@ func TestPendingWindowErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var se *outbox.ShardCountError
-	if _, err := pendingOf(f.s.CountOutboxRows(f.ctx, other, w)); !errors.As(err, &se) {
+	if _, err := pendingOf(claimerOf(f.s).CountOutboxRows(f.ctx, other, w)); !errors.As(err, &se) {
 		t.Errorf("window with a fraction of %d shards: error %v, want a *ShardCountError", other.ShardCount(), err)
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	cancel()
-	if _, err := pendingOf(f.s.CountOutboxRows(ctx, f.all, w)); !errors.Is(err, context.Canceled) {
+	if _, err := pendingOf(claimerOf(f.s).CountOutboxRows(ctx, f.all, w)); !errors.Is(err, context.Canceled) {
 		t.Errorf("window with a cancelled context: error %v, want context.Canceled", err)
 	}
 	if n := f.tr.queries.Load() - before; n != 0 {
@@ -168,7 +168,7 @@ func TestPendingWindowErrors(t *testing.T) {
 	if err := f.s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pendingOf(f.s.CountOutboxRows(f.ctx, f.all, w)); !errors.Is(err, outbox.ErrClosed) {
+	if _, err := pendingOf(claimerOf(f.s).CountOutboxRows(f.ctx, f.all, w)); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("window after Close: error %v, want ErrClosed", err)
 	}
 }

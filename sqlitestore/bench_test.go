@@ -47,7 +47,7 @@ func BenchmarkFairSweepVsUnscoped(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := b.Context()
-			timed := &claimTimer{Store: fair}
+			timed := &claimTimer{claimer: claimerOf(fair)}
 			var fairRows, unscopedRows int
 			var fairTime, unscopedTime time.Duration
 			next := benchBacklog
@@ -62,7 +62,7 @@ func BenchmarkFairSweepVsUnscoped(b *testing.B) {
 				next = benchRefill(b, fair, rows, next)
 
 				start = time.Now()
-				rows, err = unscoped.ClaimOutboxRowsUnscoped(ctx, shards, benchBatch)
+				rows, err = claimerOf(unscoped).ClaimOutboxRowsUnscoped(ctx, shards, benchBatch)
 				unscopedTime += time.Since(start)
 				if err != nil {
 					b.Fatal(err)
@@ -84,12 +84,12 @@ func BenchmarkFairSweepVsUnscoped(b *testing.B) {
 // claimTimer times the scoped claims of the sweeps it runs, which run in
 // the store's sweep transaction.
 type claimTimer struct {
-	*Store
+	*claimer
 	d time.Duration
 }
 
 func (c *claimTimer) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[outbox.Row]) error) error {
-	return c.Store.InSweepTx(ctx, func(tx backpressure.OutboxStore[outbox.Row]) error {
+	return c.claimer.InSweepTx(ctx, func(tx backpressure.OutboxStore[outbox.Row]) error {
 		return fn(&timedView{tx.(sweepStore), c})
 	})
 }
@@ -262,9 +262,9 @@ func drain(b *testing.B, s *Store, mode string) int {
 	for {
 		var rows []outbox.Row
 		if mode == "unscoped" {
-			rows, err = s.ClaimOutboxRowsUnscoped(ctx, shards, benchBatch)
+			rows, err = claimerOf(s).ClaimOutboxRowsUnscoped(ctx, shards, benchBatch)
 		} else {
-			rows, _, err = backpressure.Sweep(ctx, bp, s)
+			rows, _, err = backpressure.Sweep(ctx, bp, s.Claimer())
 		}
 		if err != nil {
 			b.Fatal(err)

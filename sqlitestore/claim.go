@@ -64,7 +64,8 @@ func withShards(args []any, arg []byte) []any {
 // shards that hold a live lease now (pending, expired and settled rows are
 // not counted; namespaces with none are left out). One read statement over
 // the live-lease index: O(live leases).
-func (s *Store) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
+	s := (*Store)(c)
 	if err := s.ready(); err != nil {
 		return nil, s.fail("CountClaimedOutboxRows", err)
 	}
@@ -130,7 +131,8 @@ func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 // O(routes · log rows + Σ per route min(claimable, capPerRoute) + the
 // delayed, leased and unowned rows before the cap is reached), bounded by
 // the capped counts only when few rows are delayed, leased or elsewhere.
-func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	s := (*Store)(c)
 	if err := s.ready(); err != nil {
 		return nil, s.fail("CountPendingOutboxRows", err)
 	}
@@ -151,8 +153,8 @@ func (s *Store) countFilter(ctx context.Context, shards backpressure.OwnedShardF
 // recording the rows counted in rec (when not nil), for the store method
 // op. It counts a round trip when tx is nil.
 func (s *Store) countPending(ctx context.Context, op string, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
-	if capPerRoute < 1 {
-		return nil, argError(op, "capPerRoute", fmt.Sprintf("%d is below 1", capPerRoute))
+	if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
+		return nil, err
 	}
 	cond, sarg, none, err := s.countFilter(ctx, shards, rec)
 	if err != nil {
@@ -243,7 +245,8 @@ const (
 // ClaimOutboxRowsScoped claims, in one write transaction (all or nothing),
 // at most Limit claimable rows of each claim's route on the owned shards,
 // highest Message.Priority first, then oldest (lowest ID), and returns
-// them in ID order with a new lease of
+// them grouped by claim in the claims' order, in claim order within each,
+// with a new lease of
 // Options.Lease and one fresh token for the whole claim. Rows it does not
 // return are not touched.
 //
@@ -261,7 +264,8 @@ const (
 // visible), the rows under a live lease and, on a node owning part of the
 // shards, the rows on shards it does not own, that lie before the route's
 // Limit-th claimable row (or all of them, when the route has fewer).
-func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	if err := s.writable(); err != nil {
 		return nil, s.fail("ClaimOutboxRowsScoped", err)
 	}
@@ -278,9 +282,34 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if none || len(claims) == 0 {
 		return []outbox.Row{}, nil
 	}
-	return s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]outbox.Row, error) {
+	rows, err := s.writeClaim(ctx, func(tx *sql.Tx, now int64) ([]outbox.Row, error) {
 		return s.claimScoped(ctx, tx, cond, sarg, claims, now)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return inClaimOrder(rows, claims), nil
+}
+
+// inClaimOrder sorts rows, claimed by claims and in ID (enqueue) order, into
+// the order ClaimOutboxRowsScoped returns: grouped by claim in the claims'
+// order, oldest first within a claim. It allocates only for claims that
+// are not in ascending route order (a plan's are).
+func inClaimOrder(rows []outbox.Row, claims []backpressure.ScopedClaim) []outbox.Row {
+	if len(claims) < 2 {
+		return rows
+	}
+	byRoute := func(a backpressure.ScopedClaim, r backpressure.Route) int { return a.Route.Compare(r) }
+	index := func(r backpressure.Route) int { i, _ := slices.BinarySearchFunc(claims, r, byRoute); return i }
+	if !slices.IsSortedFunc(claims, func(a, b backpressure.ScopedClaim) int { return a.Route.Compare(b.Route) }) {
+		at := make(map[backpressure.Route]int, len(claims))
+		for i, c := range claims {
+			at[c.Route] = i
+		}
+		index = func(r backpressure.Route) int { return at[r] }
+	}
+	slices.SortStableFunc(rows, func(a, b outbox.Row) int { return cmp.Compare(index(a.Route()), index(b.Route())) })
+	return rows
 }
 
 // writeClaim runs claim in one write transaction at the store's now.
@@ -296,34 +325,9 @@ func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64
 	return out, nil
 }
 
-// checkClaims validates claims as ClaimOutboxRowsScoped documents. It
-// allocates only to report an error: a plan's claims, sorted by route, need
-// no set to rule out a route named twice.
+// checkClaims validates claims as ClaimOutboxRowsScoped documents.
 func checkClaims(op string, claims []backpressure.ScopedClaim) error {
-	sorted := true
-	for i, c := range claims {
-		if c.Limit < 1 {
-			return argError(op, indexed("claims", i)+".Limit", fmt.Sprintf("%d is below 1", c.Limit))
-		}
-		if err := c.Route.Validate(); err != nil {
-			return argError(op, indexed("claims", i)+".Route", err.Error())
-		}
-		if i > 0 && sorted && claims[i-1].Route.Compare(c.Route) >= 0 {
-			sorted = false
-		}
-	}
-	if sorted {
-		return nil // strictly ascending: no route twice
-	}
-	first := make(map[backpressure.Route]int, len(claims))
-	for i, c := range claims {
-		if j, dup := first[c.Route]; dup {
-			return argError(op, indexed("claims", i)+".Route",
-				fmt.Sprintf("%s is already named by claims[%d]; name each route at most once", strconv.Quote(c.Route.String()), j))
-		}
-		first[c.Route] = i
-	}
-	return nil
+	return call(op).Claims(claims)
 }
 
 // claimScoped runs the scoped claim statement for claims at now in tx: the
@@ -352,12 +356,13 @@ func (s *Store) claimScoped(ctx context.Context, tx *sql.Tx, cond string, sarg [
 // the claimable index in ID order from the oldest pending or claimed row,
 // stepping over the scheduled, leased and unowned rows before the
 // limit-th claimable one.
-func (s *Store) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+func (c *claimer) ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error) {
+	s := (*Store)(c)
 	if err := s.writable(); err != nil {
 		return nil, s.fail("ClaimOutboxRowsUnscoped", err)
 	}
-	if limit < 1 {
-		return nil, argError("ClaimOutboxRowsUnscoped", "limit", fmt.Sprintf("%d is below 1", limit))
+	if err := call("ClaimOutboxRowsUnscoped").Positive("limit", limit); err != nil {
+		return nil, err
 	}
 	cond, sarg, none, err := s.shardFilter(shards, 7)
 	if err != nil {

@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure/outbox"
 )
@@ -126,52 +124,11 @@ func (s *Store) Retry(ctx context.Context, lease outbox.Lease, delay time.Durati
 	return res[0].Err
 }
 
-// checkLeases rejects, with an *outbox.ArgumentError, a dispatch key no
-// row can have (empty, not valid UTF-8, holding a NUL byte) and a key
-// named twice in one call.
-func checkLeases(op, name string, n int, key func(int) string) error {
-	seen := make(map[string]int, n)
-	for i := range n {
-		k := key(i)
-		if reason := badText(k); reason != "" {
-			return argError(op, indexed(name, i)+".DispatchKey", reason)
-		}
-		if j, dup := seen[k]; dup {
-			return argError(op, indexed(name, i)+".DispatchKey",
-				fmt.Sprintf("%q is already named by %s[%d]; name each row at most once per call", k, name, j))
-		}
-		seen[k] = i
-	}
-	return nil
-}
-
-// badText says why v cannot be a dispatch key (or a namespace or key to
-// page after, which may be empty when allowEmpty), or "".
-func badText(v string, allowEmpty ...bool) string {
-	switch {
-	case v == "" && len(allowEmpty) == 0:
-		return "is empty"
-	case !utf8.ValidString(v):
-		return "is not valid UTF-8"
-	case strings.IndexByte(v, 0) >= 0:
-		return "holds a NUL byte"
-	}
-	return ""
-}
-
 func (s *Store) complete(ctx context.Context, op string, completions []outbox.Completion) ([]outbox.Result, error) {
 	if err := s.writable(); err != nil {
 		return nil, s.fail(op, err)
 	}
-	for i, c := range completions {
-		switch {
-		case c.Outcome != outbox.Settle && c.Outcome != outbox.Retry && c.Outcome != outbox.DeadLetter:
-			return nil, argError(op, indexed("completions", i)+".Outcome", fmt.Sprintf("%v is not Settle, Retry or DeadLetter", c.Outcome))
-		case c.Outcome == outbox.Retry && (c.Delay < 0 || c.Delay > outbox.MaxDelay):
-			return nil, argError(op, indexed("completions", i)+".Delay", fmt.Sprintf("%v is outside 0 to outbox.MaxDelay (%v)", c.Delay, outbox.MaxDelay))
-		}
-	}
-	if err := checkLeases(op, "completions", len(completions), func(i int) string { return completions[i].DispatchKey }); err != nil {
+	if err := call(op).Completions(completions); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -274,7 +231,7 @@ func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outb
 	if err := s.writable(); err != nil {
 		return nil, s.fail(op, err)
 	}
-	if err := checkLeases(op, "leases", len(leases), func(i int) string { return leases[i].DispatchKey }); err != nil {
+	if err := call(op).Leases(leases); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -39,13 +39,14 @@ func newHarness(t *testing.T, path string, opts Options) *storetest.Harness[outb
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return &storetest.Harness[outbox.Row]{
-		Store:       s,
+		Outbox:      s,
 		MaxAttempts: opts.MaxAttempts, // 0: outbox.DefaultMaxAttempts
 		Inspect:     func(ctx context.Context, key string) (storetest.RowState, error) { return inspect(ctx, s, key) },
 		Now:         clock.Now,
 		Advance:     clock.Advance,
-		RoundTrips:  s.RoundTrips,
+		RoundTrips:  s.roundTrips,
 		FailNth:     func(n int) { s.failNth.Store(int64(n)) },
+		ErrorPrefix: "sqlitestore",
 	}
 }
 

@@ -18,7 +18,7 @@
 //	err = tx.Commit()
 //
 //	// Dispatcher: a fair sweep over the shards this node owns, then one batch.
-//	rows, _, err := backpressure.Sweep(ctx, bp, store)
+//	rows, _, err := backpressure.Sweep(ctx, bp, store.Claimer())
 //	for _, r := range rows { done = append(done, run(r)) } // outbox.SettleRow(r), RetryRow, DeadLetterRow
 //	results, err := store.Complete(ctx, done)             // one statement, one commit
 //
@@ -41,14 +41,15 @@
 // outbox.ErrLeaseLost for that row and changes nothing. Errors are the
 // outbox package's (errors.Is and errors.As), plus [ErrReadOnly].
 //
-// The store implements the optional backpressure.Counter
-// ([Store.CountOutboxRows]) for windows and full counts, not the claimed
-// counts, so a sweep over many namespaces counts only the routes of the
-// namespaces it can serve;
-// backpressure.TxSweeper ([Store.InSweepTx]), so a whole Sweep is one
-// write transaction whose counts and claim see one state of the outbox;
-// and outbox.Notifier ([Store.Subscribe]). It passes the storetest
-// conformance suite.
+// The planner's counts and claim are on [Store.Claimer], not on the Store:
+// an application enqueues, completes and inspects rows; only a sweep counts
+// and claims them. The Claimer implements the optional
+// backpressure.Counter for windows and full counts (not the claimed
+// counts), so a sweep over many namespaces counts only the routes of the
+// namespaces it can serve, and backpressure.TxSweeper, so a whole Sweep is
+// one write transaction whose counts and claim see one state of the
+// outbox. The Store implements outbox.Notifier ([Store.Subscribe]). It
+// passes the storetest conformance suite.
 //
 // # Storage
 //
@@ -73,12 +74,12 @@
 // [Store.EnqueueTx].
 //
 // Each method that reaches the database is one round trip (one statement or
-// one transaction); [Store.RoundTrips] counts them.
+// one transaction).
 //
 // What is exported, and why: [Open] (a file the store owns) and [New] (an
 // application's *sql.DB, for enqueueing in its own transactions), both
 // configured by [Options], return the [Store]; its methods are the outbox
-// contracts of packages outbox and backpressure. [ErrReadOnly] and
-// [ErrSweepTxDone] are this store's own conditions; every other error is
-// package outbox's or backpressure's.
+// contracts of package outbox, with the planner's counts and claim on
+// [Store.Claimer]. [ErrReadOnly] and [ErrSweepTxDone] are this store's own
+// conditions; every other error is package outbox's or backpressure's.
 package sqlitestore

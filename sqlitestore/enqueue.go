@@ -31,7 +31,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := outbox.ValidateMessages(msgs); err != nil {
+	if err := call("Enqueue").Messages(msgs); err != nil {
 		return 0, err
 	}
 	if len(msgs) == 0 {
@@ -89,7 +89,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, msgs []outbox.Message
 	if tx == nil {
 		return 0, argError("EnqueueTx", "tx", "is nil")
 	}
-	if err := outbox.ValidateMessages(msgs); err != nil {
+	if err := call("EnqueueTx").Messages(msgs); err != nil {
 		return 0, err
 	}
 	if err := s.step(ctx); err != nil {

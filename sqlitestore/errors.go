@@ -3,8 +3,8 @@ package sqlitestore
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
+	check "github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 	"modernc.org/sqlite"
 )
@@ -91,11 +91,11 @@ var ErrSweepTxDone = errors.New("sqlitestore: sweep transaction view used after 
 
 // argError builds the *outbox.ArgumentError of op for arg.
 func argError(op, arg, reason string) error {
-	return &outbox.ArgumentError{Op: op, Arg: arg, Reason: reason}
+	return call(op).Arg(arg, reason)
 }
 
-// indexed names element i of the argument name, e.g. claims[3].
-func indexed(name string, i int) string { return name + "[" + strconv.Itoa(i) + "]" }
+// call names op of this package in the errors internal/validate returns.
+func call(op string) check.Call { return check.Call{Pkg: "sqlitestore", Op: op} }
 
 // fail wraps err, an error of the store method op, for its caller: nil
 // stays nil; the outbox package's typed errors and ctx's errors pass as

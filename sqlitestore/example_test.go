@@ -57,7 +57,7 @@ func Example() {
 	// Dispatcher: sweep the shards this node owns, run, complete in one batch.
 	shards, _ := backpressure.AllShards(store.ShardCount())
 	bp, _ := backpressure.New(backpressure.Config{BatchSize: 100, DefaultQuota: backpressure.Unlimited}, shards)
-	rows, _, err := backpressure.Sweep(ctx, bp, store)
+	rows, _, err := backpressure.Sweep(ctx, bp, store.Claimer())
 	if err != nil {
 		panic(err)
 	}

@@ -46,8 +46,8 @@ func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
 	if err := ctx.Err(); err != nil {
 		return outbox.Row{}, s.fail("Get", err)
 	}
-	if reason := badText(dispatchKey); reason != "" {
-		return outbox.Row{}, argError("Get", "dispatchKey", reason)
+	if err := call("Get").DispatchKey("dispatchKey", dispatchKey); err != nil {
+		return outbox.Row{}, err
 	}
 	if err := s.read(ctx); err != nil {
 		return outbox.Row{}, s.fail("Get", err)
@@ -86,9 +86,6 @@ FROM outbox`, nanos(s.now())).Scan(&st.Pending, &st.Scheduled, &st.Claimed, &st.
 	return st, nil
 }
 
-// maxListDead is the most rows one ListDead call returns.
-const maxListDead = 10_000
-
 // ListDead returns dead rows in dispatch-key order: those after p.After,
 // of p.Namespace when it is not "", at most p.Limit (0 means 100; 1 to
 // 10,000, else an *outbox.ArgumentError, as is text no row can have in
@@ -100,18 +97,9 @@ func (s *Store) ListDead(ctx context.Context, p outbox.ListDeadParams) ([]outbox
 	if err := s.ready(); err != nil {
 		return nil, s.fail(op, err)
 	}
-	limit := p.Limit
-	if limit == 0 {
-		limit = 100
-	}
-	if limit < 1 || limit > maxListDead {
-		return nil, argError(op, "p.Limit", fmt.Sprintf("%d is outside 0 to %d", p.Limit, maxListDead))
-	}
-	if reason := badText(p.Namespace, true); reason != "" {
-		return nil, argError(op, "p.Namespace", reason)
-	}
-	if reason := badText(p.After, true); reason != "" {
-		return nil, argError(op, "p.After", reason)
+	limit, err := call(op).ListDead(p)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.read(ctx); err != nil {
 		return nil, s.fail(op, err)
@@ -155,10 +143,8 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	for i, k := range dispatchKeys {
-		if reason := badText(k); reason != "" {
-			return 0, argError(op, indexed("dispatchKeys", i), reason)
-		}
+	if err := call(op).Keys(dispatchKeys); err != nil {
+		return 0, err
 	}
 	if len(dispatchKeys) == 0 {
 		return 0, nil
@@ -248,8 +234,8 @@ func (s *Store) purge(ctx context.Context, op string, state int, before time.Tim
 	if err := s.writable(); err != nil {
 		return 0, s.fail(op, err)
 	}
-	if limit < 0 {
-		return 0, argError(op, "limit", fmt.Sprintf("%d is negative", limit))
+	if err := call(op).PurgeLimit(limit); err != nil {
+		return 0, err
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err

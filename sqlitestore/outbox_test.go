@@ -31,7 +31,7 @@ func enqueueT(t *testing.T, s *Store, msgs ...outbox.Message) {
 
 func claimAll(t *testing.T, s *Store) []outbox.Row {
 	t.Helper()
-	rows, err := s.ClaimOutboxRowsUnscoped(t.Context(), allShards(t, s), 1000)
+	rows, err := claimerOf(s).ClaimOutboxRowsUnscoped(t.Context(), allShards(t, s), 1000)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -62,12 +62,12 @@ func everyMethod(ctx context.Context, s *Store) map[string]error {
 	// A closed store says so before judging the batch, as pgstore does.
 	errs["Enqueue (invalid batch)"] = second(s.Enqueue(ctx, []outbox.Message{msg("")}))
 	errs["EnqueueTx (invalid batch)"] = second(s.EnqueueTx(ctx, nil, []outbox.Message{msg("")}))
-	errs["CountClaimedOutboxRows"] = second(s.CountClaimedOutboxRows(ctx, f))
-	errs["CountPendingOutboxRows"] = second(s.CountPendingOutboxRows(ctx, f, 1))
-	_, _, errs["CountOutboxRows"] = s.CountOutboxRows(ctx, f, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1})
-	errs["ClaimOutboxRowsScoped"] = second(s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n"}, Limit: 1}}))
-	errs["ClaimOutboxRowsUnscoped"] = second(s.ClaimOutboxRowsUnscoped(ctx, f, 1))
-	errs["InSweepTx"] = s.InSweepTx(ctx, func(backpressure.OutboxStore[outbox.Row]) error { return nil })
+	errs["CountClaimedOutboxRows"] = second(claimerOf(s).CountClaimedOutboxRows(ctx, f))
+	errs["CountPendingOutboxRows"] = second(claimerOf(s).CountPendingOutboxRows(ctx, f, 1))
+	_, _, errs["CountOutboxRows"] = claimerOf(s).CountOutboxRows(ctx, f, backpressure.CountParams{CapPerRoute: 1, Namespaces: 1})
+	errs["ClaimOutboxRowsScoped"] = second(claimerOf(s).ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n"}, Limit: 1}}))
+	errs["ClaimOutboxRowsUnscoped"] = second(claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 1))
+	errs["InSweepTx"] = claimerOf(s).InSweepTx(ctx, func(backpressure.OutboxStore[outbox.Row]) error { return nil })
 	errs["Complete"] = second(s.Complete(ctx, []outbox.Completion{{Lease: lease, Outcome: outbox.Settle}}))
 	errs["ExtendLeases"] = second(s.ExtendLeases(ctx, []outbox.Lease{lease}))
 	errs["Settle"] = s.Settle(ctx, lease)
@@ -110,7 +110,7 @@ func TestClosedNilAndZeroStores(t *testing.T) {
 		}
 	}
 	var nilStore *Store
-	if _, _, err := backpressure.Sweep(t.Context(), mustBP(t, 64), nilStore); !errors.Is(err, outbox.ErrClosed) {
+	if _, _, err := backpressure.Sweep(t.Context(), mustBP(t, 64), nilStore.Claimer()); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("Sweep(nil store) = %v, want outbox.ErrClosed", err)
 	}
 }
@@ -168,7 +168,7 @@ func TestOptionsRejected(t *testing.T) {
 // *outbox.MessageError before the database is touched.
 func TestEnqueueOverLimitWritesNothing(t *testing.T) {
 	s := openT(t, filepath.Join(t.TempDir(), "outbox.db"), Options{})
-	before := s.RoundTrips()
+	before := s.roundTrips()
 	for name, m := range map[string]outbox.Message{
 		"payload":      {DispatchKey: "big", Namespace: "n", Payload: make([]byte, outbox.MaxPayloadBytes+1)},
 		"key":          {DispatchKey: strings.Repeat("k", outbox.MaxDispatchKeyBytes+1), Namespace: "n"},
@@ -182,7 +182,7 @@ func TestEnqueueOverLimitWritesNothing(t *testing.T) {
 			t.Errorf("%s: Enqueue = %d, %v; want 0 and an *outbox.MessageError on msgs[1]", name, n, err)
 		}
 	}
-	if got := s.RoundTrips(); got != before {
+	if got := s.roundTrips(); got != before {
 		t.Errorf("invalid batches made %d round trips, want none", got-before)
 	}
 	if st, err := s.Stats(t.Context()); err != nil || st.Total != 0 {
@@ -276,10 +276,10 @@ func TestReadOnly(t *testing.T) {
 	}
 	r := openT(t, path, Options{ReadOnly: true, Now: clock.Now})
 	f := allShards(t, r)
-	if c, err := r.CountClaimedOutboxRows(t.Context(), f); err != nil || c["n"] != 1 {
+	if c, err := claimerOf(r).CountClaimedOutboxRows(t.Context(), f); err != nil || c["n"] != 1 {
 		t.Errorf("read-only CountClaimedOutboxRows = %v, %v; want n: 1", c, err)
 	}
-	if _, err := r.CountPendingOutboxRows(t.Context(), f, 10); err != nil {
+	if _, err := claimerOf(r).CountPendingOutboxRows(t.Context(), f, 10); err != nil {
 		t.Errorf("read-only CountPendingOutboxRows: %v", err)
 	}
 	if st, err := r.Stats(t.Context()); err != nil || st != (outbox.Stats{Claimed: 1, Dead: 1, Total: 2}) {

@@ -57,7 +57,7 @@ func TestPendingCap(t *testing.T) {
 		}
 	}
 	// Settling a claimed row frees a place.
-	rows, err := s.ClaimOutboxRowsScoped(ctx, allShards(t, s), []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "a", TaskQueue: "q"}, Limit: 1}})
+	rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, allShards(t, s), []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "a", TaskQueue: "q"}, Limit: 1}})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim: %v, %d rows", err, len(rows))
 	}

@@ -57,11 +57,11 @@ func TestPriorityNeverChangesGrants(t *testing.T) {
 		bp, _ := backpressure.New(cfg, all)
 		bf, _ := backpressure.New(cfg, all)
 		for sweep := 0; sweep < 8; sweep++ {
-			rp, pp, err := backpressure.Sweep(t.Context(), bp, prio)
+			rp, pp, err := backpressure.Sweep(t.Context(), bp, prio.Claimer())
 			if err != nil {
 				rt.Fatalf("sweep %d: %v", sweep, err)
 			}
-			rf, pf, err := backpressure.Sweep(t.Context(), bf, flat)
+			rf, pf, err := backpressure.Sweep(t.Context(), bf, flat.Claimer())
 			if err != nil {
 				rt.Fatalf("sweep %d: %v", sweep, err)
 			}

@@ -96,7 +96,7 @@ func TestLifecycleMatchesReference(t *testing.T) {
 				}
 				slices.SortFunc(want, func(a, b string) int { return model[a].id - model[b].id })
 				want = want[:min(limit, len(want))]
-				rows, err := s.ClaimOutboxRowsUnscoped(ctx, all, limit)
+				rows, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, all, limit)
 				if err != nil {
 					rt.Fatalf("step %d: claim: %v", step, err)
 				}

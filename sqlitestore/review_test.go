@@ -47,7 +47,7 @@ func TestEnqueueRejectsTextAClaimCannotName(t *testing.T) {
 	if n, err := s.Enqueue(ctx, odd); err != nil || n != len(odd) {
 		t.Fatalf("Enqueue(odd but valid names) = %d, %v", n, err)
 	}
-	counts, err := s.CountPendingOutboxRows(ctx, allShards(t, s), 10)
+	counts, err := claimerOf(s).CountPendingOutboxRows(ctx, allShards(t, s), 10)
 	if err != nil || len(counts) != len(odd) {
 		t.Fatalf("CountPendingOutboxRows = %v, %v; want %d routes", counts, err, len(odd))
 	}
@@ -55,7 +55,7 @@ func TestEnqueueRejectsTextAClaimCannotName(t *testing.T) {
 	for _, c := range counts {
 		claims = append(claims, backpressure.ScopedClaim{Route: c.Route, Limit: 1})
 	}
-	if rows, err := s.ClaimOutboxRowsScoped(ctx, allShards(t, s), claims); err != nil || len(rows) != len(odd) {
+	if rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, allShards(t, s), claims); err != nil || len(rows) != len(odd) {
 		t.Errorf("claim of every counted route = %d rows, %v; want %d", len(rows), err, len(odd))
 	}
 }
@@ -80,10 +80,10 @@ func TestClaimRejectsBadRoutes(t *testing.T) {
 		arg    string
 	}{
 		"repeated route":          {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: b, Limit: 1}, {Route: a, Limit: 2}}, "claims[2].Route"},
-		"invalid UTF-8 namespace": {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "\xff", TaskQueue: "q"}, Limit: 1}}, "claims[1].Route"},
-		"NUL in task queue":       {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "b", TaskQueue: "q\x00"}, Limit: 1}}, "claims[1].Route"},
+		"invalid UTF-8 namespace": {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "\xff", TaskQueue: "q"}, Limit: 1}}, "claims[1].Route.Namespace"},
+		"NUL in task queue":       {[]backpressure.ScopedClaim{{Route: a, Limit: 2}, {Route: backpressure.Route{Namespace: "b", TaskQueue: "q\x00"}, Limit: 1}}, "claims[1].Route.TaskQueue"},
 	} {
-		rows, err := s.ClaimOutboxRowsScoped(ctx, allShards(t, s), c.claims)
+		rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, allShards(t, s), c.claims)
 		var arg *outbox.ArgumentError
 		if !errors.As(err, &arg) || !errors.Is(err, outbox.ErrInvalidArgument) || arg.Arg != c.arg || len(rows) != 0 {
 			t.Errorf("%s: claim = %d rows, %v; want an *outbox.ArgumentError on %s and no rows", name, len(rows), err, c.arg)
@@ -115,7 +115,7 @@ func TestHugeDurationsRefused(t *testing.T) {
 	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "a", Namespace: "n"}}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.ClaimOutboxRowsUnscoped(ctx, f, 1)
+	rows, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 1)
 	if err != nil || len(rows) != 1 || !rows[0].LeaseExpiresAt.Equal(clock.Now().Add(outbox.MaxLease)) {
 		t.Fatalf("claim with Lease MaxLease = %v, %v; want one row leased until %v", rows, err, clock.Now().Add(outbox.MaxLease))
 	}
@@ -169,7 +169,7 @@ func TestManyShardsPartlyOwned(t *testing.T) {
 	if _, err := s.Enqueue(ctx, ms); err != nil {
 		t.Fatal(err)
 	}
-	counts, err := s.CountPendingOutboxRows(ctx, evenF, 1000)
+	counts, err := claimerOf(s).CountPendingOutboxRows(ctx, evenF, 1000)
 	if err != nil {
 		t.Fatalf("CountPendingOutboxRows(even shards): %v", err)
 	}
@@ -183,7 +183,7 @@ func TestManyShardsPartlyOwned(t *testing.T) {
 	if len(counts) != len(wantEven) {
 		t.Errorf("CountPendingOutboxRows(even shards) = %v, want %v", counts, wantEven)
 	}
-	rows, err := s.ClaimOutboxRowsScoped(ctx, evenF, claims)
+	rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, evenF, claims)
 	if err != nil || len(rows) != onEven {
 		t.Fatalf("claim on even shards = %d rows, %v; want %d", len(rows), err, onEven)
 	}
@@ -192,13 +192,13 @@ func TestManyShardsPartlyOwned(t *testing.T) {
 			t.Errorf("claim on even shards returned %q on shard %d", r.DispatchKey, r.Shard)
 		}
 	}
-	if c, err := s.CountClaimedOutboxRows(ctx, evenF); err != nil || c["n0"]+c["n1"]+c["n2"] != onEven {
+	if c, err := claimerOf(s).CountClaimedOutboxRows(ctx, evenF); err != nil || c["n0"]+c["n1"]+c["n2"] != onEven {
 		t.Errorf("CountClaimedOutboxRows(even shards) = %v, %v; want %d in all", c, err, onEven)
 	}
-	if c, err := s.CountClaimedOutboxRows(ctx, oddF); err != nil || len(c) != 0 {
+	if c, err := claimerOf(s).CountClaimedOutboxRows(ctx, oddF); err != nil || len(c) != 0 {
 		t.Errorf("CountClaimedOutboxRows(odd shards) = %v, %v; want none", c, err)
 	}
-	rest, err := s.ClaimOutboxRowsUnscoped(ctx, oddF, 1000)
+	rest, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, oddF, 1000)
 	if err != nil || len(rest) != len(ms)-onEven {
 		t.Fatalf("unscoped claim on odd shards = %d rows, %v; want %d", len(rest), err, len(ms)-onEven)
 	}
@@ -236,7 +236,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 	}
 	claim := func(ns string, n int) []outbox.Row {
 		t.Helper()
-		rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: ns, TaskQueue: "q"}, Limit: n}})
+		rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: ns, TaskQueue: "q"}, Limit: n}})
 		if err != nil || len(rows) != n {
 			t.Fatalf("claim(%s/q ≤ %d) = %d rows, %v", ns, n, len(rows), err)
 		}
@@ -276,7 +276,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 	if got := routes(); len(got) != 0 {
 		t.Errorf("after settling every row: routes %q, want none", got)
 	}
-	if c, err := s.CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 0 {
+	if c, err := claimerOf(s).CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 0 {
 		t.Errorf("CountPendingOutboxRows with every row settled = %v, %v; want none", c, err)
 	}
 	// A settled key enqueued again is ignored and adds no route; a new key does.
@@ -289,7 +289,7 @@ func TestSettlePrunesRoutes(t *testing.T) {
 	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "b2", Namespace: "b", TaskQueue: "q"}}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
+	if c, err := claimerOf(s).CountPendingOutboxRows(ctx, f, 10); err != nil || len(c) != 1 || c[0].Count != 1 {
 		t.Errorf("CountPendingOutboxRows after a new row on b/q = %v, %v; want b/q: 1", c, err)
 	}
 }
@@ -314,7 +314,7 @@ func TestLegacyUnnameableRoutesNotCounted(t *testing.T) {
 		}
 	}
 	f := allShards(t, s)
-	counts, err := s.CountPendingOutboxRows(ctx, f, 10)
+	counts, err := claimerOf(s).CountPendingOutboxRows(ctx, f, 10)
 	if err != nil || len(counts) != 1 || counts[0].Route != (backpressure.Route{Namespace: "n", TaskQueue: "q"}) {
 		t.Errorf("CountPendingOutboxRows = %v, %v; want only n/q", counts, err)
 	}
@@ -322,7 +322,7 @@ func TestLegacyUnnameableRoutesNotCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rows, _, err := backpressure.Sweep(ctx, bp, s); err != nil || len(rows) != 1 || rows[0].DispatchKey != "ok" {
+	if rows, _, err := backpressure.Sweep(ctx, bp, s.Claimer()); err != nil || len(rows) != 1 || rows[0].DispatchKey != "ok" {
 		t.Errorf("Sweep = %v, %v; want the one nameable row", rows, err)
 	}
 }

@@ -128,9 +128,8 @@ type Store struct {
 }
 
 var (
-	_ outbox.Store                         = (*Store)(nil)
-	_ outbox.Notifier                      = (*Store)(nil)
-	_ backpressure.OutboxStore[outbox.Row] = (*Store)(nil)
+	_ outbox.Store    = (*Store)(nil)
+	_ outbox.Notifier = (*Store)(nil)
 )
 
 // Open opens (creating it if need be) the outbox database at path and
@@ -156,7 +155,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := validate(path, opts); err != nil {
+	if err := validate("Open", path, opts); err != nil {
 		return nil, err
 	}
 	s := newStore(opts)
@@ -279,7 +278,7 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, argError("New", "db", "is nil")
 	}
-	if err := validate("-", opts); err != nil {
+	if err := validate("New", "-", opts); err != nil {
 		return nil, err
 	}
 	switch {
@@ -393,26 +392,28 @@ func (s *Store) opened(ctx context.Context, path string) (*Store, error) {
 	return s, nil
 }
 
-func validate(path string, opts Options) error {
+// validate checks path and opts for op, Open or New (which passes a path
+// of "-").
+func validate(op, path string, opts Options) error {
 	switch {
 	case path == "":
-		return argError("Open", "path", `is empty; want a file name or ":memory:"`)
+		return argError(op, "path", `is empty; want a file name or ":memory:"`)
 	case opts.ReadOnly && path == ":memory:":
-		return argError("Open", "Options.ReadOnly", "a private in-memory database has nothing to inspect")
+		return argError(op, "Options.ReadOnly", "a private in-memory database has nothing to inspect")
 	case opts.ShardCount < 0 || opts.ShardCount > backpressure.MaxShardCount:
-		return argError("Open", "Options.ShardCount", fmt.Sprintf("%d is outside 0 to backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount))
+		return argError(op, "Options.ShardCount", fmt.Sprintf("%d is outside 0 to backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount))
 	case opts.Lease < 0 || (opts.Lease > 0 && opts.Lease < outbox.MinLease):
-		return argError("Open", "Options.Lease", fmt.Sprintf("%v is below the floor outbox.MinLease (%v)", opts.Lease, outbox.MinLease))
+		return argError(op, "Options.Lease", fmt.Sprintf("%v is below the floor outbox.MinLease (%v)", opts.Lease, outbox.MinLease))
 	case opts.Lease > outbox.MaxLease:
-		return argError("Open", "Options.Lease", fmt.Sprintf("%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease))
+		return argError(op, "Options.Lease", fmt.Sprintf("%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease))
 	case opts.MaxAttempts < 0 || int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
-		return argError("Open", "Options.MaxAttempts", fmt.Sprintf("%d is outside 0 to outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit))
+		return argError(op, "Options.MaxAttempts", fmt.Sprintf("%d is outside 0 to outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit))
 	case opts.BusyTimeout < 0 || (opts.BusyTimeout > 0 && opts.BusyTimeout < time.Millisecond):
-		return argError("Open", "Options.BusyTimeout", fmt.Sprintf("%v is below 1ms, SQLite's resolution (0 means 5s)", opts.BusyTimeout))
+		return argError(op, "Options.BusyTimeout", fmt.Sprintf("%v is below 1ms, SQLite's resolution (0 means 5s)", opts.BusyTimeout))
 	case opts.Readers < 0 || opts.Readers > MaxReaders:
-		return argError("Open", "Options.Readers", fmt.Sprintf("%d is outside 0 to MaxReaders (%d)", opts.Readers, MaxReaders))
+		return argError(op, "Options.Readers", fmt.Sprintf("%d is outside 0 to MaxReaders (%d)", opts.Readers, MaxReaders))
 	case opts.PollInterval < 0 || (opts.PollInterval > 0 && opts.PollInterval < time.Millisecond):
-		return argError("Open", "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
+		return argError(op, "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
 	}
 	return opts.PendingCaps.Validate("Open", "Options.PendingCaps")
 }
@@ -569,12 +570,11 @@ func (s *Store) Lease() time.Duration {
 	return s.lease
 }
 
-// RoundTrips returns how many round trips the store has made since Open:
+// roundTrips returns how many round trips the store has made since Open:
 // each call of a method that reaches the database counts one, because each
 // runs one statement or one transaction. It is the hook the conformance
-// suite (storetest) counts with; it is also a cheap load metric.
-// Subscribe and its polling are not counted.
-func (s *Store) RoundTrips() int64 {
+// suite (storetest) counts with. Subscribe and its polling are not counted.
+func (s *Store) roundTrips() int64 {
 	if s == nil {
 		return 0
 	}

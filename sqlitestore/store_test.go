@@ -115,7 +115,7 @@ func TestReopenKeepsRowsAndTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, _ := backpressure.AllShards(8)
-	rows, err := s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n", TaskQueue: "q"}, Limit: 1}})
+	rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "n", TaskQueue: "q"}, Limit: 1}})
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
@@ -132,7 +132,7 @@ func TestReopenKeepsRowsAndTokens(t *testing.T) {
 	if err := s.Settle(ctx, rows[0].Lease()); err != nil {
 		t.Errorf("Settle after reopen: %v", err)
 	}
-	more, err := s.ClaimOutboxRowsUnscoped(ctx, f, 10)
+	more, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 10)
 	if err != nil || len(more) != 1 || more[0].Token <= rows[0].Token {
 		t.Errorf("claim after reopen = %+v, %v; want the other row with a larger token than %d", more, err, rows[0].Token)
 	}
@@ -156,9 +156,9 @@ func TestTypedErrors(t *testing.T) {
 	}
 	var arg *outbox.ArgumentError
 	for name, err := range map[string]error{
-		"cap 0":           second(s.CountPendingOutboxRows(ctx, f, 0)),
-		"limit 0":         second(s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Limit: 0}})),
-		"unscoped 0":      second(s.ClaimOutboxRowsUnscoped(ctx, f, 0)),
+		"cap 0":           second(claimerOf(s).CountPendingOutboxRows(ctx, f, 0)),
+		"limit 0":         second(claimerOf(s).ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{{Limit: 0}})),
+		"unscoped 0":      second(claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 0)),
 		"open no path":    second(Open(ctx, "", Options{})),
 		"negative lease":  second(Open(ctx, ":memory:", Options{Lease: -time.Second})),
 		"negative shards": second(Open(ctx, ":memory:", Options{ShardCount: -1})),
@@ -175,7 +175,7 @@ func TestTypedErrors(t *testing.T) {
 	}
 	other, _ := backpressure.AllShards(s.ShardCount() * 2)
 	var sc *outbox.ShardCountError
-	if _, err := s.CountClaimedOutboxRows(ctx, other); !errors.As(err, &sc) || sc.Store != 64 || sc.Given != 128 || !errors.Is(err, outbox.ErrShardCountMismatch) {
+	if _, err := claimerOf(s).CountClaimedOutboxRows(ctx, other); !errors.As(err, &sc) || sc.Store != 64 || sc.Given != 128 || !errors.Is(err, outbox.ErrShardCountMismatch) {
 		t.Errorf("CountClaimedOutboxRows(128 shards) = %v, want *outbox.ShardCountError{64, 128}", err)
 	}
 
@@ -185,7 +185,7 @@ func TestTypedErrors(t *testing.T) {
 	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 1)
+	rows, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 1)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("claim = %v, %v", rows, err)
 	}
@@ -206,7 +206,7 @@ func TestCancelledContextChangesNothing(t *testing.T) {
 	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "n"}}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Enqueue(cancelled) = %v, want context.Canceled", err)
 	}
-	if _, err := s.ClaimOutboxRowsUnscoped(ctx, f, 1); !errors.Is(err, context.Canceled) {
+	if _, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 1); !errors.Is(err, context.Canceled) {
 		t.Errorf("ClaimOutboxRowsUnscoped(cancelled) = %v, want context.Canceled", err)
 	}
 	if err := s.Settle(ctx, outbox.Lease{DispatchKey: "k", Token: 1}); !errors.Is(err, context.Canceled) {
@@ -235,7 +235,7 @@ func TestUnscopedClaimAndStats(t *testing.T) {
 	if _, err := s.Enqueue(ctx, msgs); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 4)
+	rows, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestUnscopedClaimAndStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(30 * time.Second)
-	rows2, err := s.ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 1)
+	rows2, err := claimerOf(s).ClaimOutboxRowsUnscoped(ctx, allShards(t, s), 1)
 	if err != nil || len(rows2) != 1 || rows2[0].DispatchKey != "k4" {
 		t.Fatalf("second claim = %+v, %v; want k4", rows2, err)
 	}
@@ -318,9 +318,9 @@ func TestFileSharedByTwoStores(t *testing.T) {
 				var got []outbox.Row
 				var err error
 				if n%2 == 0 {
-					got, err = s.ClaimOutboxRowsUnscoped(ctx, f, 7)
+					got, err = claimerOf(s).ClaimOutboxRowsUnscoped(ctx, f, 7)
 				} else {
-					got, err = s.ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{
+					got, err = claimerOf(s).ClaimOutboxRowsScoped(ctx, f, []backpressure.ScopedClaim{
 						{Route: backpressure.Route{Namespace: "n" + strconv.Itoa(g%4), TaskQueue: "q"}, Limit: 3},
 						{Route: backpressure.Route{Namespace: "n" + strconv.Itoa((g+1)%4), TaskQueue: "q"}, Limit: 2}})
 				}

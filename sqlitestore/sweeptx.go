@@ -10,8 +10,6 @@ import (
 	"github.com/outboxkit/backpressure/outbox"
 )
 
-var _ backpressure.TxSweeper[outbox.Row] = (*Store)(nil)
-
 // InSweepTx runs fn in one BEGIN IMMEDIATE transaction with a view of the
 // store on which every call runs in that transaction, at the instant the
 // transaction began: backpressure.Sweep then counts and claims on one state
@@ -36,7 +34,8 @@ var _ backpressure.TxSweeper[outbox.Row] = (*Store)(nil)
 // InSweepTx returns fn's error as is, or the store's own (wrapped). The
 // view returns ErrSweepTxDone if used after fn returned, and implements
 // backpressure.Counter as the store does.
-func (s *Store) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[outbox.Row]) error) error {
+func (c *claimer) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxStore[outbox.Row]) error) error {
+	s := (*Store)(c)
 	if err := s.writable(); err != nil {
 		return s.fail("InSweepTx", err)
 	}
@@ -172,7 +171,7 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 	if err != nil {
 		return nil, v.s.fail("claim", err)
 	}
-	return rows, nil
+	return inClaimOrder(rows, claims), nil
 }
 
 // idsOf returns the first Limit counted IDs of each claim's route, and

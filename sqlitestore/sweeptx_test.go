@@ -30,7 +30,7 @@ func TestSweepTxPanicRollsBack(t *testing.T) {
 					t.Fatalf("%s: the panic in fn did not reach the caller", path)
 				}
 			}()
-			_ = s.InSweepTx(t.Context(), func(tx backpressure.OutboxStore[outbox.Row]) error {
+			_ = claimerOf(s).InSweepTx(t.Context(), func(tx backpressure.OutboxStore[outbox.Row]) error {
 				if rows, err := tx.ClaimOutboxRowsScoped(t.Context(), all, claims); err != nil || len(rows) != 5 {
 					t.Errorf("%s: view claim = %d rows, %v", path, len(rows), err)
 				}
@@ -39,7 +39,7 @@ func TestSweepTxPanicRollsBack(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(t.Context(), defaultBusyTimeout)
 		defer cancel()
-		rows, err := s.ClaimOutboxRowsScoped(ctx, all, claims)
+		rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, all, claims)
 		if err != nil || len(rows) != 5 {
 			t.Fatalf("%s: after the panic, claim = %d rows, %v; want the 5 rows back and the writer free", path, len(rows), err)
 		}

@@ -3,13 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"slices"
 
 	"github.com/outboxkit/backpressure"
 )
-
-var _ backpressure.Counter = (*Store)(nil)
 
 // CountOutboxRows returns the pending counts p describes (see
 // backpressure.Counter). With p.Namespaces 0 they are what
@@ -26,7 +23,7 @@ var _ backpressure.Counter = (*Store)(nil)
 //
 // It does not serve p.Claimed: with it set, it returns
 // backpressure.ErrNotSupported at once. Its calls are in-process, so one
-// call would save nothing over two, and [Store.InSweepTx] already runs a
+// call would save nothing over two, and InSweepTx already runs a
 // sweep's counts and claim in one transaction.
 //
 // It fails with an *outbox.ArgumentError when p.CapPerRoute is < 1 or
@@ -44,7 +41,8 @@ var _ backpressure.Counter = (*Store)(nil)
 // namespace up to p.After. Its cost is that of CountPendingOutboxRows
 // restricted to the routes of the namespaces it walks: those of the window
 // and those of the namespaces without claimable rows it passes on the way.
-func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
+	s := (*Store)(c)
 	if p.Claimed {
 		return nil, nil, backpressure.ErrNotSupported
 	}
@@ -60,11 +58,8 @@ func (s *Store) CountOutboxRows(ctx context.Context, shards backpressure.OwnedSh
 // on db, recording the rows counted in rec (when not nil).
 func (s *Store) countOutboxRows(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, p backpressure.CountParams, now int64, rec *countedRows) ([]backpressure.RouteCount, error) {
 	const op = "CountOutboxRows"
-	if p.CapPerRoute < 1 {
-		return nil, argError(op, "p.CapPerRoute", fmt.Sprintf("%d is below 1", p.CapPerRoute))
-	}
-	if p.Namespaces < 0 {
-		return nil, argError(op, "p.Namespaces", fmt.Sprintf("%d is negative", p.Namespaces))
+	if err := call(op).CountParams(p); err != nil {
+		return nil, err
 	}
 	if p.Namespaces == 0 {
 		return s.countPending(ctx, op, db, tx, shards, p.CapPerRoute, now, rec)

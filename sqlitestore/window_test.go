@@ -64,7 +64,7 @@ func TestWindowProbesOnlyWalkedNamespaces(t *testing.T) {
 			claims = append(claims, backpressure.ScopedClaim{Route: backpressure.Route{Namespace: ns, TaskQueue: tq}, Limit: 100})
 		}
 	}
-	if rows, err := s.ClaimOutboxRowsScoped(ctx, allShards(t, s), claims); err != nil || len(rows) != 18 {
+	if rows, err := claimerOf(s).ClaimOutboxRowsScoped(ctx, allShards(t, s), claims); err != nil || len(rows) != 18 {
 		t.Fatalf("claim n3 and n7: %d rows, %v; want 18", len(rows), err)
 	}
 
@@ -126,7 +126,7 @@ func TestCountOutboxRowsErrors(t *testing.T) {
 	s := openT(t, ":memory:", Options{})
 	all := allShards(t, s)
 	for _, p := range []backpressure.CountParams{{CapPerRoute: 0, Namespaces: 1}, {CapPerRoute: 0}, {CapPerRoute: 1, Namespaces: -1}} {
-		_, _, err := s.CountOutboxRows(t.Context(), all, p)
+		_, _, err := claimerOf(s).CountOutboxRows(t.Context(), all, p)
 		var ae *outbox.ArgumentError
 		if !errors.As(err, &ae) || !errors.Is(err, outbox.ErrInvalidArgument) || ae.Op != "CountOutboxRows" {
 			t.Errorf("CountOutboxRows(%+v) = %v, want an *outbox.ArgumentError of CountOutboxRows", p, err)
@@ -137,7 +137,7 @@ func TestCountOutboxRowsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []backpressure.CountParams{{CapPerRoute: 1, Namespaces: 1}, {CapPerRoute: 1}} {
-		_, _, err = s.CountOutboxRows(t.Context(), other, p)
+		_, _, err = claimerOf(s).CountOutboxRows(t.Context(), other, p)
 		var se *outbox.ShardCountError
 		if !errors.As(err, &se) || !errors.Is(err, outbox.ErrShardCountMismatch) {
 			t.Errorf("CountOutboxRows(shard count mismatch, %+v) = %v, want a *outbox.ShardCountError", p, err)
@@ -147,7 +147,7 @@ func TestCountOutboxRowsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []backpressure.CountParams{{CapPerRoute: 1, Claimed: true}, {CapPerRoute: 1, Namespaces: 3, Claimed: true}} {
-		if claimed, pending, err := s.CountOutboxRows(t.Context(), all, p); !errors.Is(err, backpressure.ErrNotSupported) || claimed != nil || pending != nil {
+		if claimed, pending, err := claimerOf(s).CountOutboxRows(t.Context(), all, p); !errors.Is(err, backpressure.ErrNotSupported) || claimed != nil || pending != nil {
 			t.Errorf("CountOutboxRows(%+v) on a closed store = %v, %v, %v; want ErrNotSupported", p, claimed, pending, err)
 		}
 	}

@@ -31,13 +31,19 @@ func (o *ox) seedEveryState() ([]string, []outbox.Lease) {
 // everyCall lists every method of the store, the optional extensions it
 // implements included, with arguments that would change the outbox.
 func (o *ox) everyCall(live []outbox.Lease) []namedCall {
-	all, s := o.all, o.s
+	all, s, cl := o.all, o.s, o.h.Store
 	claims := []backpressure.ScopedClaim{scope("a", "q", 10)}
 	calls := []namedCall{
 		{"Enqueue", func(ctx context.Context) error { _, err := s.Enqueue(ctx, msgs("a", "q", "new", 2)); return err }},
-		{"CountClaimedOutboxRows", func(ctx context.Context) error { _, err := s.CountClaimedOutboxRows(ctx, all); return err }},
-		{"CountPendingOutboxRows", func(ctx context.Context) error { _, err := s.CountPendingOutboxRows(ctx, all, 10); return err }},
-		{"ClaimOutboxRowsScoped", func(ctx context.Context) error { _, err := s.ClaimOutboxRowsScoped(ctx, all, claims); return err }},
+		{"CountClaimedOutboxRows", func(ctx context.Context) error { _, err := cl.CountClaimedOutboxRows(ctx, all); return err }},
+		{"CountPendingOutboxRows", func(ctx context.Context) error { _, err := cl.CountPendingOutboxRows(ctx, all, 10); return err }},
+		{"ClaimOutboxRowsScoped", func(ctx context.Context) error { _, err := cl.ClaimOutboxRowsScoped(ctx, all, claims); return err }},
+		// A Claimer taken at the time of the call, not before: after
+		// Close too it must be usable, and refuse.
+		{"Claimer().ClaimOutboxRowsScoped", func(ctx context.Context) error {
+			_, err := s.Claimer().ClaimOutboxRowsScoped(ctx, all, claims)
+			return err
+		}},
 		{"Complete", func(ctx context.Context) error {
 			_, err := s.Complete(ctx, []outbox.Completion{{Lease: live[0], Outcome: outbox.Settle}})
 			return err
@@ -58,7 +64,7 @@ func (o *ox) everyCall(live []outbox.Lease) []namedCall {
 	if n, ok := s.(outbox.Notifier); ok {
 		calls = append(calls, namedCall{"Subscribe", func(ctx context.Context) error { _, err := n.Subscribe(ctx); return err }})
 	}
-	if c, ok := s.(backpressure.Counter); ok {
+	if c, ok := cl.(backpressure.Counter); ok {
 		for _, sh := range servedShapes(cancelled(o.ctx), c, all) {
 			p := sh.params(10, "", 1)
 			calls = append(calls, namedCall{"CountOutboxRows (" + sh.String() + ")", func(ctx context.Context) error {
@@ -67,7 +73,7 @@ func (o *ox) everyCall(live []outbox.Lease) []namedCall {
 			}})
 		}
 	}
-	if ts, ok := s.(backpressure.TxSweeper[outbox.Row]); ok {
+	if ts, ok := cl.(backpressure.TxSweeper[outbox.Row]); ok {
 		calls = append(calls, namedCall{"InSweepTx", func(ctx context.Context) error {
 			return ts.InSweepTx(ctx, func(tx backpressure.OutboxStore[outbox.Row]) error {
 				_, err := tx.ClaimOutboxRowsScoped(ctx, all, claims)

@@ -16,7 +16,7 @@
 //			}
 //			t.Cleanup(func() { _ = s.Close() })
 //			return &storetest.Harness[outbox.Row]{
-//				Store:       s,
+//				Outbox:      s,
 //				MaxAttempts: 5,           // the store's option; 0 means outbox.DefaultMaxAttempts
 //				Now:         clock.Now,
 //				Advance:     clock.Advance,
@@ -31,7 +31,7 @@
 // cleanup with t.Cleanup (the Closed area closes the store itself first).
 // The suite uses the standard library, the root package, outbox and rapid.
 //
-// The areas, one file each: Dedup, Shards, Counts, Claim, Lease, Retry,
+// The areas, one file each: Dedup, Shards, Counts, Claim, Edges, Lease, Retry,
 // Concurrency, RoundTrips and SweepAhead check [backpressure.OutboxStore]
 // (SweepAhead: a backlog drained by [backpressure.SweepAhead], which on a
 // store with a [backpressure.Counter] reads the next sweep's counts beside
@@ -63,8 +63,21 @@
 //   - Text a store accepts as a dispatch key, namespace or task queue is
 //     counted and claimed by naming it, byte for byte; text it refuses
 //     (invalid UTF-8, NUL bytes, …) fails the whole Enqueue batch, and a
-//     claim naming a refused route fails whole or claims as if the route
-//     held nothing.
+//     claim naming a route [backpressure.Route.Validate] refuses fails whole
+//     with an [*outbox.ArgumentError].
+//   - The Edges area: a claim with a Limit below 1 (0 included), an
+//     invalid route or a route named twice, and a pending count with a cap
+//     below 1, fail with an [*outbox.ArgumentError] whose Op is the method
+//     and whose Arg names the argument ("claims[1].Limit",
+//     "claims[0].Route.Namespace", "capPerRoute"), changing nothing; so do
+//     bad keys, pages, limits and completions of the outbox calls, and a
+//     bad message is an [*outbox.MessageError] with Op, Index, Field and
+//     Reason. Every such message reads "pkg: Op: Arg: reason" (pkg is
+//     Harness.ErrorPrefix when set). A successful count or claim returns a
+//     non-nil map or slice, empty when there is nothing, and a failed one
+//     nil. Claimed rows come back grouped by claim in the claims' order,
+//     oldest first within each; pending counts in [backpressure.Route.Compare]
+//     order.
 //   - Oldest first means enqueue order, whatever the dispatch keys: the
 //     suite enqueues keys in descending order to tell the two apart.
 //   - Leases, retry delays and schedules are judged on the store's clock:
@@ -79,8 +92,9 @@
 //     nothing applied, for an invalid Outcome, a Retry with a Delay
 //     outside 0 to [outbox.MaxDelay], or a dispatch key named twice.
 //   - PurgeSettled and PurgeDead remove rows finished (FinishedAt) strictly
-//     before the given time, oldest first; a limit below 1 is an
-//     [*outbox.ArgumentError]; ListDead's Limit outside 0 to 10,000 too.
+//     before the given time, oldest first; a limit of 0 purges nothing and
+//     a negative one is an [*outbox.ArgumentError]; ListDead's Limit
+//     outside 0 to 10,000 too.
 //   - Requeue sets Attempts to 0 and makes the row claimable at once; a
 //     retry once Attempts ≥ MaxAttempts dead-letters the row, recording the
 //     retry's error (truncated by [outbox.TruncateError]).
@@ -156,10 +170,11 @@ type RowState struct {
 // Harness adapts one fresh, empty store to the suite.
 //
 // A store that implements [outbox.Store] (with R = [outbox.Row]) needs only
-// Store, Now and Advance: every other field left zero defaults from the
-// store (Enqueue, Settle, Retry, Key, ShardCount, Lease, ErrLeaseLost, and
-// Inspect from Get), and the suite runs every area. A store that implements
-// only [backpressure.OutboxStore] must set every field marked required, and
+// Outbox, Now and Advance: every other field left zero defaults from the
+// store (Store from Claimer, Enqueue, Settle, Retry, Key, ShardCount, Lease,
+// ErrLeaseLost, and Inspect from Get), and the suite runs every area. A
+// store that implements only [backpressure.OutboxStore] sets Store and
+// every other field marked required, and
 // the areas of the full outbox contract (Messages, Complete, Extend,
 // DeadLetters, Scheduled, Retention, Stats, Closed, Notifier, Context) are
 // skipped, saying so. An optional func left nil skips the checks that need
@@ -168,8 +183,16 @@ type RowState struct {
 // The store must read time only through the clock behind Now and Advance,
 // so the suite can expire leases and retry delays without sleeping.
 type Harness[R any] struct {
-	// Store is the implementation under test. Required.
+	// Store is the planner-facing side of the implementation under test:
+	// its counts and claim, and the optional extensions it implements.
+	// Required, or nil for Outbox.Claimer().
 	Store backpressure.OutboxStore[R]
+
+	// Outbox is the implementation under test as a whole [outbox.Store],
+	// for a store that is one (the Harness is then a Harness[outbox.Row]).
+	// Nil for a store that implements only [backpressure.OutboxStore]: the
+	// areas of the full outbox contract are then skipped.
+	Outbox outbox.Store
 
 	// ShardCount is the shard count the store places rows with. Required,
 	// or 0 for the [outbox.Store]'s ShardCount().
@@ -235,6 +258,12 @@ type Harness[R any] struct {
 	// database error part-way can still pass.
 	FailNth func(n int)
 
+	// ErrorPrefix is the package name the store's error messages start
+	// with ("pgstore" for "pgstore: Enqueue: msgs[0].Namespace: is
+	// empty"). Optional: "" checks only that every argument error reads
+	// "pkg: Op: Arg: reason" for some pkg.
+	ErrorPrefix string
+
 	// ErrLeaseLost is the error Settle and Retry return (matched with
 	// errors.Is) when the row's current claim is not the one given: it was
 	// settled, retried, or re-claimed after its lease expired. Required,
@@ -255,6 +284,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Shards", testShards[R]},
 		{"Counts", testCounts[R]},
 		{"Claim", testClaim[R]},
+		{"Edges", testEdges[R]},
 		{"Lease", testLease[R]},
 		{"Retry", testRetry[R]},
 		{"Concurrency", testConcurrency[R]},

@@ -106,12 +106,25 @@ func fillDefaults[R any](h *Harness[R]) error {
 	if h.ErrLeaseLost == nil {
 		h.ErrLeaseLost = outbox.ErrLeaseLost
 	}
-	s, ok := any(h.Store).(outbox.Store)
-	if !ok {
+	s := h.Outbox
+	if s == nil {
 		return nil
 	}
-	// A value that is both an OutboxStore[R] and an OutboxStore[outbox.Row]
-	// has one ClaimOutboxRowsScoped method, so R is outbox.Row.
+	if h.Store == nil {
+		c := s.Claimer()
+		if c == nil {
+			return fmt.Errorf("Harness.Outbox.Claimer() returned nil")
+		}
+		st, ok := any(c).(backpressure.OutboxStore[R])
+		if !ok {
+			return fmt.Errorf("Harness.Outbox is set, so the Harness must be a Harness[outbox.Row], not a %T", h)
+		}
+		h.Store = st
+	}
+	if _, ok := any(h).(*Harness[outbox.Row]); !ok {
+		return fmt.Errorf("Harness.Outbox is set, so the Harness must be a Harness[outbox.Row], not a %T", h)
+	}
+	// R is outbox.Row, checked above.
 	row := func(r R) outbox.Row { return any(r).(outbox.Row) }
 	switch {
 	case h.ShardCount == 0:

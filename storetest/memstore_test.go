@@ -20,12 +20,13 @@ func TestMemstore(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = s.Close() })
 		return &storetest.Harness[outbox.Row]{
-			Store:       s,
+			Outbox:      s,
 			MaxAttempts: s.MaxAttempts(),
 			Now:         clock.Now,
 			Advance:     clock.Advance,
 			RoundTrips:  s.RoundTrips,
 			FailNth:     s.FailNth,
+			ErrorPrefix: "memstore",
 		}
 	})
 }

@@ -119,7 +119,7 @@ func testMessages[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) 
 				if sweep > len(want) {
 					rt.Fatalf("after %d sweeps %d of %d rows claimed", sweep, len(claimed), len(want))
 				}
-				rows, plan, err := backpressure.Sweep(o.ctx, bp, o.s)
+				rows, plan, err := backpressure.Sweep(o.ctx, bp, o.h.Store)
 				if err != nil {
 					rt.Fatalf("sweep %d: %v", sweep, err)
 				}
@@ -210,7 +210,7 @@ func genMessage(prefix string) *rapid.Generator[outbox.Message] {
 func (o *ox) settleEverything(rt *rapid.T) {
 	o.h.Advance(o.h.Lease + time.Millisecond)
 	for round := 0; ; round++ {
-		counts, err := o.s.CountPendingOutboxRows(o.ctx, o.all, 1000)
+		counts, err := o.h.Store.CountPendingOutboxRows(o.ctx, o.all, 1000)
 		if err != nil {
 			rt.Fatalf("CountPendingOutboxRows: %v", err)
 		}
@@ -224,7 +224,7 @@ func (o *ox) settleEverything(rt *rapid.T) {
 		for i, c := range counts {
 			claims[i] = backpressure.ScopedClaim{Route: c.Route, Limit: 1000}
 		}
-		rows, err := o.s.ClaimOutboxRowsScoped(o.ctx, o.all, claims)
+		rows, err := o.h.Store.ClaimOutboxRowsScoped(o.ctx, o.all, claims)
 		if err != nil {
 			rt.Fatalf("ClaimOutboxRowsScoped(%v): %v", claims, err)
 		}

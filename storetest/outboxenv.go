@@ -20,11 +20,11 @@ type ox struct {
 func setupStore[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) *ox {
 	t.Helper()
 	e := setup(t, newHarness)
-	s, ok := any(e.h.Store).(outbox.Store)
-	if !ok {
-		t.Skipf("the store (%T) does not implement outbox.Store, so the full outbox contract (completion, extension, dead letters, retention, stats, closing) is not checked", e.h.Store)
+	s := e.h.Outbox
+	if s == nil {
+		t.Skipf("Harness.Outbox is nil (the store %T is only a backpressure.OutboxStore), so the full outbox contract (completion, extension, dead letters, retention, stats, closing) is not checked", e.h.Store)
 	}
-	// s is an OutboxStore[R] and an OutboxStore[outbox.Row]: R is outbox.Row.
+	// setup checked that a Harness with Outbox is a Harness[outbox.Row].
 	h := any(e.h).(*Harness[outbox.Row])
 	return &ox{env: &env[outbox.Row]{t: e.t, h: h, ctx: e.ctx, all: e.all}, s: s}
 }

@@ -41,8 +41,8 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 	if err := s.checkShards(shards); err != nil {
 		return nil, fmt.Errorf("memstore: %s: %w", op, err)
 	}
-	if capPerRoute < 1 {
-		return nil, &outbox.ArgumentError{Op: op, Arg: "capPerRoute", Reason: fmt.Sprintf("%d is below 1", capPerRoute)}
+	if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
+		return nil, err
 	}
 	now := s.now()
 	counts := map[backpressure.Route]int{}
@@ -73,22 +73,12 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 	if err := s.checkShards(shards); err != nil {
 		return nil, fmt.Errorf("memstore: %s: %w", op, err)
 	}
-	seen := make(map[backpressure.Route]bool, len(claims))
-	for i, c := range claims {
-		arg := fmt.Sprintf("claims[%d]", i)
-		switch err := c.Route.Validate(); {
-		case err != nil:
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Route", Reason: err.Error()}
-		case c.Limit < 1:
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Limit", Reason: fmt.Sprintf("%d is below 1", c.Limit)}
-		case seen[c.Route]:
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Route", Reason: fmt.Sprintf("route %q is named twice", c.Route.String())}
-		}
-		seen[c.Route] = true
+	if err := call(op).Claims(claims); err != nil {
+		return nil, err
 	}
 	now := s.now()
 	next := s.st.clone()
-	var out []outbox.Row
+	out := []outbox.Row{}
 	for _, c := range claims {
 		rows := next.byID(func(r *outbox.Row) bool {
 			return r.Route() == c.Route && shards.Owns(r.Shard) && claimable(r, now)

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/outboxkit/backpressure/outbox"
@@ -21,20 +20,8 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	seen := make(map[string]bool, len(completions))
-	for i, c := range completions {
-		arg := fmt.Sprintf("completions[%d]", i)
-		switch {
-		case c.Outcome != outbox.Settle && c.Outcome != outbox.Retry && c.Outcome != outbox.DeadLetter:
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Outcome", Reason: c.Outcome.String() + " is not an outcome"}
-		case c.Outcome == outbox.Retry && (c.Delay < 0 || c.Delay > outbox.MaxDelay):
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".Delay", Reason: fmt.Sprintf("%v is outside 0 to outbox.MaxDelay (%v)", c.Delay, outbox.MaxDelay)}
-		case badKey(c.DispatchKey) != "":
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".DispatchKey", Reason: badKey(c.DispatchKey)}
-		case seen[c.DispatchKey]:
-			return nil, &outbox.ArgumentError{Op: op, Arg: arg + ".DispatchKey", Reason: fmt.Sprintf("%q is named twice", c.DispatchKey)}
-		}
-		seen[c.DispatchKey] = true
+	if err := call(op).Completions(completions); err != nil {
+		return nil, err
 	}
 	now := s.now()
 	next := s.st.clone()
@@ -102,15 +89,8 @@ func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outb
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	seen := make(map[string]bool, len(leases))
-	for i, l := range leases {
-		if reason := badKey(l.DispatchKey); reason != "" {
-			return nil, &outbox.ArgumentError{Op: op, Arg: fmt.Sprintf("leases[%d].DispatchKey", i), Reason: reason}
-		}
-		if seen[l.DispatchKey] {
-			return nil, &outbox.ArgumentError{Op: op, Arg: fmt.Sprintf("leases[%d].DispatchKey", i), Reason: fmt.Sprintf("%q is named twice", l.DispatchKey)}
-		}
-		seen[l.DispatchKey] = true
+	if err := call(op).Leases(leases); err != nil {
+		return nil, err
 	}
 	now := s.now()
 	next := s.st.clone()

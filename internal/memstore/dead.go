@@ -2,16 +2,12 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/outboxkit/backpressure/outbox"
 )
-
-// maxListDead is the most rows one ListDead returns.
-const maxListDead = 10_000
 
 // ListDead returns dead rows in dispatch-key (byte) order, after p.After,
 // of p.Namespace (or every namespace), at most p.Limit of them (0 means
@@ -22,14 +18,11 @@ func (s *Store) ListDead(ctx context.Context, p outbox.ListDeadParams) ([]outbox
 		return nil, err
 	}
 	defer s.mu.Unlock()
-	limit := p.Limit
-	switch {
-	case limit == 0:
-		limit = 100
-	case limit < 0 || limit > maxListDead:
-		return nil, &outbox.ArgumentError{Op: op, Arg: "ListDeadParams.Limit", Reason: fmt.Sprintf("%d is outside 0 to %d", limit, maxListDead)}
+	limit, err := call(op).ListDead(p)
+	if err != nil {
+		return nil, err
 	}
-	var out []outbox.Row
+	out := []outbox.Row{}
 	for _, r := range s.st.rows {
 		if r.State == outbox.StateDead && r.DispatchKey > p.After && (p.Namespace == "" || r.Namespace == p.Namespace) {
 			out = append(out, copyRow(r))
@@ -51,10 +44,8 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	for i, k := range dispatchKeys {
-		if reason := badKey(k); reason != "" {
-			return 0, &outbox.ArgumentError{Op: op, Arg: fmt.Sprintf("dispatchKeys[%d]", i), Reason: reason}
-		}
+	if err := call(op).Keys(dispatchKeys); err != nil {
+		return 0, err
 	}
 	now := s.now()
 	next := s.st.clone()
@@ -99,8 +90,8 @@ func (s *Store) purge(ctx context.Context, op string, st outbox.State, before ti
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	if limit < 0 {
-		return 0, &outbox.ArgumentError{Op: op, Arg: "limit", Reason: fmt.Sprintf("%d is negative", limit)}
+	if err := call(op).PurgeLimit(limit); err != nil {
+		return 0, err
 	}
 	rows := s.st.byID(func(r *outbox.Row) bool { return r.State == st && r.FinishedAt.Before(before) })
 	slices.SortStableFunc(rows, func(a, b outbox.Row) int { return a.FinishedAt.Compare(b.FinishedAt) })

@@ -19,7 +19,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	if err := outbox.ValidateMessages(msgs); err != nil {
+	if err := call(op).Messages(msgs); err != nil {
 		return 0, err
 	}
 	now := s.now()
@@ -70,8 +70,8 @@ func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
 		return outbox.Row{}, err
 	}
 	defer s.mu.Unlock()
-	if reason := badKey(dispatchKey); reason != "" {
-		return outbox.Row{}, &outbox.ArgumentError{Op: op, Arg: "dispatchKey", Reason: reason}
+	if err := call(op).DispatchKey("dispatchKey", dispatchKey); err != nil {
+		return outbox.Row{}, err
 	}
 	r, ok := s.st.rows[dispatchKey]
 	if !ok {

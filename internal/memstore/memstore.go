@@ -19,12 +19,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -91,7 +90,7 @@ func (st *state) clone() *state {
 // out of range.
 func New(opts Options) (*Store, error) {
 	bad := func(arg, reason string) error {
-		return &outbox.ArgumentError{Op: "memstore.New", Arg: "Options." + arg, Reason: reason}
+		return call("New").Arg("Options."+arg, reason)
 	}
 	switch {
 	case opts.ShardCount < 0 || opts.ShardCount > backpressure.MaxShardCount:
@@ -253,24 +252,15 @@ func copyRow(r outbox.Row) outbox.Row {
 	return r
 }
 
+// Claimer returns s itself: the reference store keeps its planner calls on
+// the Store, which [outbox.Store.Claimer] allows.
+func (s *Store) Claimer() backpressure.OutboxStore[outbox.Row] { return s }
+
 var (
 	_ outbox.Store                         = (*Store)(nil)
 	_ outbox.Notifier                      = (*Store)(nil)
 	_ backpressure.OutboxStore[outbox.Row] = (*Store)(nil)
 )
 
-// badKey says why k can be no row's dispatch key (Enqueue refuses it, as
-// [outbox.Message.Validate] does), or "". The calls that name rows by key
-// refuse such a key with an [*outbox.ArgumentError], as the real stores
-// do, rather than treating it as an unknown row.
-func badKey(k string) string {
-	switch {
-	case k == "":
-		return "is empty"
-	case !utf8.ValidString(k):
-		return "is not valid UTF-8"
-	case strings.IndexByte(k, 0) >= 0:
-		return "holds a NUL byte"
-	}
-	return ""
-}
+// call names op of this package in the errors internal/validate returns.
+func call(op string) validate.Call { return validate.Call{Pkg: "memstore", Op: op} }

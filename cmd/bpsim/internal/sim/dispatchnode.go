@@ -125,6 +125,9 @@ func (g *gatedStore) enter(ctx context.Context) error {
 	}
 }
 
+// Claimer returns g itself: the dispatcher's sweeps go through the gate.
+func (g *gatedStore) Claimer() backpressure.OutboxStore[outbox.Row] { return g }
+
 // errCrashed is what a crashed node's store calls return.
 var errCrashed = errors.New("bpsim: node crashed")
 
@@ -146,7 +149,7 @@ func (g *gatedStore) CountPendingOutboxRows(ctx context.Context, shards backpres
 // store's own fast path; a store without it refuses every combination, and
 // the sweep falls back to the plain counts.
 func (g *gatedStore) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
-	c, ok := g.s.Store.(backpressure.Counter)
+	c, ok := g.s.OutboxStore.(backpressure.Counter)
 	if !ok {
 		return nil, nil, backpressure.ErrNotSupported
 	}

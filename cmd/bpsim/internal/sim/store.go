@@ -11,28 +11,31 @@ import (
 )
 
 // unscopedClaimer is the one call bpsim needs beyond [outbox.Store]: the
-// unscoped oldest-first claim the unscoped policy measures. Both stores
-// have it.
+// unscoped oldest-first claim the unscoped policy measures. Both stores'
+// Claimers have it, as a benchmark baseline.
 type unscopedClaimer interface {
 	ClaimOutboxRowsUnscoped(ctx context.Context, shards backpressure.OwnedShardFraction, limit int) ([]outbox.Row, error)
 }
 
-// simStore is one fresh outbox a policy runs on: any [outbox.Store] that
-// can also claim unscoped, with a name for errors.
+// simStore is one fresh outbox a policy runs on: any [outbox.Store] whose
+// Claimer can also claim unscoped, with its Claimer's calls at hand and a
+// name for errors.
 type simStore struct {
 	outbox.Store
-	unscoped unscopedClaimer
-	name     string // the database (and schema or file), for errors
+	backpressure.OutboxStore[outbox.Row] // the store's Claimer
+	unscoped                             unscopedClaimer
+	name                                 string // the database (and schema or file), for errors
 }
 
-// newSimStore wraps s, which must also claim unscoped.
+// newSimStore wraps s, whose Claimer must also claim unscoped.
 func newSimStore(s outbox.Store, name string) (*simStore, error) {
-	u, ok := s.(unscopedClaimer)
+	c := s.Claimer()
+	u, ok := c.(unscopedClaimer)
 	if !ok {
 		s.Close()
-		return nil, fmt.Errorf("bpsim: %s: the store has no ClaimOutboxRowsUnscoped", name)
+		return nil, fmt.Errorf("bpsim: %s: the store's Claimer has no ClaimOutboxRowsUnscoped", name)
 	}
-	return &simStore{Store: s, unscoped: u, name: name}, nil
+	return &simStore{Store: s, OutboxStore: c, unscoped: u, name: name}, nil
 }
 
 // Name names the database (and schema or file) in errors.

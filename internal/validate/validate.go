@@ -1,0 +1,242 @@
+// Package validate holds the argument rules every outbox store of this
+// module applies before it touches its database: which text a store can
+// hold, which dispatch keys can name a row, what a claim, a count, a
+// completion, a lease list or a page may ask for. pgstore, sqlitestore and
+// the reference store (internal/memstore) all call it, so they cannot
+// drift apart, and every error it returns reads the same way:
+//
+//	pkg: Op: field: what is wrong
+//
+// e.g. "pgstore: Enqueue: msgs[0].Namespace: is empty", as an
+// [*outbox.ArgumentError] or [*outbox.MessageError] (both match
+// [outbox.ErrInvalidArgument]).
+//
+// The store modules are nested modules under this one; the go command
+// allows them to import this package because its import path lies under
+// the root's (the rule is by path, not by module, as gopls imports
+// golang.org/x/tools/internal/...). A store module built against an older
+// root release still calls this API, so change it only compatibly: add,
+// never rename or remove.
+package validate
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Call names the package and the method whose arguments are checked: the
+// first two parts of every message.
+type Call struct {
+	Pkg string // "pgstore", "sqlitestore", "memstore"
+	Op  string // the method, e.g. "ClaimOutboxRowsScoped"
+}
+
+// Arg returns the *outbox.ArgumentError of c for arg.
+func (c Call) Arg(arg, reason string) error {
+	return &outbox.ArgumentError{Pkg: c.Pkg, Op: c.Op, Arg: arg, Reason: reason}
+}
+
+// Argf is Arg with a formatted reason.
+func (c Call) Argf(arg, format string, a ...any) error {
+	return c.Arg(arg, fmt.Sprintf(format, a...))
+}
+
+// Text says why v cannot be stored as text by every store (PostgreSQL
+// text holds no NUL byte and only valid UTF-8), or "" when it can. The
+// empty string is valid text.
+func Text(v string) string {
+	switch {
+	case !utf8.ValidString(v):
+		return "is not valid UTF-8"
+	case strings.IndexByte(v, 0) >= 0:
+		return "holds a NUL byte"
+	}
+	return ""
+}
+
+// Key says why k can be no row's dispatch key (Enqueue refuses it, as
+// [outbox.Message.Validate] does), or "". A call that names rows by key
+// refuses such a key rather than treat it as an unknown row.
+func Key(k string) string {
+	switch {
+	case k == "":
+		return "is empty"
+	case len(k) > outbox.MaxDispatchKeyBytes:
+		return fmt.Sprintf("is %d bytes, over the limit of %d", len(k), outbox.MaxDispatchKeyBytes)
+	}
+	return Text(k)
+}
+
+// DispatchKey checks one key named by argument arg.
+func (c Call) DispatchKey(arg, k string) error {
+	if reason := Key(k); reason != "" {
+		return c.Arg(arg, reason)
+	}
+	return nil
+}
+
+// TextArg checks argument arg as Text does.
+func (c Call) TextArg(arg, v string) error {
+	if reason := Text(v); reason != "" {
+		return c.Arg(arg, reason)
+	}
+	return nil
+}
+
+// Messages checks a batch as [outbox.ValidateMessages] does, and names c
+// in the *outbox.MessageError it returns.
+func (c Call) Messages(msgs []outbox.Message) error {
+	err := outbox.ValidateMessages(msgs)
+	if me, ok := err.(*outbox.MessageError); ok {
+		me.Pkg, me.Op = c.Pkg, c.Op
+	}
+	return err
+}
+
+// Claims checks a claim list against the rule every store keeps: each
+// claim's Limit is at least 1, its Route passes
+// [backpressure.Route.Validate] (a route no row can have), and no route is
+// named twice. The first claim that breaks it is reported as
+// claims[i].Limit, claims[i].Route.Namespace, claims[i].Route.TaskQueue or
+// claims[i].Route. It allocates only when the claims are not in strictly
+// ascending route order (a plan's are) or to report an error.
+func (c Call) Claims(claims []backpressure.ScopedClaim) error {
+	sorted := true
+	for i, cl := range claims {
+		at := fmt.Sprintf("claims[%d].", i)
+		if cl.Limit < 1 {
+			return c.Argf(at+"Limit", "%d is below 1", cl.Limit)
+		}
+		if err := cl.Route.Validate(); err != nil {
+			field, reason := "Route", err.Error()
+			if re, ok := err.(*backpressure.RouteError); ok {
+				field, reason = "Route.Namespace", re.Reason
+				if re.Field == "task queue" {
+					field = "Route.TaskQueue"
+				}
+			}
+			return c.Arg(at+field, reason)
+		}
+		if i > 0 && sorted && claims[i-1].Route.Compare(cl.Route) >= 0 {
+			sorted = false
+		}
+	}
+	if sorted {
+		return nil // strictly ascending: no route twice
+	}
+	seen := make(map[backpressure.Route]int, len(claims))
+	for i, cl := range claims {
+		if j, dup := seen[cl.Route]; dup {
+			return c.Argf(fmt.Sprintf("claims[%d].Route", i), "%q is also claims[%d]", cl.Route.String(), j)
+		}
+		seen[cl.Route] = i
+	}
+	return nil
+}
+
+// Positive checks a count's cap or a limit, named by arg: at least 1.
+func (c Call) Positive(arg string, n int) error {
+	if n < 1 {
+		return c.Argf(arg, "%d is below 1", n)
+	}
+	return nil
+}
+
+// CountParams checks p: CapPerRoute at least 1, Namespaces not negative,
+// and, for a window (Namespaces ≥ 1), After valid text (it is ignored
+// otherwise).
+func (c Call) CountParams(p backpressure.CountParams) error {
+	if err := c.Positive("p.CapPerRoute", p.CapPerRoute); err != nil {
+		return err
+	}
+	if p.Namespaces < 0 {
+		return c.Argf("p.Namespaces", "%d is negative", p.Namespaces)
+	}
+	if p.Namespaces == 0 {
+		return nil
+	}
+	return c.TextArg("p.After", p.After)
+}
+
+// Completions checks a batch for Complete: a valid Outcome, a Retry's
+// Delay not negative, and every dispatch key a valid key named once.
+func (c Call) Completions(cs []outbox.Completion) error {
+	for i, cm := range cs {
+		at := fmt.Sprintf("completions[%d].", i)
+		switch {
+		case cm.Outcome != outbox.Settle && cm.Outcome != outbox.Retry && cm.Outcome != outbox.DeadLetter:
+			return c.Argf(at+"Outcome", "%v is not Settle, Retry or DeadLetter", cm.Outcome)
+		case cm.Outcome == outbox.Retry && (cm.Delay < 0 || cm.Delay > outbox.MaxDelay):
+			return c.Argf(at+"Delay", "%v is outside 0 to outbox.MaxDelay (%v)", cm.Delay, outbox.MaxDelay)
+		}
+	}
+	return c.uniqueKeys("completions", len(cs), func(i int) string { return cs[i].DispatchKey })
+}
+
+// Leases checks a lease list for ExtendLeases: every dispatch key a valid
+// key named once.
+func (c Call) Leases(ls []outbox.Lease) error {
+	return c.uniqueKeys("leases", len(ls), func(i int) string { return ls[i].DispatchKey })
+}
+
+func (c Call) uniqueKeys(name string, n int, key func(int) string) error {
+	seen := make(map[string]int, n)
+	for i := range n {
+		k := key(i)
+		arg := fmt.Sprintf("%s[%d].DispatchKey", name, i)
+		if err := c.DispatchKey(arg, k); err != nil {
+			return err
+		}
+		if j, dup := seen[k]; dup {
+			return c.Argf(arg, "%q is also %s[%d]", k, name, j)
+		}
+		seen[k] = i
+	}
+	return nil
+}
+
+// Keys checks a list of dispatch keys (Requeue's): each a valid key. A key
+// may appear more than once.
+func (c Call) Keys(keys []string) error {
+	for i, k := range keys {
+		if err := c.DispatchKey(fmt.Sprintf("dispatchKeys[%d]", i), k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Limits of [outbox.ListDeadParams.Limit].
+const (
+	DefaultListDead = 100
+	MaxListDead     = 10_000
+)
+
+// ListDead checks p and returns the page size it asks for: p.Limit, or
+// DefaultListDead for 0.
+func (c Call) ListDead(p outbox.ListDeadParams) (int, error) {
+	limit := p.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultListDead
+	case limit < 0 || limit > MaxListDead:
+		return 0, c.Argf("p.Limit", "%d is not within 1 to %d", p.Limit, MaxListDead)
+	}
+	if err := c.TextArg("p.Namespace", p.Namespace); err != nil {
+		return 0, err
+	}
+	return limit, c.TextArg("p.After", p.After)
+}
+
+// PurgeLimit checks a purge's limit: 0 purges nothing, negative is an
+// error.
+func (c Call) PurgeLimit(limit int) error {
+	if limit < 0 {
+		return c.Argf("limit", "%d is negative", limit)
+	}
+	return nil
+}
