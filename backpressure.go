@@ -108,6 +108,8 @@ type Backpressure struct {
 	reads       sync.WaitGroup    // read-aheads still running, used or not (for tests)
 	lastEnd     time.Time         // when the last successful sweep returned
 	lastDur     time.Duration     // and how long it took
+	flights     flights           // claims in flight (sweep.go); its own lock
+	planSeq     uint64            // plans installed by overlapped sweeps (sweep.go)
 	scratch     scratch
 }
 
