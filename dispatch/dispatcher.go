@@ -228,15 +228,21 @@ func (r *run) run(ctx context.Context) error {
 	return &ShutdownError{Abandoned: abandoned, Unwritten: out.unwritten, Err: out.err}
 }
 
-// credit returns how many rows the next sweep may claim: the idle workers,
-// or with a queue, while it is at or below its watermark, a full batch but
-// never more than the queue's free room (bp.SetConfig may have raised the
-// batch above what New's gate verified). Only the sweep loop adds to
-// r.rows, so the room can only grow until hand; hand never blocks.
+// credit returns how many rows the next sweep may claim, before the
+// credit of sweeps in flight is taken off: the idle workers, or with a
+// queue, while it is at or below its watermark, a full batch but never
+// more than the queue's free room (bp.SetConfig may have raised the batch
+// above what New's gate verified), nor more than leaves at most Queue +
+// Workers rows held (queued, running, or with their result unwritten: a
+// queue's claims must not run ahead of completion). Only the sweep loop
+// adds to r.rows, so the room can only grow until hand; hand never blocks.
 func (r *run) credit() int {
 	if r.o.Queue > 0 {
 		if queued := len(r.rows); queued <= r.o.QueueHighWatermark {
-			return min(r.d.bp.BatchSize(), r.o.Queue-queued)
+			r.mu.Lock()
+			held := len(r.jobs)
+			r.mu.Unlock()
+			return min(r.d.bp.BatchSize(), r.o.Queue-queued, r.o.Queue+r.o.Workers-held)
 		}
 		return 0
 	}
@@ -245,9 +251,23 @@ func (r *run) credit() int {
 	return min(r.o.Workers-r.outstanding, r.d.bp.BatchSize())
 }
 
+// swept is a sweep's outcome, sent back to the sweep loop.
+type swept struct {
+	asked int
+	rows  []outbox.Row
+	plan  backpressure.Plan
+	err   error
+	took  time.Duration
+}
+
 // sweepLoop sweeps until ctx is done: again at once while sweeps come back
 // full, else when a worker is freed, a result is written, a notification
-// arrives or the jittered poll interval passes.
+// arrives or the jittered poll interval passes. While sweeps come back
+// full it keeps up to Options.ClaimsInFlight sweeps in flight (see
+// backpressure.SweepAhead), each asking for the credit the others have not
+// reserved, so the rows claimed or being claimed never exceed the idle
+// workers (or the queue's room). On shutdown it waits for the sweeps in
+// flight and hands their rows over (they are then released unstarted).
 func (r *run) sweepLoop(ctx context.Context) {
 	var wake <-chan struct{}
 	if n := r.d.notifier; n != nil {
@@ -262,65 +282,88 @@ func (r *run) sweepLoop(ctx context.Context) {
 		}
 	}
 	sweep := backpressure.SweepAhead[outbox.Row]
+	depth := r.o.ClaimsInFlight
 	if r.o.FreshCounts {
-		sweep = backpressure.SweepN[outbox.Row]
+		sweep, depth = backpressure.SweepN[outbox.Row], 1
 	}
-	poll := time.NewTimer(0)
+	poll := time.NewTimer(time.Hour)
 	defer poll.Stop()
-	failures := 0
-	// wait waits for d, or until results are written (headroom may have
-	// come back), or a notification: false if ctx is done.
-	wait := func(d time.Duration) bool {
-		poll.Reset(d)
+	results := make(chan swept, depth)
+	var (
+		inflight, reserved int
+		failures           int
+		idle               bool // waiting for the poll, a flush or a notification before sweeping
+		lastFull           = true
+	)
+	for {
+		if ctx.Err() == nil && !idle && inflight < depth && (inflight == 0 || lastFull) {
+			if n := r.credit() - reserved; n > 0 {
+				if inflight == 0 {
+					if n = r.refill(ctx, n, poll); n <= 0 {
+						return
+					}
+				}
+				inflight++
+				reserved += n
+				go func(n int) {
+					began := time.Now()
+					rows, plan, err := sweep(ctx, r.d.bp, r.d.store, n)
+					results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began)}
+				}(n)
+				continue
+			}
+		}
+		if ctx.Err() != nil && inflight == 0 {
+			return
+		}
+		var (
+			done  <-chan struct{}
+			pollC <-chan time.Time
+			wakeC <-chan struct{}
+		)
+		if ctx.Err() == nil {
+			done = ctx.Done()
+		}
+		if idle {
+			pollC, wakeC = poll.C, wake
+		}
 		select {
-		case <-ctx.Done():
-			return false
-		case <-r.flushed:
-		case _, ok := <-wake:
+		case <-done:
+		case s := <-results:
+			inflight--
+			if s.err != nil {
+				reserved -= s.asked
+				if ctx.Err() != nil {
+					continue
+				}
+				failures++
+				r.m.Swept(SweepEvent{Asked: s.asked, Duration: s.took, Err: s.err})
+				delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
+				r.log.Warn("dispatch: sweep failed", "err", s.err, "failures", failures, "retry_in", delay)
+				idle, lastFull = true, false
+				poll.Reset(delay)
+				continue
+			}
+			failures = 0
+			r.hand(s.rows)
+			reserved -= s.asked // after hand: the rows now hold the credit
+			r.m.Swept(SweepEvent{Asked: s.asked, Claimed: len(s.rows), Duration: s.took, Plan: s.plan})
+			if lastFull = len(s.rows) >= s.asked; lastFull {
+				idle = false // full: there may be more
+			} else if !idle {
+				idle = true
+				poll.Reset(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64()))
+			}
+		case <-r.freed:
+		case <-r.flushed: // headroom, and with a queue credit, may be back
+			idle = false
+		case _, ok := <-wakeC:
 			if !ok {
 				wake = nil // the store closed it: poll from now on
 			}
-		case <-poll.C:
-		}
-		return true
-	}
-	for ctx.Err() == nil {
-		n := r.credit()
-		if n <= 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.freed:
-			}
-			continue
-		}
-		if n = r.refill(ctx, n, poll); n <= 0 {
-			return
-		}
-		began := time.Now()
-		rows, plan, err := sweep(ctx, r.d.bp, r.d.store, n)
-		took := time.Since(began)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			r.m.Swept(SweepEvent{Asked: n, Duration: took, Err: err})
-			delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
-			r.log.Warn("dispatch: sweep failed", "err", err, "failures", failures, "retry_in", delay)
-			if !wait(delay) {
-				return
-			}
-			continue
-		}
-		failures = 0
-		r.hand(rows)
-		r.m.Swept(SweepEvent{Asked: n, Claimed: len(rows), Duration: took, Plan: plan})
-		if len(rows) >= n {
-			continue // full: there may be more
-		}
-		if !wait(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64())) {
-			return
+			idle = false
+		case <-pollC:
+			idle = false
 		}
 	}
 }

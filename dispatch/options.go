@@ -52,6 +52,13 @@ type Options struct {
 	// next read. When its sweeps wait for busy workers, it reads nothing
 	// ahead.
 	FreshCounts bool
+	// ClaimsInFlight is the most sweeps the dispatcher keeps in flight at
+	// once while sweeps come back full, 1 to [MaxClaimsInFlight]: a sweep
+	// plans while the claims of the ones before it are still running (see
+	// [backpressure.SweepAhead]), each asking for the idle workers the
+	// others have not reserved, so the workers are never oversubscribed.
+	// 0 means 2. With FreshCounts it is 1.
+	ClaimsInFlight int
 
 	// CompleteBatch is the most results one Complete call writes; a batch
 	// is written as soon as it is full. Default 100.
@@ -97,6 +104,10 @@ type Options struct {
 	Metrics Metrics
 }
 
+// MaxClaimsInFlight is the largest Options.ClaimsInFlight: beyond a few,
+// claims in flight only contend for the same rows and connections.
+const MaxClaimsInFlight = 8
+
 var (
 	defaultBackoff      = Backoff{Base: time.Second, Max: time.Hour, Jitter: 0.2}
 	defaultErrorBackoff = Backoff{Base: 100 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.2}
@@ -125,6 +136,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, &OptionError{Field: "CompletionBacklog", Reason: "must not be negative"}
 	case o.LeaseRenewal < 0 || o.LeaseRenewal > 0.5 || math.IsNaN(o.LeaseRenewal):
 		return o, &OptionError{Field: "LeaseRenewal", Reason: "must be in (0, 0.5], or 0 for the default 1/3"}
+	case o.ClaimsInFlight < 0 || o.ClaimsInFlight > MaxClaimsInFlight:
+		return o, &OptionError{Field: "ClaimsInFlight", Reason: "must be between 0 (the default) and MaxClaimsInFlight"}
 	case o.ShutdownTimeout < 0:
 		return o, &OptionError{Field: "ShutdownTimeout", Reason: "must not be negative"}
 	}
@@ -148,6 +161,9 @@ func (o Options) withDefaults() (Options, error) {
 		o.RefillDelay = time.Millisecond
 	case o.RefillDelay < 0:
 		o.RefillDelay = 0
+	}
+	if o.ClaimsInFlight == 0 {
+		o.ClaimsInFlight = 2
 	}
 	if o.CompleteBatch == 0 {
 		o.CompleteBatch = 100
