@@ -262,7 +262,9 @@ type swept struct {
 
 // sweepLoop sweeps until ctx is done: again at once while sweeps come back
 // full, else when a worker is freed, a result is written, a notification
-// arrives or the jittered poll interval passes. While sweeps come back
+// arrives or the jittered poll interval passes; a result or a
+// notification that ends such a wait starts the sweep Options.Coalesce
+// later. While sweeps come back
 // full it keeps up to Options.ClaimsInFlight sweeps in flight (see
 // backpressure.SweepAhead), each asking for the credit the others have not
 // reserved, so the rows claimed or being claimed never exceed the idle
@@ -293,6 +295,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 		inflight, reserved int
 		failures           int
 		idle               bool // waiting for the poll, a flush or a notification before sweeping
+		coalescing         bool // woken while idle, waiting Options.Coalesce (on poll) before sweeping
 		lastFull           = true
 	)
 	for {
@@ -325,7 +328,22 @@ func (r *run) sweepLoop(ctx context.Context) {
 			done = ctx.Done()
 		}
 		if idle {
-			pollC, wakeC = poll.C, wake
+			pollC = poll.C
+			if !coalescing {
+				wakeC = wake
+			}
+		}
+		// wakeUp ends an idle wait, after Options.Coalesce if set: rows
+		// trickling in meanwhile are claimed by one sweep.
+		wakeUp := func() {
+			switch {
+			case !idle || coalescing:
+			case r.o.Coalesce > 0:
+				coalescing = true
+				poll.Reset(r.o.Coalesce)
+			default:
+				idle = false
+			}
 		}
 		select {
 		case <-done:
@@ -356,14 +374,14 @@ func (r *run) sweepLoop(ctx context.Context) {
 			}
 		case <-r.freed:
 		case <-r.flushed: // headroom, and with a queue credit, may be back
-			idle = false
+			wakeUp()
 		case _, ok := <-wakeC:
 			if !ok {
 				wake = nil // the store closed it: poll from now on
 			}
-			idle = false
+			wakeUp()
 		case <-pollC:
-			idle = false
+			idle, coalescing = false, false
 		}
 	}
 }

@@ -40,6 +40,17 @@ type Options struct {
 	// store the same round trips, however few rows it claims. 0 means 1ms;
 	// negative means none (sweep as soon as one worker is idle).
 	RefillDelay time.Duration
+	// Coalesce picks a point between latency and database work while rows
+	// trickle in: after a sweep that came back short (no backlog), the
+	// notification or written result that wakes the dispatcher starts the
+	// next sweep Coalesce later, so that the rows enqueued meanwhile are
+	// claimed by one sweep (its counts and claim cost the database about
+	// the same for one row as for many). A row then waits at most Coalesce
+	// more before it is claimed; at a steady rate r a sweep claims about
+	// r·Coalesce rows. A backlog (sweeps coming back full) is never
+	// delayed. 0 means the default, 2ms; negative means none (sweep at
+	// once on every wake-up: the lowest latency). At most PollInterval.
+	Coalesce time.Duration
 	// FreshCounts makes every sweep count the outbox at its start
 	// ([backpressure.SweepN]). By default the dispatcher sweeps with
 	// [backpressure.SweepAhead]: while it sweeps back to back (draining a
@@ -104,6 +115,9 @@ type Options struct {
 	Metrics Metrics
 }
 
+// defaultCoalesce is Options.Coalesce's default.
+const defaultCoalesce = 2 * time.Millisecond
+
 // MaxClaimsInFlight is the largest Options.ClaimsInFlight: beyond a few,
 // claims in flight only contend for the same rows and connections.
 const MaxClaimsInFlight = 8
@@ -136,6 +150,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, &OptionError{Field: "CompletionBacklog", Reason: "must not be negative"}
 	case o.LeaseRenewal < 0 || o.LeaseRenewal > 0.5 || math.IsNaN(o.LeaseRenewal):
 		return o, &OptionError{Field: "LeaseRenewal", Reason: "must be in (0, 0.5], or 0 for the default 1/3"}
+	case o.Coalesce > 0 && o.PollInterval > 0 && o.Coalesce > o.PollInterval:
+		return o, &OptionError{Field: "Coalesce", Reason: "must be at most PollInterval"}
 	case o.ClaimsInFlight < 0 || o.ClaimsInFlight > MaxClaimsInFlight:
 		return o, &OptionError{Field: "ClaimsInFlight", Reason: "must be between 0 (the default) and MaxClaimsInFlight"}
 	case o.ShutdownTimeout < 0:
@@ -161,6 +177,12 @@ func (o Options) withDefaults() (Options, error) {
 		o.RefillDelay = time.Millisecond
 	case o.RefillDelay < 0:
 		o.RefillDelay = 0
+	}
+	switch {
+	case o.Coalesce == 0:
+		o.Coalesce = min(defaultCoalesce, o.PollInterval)
+	case o.Coalesce < 0:
+		o.Coalesce = 0
 	}
 	if o.ClaimsInFlight == 0 {
 		o.ClaimsInFlight = 2
