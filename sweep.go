@@ -646,12 +646,6 @@ func (fs *flights) grants() []ScopedClaim {
 	return out
 }
 
-// inFlight returns how many claims are in flight.
-func (fs *flights) inFlight() int {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return len(fs.list)
-}
 
 // sweepHints is what one sweep learns for the next: how deep and how wide
 // to count. It never changes a plan, only the reads that lead to it (see
