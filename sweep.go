@@ -646,7 +646,6 @@ func (fs *flights) grants() []ScopedClaim {
 	return out
 }
 
-
 // sweepHints is what one sweep learns for the next: how deep and how wide
 // to count. It never changes a plan, only the reads that lead to it (see
 // sweepOn); the rotation cursors, which do change plans, are Backpressure's.
