@@ -267,8 +267,10 @@ type swept struct {
 // later. While sweeps come back
 // full it keeps up to Options.ClaimsInFlight sweeps in flight (see
 // backpressure.SweepAhead), each asking for the credit the others have not
-// reserved, so the rows claimed or being claimed never exceed the idle
-// workers (or the queue's room). On shutdown it waits for the sweeps in
+// reserved (a sweep beside others only once that is at least a full
+// sweep's share, min(Workers, BatchSize)/ClaimsInFlight), so the rows
+// claimed or being claimed never exceed the idle workers (or the queue's
+// room). On shutdown it waits for the sweeps in
 // flight and hands their rows over (they are then released unstarted).
 func (r *run) sweepLoop(ctx context.Context) {
 	var wake <-chan struct{}
@@ -300,7 +302,14 @@ func (r *run) sweepLoop(ctx context.Context) {
 	)
 	for {
 		if ctx.Err() == nil && !idle && inflight < depth && (inflight == 0 || lastFull) {
-			if n := r.credit() - reserved; n > 0 {
+			// A sweep beside others in flight waits for a share of a
+			// full sweep's credit: tiny sweeps would cost round trips
+			// for few rows.
+			least := 1
+			if inflight > 0 {
+				least = max(1, min(r.o.Workers, r.d.bp.BatchSize())/depth)
+			}
+			if n := r.credit() - reserved; n >= least {
 				if inflight == 0 {
 					if n = r.refill(ctx, n, poll); n <= 0 {
 						return
