@@ -8,22 +8,20 @@ import (
 )
 
 // SweepAhead is [SweepN] for a caller that sweeps again at once while
-// sweeps come back full, as a dispatcher draining a backlog does, and
-// possibly from several goroutines at once. Two things differ:
-//
-//   - Counts read ahead: while a full sweep's claim runs, the next sweep's
-//     counts are read beside it, and the next SweepAhead that follows
-//     within the last one's duration plans from them, corrected by every
-//     grant since the read (K′ = K + Σg, P′ = min(max(0, P − Σg), c)).
-//   - Overlapped claims: a call lets the next plan start while its claim is
-//     in flight; that plan counts the grants in flight as claimed and no
-//     longer pending. Plans stay one at a time, in order.
+// sweeps come back full (a dispatcher draining a backlog), possibly from
+// several goroutines. It reads the next sweep's counts beside a full
+// sweep's claim, and the next SweepAhead within the last one's duration
+// plans from them, corrected by every grant since the read
+// (K′ = K + Σg, P′ = min(max(0, P − Σg), c)). And it lets the next plan
+// start while its claim is in flight; that plan counts the grants in flight
+// as claimed and no longer pending. Plans stay one at a time, in order.
 //
 // Every ceiling and the budget per plan hold as with [Sweep], given shard
-// ownership that never overlaps. Rows enqueued since a read wait a few
-// sweeps. The store must be safe for concurrent use; ctx should outlive
-// the call (a read-ahead runs under it). Errors are as for Sweep, except
-// that a failed claim leaves the rotation to a later plan made meanwhile.
+// ownership that never overlaps; rows enqueued since a read wait a few
+// sweeps. The store must be safe for concurrent use, and ctx should outlive
+// the call (a read-ahead runs under it). Errors are as for Sweep, but a
+// failed claim leaves the rotation to a plan made meanwhile, if any.
+// docs/engine.md has the mechanism.
 func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
 	return sweepN(ctx, b, store, n, sweepMode{readAhead: true, overlap: true})
 }
