@@ -109,7 +109,7 @@ func produce(tb testing.TB, rate int, d time.Duration, l *latencies, insert func
 // at a time at a steady rate (500 and 2,000 rows/s) for 3 s, on a pool of
 // its own, while a consumer runs: the dispatcher on pgstore (Workers 100,
 // BatchSize 100, its LISTEN/NOTIFY wake-ups) at Options.Coalesce none, 2 ms
-// (the default) and 10 ms, and River v0.51.2 (one queue of 100 workers)
+// (the default), 10 ms and 50 ms, and River v0.51.2 (one queue of 100 workers)
 // with its default fetch cooldown and with 1 ms. It reports, per arm, the
 // p50 and p99 from the enqueue's commit to the handler's start, and the
 // CPU of the consumer's PostgreSQL backends per row (see backendCPU; the
@@ -127,6 +127,9 @@ func BenchmarkSteady(b *testing.B) {
 			{"dispatch-coalesce-2ms", func(b *testing.B, l *latencies) (int, time.Duration) { return steadyDispatch(b, rate, 0, l) }},
 			{"dispatch-coalesce-10ms", func(b *testing.B, l *latencies) (int, time.Duration) {
 				return steadyDispatch(b, rate, 10*time.Millisecond, l)
+			}},
+			{"dispatch-coalesce-50ms", func(b *testing.B, l *latencies) (int, time.Duration) {
+				return steadyDispatch(b, rate, 50*time.Millisecond, l)
 			}},
 			{"river-default", func(b *testing.B, l *latencies) (int, time.Duration) { return steadyRiver(b, rate, 0, l) }},
 			{"river-1ms", func(b *testing.B, l *latencies) (int, time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,8 +262,10 @@ type swept struct {
 }
 
 // sweepLoop sweeps until ctx is done: again at once while sweeps come back
-// full, else when a worker is freed, a result is written, a notification
-// arrives or the jittered poll interval passes; a result or a
+// full, else when a worker is freed, a notification arrives, a result is
+// written (only while the last sweep held a namespace at its ceiling, or
+// failed, or with a queue: otherwise a written result frees nothing a
+// sweep could claim), or the jittered poll interval passes; a result or a
 // notification that ends such a wait starts the sweep Options.Coalesce
 // later. While sweeps come back
 // full it keeps up to Options.ClaimsInFlight sweeps in flight (see
@@ -298,6 +301,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 		failures           int
 		idle               bool // waiting for the poll, a flush or a notification before sweeping
 		coalescing         bool // woken while idle, waiting Options.Coalesce (on poll) before sweeping
+		heldAtCeiling      bool // the last sweep held rows at a ceiling, or failed: a written result may free them
 		lastFull           = true
 	)
 	for {
@@ -367,7 +371,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 				r.m.Swept(SweepEvent{Asked: s.asked, Duration: s.took, Err: s.err})
 				delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
 				r.log.Warn("dispatch: sweep failed", "err", s.err, "failures", failures, "retry_in", delay)
-				idle, lastFull = true, false
+				idle, lastFull, heldAtCeiling = true, false, true
 				poll.Reset(delay)
 				continue
 			}
@@ -375,6 +379,9 @@ func (r *run) sweepLoop(ctx context.Context) {
 			r.hand(s.rows)
 			reserved -= s.asked // after hand: the rows now hold the credit
 			r.m.Swept(SweepEvent{Asked: s.asked, Claimed: len(s.rows), Duration: s.took, Plan: s.plan})
+			heldAtCeiling = slices.ContainsFunc(s.plan.Namespaces, func(n backpressure.NamespaceReport) bool {
+				return n.Reason == backpressure.HeldAtCeiling
+			})
 			if lastFull = len(s.rows) >= s.asked; lastFull {
 				idle = false // full: there may be more
 			} else if !idle {
@@ -382,8 +389,13 @@ func (r *run) sweepLoop(ctx context.Context) {
 				poll.Reset(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64()))
 			}
 		case <-r.freed:
-		case <-r.flushed: // headroom, and with a queue credit, may be back
-			wakeUp()
+		case <-r.flushed:
+			// Headroom may be back, and with a queue, credit; otherwise a
+			// written result frees nothing a sweep could claim (a
+			// notification or the poll brings new rows).
+			if heldAtCeiling || r.o.Queue > 0 {
+				wakeUp()
+			}
 		case _, ok := <-wakeC:
 			if !ok {
 				wake = nil // the store closed it: poll from now on
