@@ -58,6 +58,7 @@ bench:
 # The end-to-end figures of the README: a 20,000-row backlog drained by
 # River and by dispatch on PostgreSQL, and by each store's own drain loop.
 bench-drain:
+	cd bench/graphile && npm ci --no-audit --no-fund --loglevel=error
 	cd bench && $(GO) test -run '^$$' -bench Drain -benchtime=3x -count=3 -timeout=30m
 	cd pgstore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
 	cd sqlitestore && $(GO) test -run '^$$' -bench Drain -benchtime=3x

@@ -3,77 +3,26 @@ package backpressure
 import (
 	"context"
 	"reflect"
-	"slices"
+	"sync/atomic"
 )
 
-// SweepAhead is [SweepN] for a caller that sweeps again at once whenever a
-// sweep comes back full, as a dispatcher draining a backlog does. It takes
-// the counts off the sweeps' path: while a sweep's claim runs, it reads the
-// next sweep's counts on another connection, and the next sweep plans from
-// them, corrected by the claims made since, instead of counting again. Full
-// counts (no window) then serve up to four sweeps before they are read
-// again; a window serves one. The next sweep plans from counts read ahead
-// provided that
+// SweepAhead is [SweepN] for a caller that sweeps again at once while
+// sweeps come back full (a dispatcher draining a backlog), possibly from
+// several goroutines. It reads the next sweep's counts beside a full
+// sweep's claim, and the next SweepAhead within the last one's duration
+// plans from them, corrected by every grant since the read
+// (K′ = K + Σg, P′ = min(max(0, P − Σg), c)). And it lets the next plan
+// start while its claim is in flight; that plan counts the grants in flight
+// as claimed and no longer pending. Plans stay one at a time, in order.
 //
-//   - the store implements [Counter] (serving Claimed) and not [TxSweeper],
-//     and is the same store (an == comparison, when the store's value is
-//     comparable);
-//   - the previous sweep's plan filled its budget and its claim returned
-//     every row planned (Σ limits = budget = rows claimed): a backlog, which
-//     a sweep that comes back short does not show;
-//   - it is also a SweepAhead on b, starts no later after the previous one
-//     returned than the previous one took from its start, with the same
-//     configuration and shards (no [Backpressure.SetConfig] or
-//     [Backpressure.SetOwnedShards] in between), and asks for counts the
-//     read-ahead covers (the same window start, no more namespaces, no
-//     deeper a cap);
-//   - for a full count serving a second sweep or more: every route counted
-//     to its cap still has at least the cap after the grants since, and
-//     every namespace with a finite ceiling kept a headroom of at least the
-//     budget, so that the corrections cannot hold it;
-//
-// and otherwise the next sweep counts as SweepN does, at the cost of one
-// more count on the database. So that reads are not wasted, a sweep reads
-// ahead only when it too began within the last sweep's duration of that
-// sweep's return (the caller sweeps back to back, as a dispatcher draining
-// a backlog does, not as one whose workers are busy or as a ticker), and a
-// sweep whose counts read ahead give a plan short of its budget discards
-// them and counts afresh (they may understate what is claimable: see
-// below), so that it never comes back short while rows wait. Sweep and
-// SweepN forget a read-ahead.
-//
-// Counts read ahead are read before the claims they are corrected by
-// commit, so a sweep corrects them by the grants g of every sweep since the
-// read: for a namespace n and a route r,
-//
-//	K′_n = K_n + Σ g_n ≥ claimed now,   P′_r = min(max(0, P_r − Σ g_r), c) ≤ pending now,
-//
-// where c is the cap the sweep counts at. Full counts are read ahead at
-// c + 4·max_r g_r, so that a route counted as deep as c before the claims
-// is still known to be after them; a window is read at its cap of 1, and a
-// namespace a claim may have emptied leaves it (if that leaves the window
-// short, the sweep counts the window again). Both bounds hold whether or
-// not the read saw a claim, as long as no other claimer takes rows on the
-// node's shards (which fenced ownership guarantees): rows only leave the
-// claimed state meanwhile (settled, retried, expired), and only this node
-// claims pending rows. So every ceiling holds exactly as with fresh counts,
-// C_n ≥ K_n + g_n at every sweep. (With a membership of one's own that lets
-// two nodes claim on one shard at once, a ceiling can be passed for as long
-// as the overlap, fresh counts or not; counts read ahead lengthen that to a
-// few sweeps.) What changes is that rows enqueued since
-// the read, and leases released since, wait for the next read (a few
-// sweeps' time: each sweep must follow the last within the last's
-// duration). A sweep's plan and reports are those of the corrected counts;
-// its claim is still atomic, fenced and of claimable rows only.
-//
-// The store must be safe for concurrent use: the read-ahead runs beside
-// the claim, and beside whatever else the caller runs (a dispatcher's
-// completions). The read-ahead runs under ctx, so ctx should outlive the
-// call, as a dispatcher's run context does: a ctx cancelled when SweepAhead
-// returns cancels the read, and the next sweep counts afresh. Errors are as for Sweep; a read-ahead that fails is
-// forgotten, and the next sweep counts afresh.
+// Every ceiling and the budget per plan hold as with [Sweep], given shard
+// ownership that never overlaps; rows enqueued since a read wait a few
+// sweeps. The store must be safe for concurrent use, and ctx should outlive
+// the call (a read-ahead runs under it). Errors are as for Sweep, but a
+// failed claim leaves the rotation to a plan made meanwhile, if any.
+// docs/engine.md has the mechanism.
 func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
-	return sweepN(ctx, b, store, n, true)
+	return sweepN(ctx, b, store, n, sweepMode{readAhead: true, overlap: true})
 }
 
 // ahead is the next sweep's counts, read while a SweepAhead's claim runs.
@@ -93,8 +42,9 @@ type ahead struct {
 	pending []RouteCount
 	err     error
 
-	claims []ScopedClaim // the grants of every sweep since the read, to correct the counts by
+	claims []ScopedClaim // the grants in flight at the read and of every sweep since, to correct the counts by
 	hops   int           // sweeps that have planned from the counts
+	short  atomic.Bool   // a claim of the sweep that read ahead came back short: no backlog shown
 }
 
 // aheadHops is the most sweeps one full count read ahead serves: the first
@@ -107,37 +57,50 @@ const aheadHops = 4
 // started and used whatever the machine's pace.
 var noExpiry = false
 
-// startReadAhead starts reading, on counter, the counts the sweep after one
-// that planned plan (with out, on st, with budget) will ask for, raised by
-// the plan's largest grant. ctx is the sweep's.
-func startReadAhead(ctx context.Context, b *Backpressure, counter Counter, store any, st settings, budget int, out sweepResult) *ahead {
+// startReadAhead starts reading, on s's counter, the counts the sweep
+// after s (which planned out) will ask for. The read is corrected by the
+// grants in flight when it starts (out's own among them) and by those of
+// every sweep that plans from it, so it counts deeper by them, and by the
+// grants of aheadHops − 1 more sweeps like this one. ctx is the sweep's.
+func startReadAhead[R any](ctx context.Context, b *Backpressure, s *sweeper[R], out sweepResult) *ahead {
 	h := b.hints
 	h.record(out)
-	want := firstParams(&h, b.afterAdvance(), st, budget)
-	ask := want
-	if want.Namespaces == 0 {
-		// Deep enough that a route counted to c before this claim is still
-		// counted to c after the grants of aheadHops sweeps like this one.
-		ask.CapPerRoute = addSat(want.CapPerRoute, aheadHops*maxLimit(out.plan.Claims))
-	}
+	want := firstParams(&h, b.afterAdvance(), s.st, s.budget)
 	// The grants are copied: the plan's Claims are the caller's, who may
 	// change them before the next sweep corrects the counts by them.
-	a := &ahead{gen: st.gen, want: want, ask: ask.CapPerRoute, claims: slices.Clone(out.plan.Claims), done: make(chan struct{})}
+	a := &ahead{gen: s.st.gen, want: want, claims: b.flights.grants(), done: make(chan struct{})}
+	ask := want
+	if want.Namespaces == 0 {
+		// Deep enough that a route counted to c before the claims in flight
+		// is still counted to c after them and aheadHops − 1 more sweeps.
+		deepest, _ := grantSpread(a.claims)
+		ask.CapPerRoute = addSat(addSat(want.CapPerRoute, deepest), (aheadHops-1)*maxLimit(out.plan.Claims))
+	}
+	a.ask = ask.CapPerRoute
 	// Comparable by its value, not its type: a struct type with an
 	// interface field is comparable, yet == panics on it when the field
 	// holds a slice or a map.
-	if store != nil && reflect.ValueOf(store).Comparable() {
+	if store := any(s.store); store != nil && reflect.ValueOf(store).Comparable() {
 		a.store = store
 	}
 	var rctx context.Context
 	rctx, a.cancel = context.WithCancel(ctx)
 	b.reads.Add(1)
+	counter := s.counter
 	go func() {
 		defer b.reads.Done()
 		defer close(a.done)
-		a.claimed, a.pending, a.err = counter.CountOutboxRows(rctx, st.f, ask)
+		a.claimed, a.pending, a.err = counter.CountOutboxRows(rctx, s.st.f, ask)
 	}()
 	return a
+}
+
+// markShort makes a unusable: the claim of the sweep that read it came
+// back short.
+func (a *ahead) markShort() {
+	if a != nil {
+		a.short.Store(true)
+	}
 }
 
 // drop cancels a read-ahead that will not be used.
@@ -156,7 +119,7 @@ func (a *ahead) take(ctx context.Context, st settings, store any, p CountParams)
 		return nil, nil, CountParams{}, false
 	}
 	defer a.cancel()
-	if a.gen != st.gen || a.store == nil || a.store != store || !a.want.covers(p) {
+	if a.gen != st.gen || a.store == nil || a.store != store || !a.want.covers(p) || a.short.Load() {
 		return nil, nil, CountParams{}, false
 	}
 	select {
@@ -191,22 +154,7 @@ func (c CountParams) covers(p CountParams) bool {
 // want.CapPerRoute, routes left with none dropped. The read's results stay
 // as read, for the next sweep that may plan from them (see passOn).
 func (a *ahead) corrected() (map[string]int, []RouteCount) {
-	claimed := make(map[string]int, len(a.claimed)+len(a.claims))
-	for ns, n := range a.claimed {
-		claimed[ns] = n
-	}
-	granted := a.granted()
-	for _, c := range a.claims {
-		claimed[c.Route.Namespace] = addSat(claimed[c.Route.Namespace], c.Limit)
-	}
-	pending := make([]RouteCount, 0, len(a.pending))
-	for _, rc := range a.pending {
-		if rc.Count -= granted[rc.Route]; rc.Count > 0 {
-			rc.Count = min(rc.Count, a.want.CapPerRoute)
-			pending = append(pending, rc)
-		}
-	}
-	return claimed, pending
+	return addGrants(a.claimed, a.claims), subtractGrants(a.pending, a.claims, a.want.CapPerRoute)
 }
 
 // granted sums a's grants per route.

@@ -119,11 +119,11 @@ const maxWeight = limits.Weight
 // over several sweeps every unsatisfied namespace gets rows in proportion
 // to its weight.
 //
-// A Backpressure is safe for concurrent use, and serialises sweeps: [Sweep]
-// and [Backpressure.Plan] run one at a time, because two concurrent sweeps on
-// one node would both see the same headroom and could together exceed the
-// ceiling ([SweepAhead] overlaps only a count with the claim before it,
-// never two claims). Use one Backpressure per node, for its lifetime: change its
+// A Backpressure is safe for concurrent use, and serialises plans: [Sweep]
+// and [Backpressure.Plan] plan one at a time, because two concurrent plans
+// on one node would both see the same headroom and could together exceed
+// the ceiling ([SweepAhead] lets a claim run beside the next plan, which
+// counts its grants as claimed). Use one Backpressure per node, for its lifetime: change its
 // configuration with [Backpressure.SetConfig] and its shards with
 // [Backpressure.SetOwnedShards], which keep the rotation. The zero value is
 // not usable: call [New]. Sweep, Plan, SetConfig and SetOwnedShards on a
@@ -147,6 +147,8 @@ type Backpressure struct {
 	reads       sync.WaitGroup    // read-aheads still running, used or not (for tests)
 	lastEnd     time.Time         // when the last successful sweep returned
 	lastDur     time.Duration     // and how long it took
+	flights     flights           // claims in flight (sweep.go); its own lock
+	planSeq     uint64            // plans installed by overlapped sweeps (sweep.go)
 	scratch     scratch
 	rates       rateState // token buckets (rate.go); guarded by mu
 }

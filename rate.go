@@ -118,8 +118,7 @@ func (k bucket) refill(r Rate, f OwnedShardFraction, t time.Time) float64 {
 type rateState struct {
 	buckets map[string]bucket
 	dflt    bucket
-	planAt  time.Time      // the time PlanAt plans at; zero: the clock. Guarded by sem.
-	spent   map[string]int // scratch of spendRows. Guarded by sem.
+	planAt  time.Time // the time PlanAt plans at; zero: the clock. Guarded by sem.
 }
 
 // rateNow is the clock rates read when no time is given: b's clock
@@ -241,7 +240,12 @@ func (b *Backpressure) spendLocked(started map[string]int, t time.Time) {
 		if b.rates.buckets == nil {
 			b.rates.buckets = make(map[string]bucket)
 		}
-		b.rates.buckets[ns] = bucket{tokens: k.refill(r, st.f, at) - float64(n), at: at}
+		tokens := k.refill(r, st.f, at) - float64(n)
+		if n < 0 { // tokens given back (releaseTokens): never above the burst
+			_, burst := nodeRate(r, st.f)
+			tokens = min(tokens, float64(burst))
+		}
+		b.rates.buckets[ns] = bucket{tokens: tokens, at: at}
 	}
 	b.pruneBuckets(st, t)
 }
@@ -271,35 +275,78 @@ func (b *Backpressure) pruneBuckets(st settings, t time.Time) {
 // the rows its claim returned per namespace through it, to spend tokens.
 type routed interface{ Route() Route }
 
-// spendClaimed spends the tokens of the rows a sweep claimed on plan. Rows
-// that say their route spend their namespace's token; for a row type that
-// does not, a namespace is charged min(its grant, rows claimed), as many as
-// it may have started (never fewer, so the rate's bound holds). The caller
-// holds b.sem.
-func spendClaimed[R any](b *Backpressure, plan Plan, rows []R) {
-	if len(rows) == 0 || !b.current().cfg.hasRates() {
+// reserveTokens takes, when a sweep's plan is made, a token for every row
+// the plan grants a rate-limited namespace, so that a plan made while this
+// claim is in flight (overlapped claims) sees them spent; releaseTokens
+// gives back, when the claim returns, the tokens of granted rows it did not
+// claim (every one when it failed). Net, a sweep spends a token per row it
+// claimed, never for a grant the claim did not fill, and at no instant do
+// the tokens a node has handed out exceed what its bucket held. It returns
+// the tokens taken per namespace, nil when none. The caller must not hold
+// b.mu.
+func (b *Backpressure) reserveTokens(plan Plan) map[string]int {
+	if len(plan.Claims) == 0 || !b.current().cfg.hasRates() {
+		return nil
+	}
+	t := b.rateNow()
+	var taken map[string]int
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cfg := b.set.cfg
+	if cfg == nil {
+		return nil
+	}
+	for _, c := range plan.Claims {
+		if !cfg.rate(c.Route.Namespace).limited() {
+			continue
+		}
+		if taken == nil {
+			taken = make(map[string]int)
+		}
+		taken[c.Route.Namespace] += c.Limit
+	}
+	if taken != nil {
+		b.spendLocked(taken, t)
+	}
+	return taken
+}
+
+// releaseTokens returns to their buckets the tokens reserveTokens took for
+// rows the claim did not return. Rows that say their route count for their
+// namespace; for a row type that does not, a namespace is taken to have
+// claimed min(its reservation, rows claimed), as many as it may have
+// started (never fewer, so the rate's bound holds). A bucket never rises
+// above its burst. The caller must not hold b.mu.
+func releaseTokens[R any](b *Backpressure, taken map[string]int, rows []R) {
+	if len(taken) == 0 {
+		return
+	}
+	claimed := make(map[string]int, len(taken))
+	if len(rows) > 0 {
+		if _, ok := any(rows[0]).(routed); ok {
+			for i := range rows {
+				if r, ok := any(rows[i]).(routed); ok {
+					claimed[r.Route().Namespace]++
+				}
+			}
+		} else {
+			for ns, n := range taken {
+				claimed[ns] = min(n, len(rows))
+			}
+		}
+	}
+	back := make(map[string]int, len(taken))
+	for ns, n := range taken {
+		if r := n - min(n, claimed[ns]); r > 0 {
+			back[ns] = -r
+		}
+	}
+	if len(back) == 0 {
 		return
 	}
 	t := b.rateNow()
-	spent := b.rates.spent
-	if spent == nil {
-		spent = make(map[string]int)
-		b.rates.spent = spent
-	}
-	clear(spent)
-	if _, ok := any(rows[0]).(routed); ok {
-		for i := range rows {
-			if r, ok := any(rows[i]).(routed); ok {
-				spent[r.Route().Namespace]++
-			}
-		}
-	} else {
-		for _, c := range plan.Claims {
-			spent[c.Route.Namespace] = min(spent[c.Route.Namespace]+c.Limit, len(rows))
-		}
-	}
 	b.mu.Lock()
-	b.spendLocked(spent, t)
+	b.spendLocked(back, t)
 	b.mu.Unlock()
 }
 

@@ -37,6 +37,7 @@ type dispatchSetup struct {
 	unscoped   bool
 	workers    int // Options.Workers
 	batch      int // backpressure.Config.BatchSize
+	inFlight   int // Options.ClaimsInFlight (0: the default)
 }
 
 // newDispatchSetup opens a pgstore in a fresh schema on pool.
@@ -77,6 +78,7 @@ func (c *settledCounter) Completed(e dispatch.CompletionEvent) {
 type drainStats struct {
 	sweeps int64         // sweeps run
 	swept  time.Duration // time spent in them
+	pgCPU  time.Duration // CPU of the arm's PostgreSQL backends during the drain (see backendCPU); < 0: unknown
 }
 
 // drain enqueues rows no-op rows over d's namespaces (taskQueues task
@@ -117,12 +119,13 @@ func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStat
 	}
 	c := &settledCounter{want: int64(rows), done: make(chan struct{})}
 	noop := func(context.Context, outbox.Row) error { return nil }
-	disp, err := dispatch.New(bp, store, noop, dispatch.Options{Workers: d.workers, Metrics: c, Logger: quietLogger()})
+	disp, err := dispatch.New(bp, store, noop, dispatch.Options{Workers: d.workers, ClaimsInFlight: d.inFlight, Metrics: c, Logger: quietLogger()})
 	if err != nil {
 		tb.Fatalf("dispatch.New: %v", err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
+	cpu := startCPU(cpuAdmin, d.pool)
 	start := time.Now()
 	go func() { ran <- disp.Run(runCtx) }()
 	select {
@@ -131,7 +134,7 @@ func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStat
 		tb.Fatalf("dispatch: %d of %d rows settled after 2 minutes", c.settled.Load(), rows)
 	}
 	elapsed := time.Since(start)
-	st := drainStats{sweeps: c.sweeps.Load(), swept: time.Duration(c.swept.Load())}
+	st := drainStats{sweeps: c.sweeps.Load(), swept: time.Duration(c.swept.Load()), pgCPU: cpu.stop()}
 	stop()
 	if err := <-ran; err != nil {
 		tb.Fatalf("dispatch Run: %v", err)

@@ -3,8 +3,12 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"regexp"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Rows of the drain: the figure is taken over a backlog of drainRows; a
@@ -27,16 +31,24 @@ func drainBacklog() int {
 // arm is one way of draining the backlog.
 type arm struct {
 	name  string
-	drain func(tb testing.TB, rows int) time.Duration
-	total time.Duration
-	trips *tripCounter // the dispatcher's pool's, nil for River
+	trips *tripCounter // the dispatcher's pool's, nil for the peers
 	tripN int64        // round trips during this arm's drains
-	// A dispatcher's drain with its sweeps' stats; nil for River.
+	// One drain, with what its sweeps did (none for the peers) and the CPU
+	// of its PostgreSQL backends.
 	stats func(tb testing.TB, rows int) (time.Duration, drainStats)
+	total time.Duration
 	drainStats
+	cpuKnown bool // every drain's pgCPU was read
 }
 
 func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() }
+
+// armsFlag keeps only the arms whose name it matches (a regexp; the
+// ratios of arms left out are not reported).
+var armsFlag = flag.String("drain.arms", "", "run only the drain arms whose name matches this regexp")
+
+// cpuAdmin is the pool backendCPU queries pg_stat_activity on.
+var cpuAdmin *pgxpool.Pool
 
 // BenchmarkDrain is the end-to-end figure users feel: a backlog of no-op
 // rows, enqueued before the clock starts, drained on one PostgreSQL
@@ -53,9 +65,20 @@ func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() 
 //     claiming oldest first whatever the namespace, with no counts (see
 //     unscopedStore);
 //   - fair-10-wide, unscoped-10-wide: the same at 10 namespaces with
-//     River's concurrency, Workers 1,000 and BatchSize 1,000: a
-//     sensitivity figure (a sweep's round trips cost about the same for
-//     100 rows as for 1,000), not the headline.
+//     River's concurrency, Workers 1,000 and BatchSize 1,000 (a sweep's
+//     round trips cost about the same for 100 rows as for 1,000);
+//     fair-1000-wide likewise at 1,000 namespaces; fair-N-wide-serial the
+//     same with one claim in flight (Options.ClaimsInFlight 1) rather than
+//     the default two;
+//   - graphile-local, graphile-plain: graphile-worker 0.18.0 under Node,
+//     with its local queue (batched fetch and completion) and without,
+//     concurrentJobs 100 (see graphile/drain.mjs), when bench/graphile has
+//     it installed (make bench-drain runs npm ci there).
+//
+// Each arm reports pg-µs/row: the CPU (user + system, /proc/<pid>/stat)
+// of the PostgreSQL backends serving its connections (found by
+// application_name) during the timed drain, per row; the server's
+// background processes (WAL writer, checkpointer) are not in it.
 //
 // Every iteration runs every arm once, in an order that rotates from
 // iteration to iteration, so that the machine's noise falls on all alike.
@@ -63,8 +86,8 @@ func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() 
 // ratios dispatch/river (fair-N over the faster River arm; target ≥ 1.3)
 // and fair/unscoped at each N (target ≥ 0.9); for each dispatcher arm, its
 // round trips per row, its mean sweep time, and the share of the drain its
-// one sweep loop spent sweeping (near 1: the rate is sweep latency bound,
-// as sweeps on one Backpressure run one at a time).
+// sweep loop spent in sweeps (summed over sweeps in flight at once, so
+// above 1 when claims overlap).
 //
 //	cd bench && go test -run '^$' -bench Drain -benchtime 3x -count 3 -timeout 30m
 //
@@ -75,10 +98,18 @@ func BenchmarkDrain(b *testing.B) {
 	riverPool := openPool(b, 40)
 	trips := &tripCounter{}
 	dispatchPool := openTracedPool(b, 0, trips)
+	cpuAdmin = openPool(b, 2)
 	r := newRiver(b, riverPool)
 	arms := []*arm{
-		{name: "river-default", drain: func(tb testing.TB, rows int) time.Duration { return r.drain(tb, rows, 10, 100, 0) }},
-		{name: "river-1ms", drain: func(tb testing.TB, rows int) time.Duration { return r.drain(tb, rows, 10, 100, time.Millisecond) }},
+		{name: "river-default", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return r.drain(tb, rows, 10, 100, 0) }},
+		{name: "river-1ms", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) {
+			return r.drain(tb, rows, 10, 100, time.Millisecond)
+		}},
+	}
+	if g := newGraphile(b, cpuAdmin); g != nil {
+		arms = append(arms,
+			&arm{name: "graphile-local", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return g.drain(tb, rows, "local") }},
+			&arm{name: "graphile-plain", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return g.drain(tb, rows, "plain") }})
 	}
 	for _, ns := range []int{10, 1000} {
 		fair := newDispatchSetup(b, dispatchPool, ns, false)
@@ -100,6 +131,28 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		arms = append(arms, &arm{name: name, stats: s.drain, trips: trips})
 	}
+	// The default two claims in flight against one (ClaimsInFlight 1): what
+	// overlapping claims buys.
+	for _, ns := range []int{10, 1000} {
+		s := newDispatchSetup(b, dispatchPool, ns, false)
+		s.workers, s.batch, s.inFlight = wideWorkers, wideWorkers, 1
+		arms = append(arms, &arm{name: fmt.Sprintf("fair-%d-wide-serial", ns), stats: s.drain, trips: trips})
+		if ns == 1000 {
+			s := newDispatchSetup(b, dispatchPool, ns, false)
+			s.workers, s.batch = wideWorkers, wideWorkers
+			arms = append(arms, &arm{name: "fair-1000-wide", stats: s.drain, trips: trips})
+		}
+	}
+	if *armsFlag != "" {
+		re, err := regexp.Compile(*armsFlag)
+		if err != nil {
+			b.Fatalf("-drain.arms: %v", err)
+		}
+		arms = slices.DeleteFunc(arms, func(a *arm) bool { return !re.MatchString(a.name) })
+	}
+	for _, a := range arms {
+		a.cpuKnown = true
+	}
 	byName := make(map[string]*arm, len(arms))
 	for _, a := range arms {
 		byName[a.name] = a
@@ -113,22 +166,25 @@ func BenchmarkDrain(b *testing.B) {
 			if a.trips != nil {
 				before = a.trips.n.Load()
 			}
-			if a.stats == nil {
-				a.total += a.drain(b, rows)
-				continue
-			}
 			d, st := a.stats(b, rows)
 			a.total += d
 			a.sweeps += st.sweeps
 			a.swept += st.swept
-			a.tripN += a.trips.n.Load() - before
+			a.pgCPU += st.pgCPU
+			a.cpuKnown = a.cpuKnown && st.pgCPU >= 0
+			if a.trips != nil {
+				a.tripN += a.trips.n.Load() - before
+			}
 		}
 		iter++
 	}
 	perArm := rows * iter
 	for _, a := range arms {
 		b.ReportMetric(a.rate(perArm), a.name+"-rows/s")
-		if a.stats != nil {
+		if a.cpuKnown {
+			b.ReportMetric(float64(a.pgCPU.Microseconds())/float64(perArm), a.name+"-pg-µs/row")
+		}
+		if a.trips != nil {
 			// The enqueue's, TRUNCATE's and ANALYZE's few trips included.
 			b.ReportMetric(float64(a.tripN)/float64(perArm), a.name+"-trips/row")
 			// The mean sweep, and the share of the drain the one sweep
@@ -137,13 +193,25 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(a.swept.Seconds()/a.total.Seconds(), a.name+"-sweeping")
 		}
 	}
-	river := max(byName["river-default"].rate(perArm), byName["river-1ms"].rate(perArm))
-	for _, ns := range []int{10, 1000} {
-		fair, unscoped := byName[fmt.Sprintf("fair-%d", ns)], byName[fmt.Sprintf("unscoped-%d", ns)]
-		b.ReportMetric(fair.rate(perArm)/river, fmt.Sprintf("fair-%d/river", ns))
-		b.ReportMetric(fair.rate(perArm)/unscoped.rate(perArm), fmt.Sprintf("fair/unscoped-%d", ns))
+	// ratio reports x's rate over y's, when both arms ran.
+	ratio := func(name string, x, y *arm) {
+		if x != nil && y != nil {
+			b.ReportMetric(x.rate(perArm)/y.rate(perArm), name)
+		}
 	}
-	fair, unscoped := byName["fair-10-wide"], byName["unscoped-10-wide"]
-	b.ReportMetric(fair.rate(perArm)/river, "fair-10-wide/river")
-	b.ReportMetric(fair.rate(perArm)/unscoped.rate(perArm), "fair/unscoped-10-wide")
+	fasterRiver := byName["river-default"]
+	if r1 := byName["river-1ms"]; fasterRiver == nil || (r1 != nil && r1.rate(perArm) > fasterRiver.rate(perArm)) {
+		fasterRiver = r1
+	}
+	for _, ns := range []int{10, 1000} {
+		fair := byName[fmt.Sprintf("fair-%d", ns)]
+		ratio(fmt.Sprintf("fair-%d/river", ns), fair, fasterRiver)
+		ratio(fmt.Sprintf("fair/unscoped-%d", ns), fair, byName[fmt.Sprintf("unscoped-%d", ns)])
+		wide := byName[fmt.Sprintf("fair-%d-wide", ns)]
+		ratio(fmt.Sprintf("fair-%d-wide/serial", ns), wide, byName[fmt.Sprintf("fair-%d-wide-serial", ns)])
+		ratio(fmt.Sprintf("fair-%d-wide/graphile-local", ns), wide, byName["graphile-local"])
+		ratio(fmt.Sprintf("fair-%d-wide/river-1ms", ns), wide, byName["river-1ms"])
+	}
+	ratio("fair-10-wide/river", byName["fair-10-wide"], fasterRiver)
+	ratio("fair/unscoped-10-wide", byName["fair-10-wide"], byName["unscoped-10-wide"])
 }

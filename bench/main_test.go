@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,8 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +45,10 @@ func openTracedPool(tb testing.TB, maxConns int32, tr pgx.QueryTracer) *pgxpool.
 		tb.Fatalf("TEST_DATABASE_URL: %v", err)
 	}
 	cfg.ConnConfig.Tracer = tr
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	app := "bench-" + hex.EncodeToString(tag[:])
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
@@ -57,6 +66,7 @@ func openTracedPool(tb testing.TB, maxConns int32, tr pgx.QueryTracer) *pgxpool.
 		tb.Skipf("PostgreSQL not reachable at %s (set TEST_DATABASE_URL to enable): %v", databaseURL(), err)
 	}
 	tb.Cleanup(pool.Close)
+	appNames.Store(pool, app)
 	return pool
 }
 
@@ -95,3 +105,77 @@ func (*tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQu
 func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// appNames maps each pool openTracedPool opened to the application_name
+// its connections carry, so that backendCPU finds their backends.
+var appNames sync.Map // *pgxpool.Pool → string
+
+// backendCPU returns the CPU time (user + system, from /proc/<pid>/stat)
+// spent so far by each PostgreSQL backend whose application_name is app:
+// the server-side cost of one arm's connections, whatever else runs on the
+// server (other schemas, other clients). It needs the server on this
+// machine; elsewhere it returns nil, and the figure is not reported.
+func backendCPU(ctx context.Context, admin *pgxpool.Pool, app string) map[int]time.Duration {
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return nil
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil
+	}
+	out := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil // not on this machine, or gone
+		}
+		// The fields after the command's closing parenthesis: utime and
+		// stime are the 14th and 15th of the line, in clock ticks.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			return nil
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		out[int(pid)] = time.Duration(ut+st) * time.Second / clockTicks
+	}
+	return out
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's
+// times: 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// cpuMeter measures the backend CPU of one pool's connections over an
+// interval: start before, stop after.
+type cpuMeter struct {
+	admin  *pgxpool.Pool
+	app    string
+	before map[int]time.Duration
+}
+
+func startCPU(admin, pool *pgxpool.Pool) *cpuMeter {
+	app, _ := appNames.Load(pool)
+	return startAppCPU(admin, app.(string))
+}
+
+func startAppCPU(admin *pgxpool.Pool, app string) *cpuMeter {
+	m := &cpuMeter{admin: admin, app: app}
+	m.before = backendCPU(context.Background(), admin, app)
+	return m
+}
+
+// stop returns the CPU the backends spent since start (backends opened
+// since count from 0), or -1 if it could not be read.
+func (m *cpuMeter) stop() time.Duration {
+	after := backendCPU(context.Background(), m.admin, m.app)
+	if m.before == nil || after == nil {
+		return -1
+	}
+	var d time.Duration
+	for pid, t := range after {
+		d += t - m.before[pid]
+	}
+	return d
+}

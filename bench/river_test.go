@@ -51,7 +51,7 @@ func newRiver(tb testing.TB, pool *pgxpool.Pool) *riverSetup {
 // River client with workersPerQueue workers on each queue and returns how
 // long it took to complete them all (enqueue not included). fetchCooldown
 // 0 keeps River's default.
-func (r *riverSetup) drain(tb testing.TB, rows, queues, workersPerQueue int, fetchCooldown time.Duration) time.Duration {
+func (r *riverSetup) drain(tb testing.TB, rows, queues, workersPerQueue int, fetchCooldown time.Duration) (time.Duration, drainStats) {
 	tb.Helper()
 	ctx := context.Background()
 	if _, err := r.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{r.schema, "river_job"}.Sanitize()); err != nil {
@@ -80,6 +80,7 @@ func (r *riverSetup) drain(tb testing.TB, rows, queues, workersPerQueue int, fet
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: rows + 1, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
+	cpu := startCPU(cpuAdmin, r.pool)
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		tb.Fatalf("river Start: %v", err)
@@ -93,10 +94,11 @@ func (r *riverSetup) drain(tb testing.TB, rows, queues, workersPerQueue int, fet
 		}
 	}
 	elapsed := time.Since(start)
+	st := drainStats{pgCPU: cpu.stop()}
 	stopCtx, stop := context.WithTimeout(ctx, time.Minute)
 	defer stop()
 	if err := client.Stop(stopCtx); err != nil {
 		tb.Fatalf("river Stop: %v", err)
 	}
-	return elapsed
+	return elapsed, st
 }

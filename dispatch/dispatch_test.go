@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,9 +165,11 @@ func (g *gauge) leave(row outbox.Row) {
 	g.ns[row.Namespace]--
 }
 
-// Whatever the workers, batch, quotas and handler durations, running
-// handlers never exceed Workers, a namespace's running rows never exceed its
-// ceiling, and every row is settled exactly once, having run once.
+// Whatever the workers, batch, quotas, claims in flight and handler
+// durations, running handlers never exceed Workers, a namespace's running
+// rows never exceed its ceiling, with a queue the live claimed rows never
+// exceed Queue + Workers, and every row is settled exactly once, having run
+// once.
 func TestBoundsAndExactlyOnce(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		workers := rapid.IntRange(1, 12).Draw(rt, "workers")
@@ -186,14 +189,25 @@ func TestBoundsAndExactlyOnce(t *testing.T) {
 		if rapid.Bool().Draw(rt, "no refill delay") {
 			refill = -1
 		}
+		inFlight := rapid.IntRange(0, 3).Draw(rt, "claims in flight")
 
 		s := newStore(rt, memstore.Options{})
 		keys := enqueue(rt, s, "k", rows, namespaces)
 		bp := newBP(rt, batch, 1, quotas)
 		g := newGauge()
+		all := allShards(rt, s.ShardCount())
+		var maxHeld atomic.Int64 // live claimed rows in the store, sampled at every start
 		handler := func(ctx context.Context, row outbox.Row) error {
 			g.enter(row)
 			defer g.leave(row)
+			if claimed, err := s.CountClaimedOutboxRows(ctx, all); err == nil {
+				held := 0
+				for _, n := range claimed {
+					held += n
+				}
+				for m := maxHeld.Load(); int64(held) > m && !maxHeld.CompareAndSwap(m, int64(held)); m = maxHeld.Load() {
+				}
+			}
 			for range yields {
 				time.Sleep(0) // let other handlers interleave
 			}
@@ -202,7 +216,7 @@ func TestBoundsAndExactlyOnce(t *testing.T) {
 		rec := newRecorder()
 		d, err := dispatch.New(bp, s, handler, dispatch.Options{
 			Workers: workers, Queue: queue, RefillDelay: refill, Metrics: rec, Logger: quietLogger(),
-			PollInterval: time.Millisecond, FlushInterval: time.Millisecond,
+			PollInterval: time.Millisecond, FlushInterval: time.Millisecond, ClaimsInFlight: inFlight,
 		})
 		require.NoError(rt, err)
 		stop := start(rt, d)
@@ -210,6 +224,11 @@ func TestBoundsAndExactlyOnce(t *testing.T) {
 		require.NoError(rt, stop())
 
 		require.LessOrEqual(rt, g.maxTotal, workers)
+		if queue > 0 {
+			// A queue's claims never run ahead of completion: rows held
+			// (queued, running, result unwritten) stay within Queue + Workers.
+			require.LessOrEqual(rt, maxHeld.Load(), int64(queue+workers), "live claimed rows")
+		}
 		for ns, m := range g.maxNS {
 			require.LessOrEqual(rt, m, bp.Ceiling(ns), "namespace %s", ns)
 		}

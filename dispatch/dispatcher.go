@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,15 +263,21 @@ func (r *run) run(ctx context.Context) error {
 	return &ShutdownError{Abandoned: abandoned, Unwritten: out.unwritten, Err: out.err}
 }
 
-// credit returns how many rows the next sweep may claim: the idle workers,
-// or with a queue, while it is at or below its watermark, a full batch but
-// never more than the queue's free room (bp.SetConfig may have raised the
-// batch above what New's gate verified). Only the sweep loop adds to
-// r.rows, so the room can only grow until hand; hand never blocks.
+// credit returns how many rows the next sweep may claim, before the
+// credit of sweeps in flight is taken off: the idle workers, or with a
+// queue, while it is at or below its watermark, a full batch but never
+// more than the queue's free room (bp.SetConfig may have raised the batch
+// above what New's gate verified), nor more than leaves at most Queue +
+// Workers rows held (queued, running, or with their result unwritten: a
+// queue's claims must not run ahead of completion). Only the sweep loop
+// adds to r.rows, so the room can only grow until hand; hand never blocks.
 func (r *run) credit() int {
 	if r.o.Queue > 0 {
 		if queued := len(r.rows); queued <= r.o.QueueHighWatermark {
-			return min(r.d.bp.BatchSize(), r.o.Queue-queued)
+			r.mu.Lock()
+			held := len(r.jobs)
+			r.mu.Unlock()
+			return min(r.d.bp.BatchSize(), r.o.Queue-queued, r.o.Queue+r.o.Workers-held)
 		}
 		return 0
 	}
@@ -279,9 +286,29 @@ func (r *run) credit() int {
 	return min(r.o.Workers-r.outstanding, r.d.bp.BatchSize())
 }
 
+// swept is a sweep's outcome, sent back to the sweep loop.
+type swept struct {
+	asked int
+	rows  []outbox.Row
+	plan  backpressure.Plan
+	err   error
+	took  time.Duration
+}
+
 // sweepLoop sweeps until ctx is done: again at once while sweeps come back
-// full, else when a worker is freed, a result is written, a notification
-// arrives or the jittered poll interval passes.
+// full, else when a worker is freed, a notification arrives, a result is
+// written (only while the last sweep held a namespace at its ceiling, or
+// failed, or with a queue: otherwise a written result frees nothing a
+// sweep could claim), or the jittered poll interval passes; a result or a
+// notification that ends such a wait starts the sweep Options.Coalesce
+// later. While sweeps come back
+// full it keeps up to Options.ClaimsInFlight sweeps in flight (see
+// backpressure.SweepAhead), each asking for the credit the others have not
+// reserved (a sweep beside others only once that is at least a full
+// sweep's share, min(Workers, BatchSize)/ClaimsInFlight), so the rows
+// claimed or being claimed never exceed the idle workers (or the queue's
+// room). On shutdown it waits for the sweeps in
+// flight and hands their rows over (they are then released unstarted).
 func (r *run) sweepLoop(ctx context.Context) {
 	var wake <-chan struct{}
 	if n := r.d.notifier; n != nil {
@@ -296,66 +323,121 @@ func (r *run) sweepLoop(ctx context.Context) {
 		}
 	}
 	sweep := backpressure.SweepAhead[outbox.Row]
+	depth := r.o.ClaimsInFlight
 	if r.o.FreshCounts {
-		sweep = backpressure.SweepN[outbox.Row]
+		sweep, depth = backpressure.SweepN[outbox.Row], 1
 	}
-	poll := time.NewTimer(0)
+	poll := time.NewTimer(time.Hour)
 	defer poll.Stop()
-	failures := 0
-	// wait waits for d, or until results are written (headroom may have
-	// come back), or a notification: false if ctx is done.
-	wait := func(d time.Duration) bool {
-		poll.Reset(d)
+	results := make(chan swept, depth)
+	var (
+		inflight, reserved int
+		failures           int
+		idle               bool // waiting for the poll, a flush or a notification before sweeping
+		coalescing         bool // woken while idle, waiting Options.Coalesce (on poll) before sweeping
+		heldAtCeiling      bool // the last sweep held rows at a ceiling, or failed: a written result may free them
+		lastFull           = true
+	)
+	for {
+		if ctx.Err() == nil && !idle && inflight < depth && (inflight == 0 || lastFull) {
+			// A sweep beside others in flight waits for a share of a
+			// full sweep's credit: tiny sweeps would cost round trips
+			// for few rows.
+			least := 1
+			if inflight > 0 {
+				least = max(1, min(r.o.Workers, r.d.bp.BatchSize())/depth)
+			}
+			if n := r.credit() - reserved; n >= least {
+				if inflight == 0 {
+					if n = r.refill(ctx, n, poll); n <= 0 {
+						return
+					}
+				}
+				inflight++
+				reserved += n
+				go func(n int) {
+					began := time.Now()
+					rows, plan, err := sweep(ctx, r.d.bp, r.d.claimer, n)
+					results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began)}
+				}(n)
+				continue
+			}
+		}
+		if ctx.Err() != nil && inflight == 0 {
+			return
+		}
+		var (
+			done  <-chan struct{}
+			pollC <-chan time.Time
+			wakeC <-chan struct{}
+		)
+		if ctx.Err() == nil {
+			done = ctx.Done()
+		}
+		if idle {
+			pollC = poll.C
+			if !coalescing {
+				wakeC = wake
+			}
+		}
+		// wakeUp ends an idle wait, after Options.Coalesce if set: rows
+		// trickling in meanwhile are claimed by one sweep.
+		wakeUp := func() {
+			switch {
+			case !idle || coalescing:
+			case r.o.Coalesce > 0:
+				coalescing = true
+				poll.Reset(r.o.Coalesce)
+			default:
+				idle = false
+			}
+		}
 		select {
-		case <-ctx.Done():
-			return false
+		case <-done:
+		case s := <-results:
+			inflight--
+			if s.err != nil {
+				reserved -= s.asked
+				if ctx.Err() != nil {
+					continue
+				}
+				failures++
+				r.m.Swept(SweepEvent{Asked: s.asked, Duration: s.took, Err: s.err})
+				delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
+				r.log.Warn("dispatch: sweep failed", "err", s.err, "failures", failures, "retry_in", delay)
+				idle, lastFull, heldAtCeiling = true, false, true
+				poll.Reset(delay)
+				continue
+			}
+			failures = 0
+			r.hand(s.rows)
+			reserved -= s.asked // after hand: the rows now hold the credit
+			r.m.Swept(SweepEvent{Asked: s.asked, Claimed: len(s.rows), Duration: s.took, Plan: s.plan})
+			r.logHeld(ctx, s.plan, time.Now())
+			heldAtCeiling = slices.ContainsFunc(s.plan.Namespaces, func(n backpressure.NamespaceReport) bool {
+				return n.Reason == backpressure.HeldAtCeiling
+			})
+			if lastFull = len(s.rows) >= s.asked; lastFull {
+				idle = false // full: there may be more
+			} else if !idle {
+				idle = true
+				poll.Reset(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64()))
+			}
+		case <-r.freed:
 		case <-r.flushed:
-		case _, ok := <-wake:
+			// Headroom may be back, and with a queue, credit; otherwise a
+			// written result frees nothing a sweep could claim (a
+			// notification or the poll brings new rows).
+			if heldAtCeiling || r.o.Queue > 0 {
+				wakeUp()
+			}
+		case _, ok := <-wakeC:
 			if !ok {
 				wake = nil // the store closed it: poll from now on
 			}
-		case <-poll.C:
-		}
-		return true
-	}
-	for ctx.Err() == nil {
-		n := r.credit()
-		if n <= 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.freed:
-			}
-			continue
-		}
-		if n = r.refill(ctx, n, poll); n <= 0 {
-			return
-		}
-		began := time.Now()
-		rows, plan, err := sweep(ctx, r.d.bp, r.d.claimer, n)
-		took := time.Since(began)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			r.m.Swept(SweepEvent{Asked: n, Duration: took, Err: err})
-			delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
-			r.log.Warn("dispatch: sweep failed", "err", err, "failures", failures, "retry_in", delay)
-			if !wait(delay) {
-				return
-			}
-			continue
-		}
-		failures = 0
-		r.hand(rows)
-		r.m.Swept(SweepEvent{Asked: n, Claimed: len(rows), Duration: took, Plan: plan})
-		r.logHeld(ctx, plan, began.Add(took))
-		if len(rows) >= n {
-			continue // full: there may be more
-		}
-		if !wait(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64())) {
-			return
+			wakeUp()
+		case <-pollC:
+			idle, coalescing = false, false
 		}
 	}
 }

@@ -80,6 +80,17 @@ type Options struct {
 	// store the same round trips, however few rows it claims. 0 means 1ms;
 	// negative means none (sweep as soon as one worker is idle).
 	RefillDelay time.Duration
+	// Coalesce picks a point between latency and database work while rows
+	// trickle in: after a sweep that came back short (no backlog), the
+	// notification or written result that wakes the dispatcher starts the
+	// next sweep Coalesce later, so that the rows enqueued meanwhile are
+	// claimed by one sweep (its counts and claim cost the database about
+	// the same for one row as for many). A row then waits at most Coalesce
+	// more before it is claimed; at a steady rate r a sweep claims about
+	// r·Coalesce rows. A backlog (sweeps coming back full) is never
+	// delayed. 0 means the default, 2ms; negative means none (sweep at
+	// once on every wake-up: the lowest latency). At most PollInterval.
+	Coalesce time.Duration
 	// FreshCounts makes every sweep count the outbox at its start
 	// ([backpressure.SweepN]). By default the dispatcher sweeps with
 	// [backpressure.SweepAhead]: while it sweeps back to back (draining a
@@ -92,6 +103,13 @@ type Options struct {
 	// next read. When its sweeps wait for busy workers, it reads nothing
 	// ahead.
 	FreshCounts bool
+	// ClaimsInFlight is the most sweeps the dispatcher keeps in flight at
+	// once while sweeps come back full, 1 to [MaxClaimsInFlight]: a sweep
+	// plans while the claims of the ones before it are still running (see
+	// [backpressure.SweepAhead]), each asking for the idle workers the
+	// others have not reserved, so the workers are never oversubscribed.
+	// 0 means 2. With FreshCounts it is 1.
+	ClaimsInFlight int
 
 	// CompleteBatch is the most results one Complete call writes; a batch
 	// is written as soon as it is full. Default 100; at most
@@ -146,6 +164,13 @@ type Options struct {
 	Metrics Metrics
 }
 
+// defaultCoalesce is Options.Coalesce's default.
+const defaultCoalesce = 2 * time.Millisecond
+
+// MaxClaimsInFlight is the largest Options.ClaimsInFlight: beyond a few,
+// claims in flight only contend for the same rows and connections.
+const MaxClaimsInFlight = 8
+
 var (
 	defaultBackoff      = Backoff{Base: time.Second, Max: time.Hour, Jitter: 0.2}
 	defaultErrorBackoff = Backoff{Base: 100 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.2}
@@ -183,6 +208,10 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("LeaseRenewal", "is NaN; want a fraction in [%v, 0.5], or 0 for the default 1/3", MinLeaseRenewal)
 	case o.LeaseRenewal != 0 && (o.LeaseRenewal < MinLeaseRenewal || o.LeaseRenewal > 0.5):
 		return bad("LeaseRenewal", "is %v, not in [%v, 0.5] (0 means 1/3)", o.LeaseRenewal, MinLeaseRenewal)
+	case o.Coalesce > 0 && o.PollInterval > 0 && o.Coalesce > o.PollInterval:
+		return bad("Coalesce", "is %v, above PollInterval (%v)", o.Coalesce, o.PollInterval)
+	case o.ClaimsInFlight < 0 || o.ClaimsInFlight > MaxClaimsInFlight:
+		return bad("ClaimsInFlight", "is %d, not in [0, %d] (0 means 2)", o.ClaimsInFlight, MaxClaimsInFlight)
 	case o.ShutdownTimeout < 0:
 		return bad("ShutdownTimeout", "is %v, negative", o.ShutdownTimeout)
 	}
@@ -206,6 +235,15 @@ func (o Options) withDefaults() (Options, error) {
 		o.RefillDelay = time.Millisecond
 	case o.RefillDelay < 0:
 		o.RefillDelay = 0
+	}
+	switch {
+	case o.Coalesce == 0:
+		o.Coalesce = min(defaultCoalesce, o.PollInterval)
+	case o.Coalesce < 0:
+		o.Coalesce = 0
+	}
+	if o.ClaimsInFlight == 0 {
+		o.ClaimsInFlight = 2
 	}
 	if o.CompleteBatch == 0 {
 		o.CompleteBatch = 100

@@ -32,8 +32,10 @@ func (c *countingStore) CountOutboxRows(ctx context.Context, shards backpressure
 }
 
 // TestSweepAheadCeilingsUnderCompletion drives SweepAhead on one node
-// (owning every shard) as a dispatcher does: one goroutine sweeps with the
-// full budget as soon as the last sweep returned, handing the rows it
+// (owning every shard) as a dispatcher does: one, two or three goroutines
+// sweep with the full budget as soon as their last sweep returned (with
+// more than one, claims overlap: a plan runs while another's claim is in
+// flight), handing the rows it
 // claims to a second goroutine that settles them, a few at a time in
 // random order, with Complete, concurrently with the sweeps (and so with
 // their claims and read-aheads). A third goroutine, and the sweeper after
@@ -82,12 +84,16 @@ func TestSweepAheadCeilingsUnderCompletion(t *testing.T) {
 			}
 			// Enqueue order interleaves the routes.
 			rand.New(rand.NewPCG(1, 2)).Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
-			sweepAheadUnderCompletion(t, c.cfg, msgs)
+			for _, sweepers := range []int{1, 2, 3} {
+				t.Run(fmt.Sprint("Sweepers", sweepers), func(t *testing.T) {
+					sweepAheadUnderCompletion(t, c.cfg, msgs, sweepers)
+				})
+			}
 		})
 	}
 }
 
-func sweepAheadUnderCompletion(t *testing.T, cfg backpressure.Config, msgs []outbox.Message) {
+func sweepAheadUnderCompletion(t *testing.T, cfg backpressure.Config, msgs []outbox.Message, sweepers int) {
 	f := newFixture(t)
 	f.enqueue(msgs...)
 	total := len(msgs)
@@ -225,52 +231,62 @@ WHERE state = 'claimed' AND lease_expires_at > $1 GROUP BY namespace`
 		}
 	}()
 
-	// The sweeper.
+	// The sweepers: with more than one, their SweepAheads overlap (a plan
+	// while the other's claim is in flight).
 	var (
 		claims      = map[string]int{}
-		sweeps      int
-		fullSweeps  int
-		emptySweeps int
+		sweeps      atomic.Int64
+		fullSweeps  atomic.Int64
+		emptySweeps atomic.Int64
+		sweepersWG  sync.WaitGroup
 	)
 	budget := cfg.BatchSize
-	for settled.Load() < int64(total) && ctx.Err() == nil {
-		if sweeps++; sweeps > 100*total {
-			fail("%d sweeps and %d of %d rows settled", sweeps, settled.Load(), total)
-			break
-		}
-		rows, _, err := backpressure.SweepAhead(ctx, b, store, budget)
-		if err != nil {
-			if ctx.Err() == nil {
-				fail("sweep %d: %v", sweeps, err)
+	for range sweepers {
+		sweepersWG.Go(func() {
+			for settled.Load() < int64(total) && ctx.Err() == nil {
+				sweep := sweeps.Add(1)
+				if sweep > int64(100*total) {
+					fail("%d sweeps and %d of %d rows settled", sweep, settled.Load(), total)
+					return
+				}
+				rows, _, err := backpressure.SweepAhead(ctx, b, store, budget)
+				if err != nil {
+					if ctx.Err() == nil {
+						fail("sweep %d: %v", sweep, err)
+					}
+					return
+				}
+				if len(rows) > budget {
+					fail("sweep %d claimed %d rows, above the budget %d", sweep, len(rows), budget)
+				}
+				mu.Lock()
+				for _, r := range rows {
+					if claims[r.DispatchKey]++; claims[r.DispatchKey] > 1 {
+						failures = append(failures, fmt.Sprintf("sweep %d claimed %q a second time, though the clock stands still and it was settled once or is still leased", sweep, r.DispatchKey))
+					}
+				}
+				mu.Unlock()
+				sample(fmt.Sprintf("after sweep %d", sweep))
+				switch len(rows) {
+				case budget:
+					fullSweeps.Add(1)
+					work <- rows
+				case 0:
+					// Every namespace at its ceiling (or nothing left to
+					// claim): wait for a completion, or poll again shortly.
+					emptySweeps.Add(1)
+					select {
+					case <-progress:
+					case <-time.After(time.Millisecond):
+					case <-ctx.Done():
+					}
+				default:
+					work <- rows
+				}
 			}
-			break
-		}
-		if len(rows) > budget {
-			fail("sweep %d claimed %d rows, above the budget %d", sweeps, len(rows), budget)
-		}
-		for _, r := range rows {
-			if claims[r.DispatchKey]++; claims[r.DispatchKey] > 1 {
-				fail("sweep %d claimed %q a second time, though the clock stands still and it was settled once or is still leased", sweeps, r.DispatchKey)
-			}
-		}
-		sample(fmt.Sprintf("after sweep %d", sweeps))
-		switch len(rows) {
-		case budget:
-			fullSweeps++
-			work <- rows
-		case 0:
-			// Every namespace at its ceiling (or nothing left to
-			// claim): wait for a completion, or poll again shortly.
-			emptySweeps++
-			select {
-			case <-progress:
-			case <-time.After(time.Millisecond):
-			case <-ctx.Done():
-			}
-		default:
-			work <- rows
-		}
+		})
 	}
+	sweepersWG.Wait()
 	wg.Wait()
 	close(stopSampling)
 	sampler.Wait()
@@ -311,5 +327,5 @@ WHERE state = 'claimed' AND lease_expires_at > $1 GROUP BY namespace`
 	// once): logged, not asserted. Each sweep that counted afresh and
 	// each read-ahead asked for one count with the claimed rows.
 	t.Logf("%d rows: %d sweeps (%d full, %d empty), %d counts with claimed rows (so about %d sweeps planned from counts read ahead), %d samples",
-		total, sweeps, fullSweeps, emptySweeps, store.withClaimed.Load(), sweeps+fullSweeps-int(store.withClaimed.Load()), samples)
+		total, sweeps.Load(), fullSweeps.Load(), emptySweeps.Load(), store.withClaimed.Load(), sweeps.Load()+fullSweeps.Load()-store.withClaimed.Load(), samples)
 }
