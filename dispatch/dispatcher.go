@@ -44,6 +44,7 @@ type Dispatcher struct {
 	opts     Options // defaults filled in
 	gate     backpressure.BackpressureGate
 	running  atomic.Bool
+	operate  *Operate // Options.Operate with its defaults; nil when off
 }
 
 // New returns a Dispatcher that runs handler over the rows bp plans from
@@ -68,6 +69,11 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 		return nil, err
 	}
 	d := &Dispatcher{bp: bp, store: store, handler: handler, opts: o}
+	if o.Operate != nil {
+		if d.operate, err = o.Operate.withDefaults(store); err != nil {
+			return nil, err
+		}
+	}
 	d.notifier, _ = store.(outbox.Notifier)
 	if o.Queue > 0 {
 		// An advisory hand-off: only the watermark check holds sweeps back.
@@ -147,6 +153,8 @@ type run struct {
 	done        int                   // jobs marked done: each one's result is sent to the completer
 
 	unstarted atomic.Int64 // queued rows released unstarted at shutdown, counted as abandoned
+
+	op *operator // shared settings and node reports (operate.go); nil when off
 }
 
 func newRun(d *Dispatcher, ctx context.Context) *run {
@@ -194,7 +202,17 @@ func (r *run) run(ctx context.Context) error {
 	completerDone := make(chan flushOutcome, 1)
 	go func() { completerDone <- r.completer(stopCompleter) }()
 
+	var operating sync.WaitGroup
+	if o := r.d.operate; o != nil {
+		r.op = newOperator(r, o)
+		if o.SharedSettings {
+			r.op.poll(ctx) // before the first sweep: no claim against a pause
+		}
+		operating.Go(func() { r.op.loop(ctx) })
+	}
+
 	r.sweepLoop(ctx)
+	operating.Wait()
 
 	// Shutdown: no more claims. Workers finish what they hold, for up to
 	// ShutdownTimeout; then the rest are cancelled and abandoned.
@@ -315,6 +333,9 @@ func (r *run) sweepLoop(ctx context.Context) {
 		}
 		failures = 0
 		r.hand(rows)
+		if r.op != nil {
+			r.op.swept(len(rows), plan)
+		}
 		r.m.Swept(SweepEvent{Asked: n, Claimed: len(rows), Duration: took, Plan: plan})
 		if len(rows) >= n {
 			continue // full: there may be more

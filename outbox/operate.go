@@ -201,9 +201,10 @@ type NodeReport struct {
 	SweepsPerSecond float64 // over the interval since the node's previous report
 	RowsPerSecond   float64 // rows claimed per second, likewise
 
-	// SettingsVersion is the version of the shared settings the node
-	// runs on; SettingsError, when not "", why the newest ones did not
-	// validate (the node kept its last good configuration).
+	// SettingsVersion is the newest version of the shared settings the
+	// node has read; SettingsError, when not "", why those did not
+	// validate or could not be read: the node then runs on its last good
+	// configuration, of an older version.
 	SettingsVersion int64  `json:",omitempty"`
 	SettingsError   string `json:",omitempty"`
 
