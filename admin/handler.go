@@ -185,11 +185,11 @@ func (h *handler) action(act func(http.ResponseWriter, *http.Request) error) htt
 			}
 			return
 		}
-		back := r.PostForm.Get("back")
-		if !strings.HasPrefix(back, "./") || strings.Contains(back, "//") {
-			back = "./"
-		}
-		http.Redirect(w, r, back, http.StatusSeeOther)
+		// Not http.Redirect: it makes a relative URL absolute from the
+		// request's path, which lacks the prefix the handler is mounted
+		// under; the browser resolves it against the URL it asked.
+		w.Header().Set("Location", backTo(r.URL.Path, r.PostForm.Get("back")))
+		w.WriteHeader(http.StatusSeeOther)
 	})
 }
 
@@ -414,4 +414,19 @@ func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, "nodes.html", "Nodes", true, reps)
+}
+
+// backTo returns where an action at path returns to: back, a page's URL
+// relative to the handler's root ("./dead?ns=a"), made relative to path
+// (which the handler, mounted under a prefix it does not know, can only
+// resolve relatively): "../dead?ns=a" from "/dead/requeue". Anything but
+// a "./" URL on the handler's own pages goes back to the tenants page.
+func backTo(path, back string) string {
+	if !strings.HasPrefix(back, "./") || strings.Contains(back, "//") || strings.Contains(back, "..") || strings.ContainsAny(back, "\\\r\n") {
+		back = "./"
+	}
+	if depth := strings.Count(path, "/") - 1; depth > 0 {
+		return strings.Repeat("../", depth) + strings.TrimPrefix(back, "./")
+	}
+	return back
 }

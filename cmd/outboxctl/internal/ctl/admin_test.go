@@ -140,6 +140,21 @@ func TestAdminHandler(t *testing.T) {
 			if code := requeue(tok); code != 303 {
 				t.Fatalf("requeue with the page's token = %d, want 303", code)
 			}
+			for _, c := range []struct{ path, back, want string }{
+				{"/dead/requeue", "./dead?ns=beta", "../dead?ns=beta"},
+				{"/pause", "./tenant?ns=beta", "./tenant?ns=beta"},
+				{"/pause", "https://evil.example/", "./"},
+				{"/dead/purge", "./../x", "../"},
+			} {
+				res, err := a.http.PostForm(rw.URL+c.path, url.Values{"csrf": {tok}, "back": {c.back}, "scope": {"ns"}, "ns": {"nobody"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.Body.Close()
+				if loc := res.Header.Get("Location"); res.StatusCode != 303 || loc != c.want {
+					t.Errorf("POST %s back=%q: %d to %q, want 303 to %q", c.path, c.back, res.StatusCode, loc, c.want)
+				}
+			}
 			if st := get(t, s, "beta-00").State; st != outbox.StatePending {
 				t.Errorf("after requeue, beta-00 is %s, want pending", st)
 			}
