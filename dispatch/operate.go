@@ -26,7 +26,9 @@ import (
 // validate (or a settings row the store cannot read) is reported in the
 // log (Warn), in [SettingsMetrics] when Options.Metrics implements it,
 // and in the node's report, and the node keeps its last good
-// configuration; a later valid change is applied as usual. Run applies
+// configuration; the settings apply as a whole, so one namespace's bad
+// value holds back every change until it is fixed. A later valid change
+// is applied as usual. Run applies
 // the settings once before its first sweep, so a paused namespace is not
 // claimed at start-up. While shared settings are on, the dispatcher owns
 // the Backpressure's configuration: a SetConfig by the caller during Run

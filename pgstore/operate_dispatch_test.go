@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/admin"
 	"github.com/outboxkit/backpressure/dispatch"
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
@@ -23,6 +24,7 @@ type cluster struct {
 	admin *pgstore.Store // the operator's own store, as outboxctl would open it
 	mu    sync.Mutex
 	ran   map[string]int // rows run, by namespace
+	hold  chan struct{}  // namespace c's handlers run until it is closed
 }
 
 const settingsInterval = 50 * time.Millisecond
@@ -30,7 +32,7 @@ const settingsInterval = 50 * time.Millisecond
 func newCluster(t *testing.T, nodes int) *cluster {
 	t.Helper()
 	schema := testSchema(t)
-	c := &cluster{t: t, ctx: t.Context(), ran: map[string]int{}}
+	c := &cluster{t: t, ctx: t.Context(), ran: map[string]int{}, hold: make(chan struct{})}
 	open := func() *pgstore.Store {
 		s, err := pgstore.New(c.ctx, newPool(t, nil, 4), pgstore.Options{Schema: schema})
 		if err != nil {
@@ -41,7 +43,7 @@ func newCluster(t *testing.T, nodes int) *cluster {
 	c.admin = open()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() { close(c.hold); cancel(); wg.Wait() })
 	for i := range nodes {
 		s := open()
 		all, _ := backpressure.AllShards(s.ShardCount())
@@ -50,6 +52,12 @@ func newCluster(t *testing.T, nodes int) *cluster {
 			t.Fatal(err)
 		}
 		d, err := dispatch.New(bp, s, func(ctx context.Context, row outbox.Row) error {
+			if row.Namespace == "c" {
+				select {
+				case <-c.hold:
+				case <-ctx.Done():
+				}
+			}
 			c.mu.Lock()
 			c.ran[row.Namespace]++
 			c.mu.Unlock()
@@ -133,7 +141,9 @@ func (c *cluster) enqueue(ns string, from, n int) {
 // (its rows stay ready while another namespace drains), each node's report
 // shows the namespace held as paused, a setting that does not validate is
 // reported by every node while they keep running on their last good
-// configuration (the pause holds), and a resume drains the namespace.
+// configuration (the pause holds), a namespace whose rows run forever
+// shows held at its ceiling, with the ceilings summed over the nodes, in
+// the operator's tenants view, and a resume drains the paused namespace.
 func TestSharedSettingsAcrossDispatchers(t *testing.T) {
 	const nodes = 3
 	c := newCluster(t, nodes)
@@ -175,9 +185,29 @@ func TestSharedSettingsAcrossDispatchers(t *testing.T) {
 	v = c.put(outbox.NamespaceSettings{Namespace: "a"})
 	c.eventually("the fix and the resume applied on every node", c.applied(nodes, v, false))
 	c.eventually("a drained after the resume", func() bool { return c.state("a").Settled == 20 })
+
+	// A shared quota of 1 for c, whose handlers never finish: every node
+	// holds c's rows at its ceiling, and the operator's tenants view (what
+	// outboxctl tenants prints) says so.
+	quota := 1
+	c.eventually("c's quota applied", c.applied(nodes, c.put(outbox.NamespaceSettings{Namespace: "c", Quota: &quota}), false))
+	c.enqueue("c", 0, 20)
+	c.eventually("c shows held at its ceiling in the tenants view", func() bool {
+		page, err := admin.Tenants(c.ctx, c.admin, admin.TenantsParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range page.Tenants {
+			if tn.Namespace == "c" {
+				return tn.Reason == "at-ceiling" && tn.Nodes == nodes && tn.Held > 0 && tn.Quota == 1 && tn.Rows.Claimed == tn.Ceiling
+			}
+		}
+		return false
+	})
+
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.ran["a"] != 20 || c.ran["b"] != 40 {
-		t.Errorf("rows run: %v, want a 20, b 40", c.ran)
+	if c.ran["a"] != 20 || c.ran["b"] != 40 || c.ran["c"] != 0 {
+		t.Errorf("rows run: %v, want a 20, b 40, c none finished", c.ran)
 	}
 }
