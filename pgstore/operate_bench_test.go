@@ -26,9 +26,9 @@ import (
 func BenchmarkNamespaceIndexCost(b *testing.B) {
 	ctx := context.Background()
 	type variant struct {
-		s     *pgstore.Store
-		d     time.Duration
-		rows  int
+		s    *pgstore.Store
+		d    time.Duration
+		rows int
 	}
 	newVariant := func(index bool) *variant {
 		s, err := pgstore.New(ctx, newPool(b, nil, 2), pgstore.Options{Schema: testSchema(b)})
