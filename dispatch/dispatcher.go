@@ -316,8 +316,14 @@ func (r *run) sweepLoop(ctx context.Context) {
 			return
 		}
 		began := time.Now()
+		if r.op != nil {
+			r.op.sweepStarted()
+		}
 		rows, plan, err := sweep(ctx, r.d.bp, r.d.store, n)
 		took := time.Since(began)
+		if r.op != nil {
+			r.op.swept(len(rows), plan, err)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -333,9 +339,6 @@ func (r *run) sweepLoop(ctx context.Context) {
 		}
 		failures = 0
 		r.hand(rows)
-		if r.op != nil {
-			r.op.swept(len(rows), plan)
-		}
 		r.m.Swept(SweepEvent{Asked: n, Claimed: len(rows), Duration: took, Plan: plan})
 		if len(rows) >= n {
 			continue // full: there may be more

@@ -120,26 +120,49 @@ type operator struct {
 	o    *Operate
 	base backpressure.Config // the code-supplied configuration, at Run's start
 
-	mu       sync.Mutex
-	version  int64  // the settings version applied, or last tried
-	good     int64  // the settings version last applied
-	bad      string // why version did not apply; "" when it did
-	plan     backpressure.Plan
-	sweeps   int64
-	rows     int64
-	lastAt   time.Time
-	lastSwp  int64
-	lastRows int64
+	mu      sync.Mutex
+	version int64  // the settings version applied, or last tried
+	good    int64  // the settings version last applied
+	bad     string // why version did not apply; "" when it did
+	plan    backpressure.Plan
+	// A version applied while a sweep was in flight is in force only once
+	// that sweep has finished (it planned with the configuration before):
+	// the report names effective, the newest version every sweep started
+	// since runs on. pending waits for finished to reach pendingAt, the
+	// sweeps started when it was applied. Sweeps run one at a time.
+	effective, pending int64
+	pendingAt          int64
+	started, finished  int64
+	sweeps             int64
+	rows               int64
+	lastAt             time.Time
+	lastSwp            int64
+	lastRows           int64
 }
 
 func newOperator(r *run, o *Operate) *operator {
-	return &operator{r: r, o: o, base: r.d.bp.Config(), version: -1, lastAt: time.Now()}
+	return &operator{r: r, o: o, base: r.d.bp.Config(), version: -1, effective: 0, lastAt: time.Now()}
 }
 
-// swept records a successful sweep, for the report.
-func (p *operator) swept(rows int, plan backpressure.Plan) {
+// sweepStarted records that a sweep is about to plan.
+func (p *operator) sweepStarted() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.started++
+}
+
+// swept records a finished sweep, for the report: its rows and plan when
+// it succeeded.
+func (p *operator) swept(rows int, plan backpressure.Plan, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.finished++
+	if p.finished >= p.pendingAt {
+		p.effective = max(p.effective, p.pending)
+	}
+	if err != nil {
+		return
+	}
 	p.sweeps++
 	p.rows += int64(rows)
 	p.plan = plan
@@ -181,6 +204,7 @@ func (p *operator) poll(ctx context.Context) {
 	}
 	if err != nil {
 		p.bad = err.Error()
+		p.effective = max(p.effective, v) // the version seen; nothing changed
 		p.r.log.Warn("dispatch: shared settings rejected; keeping the last good configuration", "version", v, "good_version", p.good, "err", err)
 		if m != nil {
 			m.SettingsRejected(v, err)
@@ -188,6 +212,10 @@ func (p *operator) poll(ctx context.Context) {
 		return
 	}
 	p.good, p.bad = v, ""
+	p.pending, p.pendingAt = v, p.started
+	if p.finished >= p.pendingAt { // no sweep in flight
+		p.effective = v
+	}
 	p.r.log.Info("dispatch: shared settings applied", "version", v, "namespaces", len(list))
 	if m != nil {
 		m.SettingsApplied(v)
@@ -203,7 +231,7 @@ func (p *operator) report(ctx context.Context) {
 	now := time.Now()
 	p.mu.Lock()
 	rep := outbox.NodeReport{Node: p.o.Node, OwnedShards: f.OwnedCount(), ShardCount: f.ShardCount(), Workers: p.r.o.Workers, Busy: min(busy, p.r.o.Workers),
-		SettingsVersion: max(p.version, 0), SettingsError: p.bad}
+		SettingsVersion: p.effective, SettingsError: p.bad}
 	if secs := now.Sub(p.lastAt).Seconds(); secs > 0 {
 		rep.SweepsPerSecond = float64(p.sweeps-p.lastSwp) / secs
 		rep.RowsPerSecond = float64(p.rows-p.lastRows) / secs

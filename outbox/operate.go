@@ -202,9 +202,11 @@ type NodeReport struct {
 	RowsPerSecond   float64 // rows claimed per second, likewise
 
 	// SettingsVersion is the newest version of the shared settings the
-	// node has read; SettingsError, when not "", why those did not
-	// validate or could not be read: the node then runs on its last good
-	// configuration, of an older version.
+	// node has read and, when SettingsError is "", applied: every sweep
+	// the node started since plans with it (a sweep in flight when it was
+	// applied has finished). SettingsError, when not "", is why that
+	// version did not validate or could not be read: the node then runs
+	// on its last good configuration, of an older version.
 	SettingsVersion int64  `json:",omitempty"`
 	SettingsError   string `json:",omitempty"`
 

@@ -174,7 +174,10 @@ func TestBrowser(t *testing.T) {
 	if err != nil || v < 1 {
 		t.Fatalf("after clicking Pause: settings version %d, %v", v, err)
 	}
-	waitFor(t, "the dispatcher applied the pause", func() bool { return applied.Load() >= v })
+	waitFor(t, "the dispatcher applied the pause", func() bool {
+		reps, err := s.NodeReports(t.Context())
+		return err == nil && len(reps) == 1 && reps[0].SettingsVersion >= v && reps[0].SettingsError == "" && applied.Load() >= v
+	})
 
 	// Requeue one dead letter with its row's button.
 	do("loading beta's dead letters", chromedp.Navigate(base+"/dead?ns=beta"), chromedp.WaitVisible(chromedp.CSS(`tr[data-key="beta-02"]`)))
