@@ -11,7 +11,7 @@ RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
-.PHONY: test fmt-check vet staticcheck unit outside bench-smoke bench bench-drain chaos fuzz tools chart clean
+.PHONY: test fmt-check vet staticcheck unit outside bench-smoke bench bench-drain chaos fuzz tools chart clean browser test-browser
 
 test: fmt-check vet staticcheck unit outside bench-smoke
 
@@ -30,8 +30,11 @@ vet:
 staticcheck: $(STATICCHECK)
 	@set -e; for d in $(MODULES); do echo "staticcheck $$d"; (cd $$d && $(STATICCHECK) ./...); done
 
-# The root package's property tests run RAPID_CHECKS cases each.
+# The root package's property tests run RAPID_CHECKS cases each. The
+# admin pages' browser test (cmd/outboxctl) needs Chromium: without it, it
+# skips, and this says so in one line; make browser installs it.
 unit:
+	@command -v chromium >/dev/null 2>&1 || echo "browser test skipped: no chromium (make browser installs Debian's; make test-browser runs it)"
 	$(GO) test -race -count=1 . -rapid.checks=$(RAPID_CHECKS)
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '^github.com/outboxkit/backpressure$$')
 	@# Nested modules package by package, in local directory mode, so that a
@@ -73,6 +76,17 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzPlan$$' -fuzztime=$(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzGateVerify$$' -fuzztime=$(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime=$(FUZZTIME) ./handoff
+
+# Debian's headless Chromium, for the admin pages' browser test
+# (chromedp drives it over the DevTools protocol).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	@chromium --version
+
+# The browser test alone, Chromium installed first; its screenshots go to
+# docs/ with SCREENSHOTS=1.
+test-browser: browser
+	cd cmd/outboxctl && $(GO) test -race -count=1 -v -run '^TestBrowser$$' ./internal/ctl $(if $(SCREENSHOTS),-update-screenshots)
 
 clean:
 	rm -rf $(BIN) bpsim-out

@@ -53,6 +53,7 @@ type Dispatcher struct {
 	opts     Options // defaults filled in
 	gate     backpressure.BackpressureGate
 	running  atomic.Bool
+	operate  *Operate // Options.Operate with its defaults; nil when off
 }
 
 // New returns a Dispatcher that runs handler over the rows bp plans from
@@ -84,6 +85,11 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 		return nil, &OptionError{Field: "store", Reason: "Claimer() returned nil"}
 	}
 	d := &Dispatcher{bp: bp, store: store, claimer: claimer, handler: handler, opts: o}
+	if o.Operate != nil {
+		if d.operate, err = o.Operate.withDefaults(store); err != nil {
+			return nil, err
+		}
+	}
 	d.notifier, _ = store.(outbox.Notifier)
 	if o.Queue > 0 {
 		// An advisory hand-off: only the watermark check holds sweeps back.
@@ -181,6 +187,8 @@ type run struct {
 
 	results tally       // results the store applied, for the stop line
 	held    heldLimiter // the sweep loop's Debug lines on held namespaces
+
+	op *operator // shared settings and node reports (operate.go); nil when off
 }
 
 func newRun(d *Dispatcher, ctx context.Context) *run {
@@ -229,7 +237,17 @@ func (r *run) run(ctx context.Context) error {
 	completerDone := make(chan flushOutcome, 1)
 	go func() { completerDone <- r.completer(stopCompleter) }()
 
+	var operating sync.WaitGroup
+	if o := r.d.operate; o != nil {
+		r.op = newOperator(r, o)
+		if o.SharedSettings {
+			r.op.poll(ctx) // before the first sweep: no claim against a pause
+		}
+		operating.Go(func() { r.op.loop(ctx) })
+	}
+
 	r.sweepLoop(ctx)
+	operating.Wait()
 
 	// Shutdown: no more claims. Workers finish what they hold, for up to
 	// ShutdownTimeout; then the rest are cancelled and abandoned.
@@ -357,7 +375,13 @@ func (r *run) sweepLoop(ctx context.Context) {
 				reserved += n
 				go func(n int) {
 					began := time.Now()
+					if r.op != nil {
+						r.op.sweepStarted()
+					}
 					rows, plan, err := sweep(ctx, r.d.bp, r.d.claimer, n)
+					if r.op != nil {
+						r.op.swept(len(rows), plan, err)
+					}
 					results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began)}
 				}(n)
 				continue

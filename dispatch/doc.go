@@ -40,6 +40,12 @@
 //   - Shard changes. Run sweeps through the Backpressure it was given, so a
 //     [backpressure.Backpressure.SetOwnedShards] takes effect at the next
 //     sweep; rows already claimed finish normally.
+//   - Operating a cluster (opt-in, Options.Operate). Quotas, weights and
+//     pauses kept in the store apply on every node within
+//     Operate.SettingsInterval, validated as SetConfig (a bad one is
+//     reported and the last good configuration kept), and each node
+//     publishes a report of its last plan for outboxctl and the admin
+//     pages; see [Operate].
 //
 // When the store implements [outbox.Notifier], an idle dispatcher sweeps as
 // soon as rows are enqueued; otherwise, and as a fallback for a lost

@@ -162,6 +162,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics receives what the dispatcher does. Nil means [NopMetrics].
 	Metrics Metrics
+
+	// Operate, when not nil, turns on shared settings and node reports
+	// (see [Operate]). Nil, the default: neither; the dispatcher runs on
+	// its Backpressure's configuration alone and reports nothing.
+	Operate *Operate
 }
 
 // defaultCoalesce is Options.Coalesce's default.

@@ -240,11 +240,43 @@ ALTER TABLE {schema}.members ADD COLUMN incarnation text NOT NULL DEFAULT '' COL
 ALTER TABLE {schema}.settings ADD COLUMN store_id text NOT NULL
 	DEFAULT md5(random()::text || clock_timestamp()::text || pg_backend_pid()::text);
 `,
+
+	// 8: what operators read and share (operate.go).
+	// outbox_namespace_state serves every count of Namespaces as a range,
+	// (namespace, state) then claimable_at, and the loose scan of the
+	// namespaces: one more index entry per insert and per state change.
+	// namespace_settings holds each namespace's shared settings as a JSON
+	// object (room for more keys) with the version PutSettings gives it
+	// from settings_clock, whose one row also serialises PutSettings;
+	// node_reports each dispatcher node's last report until it expires.
+	`
+CREATE INDEX outbox_namespace_state_idx ON {schema}.outbox (namespace, state, claimable_at);
+
+CREATE TABLE {schema}.settings_clock (
+	singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+	version   bigint  NOT NULL
+);
+INSERT INTO {schema}.settings_clock (version) VALUES (0);
+
+CREATE TABLE {schema}.namespace_settings (
+	namespace  text        PRIMARY KEY COLLATE "C",
+	body       jsonb       NOT NULL,
+	version    bigint      NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+
+CREATE TABLE {schema}.node_reports (
+	node        text        PRIMARY KEY COLLATE "C",
+	body        jsonb       NOT NULL,
+	reported_at timestamptz NOT NULL,
+	expires_at  timestamptz NOT NULL
+);
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

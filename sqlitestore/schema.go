@@ -91,6 +91,34 @@ ALTER TABLE outbox ADD COLUMN claim_rank INTEGER NOT NULL DEFAULT 0 CHECK (claim
 DROP INDEX outbox_route_claimable;
 CREATE INDEX outbox_route_claimable ON outbox (namespace, task_queue, claim_rank, id, ready_at, shard, state) WHERE state < 2;
 `,
+
+	// 4: what operators read and share (operate.go). outbox_namespace_state
+	// serves every count of Namespaces as a range, (namespace, state) then
+	// ready_at, and the loose scan of the namespaces; it is updated by every
+	// insert and state change, one more index entry each. Its predicate,
+	// state >= 0, holds for every row but is written by no other statement,
+	// so only the statements that repeat it (Namespaces') may use the
+	// index: the engine's keep theirs. namespace_settings
+	// holds each namespace's shared settings as a JSON object (room for
+	// more keys), and the version PutSettings gives it from
+	// outbox_meta.settings_version; node_reports each dispatcher node's
+	// last report, as JSON, until it expires.
+	`
+CREATE INDEX outbox_namespace_state ON outbox (namespace, state, ready_at) WHERE state >= 0;
+CREATE TABLE namespace_settings (
+	namespace  TEXT    PRIMARY KEY,
+	body       TEXT    NOT NULL,
+	version    INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TABLE node_reports (
+	node        TEXT    PRIMARY KEY,
+	body        TEXT    NOT NULL,
+	reported_at INTEGER NOT NULL,
+	expires_at  INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+INSERT INTO outbox_meta (key, value) VALUES ('settings_version', 0);
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.

@@ -42,7 +42,10 @@
 // odd text and "" task queues included, is claimed in full, each row once,
 // by repeated [backpressure.Sweep]s), Limits (see below), Complete, Extend, DeadLetters,
 // Scheduled, Retention, Stats, Notifier, Closed and Context check the rest
-// of [outbox.Store]; Counter and SweepTx check the optional planner
+// of [outbox.Store]; Operate checks the optional [outbox.Operator]
+// (Namespaces against a naive reference over every row, after random
+// sequences of enqueues, claims, completions, requeues and clock steps;
+// shared settings and their versions; node reports and their expiry); Counter and SweepTx check the optional planner
 // extensions. A store that implements only
 // [backpressure.OutboxStore] fills in the harness's Enqueue, Settle, Retry,
 // Inspect and Key itself, and the outbox areas are skipped, saying so; so
@@ -301,6 +304,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Scheduled", testScheduled[R]},
 		{"Retention", testRetention[R]},
 		{"Stats", testStats[R]},
+		{"Operate", testOperate[R]},
 		{"Notifier", testNotifier[R]},
 		{"Closed", testClosed[R]},
 		{"Context", testContext[R]},

@@ -105,7 +105,7 @@ func (c Call) Messages(msgs []outbox.Message) error {
 // claims[i].Route. It allocates only when the claims are not in strictly
 // ascending route order (a plan's are) or to report an error.
 func (c Call) Claims(claims []backpressure.ScopedClaim) error {
-	sorted := true
+	var seen map[backpressure.Route]int // built once the claims leave ascending order
 	for i, cl := range claims {
 		at := fmt.Sprintf("claims[%d].", i)
 		if cl.Limit < 1 {
@@ -121,19 +121,19 @@ func (c Call) Claims(claims []backpressure.ScopedClaim) error {
 			}
 			return c.Arg(at+field, reason)
 		}
-		if i > 0 && sorted && claims[i-1].Route.Compare(cl.Route) >= 0 {
-			sorted = false
+		if seen == nil && i > 0 && claims[i-1].Route.Compare(cl.Route) >= 0 {
+			// Out of order: claims[:i] are strictly ascending, so distinct.
+			seen = make(map[backpressure.Route]int, len(claims))
+			for j := range i {
+				seen[claims[j].Route] = j
+			}
 		}
-	}
-	if sorted {
-		return nil // strictly ascending: no route twice
-	}
-	seen := make(map[backpressure.Route]int, len(claims))
-	for i, cl := range claims {
-		if j, dup := seen[cl.Route]; dup {
-			return c.Argf(fmt.Sprintf("claims[%d].Route", i), "%q is also claims[%d]", cl.Route.String(), j)
+		if seen != nil {
+			if j, dup := seen[cl.Route]; dup {
+				return c.Argf(at+"Route", "%q is also claims[%d]", cl.Route.String(), j)
+			}
+			seen[cl.Route] = i
 		}
-		seen[cl.Route] = i
 	}
 	return nil
 }

@@ -1,0 +1,420 @@
+// Package admin is an operator's view of an outbox and its dispatchers:
+// per-tenant state (what runs, what waits and why), the nodes' reports,
+// dead letters, and the shared settings, as an [http.Handler] a service
+// mounts behind its own authentication (as it would net/http/pprof), and
+// as the functions outboxctl prints from.
+//
+// Most callers need only [NewHandler]:
+//
+//	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", admin.NewHandler(store, admin.Options{})))
+//
+// It is read-only unless Options.Actions is set. It uses the standard
+// library only; its pages are server-rendered html/template, embedded.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Store is what the admin view needs of an outbox store: the whole
+// [outbox.Store] and its [outbox.Operator] extension. sqlitestore's and
+// pgstore's Stores are both.
+type Store interface {
+	outbox.Store
+	outbox.Operator
+}
+
+// Tenant is one namespace as an operator sees it: its rows from the table,
+// its shared settings, and what the live dispatcher nodes' last plans say
+// about it.
+type Tenant struct {
+	Namespace string
+	// Rows is the namespace's rows by state, from the table.
+	Rows outbox.NamespaceState
+	// Settings are its shared settings (zero Version when it has none).
+	Settings outbox.NamespaceSettings
+	// Nodes counts the live nodes whose last plan reports the namespace;
+	// the fields below are 0 when it is 0.
+	Nodes int
+	// Quota and Weight are what the nodes apply (the first node's, by
+	// name; Mixed is set when nodes disagree, as they do while a change
+	// spreads). Quota is backpressure.Unlimited (-1) for no ceiling.
+	Quota, Weight int
+	Mixed         bool
+	// Ceiling is the sum of the nodes' ceilings: the cluster's ceiling on
+	// claimed rows (backpressure.Unlimited when any node has none).
+	Ceiling int
+	// Granted and Held sum the nodes' last plans.
+	Granted, Held int
+	// Reason is why rows wait, the most pressing over the nodes:
+	// "invalid-route", "paused", "at-ceiling", "budget", or "" when nothing
+	// is held. A namespace paused by its settings says "paused" even
+	// before any node's plan does.
+	Reason string
+}
+
+// reasonRank orders hold reasons by how much they need an operator.
+var reasonRank = map[string]int{"": 0, "budget": 1, "at-ceiling": 2, "paused": 3, "invalid-route": 4}
+
+// TenantsParams selects the page of tenants of [Tenants].
+type TenantsParams struct {
+	After string // only namespaces after this one, in byte order
+	Limit int    // the most tenants: 1 to outbox.MaxNamespacesPage; 0 means outbox.DefaultNamespacesPage
+	Cap   int    // the cap of every count (outbox.NamespacesParams.Cap)
+}
+
+// TenantsPage is a page of tenants and what it was read from.
+type TenantsPage struct {
+	Tenants []Tenant
+	// More is set when there may be tenants after the last one: pass its
+	// Namespace as the next After.
+	More  bool
+	Nodes []outbox.NodeReport // the live reports the page was built from
+}
+
+// Tenants reads a page of tenants: the namespaces with rows (one
+// Namespaces call), those with shared settings but no rows in the page's
+// range, and the live node reports. Cost: three store calls, bounded as
+// [outbox.Operator] states.
+func Tenants(ctx context.Context, s Store, p TenantsParams) (TenantsPage, error) {
+	limit := p.Limit
+	if limit == 0 {
+		limit = outbox.DefaultNamespacesPage
+	}
+	states, err := s.Namespaces(ctx, outbox.NamespacesParams{After: p.After, Limit: limit, Cap: p.Cap})
+	if err != nil {
+		return TenantsPage{}, err
+	}
+	settings, err := s.ListSettings(ctx)
+	if err != nil {
+		return TenantsPage{}, err
+	}
+	reports, err := s.NodeReports(ctx)
+	if err != nil {
+		return TenantsPage{}, err
+	}
+	page := TenantsPage{More: len(states) == limit, Nodes: reports}
+	byName := map[string]*Tenant{}
+	var names []string
+	add := func(ns string) *Tenant {
+		t, ok := byName[ns]
+		if !ok {
+			t = &Tenant{Namespace: ns, Rows: outbox.NamespaceState{Namespace: ns}}
+			byName[ns] = t
+			names = append(names, ns)
+		}
+		return t
+	}
+	for _, st := range states {
+		add(st.Namespace).Rows = st
+	}
+	for _, set := range settings {
+		// Settings-only namespaces within the page's range: after After,
+		// and up to the last row-holding name when the page is full.
+		if set.Namespace <= p.After || page.More && set.Namespace > states[len(states)-1].Namespace {
+			continue
+		}
+		add(set.Namespace).Settings = set
+	}
+	for _, r := range reports {
+		for _, e := range r.Plan {
+			if t, ok := byName[e.Namespace]; ok {
+				t.addPlan(e)
+			}
+		}
+	}
+	sort.Strings(names)
+	for _, ns := range names {
+		t := byName[ns]
+		t.settle()
+		page.Tenants = append(page.Tenants, *t)
+	}
+	return page, nil
+}
+
+func (t *Tenant) addPlan(e outbox.PlanEntry) {
+	if t.Nodes == 0 {
+		t.Quota, t.Weight = e.Quota, e.Weight
+	} else if t.Quota != e.Quota || t.Weight != e.Weight {
+		t.Mixed = true
+	}
+	t.Nodes++
+	switch {
+	case t.Ceiling == backpressure.Unlimited || e.Ceiling == backpressure.Unlimited:
+		t.Ceiling = backpressure.Unlimited
+	default:
+		t.Ceiling += e.Ceiling
+	}
+	t.Granted += e.Granted
+	t.Held += e.Held
+	if reasonRank[e.Reason] > reasonRank[t.Reason] {
+		t.Reason = e.Reason
+	}
+}
+
+func (t *Tenant) settle() {
+	if t.Settings.Paused && reasonRank["paused"] > reasonRank[t.Reason] {
+		t.Reason = "paused"
+	}
+}
+
+// NodeView is one live node's view of a namespace, for [Why].
+type NodeView struct {
+	Report outbox.NodeReport // the node's whole report
+	// Entry is the namespace's entry in the node's last plan; Planned is
+	// false when the plan did not mention it (no rows on the node's shards
+	// were counted, or the plan was windowed or truncated).
+	Entry   outbox.PlanEntry
+	Planned bool
+}
+
+// Explanation is what holds one namespace, node by node.
+type Explanation struct {
+	Tenant Tenant
+	Nodes  []NodeView // every live node, by name
+}
+
+// Why reads what holds namespace: its tenant view and each live node's
+// report of it. Cost: three store calls.
+func Why(ctx context.Context, s Store, namespace string) (Explanation, error) {
+	if namespace == "" {
+		return Explanation{}, &outbox.ArgumentError{Op: "Why", Arg: "namespace", Reason: "is empty"}
+	}
+	states, err := s.Namespaces(ctx, outbox.NamespacesParams{Namespace: namespace})
+	if err != nil {
+		return Explanation{}, err
+	}
+	settings, err := s.ListSettings(ctx)
+	if err != nil {
+		return Explanation{}, err
+	}
+	reports, err := s.NodeReports(ctx)
+	if err != nil {
+		return Explanation{}, err
+	}
+	ex := Explanation{Tenant: Tenant{Namespace: namespace, Rows: states[0]}}
+	for _, set := range settings {
+		if set.Namespace == namespace {
+			ex.Tenant.Settings = set
+		}
+	}
+	for _, r := range reports {
+		v := NodeView{Report: r}
+		if i, ok := slices.BinarySearchFunc(r.Plan, namespace, func(e outbox.PlanEntry, ns string) int {
+			switch {
+			case e.Namespace < ns:
+				return -1
+			case e.Namespace > ns:
+				return 1
+			}
+			return 0
+		}); ok {
+			v.Entry, v.Planned = r.Plan[i], true
+			ex.Tenant.addPlan(r.Plan[i])
+		}
+		ex.Nodes = append(ex.Nodes, v)
+	}
+	ex.Tenant.settle()
+	return ex, nil
+}
+
+// Summary is one sentence saying why ex's namespace waits, for a person.
+func (ex Explanation) Summary() string {
+	t := ex.Tenant
+	switch {
+	case t.Settings.Paused:
+		return "paused by its shared settings: no node claims its rows until it is resumed"
+	case t.Reason == "paused":
+		return "its quota is 0 (paused) on some node"
+	case t.Reason == "invalid-route":
+		return "some of its rows are on a route the planner rejects; they are never claimed"
+	case t.Reason == "at-ceiling":
+		return fmt.Sprintf("held at its ceiling: %d rows claimed, cluster ceiling %s; rows wait for claimed ones to finish", t.Rows.Claimed, Count(t.Ceiling))
+	case t.Reason == "budget":
+		return "has headroom but shared the sweeps' budget with other tenants: its rows come in the next sweeps"
+	case t.Rows.Ready == 0 && t.Rows.Scheduled > 0:
+		return "nothing is ready: its pending rows are scheduled for later (a schedule or a retry delay)"
+	case t.Rows.Ready == 0:
+		return "nothing waits"
+	case t.Nodes == 0:
+		return "no live node reports it: are dispatchers running (with Options.Operate)?"
+	}
+	return "nothing holds it: its ready rows are claimed as workers free up"
+}
+
+// Count renders a quota or ceiling: "unlimited" for backpressure.Unlimited.
+func Count(n int) string {
+	if n == backpressure.Unlimited {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
+}
+
+// Age renders how long ago t was, at now, in whole seconds (or "-" for a
+// zero t).
+func Age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Truncate(time.Second).String()
+}
+
+// ErrNoKeys reports a dead-letter action that names no rows.
+var ErrNoKeys = errors.New("admin: no dead letters selected")
+
+// DeadSelection selects dead letters for [Requeue] and [Purge]: the rows
+// named by Keys, or every dead row of Namespace, or with All every dead
+// row. Exactly one of the three must be given.
+type DeadSelection struct {
+	Keys      []string
+	Namespace string
+	All       bool
+	// DryRun counts the rows selected without changing them.
+	DryRun bool
+}
+
+// maxDeadAction is the most dead rows one Requeue or Purge call goes
+// through: a selection of more needs several calls.
+const maxDeadAction = 100_000
+
+// Requeue moves the dead rows sel selects back to pending and returns how
+// many (with DryRun, how many it would). A namespace or everything is
+// walked a page of 1,000 keys at a time (ListDead then Store.Requeue), at
+// most 100,000 rows per call; rows dead-lettered meanwhile may or may not
+// be included. An invalid selection is an [*outbox.ArgumentError].
+func Requeue(ctx context.Context, s Store, sel DeadSelection) (int, error) {
+	return deadAction(ctx, s, sel, s.Requeue)
+}
+
+// Purge deletes the dead rows sel selects, as [Requeue] walks them, with
+// [outbox.Operator.DeleteDead].
+func Purge(ctx context.Context, s Store, sel DeadSelection) (int, error) {
+	return deadAction(ctx, s, sel, s.DeleteDead)
+}
+
+func deadAction(ctx context.Context, s Store, sel DeadSelection, act func(context.Context, []string) (int, error)) (int, error) {
+	given := 0
+	for _, b := range []bool{len(sel.Keys) > 0, sel.Namespace != "", sel.All} {
+		if b {
+			given++
+		}
+	}
+	if given != 1 {
+		return 0, &outbox.ArgumentError{Op: "dead-letter action", Arg: "selection", Reason: "give dispatch keys, a namespace, or all (exactly one)"}
+	}
+	if len(sel.Keys) > 0 {
+		if len(sel.Keys) > outbox.MaxKeys {
+			return 0, &outbox.ArgumentError{Op: "dead-letter action", Arg: "keys", Reason: fmt.Sprintf("%d keys, more than %d", len(sel.Keys), outbox.MaxKeys)}
+		}
+		if sel.DryRun {
+			n := 0
+			for _, k := range sel.Keys {
+				r, err := s.Get(ctx, k)
+				if errors.Is(err, outbox.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return 0, err
+				}
+				if r.State == outbox.StateDead {
+					n++
+				}
+			}
+			return n, nil
+		}
+		return act(ctx, sel.Keys)
+	}
+	total, after := 0, ""
+	for total < maxDeadAction {
+		page, err := s.ListDead(ctx, outbox.ListDeadParams{Namespace: sel.Namespace, After: after, Limit: 1000})
+		if err != nil {
+			return total, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		keys := make([]string, len(page))
+		for i, r := range page {
+			keys[i] = r.DispatchKey
+		}
+		after = keys[len(keys)-1]
+		if sel.DryRun {
+			total += len(keys)
+		} else {
+			n, err := act(ctx, keys)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		if len(page) < 1000 {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Setting is one change of a namespace's shared settings, for [Apply].
+type Setting struct {
+	Namespace string
+	// Pause and Resume set or clear Paused (Pause wins if both are set).
+	Pause, Resume bool
+	// Quota and Weight, when not nil, set those; ClearQuota and
+	// ClearWeight remove them (the code's value stands again).
+	Quota, Weight           *int
+	ClearQuota, ClearWeight bool
+}
+
+// Apply reads namespace's shared settings, changes them as c says, checks
+// that the result validates as backpressure.Backpressure.SetConfig would
+// (over a default Config: batch 1, every quota unlimited), and stores it.
+// A change that does not validate is an error matching
+// [backpressure.ErrInvalidConfig] and stores nothing.
+func Apply(ctx context.Context, s Store, c Setting) (outbox.NamespaceSettings, error) {
+	if err := (backpressure.Route{Namespace: c.Namespace}).Validate(); err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
+	all, err := s.ListSettings(ctx)
+	if err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
+	cur := outbox.NamespaceSettings{Namespace: c.Namespace}
+	for _, set := range all {
+		if set.Namespace == c.Namespace {
+			cur = set
+		}
+	}
+	switch {
+	case c.Pause:
+		cur.Paused = true
+	case c.Resume:
+		cur.Paused = false
+	}
+	if c.Quota != nil {
+		q := *c.Quota
+		cur.Quota = &q
+	}
+	if c.ClearQuota {
+		cur.Quota = nil
+	}
+	if c.Weight != nil {
+		w := *c.Weight
+		cur.Weight = &w
+	}
+	if c.ClearWeight {
+		cur.Weight = nil
+	}
+	if err := outbox.ValidateSettings(backpressure.Config{BatchSize: 1, DefaultQuota: backpressure.Unlimited}, []outbox.NamespaceSettings{cur}); err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
+	return s.PutSettings(ctx, cur)
+}

@@ -1,0 +1,580 @@
+// Package ctl is outboxctl: an operator's command line over an outbox in
+// PostgreSQL (pgstore) or SQLite (sqlitestore). main.go only calls
+// [Config.Run]; tests drive it with buffers.
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/admin"
+	"github.com/outboxkit/backpressure/outbox"
+	"github.com/outboxkit/backpressure/pgstore"
+	"github.com/outboxkit/backpressure/sqlitestore"
+)
+
+// Exit statuses of Run.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // the command failed (the store, the database, a refused change)
+	ExitUsage   = 2 // bad usage: unknown command, bad flag, missing argument
+)
+
+// Config is one run of outboxctl. The zero value writes nowhere; set
+// Stdout and Stderr.
+type Config struct {
+	Stdout, Stderr io.Writer
+	// Now is the stores' clock and what ages are measured from. Nil: the
+	// database's clock (pgstore) or time.Now (sqlitestore), and time.Now.
+	Now func() time.Time
+	// Listen, when not nil, replaces net.Listen for serve (tests listen
+	// on a port of their own and learn the address).
+	Listen func(network, addr string) (net.Listener, error)
+}
+
+const usage = `usage: outboxctl (-dsn URL [-schema NAME] | -sqlite FILE) COMMAND [flags] [args]
+
+Commands:
+  tenants                  one line per namespace: quota, weight, ceiling over live nodes,
+                           claimed, ready, scheduled, dead, oldest ready, and why rows wait
+  why NAMESPACE            what holds a namespace, node by node
+  dead list                list dead letters [-namespace N] [-limit K] [-after KEY]
+  dead requeue             requeue dead letters: KEY... | -namespace N | -all  [-dry-run]
+  dead purge               delete dead letters:  KEY... | -namespace N | -all  [-dry-run]
+  pause NAMESPACE          stop claims of a namespace on every node (shared settings)
+  resume NAMESPACE         undo pause
+  set quota|weight NAMESPACE VALUE
+                           set a shared quota (a number, or unlimited) or weight; VALUE default clears it
+  stats                    rows by state, whole outbox
+  nodes                    the live dispatcher nodes' reports
+  migrate                  apply the schema [-print: print its SQL instead, touching nothing]
+  serve                    serve the admin pages [-addr :8080] [-actions]
+
+Read commands take -json. Every command takes -h. Exit status: 0 ok, 1 failure, 2 bad usage.
+
+Global flags:
+`
+
+// usageError is bad usage: Run prints it and exits with ExitUsage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+// Run runs outboxctl with args (without the program name) and returns its
+// exit status.
+func (c Config) Run(ctx context.Context, args []string) int {
+	err := c.run(ctx, args)
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(c.Stderr, "outboxctl: %s\n(outboxctl -h for help)\n", ue.msg)
+		return ExitUsage
+	}
+	fmt.Fprintf(c.Stderr, "outboxctl: %v\n", err)
+	return ExitFailure
+}
+
+// global are the flags before the command.
+type global struct {
+	dsn, schema, sqlite string
+	shardCount          int
+}
+
+func (c Config) run(ctx context.Context, args []string) error {
+	var g global
+	fs := flag.NewFlagSet("outboxctl", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	fs.StringVar(&g.dsn, "dsn", os.Getenv("OUTBOXCTL_DSN"), "PostgreSQL URL (postgres://…); default $OUTBOXCTL_DSN")
+	fs.StringVar(&g.schema, "schema", pgstore.DefaultSchema, "PostgreSQL schema of the outbox")
+	fs.StringVar(&g.sqlite, "sqlite", "", "SQLite database file of the outbox")
+	fs.IntVar(&g.shardCount, "shards", 0, "shard count for migrate of a new outbox (0: the store's default, 64)")
+	fs.Usage = func() { fmt.Fprint(c.Stderr, usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v", err)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return usagef("no command")
+	}
+	cmd, rest := rest[0], rest[1:]
+	if cmd == "dead" || cmd == "set" {
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
+			if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
+				fmt.Fprint(c.Stderr, subUsage[cmd])
+				return flag.ErrHelp
+			}
+			return usagef("%s needs a subcommand: %s", cmd, subUsage[cmd])
+		}
+		cmd, rest = cmd+" "+rest[0], rest[1:]
+	}
+	h, ok := commands[cmd]
+	if !ok {
+		return usagef("unknown command %q", cmd)
+	}
+	cf := flag.NewFlagSet("outboxctl "+cmd, flag.ContinueOnError)
+	cf.SetOutput(c.Stderr)
+	a := &cmdArgs{fs: cf}
+	if h.json {
+		cf.BoolVar(&a.json, "json", false, "print JSON")
+	}
+	if h.flags != nil {
+		h.flags(a)
+	}
+	cf.Usage = func() {
+		fmt.Fprintf(c.Stderr, "usage: outboxctl %s %s\n\n%s\n", cmd, h.args, h.doc)
+		cf.PrintDefaults()
+	}
+	if err := cf.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%s: %v", cmd, err)
+	}
+	a.rest = cf.Args()
+	if h.nargs >= 0 && len(a.rest) != h.nargs {
+		return usagef("%s takes %s", cmd, h.args)
+	}
+	if cmd == "migrate" && a.print {
+		return c.printSchema(g)
+	}
+	s, err := c.open(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return h.run(ctx, c, s, a)
+}
+
+var subUsage = map[string]string{
+	"dead": "list, requeue or purge\n",
+	"set":  "quota or weight\n",
+}
+
+// open opens the store the global flags name.
+func (c Config) open(ctx context.Context, g global) (admin.Store, error) {
+	switch {
+	case g.dsn != "" && g.sqlite != "":
+		return nil, usagef("give -dsn or -sqlite, not both")
+	case g.sqlite != "":
+		s, err := sqlitestore.Open(ctx, g.sqlite, sqlitestore.Options{Now: c.Now, ShardCount: g.shardCount})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case g.dsn != "":
+		s, err := pgstore.Open(ctx, g.dsn, pgstore.Options{Schema: g.schema, Now: c.Now, ShardCount: g.shardCount})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	return nil, usagef("no store: give -dsn postgres://… or -sqlite FILE")
+}
+
+func (c Config) printSchema(g global) error {
+	var script string
+	var err error
+	switch {
+	case g.dsn != "" && g.sqlite != "":
+		return usagef("give -dsn or -sqlite, not both")
+	case g.sqlite != "":
+		script, err = sqlitestore.SchemaSQL(g.shardCount)
+	case g.dsn != "":
+		script, err = pgstore.SchemaSQL(g.schema, g.shardCount)
+	default:
+		return usagef("migrate -print: give -dsn (with -schema) or -sqlite to say which store's SQL")
+	}
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(c.Stdout, script)
+	return err
+}
+
+func (c Config) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+// cmdArgs are one command's flags and arguments.
+type cmdArgs struct {
+	fs        *flag.FlagSet
+	rest      []string
+	json      bool
+	namespace string
+	after     string
+	limit     int
+	all       bool
+	dryRun    bool
+	print     bool
+	addr      string
+	actions   bool
+}
+
+type command struct {
+	args  string
+	doc   string
+	nargs int // exact positional arguments; -1 for any
+	json  bool
+	flags func(*cmdArgs)
+	run   func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error
+}
+
+var commands map[string]command
+
+func init() {
+	selection := func(a *cmdArgs) {
+		a.fs.StringVar(&a.namespace, "namespace", "", "every dead letter of this namespace")
+		a.fs.BoolVar(&a.all, "all", false, "every dead letter")
+		a.fs.BoolVar(&a.dryRun, "dry-run", false, "count what would change, change nothing")
+	}
+	commands = map[string]command{
+		"tenants": {args: "[-json] [-after NAMESPACE] [-limit N]", doc: "One line per namespace with rows or shared settings: the quota and weight the live nodes apply,\n" +
+			"the sum of their ceilings, claimed, ready, scheduled and dead rows (counts stop at 10,000: shown as ≥10000),\n" +
+			"the age of the oldest ready row, rows held by the nodes' last plans and the reason.",
+			nargs: 0, json: true, flags: func(a *cmdArgs) {
+				a.fs.StringVar(&a.after, "after", "", "start after this namespace (paging)")
+				a.fs.IntVar(&a.limit, "limit", 100, "the most namespaces (1 to 1000)")
+			}, run: tenants},
+		"why": {args: "[-json] NAMESPACE", doc: "What holds NAMESPACE: its rows, its shared settings, and each live node's last plan of it.", nargs: 1, json: true, run: why},
+		"dead list": {args: "[-json] [-namespace N] [-limit K] [-after KEY]", doc: "Dead letters in dispatch-key order.", nargs: 0, json: true, flags: func(a *cmdArgs) {
+			a.fs.StringVar(&a.namespace, "namespace", "", "only this namespace")
+			a.fs.StringVar(&a.after, "after", "", "only keys after this one (paging)")
+			a.fs.IntVar(&a.limit, "limit", 100, "the most rows (1 to 10000)")
+		}, run: deadList},
+		"dead requeue": {args: "[-dry-run] (KEY... | -namespace N | -all)", doc: "Move dead letters back to pending, claimable at once with attempts reset.", nargs: -1, flags: selection,
+			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+				return deadAction(ctx, c, s, a, "requeued", admin.Requeue)
+			}},
+		"dead purge": {args: "[-dry-run] (KEY... | -namespace N | -all)", doc: "Delete dead letters (their keys may then be enqueued again).", nargs: -1, flags: selection,
+			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+				return deadAction(ctx, c, s, a, "purged", admin.Purge)
+			}},
+		"pause": {args: "NAMESPACE", doc: "Pause NAMESPACE on every dispatcher node with shared settings on: its rows are held, reason paused.", nargs: 1,
+			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+				return setting(ctx, c, s, admin.Setting{Namespace: a.rest[0], Pause: true})
+			}},
+		"resume": {args: "NAMESPACE", doc: "Undo pause.", nargs: 1,
+			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+				return setting(ctx, c, s, admin.Setting{Namespace: a.rest[0], Resume: true})
+			}},
+		"set quota":  {args: "NAMESPACE (N | unlimited | default)", doc: "Set NAMESPACE's shared quota: N ≥ 0 (0 pauses), unlimited, or default to clear it.", nargs: 2, run: setValue("quota")},
+		"set weight": {args: "NAMESPACE (N | default)", doc: "Set NAMESPACE's shared weight: 1 to 1048576, or default to clear it.", nargs: 2, run: setValue("weight")},
+		"stats":      {args: "[-json]", doc: "Rows by state over the whole outbox (one full count: O(rows)).", nargs: 0, json: true, run: stats},
+		"nodes":      {args: "[-json]", doc: "The live dispatcher nodes' reports.", nargs: 0, json: true, run: nodes},
+		"migrate": {args: "[-print]", doc: "Create or migrate the outbox schema to this version. -print prints the SQL that creates it from nothing, touching no database.", nargs: 0,
+			flags: func(a *cmdArgs) { a.fs.BoolVar(&a.print, "print", false, "print the schema's SQL instead") },
+			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+				_, err := fmt.Fprintln(c.Stdout, "schema is current") // opening the store migrated it
+				return err
+			}},
+		"serve": {args: "[-addr :8080] [-actions]", doc: "Serve the admin pages over HTTP, read-only unless -actions. Put it behind your own authentication.", nargs: 0,
+			flags: func(a *cmdArgs) {
+				a.fs.StringVar(&a.addr, "addr", ":8080", "listen address")
+				a.fs.BoolVar(&a.actions, "actions", false, "enable requeue, purge, pause, resume and set quota (POSTs with CSRF tokens)")
+			}, run: serve},
+	}
+}
+
+func (c Config) json(v any) error {
+	e := json.NewEncoder(c.Stdout)
+	e.SetIndent("", "  ")
+	return e.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func capped(n int, capped bool) string {
+	if capped && n >= outbox.DefaultCountCap {
+		return "≥" + strconv.Itoa(n)
+	}
+	return strconv.Itoa(n)
+}
+
+func settingsText(s outbox.NamespaceSettings) string {
+	var parts []string
+	if s.Paused {
+		parts = append(parts, "paused")
+	}
+	if s.Quota != nil {
+		parts = append(parts, "quota="+admin.Count(*s.Quota))
+	}
+	if s.Weight != nil {
+		parts = append(parts, "weight="+strconv.Itoa(*s.Weight))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ",")
+}
+
+func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	if a.limit < 1 || a.limit > outbox.MaxNamespacesPage {
+		return usagef("tenants: -limit %d is outside 1 to %d", a.limit, outbox.MaxNamespacesPage)
+	}
+	page, err := admin.Tenants(ctx, s, admin.TenantsParams{After: a.after, Limit: a.limit})
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return c.json(page)
+	}
+	now := c.now()
+	w := table(c.Stdout)
+	fmt.Fprintln(w, "NAMESPACE\tQUOTA\tWEIGHT\tCEILING\tCLAIMED\tREADY\tSCHEDULED\tDEAD\tOLDEST\tHELD\tREASON\tSETTINGS")
+	for _, t := range page.Tenants {
+		quota, weight, ceiling := "-", "-", "-"
+		if t.Nodes > 0 {
+			quota, weight, ceiling = admin.Count(t.Quota), strconv.Itoa(t.Weight), admin.Count(t.Ceiling)
+			if t.Mixed {
+				quota += "*"
+			}
+		}
+		reason := t.Reason
+		if reason == "" {
+			reason = "-"
+		}
+		r := t.Rows
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Namespace, quota, weight, ceiling,
+			capped(r.Claimed, r.Capped), capped(r.Ready, r.Capped), capped(r.Scheduled, r.Capped), capped(r.Dead, r.Capped),
+			admin.Age(now, r.ReadySince), t.Held, reason, settingsText(t.Settings))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if page.More {
+		fmt.Fprintf(c.Stdout, "(more: outboxctl tenants -after %s)\n", page.Tenants[len(page.Tenants)-1].Namespace)
+	}
+	if len(page.Nodes) == 0 {
+		fmt.Fprintln(c.Stdout, "(no live node reports: quotas, ceilings and reasons come from dispatchers run with Options.Operate)")
+	}
+	return nil
+}
+
+func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	ex, err := admin.Why(ctx, s, a.rest[0])
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return c.json(ex)
+	}
+	t, r := ex.Tenant, ex.Tenant.Rows
+	fmt.Fprintf(c.Stdout, "%s: %s\n", t.Namespace, ex.Summary())
+	fmt.Fprintf(c.Stdout, "rows: %s ready (oldest %s), %s scheduled, %s claimed, %s dead, %s settled\n",
+		capped(r.Ready, r.Capped), admin.Age(c.now(), r.ReadySince), capped(r.Scheduled, r.Capped), capped(r.Claimed, r.Capped),
+		capped(r.Dead, r.Capped), capped(r.Settled, r.Capped))
+	fmt.Fprintf(c.Stdout, "shared settings: %s\n", settingsText(t.Settings))
+	if len(ex.Nodes) == 0 {
+		fmt.Fprintln(c.Stdout, "no live node reports")
+		return nil
+	}
+	w := table(c.Stdout)
+	fmt.Fprintln(w, "NODE\tSHARDS\tQUOTA\tCEILING\tCLAIMED\tPENDING\tGRANTED\tHELD\tREASON")
+	for _, n := range ex.Nodes {
+		shards := fmt.Sprintf("%d/%d", n.Report.OwnedShards, n.Report.ShardCount)
+		if !n.Planned {
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\tnot in its last plan\n", n.Report.Node, shards)
+			continue
+		}
+		e := n.Entry
+		reason := e.Reason
+		if reason == "" {
+			reason = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", n.Report.Node, shards, admin.Count(e.Quota), admin.Count(e.Ceiling),
+			e.Claimed, e.Pending, e.Granted, e.Held, reason)
+	}
+	return w.Flush()
+}
+
+func deadList(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	rows, err := s.ListDead(ctx, outbox.ListDeadParams{Namespace: a.namespace, After: a.after, Limit: a.limit})
+	if err != nil {
+		var arg *outbox.ArgumentError
+		if errors.As(err, &arg) {
+			return usagef("dead list: %v", err)
+		}
+		return err
+	}
+	if a.json {
+		type deadRow struct {
+			DispatchKey, Namespace, TaskQueue string
+			Attempts                          int
+			FinishedAt                        time.Time
+			LastError                         string
+			Payload                           []byte
+		}
+		out := make([]deadRow, len(rows))
+		for i, r := range rows {
+			out[i] = deadRow{r.DispatchKey, r.Namespace, r.TaskQueue, r.Attempts, r.FinishedAt, r.LastError, r.Payload}
+		}
+		return c.json(out)
+	}
+	w := table(c.Stdout)
+	fmt.Fprintln(w, "KEY\tNAMESPACE\tTASK_QUEUE\tATTEMPTS\tDIED\tLAST_ERROR")
+	now := c.now()
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s ago\t%s\n", r.DispatchKey, r.Namespace, r.TaskQueue, r.Attempts, admin.Age(now, r.FinishedAt), oneLine(r.LastError, 80))
+	}
+	return w.Flush()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func deadAction(ctx context.Context, c Config, s admin.Store, a *cmdArgs, done string,
+	act func(context.Context, admin.Store, admin.DeadSelection) (int, error)) error {
+	sel := admin.DeadSelection{Keys: a.rest, Namespace: a.namespace, All: a.all, DryRun: a.dryRun}
+	given := 0
+	for _, b := range []bool{len(sel.Keys) > 0, sel.Namespace != "", sel.All} {
+		if b {
+			given++
+		}
+	}
+	if given != 1 {
+		return usagef("give dispatch keys, -namespace N or -all (exactly one)")
+	}
+	n, err := act(ctx, s, sel)
+	if err != nil {
+		return fmt.Errorf("%s %d before: %w", done, n, err)
+	}
+	if a.dryRun {
+		_, err = fmt.Fprintf(c.Stdout, "would be %s: %d\n", done, n)
+		return err
+	}
+	_, err = fmt.Fprintf(c.Stdout, "%s: %d\n", done, n)
+	return err
+}
+
+func setting(ctx context.Context, c Config, s admin.Store, set admin.Setting) error {
+	if err := (backpressure.Route{Namespace: set.Namespace}).Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	got, err := admin.Apply(ctx, s, set)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.Stdout, "%s: %s (settings version %d)\n", got.Namespace, settingsText(got), got.Version)
+	return err
+}
+
+func setValue(what string) func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	return func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+		set := admin.Setting{Namespace: a.rest[0]}
+		v := a.rest[1]
+		switch {
+		case v == "default" && what == "quota":
+			set.ClearQuota = true
+		case v == "default":
+			set.ClearWeight = true
+		case v == "unlimited" && what == "quota":
+			u := backpressure.Unlimited
+			set.Quota = &u
+		default:
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return usagef("set %s: %q is not a number", what, v)
+			}
+			if what == "quota" {
+				set.Quota = &n
+			} else {
+				set.Weight = &n
+			}
+		}
+		err := setting(ctx, c, s, set)
+		if errors.Is(err, backpressure.ErrInvalidConfig) {
+			return usagef("set %s %s %s: %v", what, a.rest[0], v, err)
+		}
+		return err
+	}
+}
+
+func stats(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	st, err := s.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return c.json(st)
+	}
+	w := table(c.Stdout)
+	fmt.Fprintln(w, "PENDING\tSCHEDULED\tCLAIMED\tEXPIRED\tSETTLED\tDEAD\tTOTAL")
+	fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\n", st.Pending, st.Scheduled, st.Claimed, st.Expired, st.Settled, st.Dead, st.Total)
+	return w.Flush()
+}
+
+func nodes(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	reps, err := s.NodeReports(ctx)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return c.json(reps)
+	}
+	if len(reps) == 0 {
+		_, err := fmt.Fprintln(c.Stdout, "no live node reports (dispatchers report with Options.Operate)")
+		return err
+	}
+	w := table(c.Stdout)
+	fmt.Fprintln(w, "NODE\tSHARDS\tWORKERS\tBUSY\tSWEEPS/S\tROWS/S\tSETTINGS\tREPORTED")
+	now := c.now()
+	for _, r := range reps {
+		settings := strconv.FormatInt(r.SettingsVersion, 10)
+		if r.SettingsError != "" {
+			settings += " REJECTED: " + oneLine(r.SettingsError, 60)
+		}
+		fmt.Fprintf(w, "%s\t%d/%d\t%d\t%d\t%.1f\t%.1f\t%s\t%s ago\n", r.Node, r.OwnedShards, r.ShardCount, r.Workers, r.Busy,
+			r.SweepsPerSecond, r.RowsPerSecond, settings, admin.Age(now, r.ReportedAt))
+	}
+	return w.Flush()
+}
+
+func serve(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	listen := c.Listen
+	if listen == nil {
+		listen = net.Listen
+	}
+	l, err := listen("tcp", a.addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: admin.NewHandler(s, admin.Options{Actions: a.actions, Now: c.Now}), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(c.Stderr, "outboxctl: serving the admin pages on http://%s/ (actions %v)\n", l.Addr(), a.actions)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shut)
+	}
+}

@@ -1,0 +1,292 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outboxkit/backpressure"
+)
+
+// Operator is an optional extension of [Store] for the people who run the
+// outbox: per-namespace state read from the table, the settings every
+// dispatcher node shares, and the nodes' own reports. sqlitestore and
+// pgstore implement it; outboxctl and the admin package are built on it.
+//
+// Every method honours ctx and returns an error matching [ErrClosed] on a
+// closed store; a method that returns an error changed nothing.
+type Operator interface {
+	// Namespaces returns the state of the namespaces p selects, in byte
+	// order of their names: one namespace (p.Namespace), or a page of
+	// the namespaces that have rows in any state after p.After. Every
+	// count is capped at p.Cap (see [NamespaceState]), so one call reads
+	// at most O(namespaces returned × (log rows + 6 × cap)) index entries,
+	// never the whole table.
+	Namespaces(ctx context.Context, p NamespacesParams) ([]NamespaceState, error)
+
+	// DeleteDead deletes the dead rows among dispatchKeys (at most
+	// [MaxKeys]) and returns how many it deleted; keys that are not
+	// dead are left alone. A deleted key may be enqueued again.
+	DeleteDead(ctx context.Context, dispatchKeys []string) (int, error)
+
+	// PutSettings stores s as the shared settings of s.Namespace,
+	// replacing any earlier ones, with a new Version greater than every
+	// version before it. The store checks the namespace (as
+	// [backpressure.ValidateRoute] does) but not the values: dispatchers
+	// validate them as [backpressure.Backpressure.SetConfig] does, report
+	// a setting that does not validate, and keep their last good
+	// configuration. [ValidateSettings] checks them beforehand. Settings
+	// with every field unset remove the namespace's overrides (the row
+	// stays, so its version still shows the change).
+	PutSettings(ctx context.Context, s NamespaceSettings) (NamespaceSettings, error)
+
+	// ListSettings returns every namespace's shared settings in byte order
+	// of namespaces: at most [MaxSettings] rows, one statement.
+	ListSettings(ctx context.Context) ([]NamespaceSettings, error)
+
+	// SettingsVersion returns the greatest Version of the shared settings,
+	// 0 when there are none: one index probe, so a dispatcher can poll it
+	// cheaply and read ListSettings only when it changed.
+	SettingsVersion(ctx context.Context) (int64, error)
+
+	// PutNodeReport stores r as node r.Node's report, replacing its
+	// earlier one, stamped by the store's clock (ReportedAt) and valid for
+	// ttl (ExpiresAt); it also deletes reports that expired more than
+	// ttl ago. r.Node must be 1 to 255 bytes of valid UTF-8 without NUL,
+	// ttl at least 1s.
+	PutNodeReport(ctx context.Context, r NodeReport, ttl time.Duration) error
+
+	// NodeReports returns the reports that have not expired, by node name:
+	// at most [MaxNodeReports], one statement.
+	NodeReports(ctx context.Context) ([]NodeReport, error)
+}
+
+// Bounds of the [Operator] calls.
+const (
+	// MaxKeys is the most dispatch keys one DeleteDead (or Requeue
+	// through an operator tool) names.
+	MaxKeys = 10_000
+	// MaxNamespacesPage is the most namespaces one Namespaces call
+	// returns.
+	MaxNamespacesPage = 1_000
+	// DefaultNamespacesPage is the page size of a Namespaces call whose
+	// Limit is 0.
+	DefaultNamespacesPage = 100
+	// DefaultCountCap is the cap of every count of a Namespaces call
+	// whose Cap is 0.
+	DefaultCountCap = 10_000
+	// MaxCountCap is the largest Cap a Namespaces call accepts.
+	MaxCountCap = 1_000_000
+	// MaxSettings is the most namespaces with shared settings a store
+	// keeps: a PutSettings for a new namespace beyond it fails.
+	MaxSettings = 10_000
+	// MaxNodeReports is the most live node reports NodeReports returns.
+	MaxNodeReports = 1_000
+	// MaxReportNamespaces is the most namespaces one NodeReport's Plan
+	// carries; a store refuses a report with more.
+	MaxReportNamespaces = 1_000
+)
+
+// NamespacesParams selects the namespaces of [Operator.Namespaces].
+type NamespacesParams struct {
+	// Namespace, when not "", selects that namespace alone: one state is
+	// returned, all zero if it has no rows. After and Limit are then
+	// ignored.
+	Namespace string
+	// After pages: only namespaces greater than After (in byte order),
+	// the last name of the previous page; "" starts at the first.
+	After string
+	// Limit is the most namespaces returned: 1 to [MaxNamespacesPage];
+	// 0 means [DefaultNamespacesPage].
+	Limit int
+	// Cap bounds every count: a count that reaches Cap is reported as
+	// Cap, with Capped set. 1 to [MaxCountCap]; 0 means
+	// [DefaultCountCap].
+	Cap int
+}
+
+// NamespaceState is one namespace's rows by state, read from the outbox
+// table at one instant on the store's clock. Each count is exact below the
+// call's cap and equal to the cap (with Capped set) at or above it.
+type NamespaceState struct {
+	Namespace string
+	Ready     int // claimable now: pending rows whose run-at has passed, and claimed rows whose lease expired
+	Scheduled int // pending, claimable later (a schedule or a retry delay)
+	Claimed   int // claimed with a live lease
+	Dead      int
+	Settled   int
+	// ReadySince is the earliest time a ready row became claimable (its
+	// run-at, or the end of an expired lease): the age of the oldest
+	// ready row is now − ReadySince. Zero when nothing is ready.
+	ReadySince time.Time
+	// Capped is set when some count reached the cap.
+	Capped bool
+}
+
+// NamespaceSettings are one namespace's shared settings: overrides of the
+// code-supplied [backpressure.Config] that every dispatcher node with
+// shared settings enabled applies. A nil field is not set: the code's
+// value stands.
+type NamespaceSettings struct {
+	Namespace string
+	// Quota overrides Config.Quotas[Namespace] (≥ 0, or
+	// [backpressure.Unlimited]; 0 pauses as a quota does).
+	Quota *int `json:",omitempty"`
+	// Weight overrides Config.Weights[Namespace] (1 to
+	// [backpressure.MaxWeight]).
+	Weight *int `json:",omitempty"`
+	// Paused holds every row of the namespace (the effective quota is
+	// 0) whatever Quota says, until cleared.
+	Paused bool `json:",omitempty"`
+
+	// Version and UpdatedAt are set by the store on PutSettings.
+	Version   int64
+	UpdatedAt time.Time
+}
+
+// Empty reports whether s sets nothing.
+func (s NamespaceSettings) Empty() bool { return s.Quota == nil && s.Weight == nil && !s.Paused }
+
+// ApplySettings returns base with settings applied: for each namespace,
+// a set Quota or Weight replaces base's entry, and Paused sets its quota
+// to 0. base's maps are not modified. The result is what a dispatcher
+// passes to [backpressure.Backpressure.SetConfig], which validates it.
+func ApplySettings(base backpressure.Config, settings []NamespaceSettings) backpressure.Config {
+	cfg := base
+	cfg.Quotas = make(map[string]int, len(base.Quotas))
+	for k, v := range base.Quotas {
+		cfg.Quotas[k] = v
+	}
+	cfg.Weights = make(map[string]int, len(base.Weights))
+	for k, v := range base.Weights {
+		cfg.Weights[k] = v
+	}
+	for _, s := range settings {
+		if s.Quota != nil {
+			cfg.Quotas[s.Namespace] = *s.Quota
+		}
+		if s.Paused {
+			cfg.Quotas[s.Namespace] = 0
+		}
+		if s.Weight != nil {
+			cfg.Weights[s.Namespace] = *s.Weight
+		}
+	}
+	return cfg
+}
+
+// ValidateSettings reports whether settings applied over base make a
+// configuration [backpressure.Backpressure.SetConfig] accepts, with the
+// same error it would return (matching [backpressure.ErrInvalidConfig]).
+func ValidateSettings(base backpressure.Config, settings []NamespaceSettings) error {
+	f, err := backpressure.NewOwnedShardFraction(nil, 1)
+	if err != nil {
+		return err
+	}
+	_, err = backpressure.New(ApplySettings(base, settings), f)
+	return err
+}
+
+// NodeReport is what a dispatcher node publishes about itself into its
+// store (see [Operator.PutNodeReport]): what the table does not know.
+type NodeReport struct {
+	Node        string
+	OwnedShards int // shards this node owns
+	ShardCount  int
+	Workers     int // the dispatcher's Options.Workers
+	Busy        int // workers holding a row when the report was made
+
+	SweepsPerSecond float64 // over the interval since the node's previous report
+	RowsPerSecond   float64 // rows claimed per second, likewise
+
+	// SettingsVersion is the newest version of the shared settings the
+	// node has read and, when SettingsError is "", applied: every sweep
+	// the node started since plans with it (a sweep in flight when it was
+	// applied has finished). SettingsError, when not "", is why that
+	// version did not validate or could not be read: the node then runs
+	// on its last good configuration, of an older version.
+	SettingsVersion int64  `json:",omitempty"`
+	SettingsError   string `json:",omitempty"`
+
+	// Plan is the per-namespace report of the node's last successful
+	// plan, sorted by namespace, at most [MaxReportNamespaces] entries;
+	// PlanTruncated is set when the plan had more.
+	Plan          []PlanEntry
+	PlanTruncated bool `json:",omitempty"`
+
+	// ReportedAt and ExpiresAt are set by the store, on its clock.
+	ReportedAt time.Time
+	ExpiresAt  time.Time
+}
+
+// PlanEntry is one namespace of a [NodeReport]'s plan: the fields of its
+// [backpressure.NamespaceReport] an operator reads, with the reason as
+// text ([backpressure.HoldReason.String]).
+type PlanEntry struct {
+	Namespace string
+	Quota     int // cluster-wide quota, or backpressure.Unlimited (-1); 0 means paused
+	Weight    int
+	Ceiling   int // this node's ceiling, or backpressure.Unlimited (-1)
+	Claimed   int
+	Pending   int
+	Granted   int
+	Held      int
+	Reason    string `json:",omitempty"` // "at-ceiling", "budget", "paused", "invalid-route"; "" when nothing is held
+	Capped    bool   `json:",omitempty"` // Pending and Held are lower bounds
+}
+
+// PlanEntryOf returns the PlanEntry of r.
+func PlanEntryOf(r backpressure.NamespaceReport) PlanEntry {
+	return PlanEntry{
+		Namespace: r.Namespace, Quota: r.Quota, Weight: r.Weight, Ceiling: r.Ceiling, Claimed: r.Claimed,
+		Pending: r.Pending, Granted: r.Granted, Held: r.Held, Reason: r.Reason.String(), Capped: r.Capped,
+	}
+}
+
+// Check returns p with its defaults filled in (Limit
+// [DefaultNamespacesPage], Cap [DefaultCountCap]), or an [*ArgumentError]
+// of op for a Limit or Cap out of range or a name no row can have (not
+// valid UTF-8, holding a NUL byte). Stores call it first.
+func (p NamespacesParams) Check(op string) (NamespacesParams, error) {
+	fail := func(arg, reason string) error { return &ArgumentError{Op: op, Arg: arg, Reason: reason} }
+	if p.Limit == 0 {
+		p.Limit = DefaultNamespacesPage
+	}
+	if p.Cap == 0 {
+		p.Cap = DefaultCountCap
+	}
+	switch {
+	case p.Limit < 1 || p.Limit > MaxNamespacesPage:
+		return p, fail("p.Limit", fmt.Sprintf("%d is outside 0 to %d", p.Limit, MaxNamespacesPage))
+	case p.Cap < 1 || p.Cap > MaxCountCap:
+		return p, fail("p.Cap", fmt.Sprintf("%d is outside 0 to %d", p.Cap, MaxCountCap))
+	}
+	for _, f := range []struct{ arg, v string }{{"p.Namespace", p.Namespace}, {"p.After", p.After}} {
+		switch {
+		case !utf8.ValidString(f.v):
+			return p, fail(f.arg, "is not valid UTF-8")
+		case strings.IndexByte(f.v, 0) >= 0:
+			return p, fail(f.arg, "holds a NUL byte")
+		}
+	}
+	return p, nil
+}
+
+// CheckNodeReport returns an [*ArgumentError] of op when r or ttl is not
+// one [Operator.PutNodeReport] accepts: a node name of 1 to 255 bytes of
+// valid UTF-8 without NUL, at most [MaxReportNamespaces] plan entries, a
+// ttl of at least 1s.
+func CheckNodeReport(op string, r NodeReport, ttl time.Duration) error {
+	fail := func(arg, reason string) error { return &ArgumentError{Op: op, Arg: arg, Reason: reason} }
+	switch {
+	case r.Node == "" || len(r.Node) > 255 || !utf8.ValidString(r.Node) || strings.IndexByte(r.Node, 0) >= 0:
+		return fail("r.Node", fmt.Sprintf("%q is not 1 to 255 bytes of valid UTF-8 without NUL", r.Node))
+	case len(r.Plan) > MaxReportNamespaces:
+		return fail("r.Plan", fmt.Sprintf("%d namespaces, more than %d", len(r.Plan), MaxReportNamespaces))
+	case ttl < time.Second:
+		return fail("ttl", fmt.Sprintf("%v is below 1s", ttl))
+	}
+	return nil
+}

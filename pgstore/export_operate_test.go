@@ -1,0 +1,10 @@
+package pgstore
+
+// OperateStatements returns the SQL of Namespaces by name, for the EXPLAIN
+// test of operate_test.go.
+func OperateStatements(s *Store) map[string]string {
+	return map[string]string{
+		"namespacesOne":  s.operateSQL(namespacesOneSQL),
+		"namespacesPage": s.operateSQL(namespacesPageSQL),
+	}
+}

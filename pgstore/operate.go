@@ -1,0 +1,333 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+var _ outbox.Operator = (*Store)(nil)
+
+// namespaceCountsSQL counts the namespaces of the CTE names(name), each
+// count a range of outbox_namespace_state_idx capped by a LIMIT at $2, so
+// it reads at most $2 entries per count; $1 is the clock. The ready rows'
+// earliest claimable_at per state is the first entry of its
+// (namespace, state) range: one entry each.
+const namespaceCountsSQL = `
+SELECT n.name, c.*
+FROM names n, (SELECT coalesce($1::timestamptz, now()) AS now) t, LATERAL (SELECT
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'pending' AND o.claimable_at <= t.now LIMIT $2) x),
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'claimed' AND o.claimable_at <= t.now LIMIT $2) x),
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'pending' AND o.claimable_at > t.now LIMIT $2) x),
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'claimed' AND o.claimable_at > t.now LIMIT $2) x),
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'dead' LIMIT $2) x),
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'settled' LIMIT $2) x),
+	least(
+		(SELECT o.claimable_at FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'pending' AND o.claimable_at <= t.now ORDER BY o.claimable_at LIMIT 1),
+		(SELECT o.claimable_at FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'claimed' AND o.claimable_at <= t.now ORDER BY o.claimable_at LIMIT 1)),
+	t.now
+) c
+ORDER BY n.name`
+
+// namespacesOneSQL is the counts of the one namespace $3.
+const namespacesOneSQL = `
+WITH names(name) AS (SELECT $3::text)` + namespaceCountsSQL
+
+// namespacesPageSQL is the counts of the next $4 namespaces after $3,
+// found by a loose scan of outbox_namespace_state_idx: one index probe
+// per namespace.
+const namespacesPageSQL = `
+WITH RECURSIVE ns(name, k) AS (
+	SELECT (SELECT min(o.namespace) FROM {schema}.outbox o WHERE o.namespace > $3::text), 1
+	UNION ALL
+	SELECT (SELECT min(o.namespace) FROM {schema}.outbox o WHERE o.namespace > ns.name), ns.k + 1
+	FROM ns WHERE ns.name IS NOT NULL AND ns.k < $4::int
+), names(name) AS (SELECT name FROM ns WHERE name IS NOT NULL)` + namespaceCountsSQL
+
+// Namespaces returns the state of the namespaces p selects (see
+// [outbox.Operator]) in one statement, so every count is of one snapshot.
+// Cost: one index probe per namespace for the page, then per namespace
+// eight range reads of outbox_namespace_state_idx of at most p.Cap entries
+// each: O(namespaces × (log n + p.Cap)); docs/operate.md shows the plan.
+// Bad params are an [*outbox.ArgumentError].
+func (s *Store) Namespaces(ctx context.Context, p outbox.NamespacesParams) ([]outbox.NamespaceState, error) {
+	const op = "Namespaces"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	p, err := p.Check(op)
+	if err != nil {
+		return nil, err
+	}
+	q, args := s.operateSQL(namespacesPageSQL), []any{s.clock(), int64(p.Cap), p.After, int64(p.Limit)}
+	if p.Namespace != "" {
+		q, args = s.operateSQL(namespacesOneSQL), []any{s.clock(), int64(p.Cap), p.Namespace}
+	}
+	var out []outbox.NamespaceState
+	err = s.run(ctx, anyLoss, func() error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			var n [6]int64
+			var since *time.Time
+			var now time.Time
+			if err := rows.Scan(&name, &n[0], &n[1], &n[2], &n[3], &n[4], &n[5], &since, &now); err != nil {
+				return err
+			}
+			capN := int64(p.Cap)
+			st := outbox.NamespaceState{Namespace: name, Ready: int(min(n[0]+n[1], capN)), Scheduled: int(n[2]), Claimed: int(n[3]),
+				Dead: int(n[4]), Settled: int(n[5])}
+			st.Capped = n[0]+n[1] >= capN || n[2] >= capN || n[3] >= capN || n[4] >= capN || n[5] >= capN
+			if since != nil {
+				st.ReadySince = since.UTC()
+			}
+			out = append(out, st)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	if out == nil {
+		out = []outbox.NamespaceState{}
+	}
+	return out, nil
+}
+
+// operateSQL expands a statement of this file for the store's schema.
+func (s *Store) operateSQL(template string) string {
+	return expand(pgx.Identifier{s.schema}.Sanitize(), template)
+}
+
+// DeleteDead deletes the dead rows among dispatchKeys (at most
+// [outbox.MaxKeys]) in one statement and returns how many it deleted;
+// other keys are left alone. Keys no row can have are an
+// [*outbox.ArgumentError]; an empty list returns 0 without a round trip.
+// Cost: O(len(dispatchKeys) × log n).
+func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, error) {
+	const op = "DeleteDead"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	if len(dispatchKeys) > outbox.MaxKeys {
+		return 0, argError(op, "dispatchKeys", "%d keys, more than %d", len(dispatchKeys), outbox.MaxKeys)
+	}
+	if err := call(op).Keys(dispatchKeys); err != nil {
+		return 0, err
+	}
+	if len(dispatchKeys) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.run(ctx, unsent, func() error {
+		tag, err := s.pool.Exec(ctx, s.operateSQL(`DELETE FROM {schema}.outbox WHERE dispatch_key = ANY ($1::text[]) AND state = 'dead'`), dispatchKeys)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, opError(op, err)
+	}
+	return int(n), nil
+}
+
+// settingsBody is the JSON of a namespace_settings row: the settable
+// fields of outbox.NamespaceSettings. Keys it does not know (a newer
+// version's) are ignored on read.
+type settingsBody struct {
+	Quota  *int `json:"quota,omitempty"`
+	Weight *int `json:"weight,omitempty"`
+	Paused bool `json:"paused,omitempty"`
+}
+
+// ErrBadSettings reports a settings row whose body is not a settings
+// object; only other means than PutSettings can write one.
+var ErrBadSettings = errors.New("pgstore: malformed settings row")
+
+// PutSettings stores set as its namespace's shared settings with the next
+// version, in one transaction that locks settings_clock's row (so versions
+// are given in commit order, and a poller of SettingsVersion misses no
+// change); see [outbox.Operator]. A namespace the route rule rejects, or a
+// new namespace beyond [outbox.MaxSettings], is an
+// [*outbox.ArgumentError]. Cost: three statements, O(log settings), plus a
+// count of the settings when the namespace is new.
+func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (outbox.NamespaceSettings, error) {
+	const op = "PutSettings"
+	if err := s.begin(ctx, op); err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
+	if err := (backpressure.Route{Namespace: set.Namespace}).Validate(); err != nil {
+		return outbox.NamespaceSettings{}, argError(op, "set.Namespace", "%v", err)
+	}
+	body, err := json.Marshal(settingsBody{Quota: set.Quota, Weight: set.Weight, Paused: set.Paused})
+	if err != nil {
+		return outbox.NamespaceSettings{}, opError(op, err)
+	}
+	out := set
+	err = s.run(ctx, unsent, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, s.operateSQL(`UPDATE {schema}.settings_clock SET version = version + 1 RETURNING version`)).Scan(&out.Version); err != nil {
+				return err
+			}
+			var known bool
+			var count int
+			if err := tx.QueryRow(ctx, s.operateSQL(`SELECT EXISTS (SELECT FROM {schema}.namespace_settings WHERE namespace = $1), (SELECT count(*) FROM {schema}.namespace_settings)`),
+				set.Namespace).Scan(&known, &count); err != nil {
+				return err
+			}
+			if !known && count >= outbox.MaxSettings {
+				return argError(op, "s.Namespace", "%q would be beyond the %d namespaces with settings a store keeps", set.Namespace, outbox.MaxSettings)
+			}
+			return tx.QueryRow(ctx, s.operateSQL(`
+INSERT INTO {schema}.namespace_settings (namespace, body, version, updated_at) VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))
+ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.version, updated_at = excluded.updated_at
+RETURNING updated_at`), set.Namespace, string(body), out.Version, s.clock()).Scan(&out.UpdatedAt)
+		})
+	})
+	var arg *outbox.ArgumentError
+	if errors.As(err, &arg) {
+		return outbox.NamespaceSettings{}, err
+	}
+	if err != nil {
+		return outbox.NamespaceSettings{}, opError(op, err)
+	}
+	out.UpdatedAt = out.UpdatedAt.UTC()
+	return out, nil
+}
+
+// ListSettings returns every namespace's shared settings in byte order (see
+// [outbox.Operator]). A row whose body is not a settings object fails the
+// call with an error matching [ErrBadSettings]. One statement:
+// O(settings).
+func (s *Store) ListSettings(ctx context.Context) ([]outbox.NamespaceSettings, error) {
+	const op = "ListSettings"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	var out []outbox.NamespaceSettings
+	err := s.run(ctx, anyLoss, func() error {
+		out = []outbox.NamespaceSettings{}
+		rows, err := s.pool.Query(ctx, s.operateSQL(`SELECT namespace, body::text, version, updated_at FROM {schema}.namespace_settings ORDER BY namespace LIMIT $1`), outbox.MaxSettings)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var set outbox.NamespaceSettings
+			var body string
+			if err := rows.Scan(&set.Namespace, &body, &set.Version, &set.UpdatedAt); err != nil {
+				return err
+			}
+			var b settingsBody
+			if err := json.Unmarshal([]byte(body), &b); err != nil {
+				return fmt.Errorf("%w: namespace %q: %v", ErrBadSettings, set.Namespace, err)
+			}
+			set.Quota, set.Weight, set.Paused, set.UpdatedAt = b.Quota, b.Weight, b.Paused, set.UpdatedAt.UTC()
+			out = append(out, set)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return out, nil
+}
+
+// SettingsVersion returns the greatest settings version (see
+// [outbox.Operator]): one read of settings_clock's one row.
+func (s *Store) SettingsVersion(ctx context.Context) (int64, error) {
+	const op = "SettingsVersion"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	var v int64
+	err := s.run(ctx, anyLoss, func() error {
+		return s.pool.QueryRow(ctx, s.operateSQL(`SELECT version FROM {schema}.settings_clock`)).Scan(&v)
+	})
+	if err != nil {
+		return 0, opError(op, err)
+	}
+	return v, nil
+}
+
+// PutNodeReport stores r, stamped on the store's clock and valid for ttl,
+// and deletes the reports expired more than ttl ago, in one statement (see
+// [outbox.Operator]). Cost: one upsert by primary key and a delete over
+// node_reports (O(nodes)); at one report per node every 2s that is half a
+// write per second per node.
+func (s *Store) PutNodeReport(ctx context.Context, r outbox.NodeReport, ttl time.Duration) error {
+	const op = "PutNodeReport"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	if err := outbox.CheckNodeReport(op, r, ttl); err != nil {
+		return err
+	}
+	r.ReportedAt, r.ExpiresAt = time.Time{}, time.Time{} // the statement sets them
+	body, err := json.Marshal(r)
+	if err != nil {
+		return opError(op, err)
+	}
+	err = s.run(ctx, unsent, func() error {
+		_, err := s.pool.Exec(ctx, s.operateSQL(`
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+gone AS (DELETE FROM {schema}.node_reports d USING t WHERE d.expires_at < t.now - $4::bigint * interval '1 microsecond')
+INSERT INTO {schema}.node_reports (node, body, reported_at, expires_at)
+SELECT $2, $3::jsonb, t.now, t.now + $4::bigint * interval '1 microsecond' FROM t
+ON CONFLICT (node) DO UPDATE SET body = excluded.body, reported_at = excluded.reported_at, expires_at = excluded.expires_at`),
+			s.clock(), r.Node, string(body), ttl.Microseconds())
+		return err
+	})
+	if err != nil {
+		return opError(op, err)
+	}
+	return nil
+}
+
+// NodeReports returns the reports that have not expired on the store's
+// clock, by node (see [outbox.Operator]). One statement: O(nodes).
+func (s *Store) NodeReports(ctx context.Context) ([]outbox.NodeReport, error) {
+	const op = "NodeReports"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	var out []outbox.NodeReport
+	err := s.run(ctx, anyLoss, func() error {
+		out = []outbox.NodeReport{}
+		rows, err := s.pool.Query(ctx, s.operateSQL(`
+SELECT node, body::text, reported_at, expires_at FROM {schema}.node_reports
+WHERE expires_at > coalesce($1::timestamptz, now()) ORDER BY node LIMIT $2`), s.clock(), outbox.MaxNodeReports)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var node, body string
+			var at, until time.Time
+			if err := rows.Scan(&node, &body, &at, &until); err != nil {
+				return err
+			}
+			var r outbox.NodeReport
+			if err := json.Unmarshal([]byte(body), &r); err != nil {
+				return fmt.Errorf("node %q: malformed report: %v", node, err)
+			}
+			r.Node, r.ReportedAt, r.ExpiresAt = node, at.UTC(), until.UTC()
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,343 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+var _ outbox.Operator = (*Store)(nil)
+
+// namespaceCounts counts one namespace's rows, each count a range of
+// outbox_namespace_state capped at ?3 by a LIMIT, so it reads at most ?3
+// entries per count: ?1 namespace, ?2 now, ?3 cap. The min(ready_at) of a
+// (namespace, state) prefix is its first entry.
+const namespaceCounts = `
+SELECT
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 0 AND ready_at <= ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 1 AND ready_at <= ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 0 AND ready_at > ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 1 AND ready_at > ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 3 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 2 LIMIT ?3)),
+	coalesce((SELECT min(ready_at) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 0), 0),
+	coalesce((SELECT min(ready_at) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 1), 0)`
+
+// namespacePage finds the next ?2 namespaces after ?1 with a loose scan of
+// outbox_namespace_state: one index probe per namespace.
+const namespacePage = `
+WITH RECURSIVE ns(name, n) AS (
+	SELECT (SELECT min(namespace) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace > ?1), 1
+	UNION ALL
+	SELECT (SELECT min(namespace) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace > ns.name), n + 1
+	FROM ns WHERE ns.name IS NOT NULL AND n < ?2
+)
+SELECT name FROM ns WHERE name IS NOT NULL`
+
+// Namespaces returns the state of the namespaces p selects (see
+// [outbox.Operator]): one read transaction, so every count is of one
+// snapshot. Cost: one index probe per namespace for the page, then per
+// namespace eight range reads of outbox_namespace_state of at most p.Cap
+// entries each: O(namespaces × (log rows + p.Cap)). Bad params are an
+// *outbox.ArgumentError.
+func (s *Store) Namespaces(ctx context.Context, p outbox.NamespacesParams) ([]outbox.NamespaceState, error) {
+	const op = "Namespaces"
+	if err := s.ready(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	p, err := p.Check(op)
+	if err != nil {
+		return nil, err
+	}
+	limit, capN := p.Limit, p.Cap
+	if err := s.read(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	names := []string{p.Namespace}
+	if p.Namespace == "" {
+		names, err = queryStrings(ctx, tx, namespacePage, p.After, limit)
+		if err != nil {
+			return nil, s.fail(op, err)
+		}
+	}
+	now := nanos(s.now())
+	out := make([]outbox.NamespaceState, 0, len(names))
+	for _, name := range names {
+		var readyP, readyC, sched, claimed, dead, settled int
+		var minP, minC int64
+		if err := tx.QueryRowContext(ctx, namespaceCounts, name, now, capN).Scan(
+			&readyP, &readyC, &sched, &claimed, &dead, &settled, &minP, &minC); err != nil {
+			return nil, s.fail(op, err)
+		}
+		st := outbox.NamespaceState{Namespace: name, Ready: min(readyP+readyC, capN), Scheduled: sched, Claimed: claimed, Dead: dead, Settled: settled}
+		st.Capped = readyP+readyC >= capN || sched >= capN || claimed >= capN || dead >= capN || settled >= capN
+		since := int64(0)
+		for _, m := range []int64{minP, minC} {
+			if m != 0 && m <= now && (since == 0 || m < since) {
+				since = m
+			}
+		}
+		st.ReadySince = fromNanos(since)
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+func queryStrings(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// DeleteDead deletes the dead rows among dispatchKeys (at most
+// outbox.MaxKeys) in one write transaction and returns how many it
+// deleted; other keys are left alone. Keys no row can have are an
+// *outbox.ArgumentError. Cost: O(len(dispatchKeys) × log rows).
+func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, error) {
+	const op = "DeleteDead"
+	if err := s.writable(); err != nil {
+		return 0, s.fail(op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if len(dispatchKeys) > outbox.MaxKeys {
+		return 0, argError(op, "dispatchKeys", fmt.Sprintf("%d keys, more than %d", len(dispatchKeys), outbox.MaxKeys))
+	}
+	if err := call(op).Keys(dispatchKeys); err != nil {
+		return 0, err
+	}
+	if len(dispatchKeys) == 0 {
+		return 0, nil
+	}
+	arg, err := json.Marshal(dispatchKeys)
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
+	var n int64
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE dispatch_key IN (SELECT value FROM json_each(?1)) AND state = 3`, string(arg))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
+	return int(n), nil
+}
+
+// settingsBody is the JSON of a namespace_settings row: the settable
+// fields of outbox.NamespaceSettings. Keys it does not know (a newer
+// version's) are ignored on read.
+type settingsBody struct {
+	Quota  *int `json:"quota,omitempty"`
+	Weight *int `json:"weight,omitempty"`
+	Paused bool `json:"paused,omitempty"`
+}
+
+// PutSettings stores set as its namespace's shared settings with the next
+// version, in one write transaction (see [outbox.Operator]). A namespace
+// the route rule rejects, or a new namespace beyond outbox.MaxSettings, is
+// an *outbox.ArgumentError. Cost: O(log settings), plus a count of the
+// settings when the namespace is new.
+func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (outbox.NamespaceSettings, error) {
+	const op = "PutSettings"
+	if err := s.writable(); err != nil {
+		return outbox.NamespaceSettings{}, s.fail(op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
+	if err := (backpressure.Route{Namespace: set.Namespace}).Validate(); err != nil {
+		return outbox.NamespaceSettings{}, argError(op, "set.Namespace", err.Error())
+	}
+	body, err := json.Marshal(settingsBody{Quota: set.Quota, Weight: set.Weight, Paused: set.Paused})
+	if err != nil {
+		return outbox.NamespaceSettings{}, s.fail(op, err)
+	}
+	out := set
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+		var exists, count int
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM namespace_settings WHERE namespace = ?1), (SELECT count(*) FROM namespace_settings)`,
+			set.Namespace).Scan(&exists, &count); err != nil {
+			return err
+		}
+		if exists == 0 && count >= outbox.MaxSettings {
+			return argError(op, "s.Namespace", fmt.Sprintf("%q would be beyond the %d namespaces with settings a store keeps", set.Namespace, outbox.MaxSettings))
+		}
+		now := nanos(s.now())
+		if err := tx.QueryRowContext(ctx, `UPDATE outbox_meta SET value = value + 1 WHERE key = 'settings_version' RETURNING value`).Scan(&out.Version); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `
+INSERT INTO namespace_settings (namespace, body, version, updated_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.version, updated_at = excluded.updated_at`,
+			set.Namespace, string(body), out.Version, now)
+		out.UpdatedAt = fromNanos(now)
+		return err
+	})
+	if err != nil {
+		return outbox.NamespaceSettings{}, s.fail(op, err)
+	}
+	return out, nil
+}
+
+// ListSettings returns every namespace's shared settings in byte order (see
+// [outbox.Operator]). A row whose body is not a settings object (written
+// by other means) fails the call with an error naming it. One statement:
+// O(settings).
+func (s *Store) ListSettings(ctx context.Context) ([]outbox.NamespaceSettings, error) {
+	const op = "ListSettings"
+	if err := s.read(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	rows, err := s.reader.QueryContext(ctx, `SELECT namespace, body, version, updated_at FROM namespace_settings ORDER BY namespace LIMIT ?1`, outbox.MaxSettings)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	out := []outbox.NamespaceSettings{}
+	for rows.Next() {
+		var set outbox.NamespaceSettings
+		var body string
+		var at int64
+		if err := rows.Scan(&set.Namespace, &body, &set.Version, &at); err != nil {
+			return nil, s.fail(op, err)
+		}
+		if err := decodeSettings(&set, body); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
+		}
+		set.UpdatedAt = fromNanos(at)
+		out = append(out, set)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return out, nil
+}
+
+// ErrBadSettings reports a settings row whose body is not a settings
+// object; it can only be written by other means than PutSettings.
+var ErrBadSettings = errors.New("sqlitestore: malformed settings row")
+
+func decodeSettings(set *outbox.NamespaceSettings, body string) error {
+	var b settingsBody
+	if err := json.Unmarshal([]byte(body), &b); err != nil {
+		return fmt.Errorf("%w: namespace %q: %v", ErrBadSettings, set.Namespace, err)
+	}
+	set.Quota, set.Weight, set.Paused = b.Quota, b.Weight, b.Paused
+	return nil
+}
+
+// SettingsVersion returns the greatest settings version (see
+// [outbox.Operator]): one read of outbox_meta.
+func (s *Store) SettingsVersion(ctx context.Context) (int64, error) {
+	const op = "SettingsVersion"
+	if err := s.read(ctx); err != nil {
+		return 0, s.fail(op, err)
+	}
+	var v int64
+	if err := s.reader.QueryRowContext(ctx, `SELECT value FROM outbox_meta WHERE key = 'settings_version'`).Scan(&v); err != nil {
+		return 0, s.fail(op, err)
+	}
+	return v, nil
+}
+
+// PutNodeReport stores r, stamped on the store's clock and valid for ttl,
+// and deletes reports expired more than ttl ago, in one write transaction
+// (see [outbox.Operator]). Cost: one upsert and one delete over the
+// reports (O(nodes)).
+func (s *Store) PutNodeReport(ctx context.Context, r outbox.NodeReport, ttl time.Duration) error {
+	const op = "PutNodeReport"
+	if err := s.writable(); err != nil {
+		return s.fail(op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := outbox.CheckNodeReport(op, r, ttl); err != nil {
+		return err
+	}
+	now := s.now()
+	r.ReportedAt, r.ExpiresAt = now.UTC(), now.Add(ttl).UTC()
+	body, err := json.Marshal(r)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	return s.fail(op, s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.step(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM node_reports WHERE expires_at < ?1`, nanos(now.Add(-ttl))); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `
+INSERT INTO node_reports (node, body, reported_at, expires_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (node) DO UPDATE SET body = excluded.body, reported_at = excluded.reported_at, expires_at = excluded.expires_at`,
+			r.Node, string(body), nanos(now), nanos(r.ExpiresAt))
+		return err
+	}))
+}
+
+// NodeReports returns the reports that have not expired on the store's
+// clock, by node (see [outbox.Operator]). One statement: O(nodes).
+func (s *Store) NodeReports(ctx context.Context) ([]outbox.NodeReport, error) {
+	const op = "NodeReports"
+	if err := s.read(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	rows, err := s.reader.QueryContext(ctx, `SELECT node, body FROM node_reports WHERE expires_at > ?1 ORDER BY node LIMIT ?2`,
+		nanos(s.now()), outbox.MaxNodeReports)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer rows.Close()
+	out := []outbox.NodeReport{}
+	for rows.Next() {
+		var node, body string
+		if err := rows.Scan(&node, &body); err != nil {
+			return nil, s.fail(op, err)
+		}
+		var r outbox.NodeReport
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			return nil, fmt.Errorf("sqlitestore: %s: node %q: malformed report: %v", op, node, err)
+		}
+		r.Node = node
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,22 @@
+package sqlitestore
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestNamespacesPlansUseIndexes checks with EXPLAIN QUERY PLAN that every
+// count of Namespaces and its page of namespaces is a SEARCH (a range) of
+// the covering outbox_namespace_state, never a SCAN of it or of the table:
+// with each count under a LIMIT of the cap, a call reads
+// O(namespaces × (log rows + cap)) entries.
+func TestNamespacesPlansUseIndexes(t *testing.T) {
+	s := openT(t, ":memory:", Options{})
+	for name, q := range map[string]string{"counts": namespaceCounts, "page": namespacePage} {
+		plan := explain(t, s.writer, q, 3)
+		if strings.Contains(plan, "SCAN outbox") || !strings.Contains(plan, "SEARCH outbox USING COVERING INDEX outbox_namespace_state (") {
+			t.Errorf("Namespaces' %s does not search outbox_namespace_state alone:%s", name, plan)
+		}
+		t.Logf("Namespaces' %s:%s", name, plan)
+	}
+}
