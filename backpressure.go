@@ -16,8 +16,12 @@
 // take more, splits a namespace's grant equally over its routes (task
 // queues), rotates the remainder from sweep to sweep, and never lets a
 // namespace exceed its per-node ceiling ⌈quota × owned/shardCount⌉ of
-// concurrently claimed rows. Quotas, weights and the batch size change at
-// run time with [Backpressure.SetConfig], which keeps the rotation.
+// concurrently claimed rows. A namespace may also have a cluster-wide
+// [Rate] with a burst: a node runs its share, r × owned/shardCount per
+// second, in a token bucket, and a namespace's demand is then
+// min(headroom, tokens, pending). Quotas, weights, rates and the batch size
+// change at run time with [Backpressure.SetConfig], which keeps the
+// rotation.
 // [Backpressure.Plan] is the same planner without I/O, and the returned [Plan] reports, per
 // namespace, what was granted and what was held and why.
 //
@@ -27,7 +31,8 @@
 // that check the gate's premises.
 //
 // What is exported, and why. The planner: [Backpressure], [Config], [New],
-// [Snapshot], [Plan] and its [NamespaceReport] with a [HoldReason]. The
+// [Snapshot], [Plan] and its [NamespaceReport] with a [HoldReason], and
+// [Rate] for rate limits. The
 // sweep: [Sweep], [SweepN], [SweepAhead] and the store contract they call,
 // [OutboxStore] with its optional extensions [Counter] and [TxSweeper] and
 // the values they exchange ([Route], [RouteCount], [ScopedClaim],
