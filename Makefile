@@ -67,9 +67,12 @@ bench-drain:
 	cd sqlitestore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
 
 # The large membership chaos run (20,000 rows, nodes killed, paused, restarted
-# and added); make test runs a smaller one.
+# and added), and the large cluster-wide rate bound run (4 nodes, 100 rows/s,
+# a 6,000-row backlog, 10 nodes killed and restarted); make test runs a
+# smaller one of each.
 chaos:
 	cd pgstore && PGSTORE_CHAOS=1 $(GO) test -race -count=1 -run '^TestChaosMembership$$' -v -timeout 9m .
+	cd pgstore && PGSTORE_CHAOS=1 $(GO) test -race -count=1 -run '^TestRateBoundAcrossProcesses$$' -v -timeout 9m .
 
 # Coverage-guided fuzzing of the planner, the gate and its classes, FUZZTIME each.
 fuzz:
