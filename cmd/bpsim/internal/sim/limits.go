@@ -268,12 +268,20 @@ func (p *PolicyReport) writeLimits(w io.Writer) error {
 	}
 	if caps {
 		var parts []string
+		others, peak := 0, 0
 		for _, t := range p.Tenants {
-			if t.PendingCap > 0 {
-				parts = append(parts, fmt.Sprintf("%s %d/%d rejected (cap %d, peak unfinished %d)", t.Name, t.Rejected, t.Rows, t.PendingCap, t.PeakUnfinished))
+			switch {
+			case t.Rejected > 0:
+				parts = append(parts, fmt.Sprintf("%s %d of %d rejected (cap %d, peak unfinished %d)", t.Name, t.Rejected, t.Rows, t.PendingCap, t.PeakUnfinished))
+			case t.PendingCap > 0:
+				others++
+				peak = max(peak, t.PeakUnfinished)
 			}
 		}
-		fmt.Fprintf(w, "pending caps (rows refused at enqueue, never written): %s\n", strings.Join(parts, "; "))
+		if others > 0 {
+			parts = append(parts, fmt.Sprintf("none of the %d other capped tenants' (peak unfinished %d)", others, peak))
+		}
+		fmt.Fprintf(w, "pending caps, rows refused at enqueue and never written: %s\n", strings.Join(parts, "; "))
 	}
 	return nil
 }

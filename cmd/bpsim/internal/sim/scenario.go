@@ -160,11 +160,6 @@ func (s Scenario) hasRates() bool {
 	return slices.ContainsFunc(s.Tenants, func(t Tenant) bool { return t.Rate.PerSecond > 0 })
 }
 
-// hasPriorities reports whether some tenant marks rows with priorities.
-func (s Scenario) hasPriorities() bool {
-	return slices.ContainsFunc(s.Tenants, func(t Tenant) bool { return len(t.Priorities) > 0 })
-}
-
 // hasPendingCaps reports whether some tenant's rows are capped.
 func (s Scenario) hasPendingCaps() bool {
 	for i := range s.Tenants {
