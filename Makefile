@@ -94,7 +94,7 @@ test-browser: browser
 clean:
 	rm -rf $(BIN) bpsim-out
 
-# Redraw the README's charts from bpsim's default, weights and hand-off scenarios.
+# Redraw the README's charts from bpsim's default, weights, hand-off and rates scenarios.
 chart:
 	$(GO) run ./cmd/bpsim -quiet -out $${TMPDIR:-/tmp}/bpsim-docs
 	cp $${TMPDIR:-/tmp}/bpsim-docs/bpsim.png docs/bpsim.png
@@ -102,3 +102,5 @@ chart:
 	cp $${TMPDIR:-/tmp}/bpsim-weights/backpressure.png docs/bpsim-weights.png
 	$(GO) run ./cmd/bpsim -quiet -scenario cmd/bpsim/scenarios/handoff.json -out $${TMPDIR:-/tmp}/bpsim-handoff
 	cp $${TMPDIR:-/tmp}/bpsim-handoff/backpressure.png docs/bpsim-handoff.png
+	$(GO) run ./cmd/bpsim -quiet -scenario cmd/bpsim/scenarios/rates.json -out $${TMPDIR:-/tmp}/bpsim-rates
+	cp $${TMPDIR:-/tmp}/bpsim-rates/backpressure-starts.png docs/bpsim-rates.png

@@ -18,6 +18,12 @@ type Audit struct {
 	SettledOnce int `json:"settledOnce"` // read back settled, with exactly one claim
 	Lost        int `json:"lost"`        // not in the database at all
 	Unsettled   int `json:"unsettled"`   // in the database but not settled
+	// Rejected counts rows the store refused to enqueue (a tenant over its
+	// pending cap): never written, as a refused batch must be, so neither
+	// lost nor redelivered. RejectedFound counts refused keys read back
+	// from the database all the same (0 is the promise).
+	Rejected      int `json:"rejected,omitempty"`
+	RejectedFound int `json:"rejectedFound,omitempty"`
 	// Held counts rows of tenants paused at the end that were never
 	// claimed: pending, untouched, as a paused tenant's rows must be. The
 	// run does not wait for them.
@@ -54,7 +60,7 @@ type Audit struct {
 // OK reports whether exactly-once held: every key settled once, none lost,
 // none run twice, and redelivery inserted nothing.
 func (a Audit) OK() bool {
-	return a.SettledOnce+a.Held == a.Keys && a.Lost == 0 && a.Unsettled == 0 && a.RunTwice == 0 &&
+	return a.SettledOnce+a.Held+a.Rejected == a.Keys && a.RejectedFound == 0 && a.Lost == 0 && a.Unsettled == 0 && a.RunTwice == 0 &&
 		a.ClaimedAgain == 0 && a.LeaseLost == 0 && a.RedeliveredInserted == 0
 }
 
@@ -68,11 +74,14 @@ func (a Audit) String() string {
 		if a.Recovered > 0 {
 			held += fmt.Sprintf(" (%d left claimed by a failed node, claimed anew after their leases ran out)", a.Recovered)
 		}
+		if a.Rejected > 0 {
+			held += fmt.Sprintf(" (%d refused at enqueue over a pending cap, none written)", a.Rejected)
+		}
 		return fmt.Sprintf("exactly-once: ok — %d of %d dispatch keys settled once%s, none lost; %d re-enqueued as duplicates, %d inserted again",
 			a.SettledOnce, a.Keys, held, a.Redelivered, a.RedeliveredInserted)
 	}
-	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d lost, %d unsettled, %d run twice, %d claimed again while running, %d settles refused (lease lost), %d of %d duplicates inserted again; e.g. %v",
-		a.SettledOnce, a.Keys, a.Lost, a.Unsettled, a.RunTwice, a.ClaimedAgain, a.LeaseLost, a.RedeliveredInserted, a.Redelivered, a.Examples)
+	return fmt.Sprintf("exactly-once: FAILED — %d of %d settled once, %d rejected (%d of them written all the same), %d lost, %d unsettled, %d run twice, %d claimed again while running, %d settles refused (lease lost), %d of %d duplicates inserted again; e.g. %v",
+		a.SettledOnce, a.Keys, a.Rejected, a.RejectedFound, a.Lost, a.Unsettled, a.RunTwice, a.ClaimedAgain, a.LeaseLost, a.RedeliveredInserted, a.Redelivered, a.Examples)
 }
 
 const maxExamples = 5
@@ -85,14 +94,24 @@ type auditStore interface {
 }
 
 // expected is each key's expected claims; nil or 0 means one (a key never
-// claimed has 0 attempts and is judged by its state alone).
-func audit(ctx context.Context, ob auditStore, s Scenario, w *workload, held []bool, expected []int, a *Audit) error {
+// claimed has 0 attempts and is judged by its state alone). rejected (nil:
+// none) marks the keys the store refused at enqueue: they are not
+// redelivered, and must not be in the database.
+func audit(ctx context.Context, ob auditStore, s Scenario, w *workload, held, rejected []bool, expected []int, a *Audit) error {
 	a.Keys = len(w.arrivals)
-	for lo := 0; lo < len(w.arrivals); lo += enqueueChunk {
-		batch := w.arrivals[lo:min(lo+enqueueChunk, len(w.arrivals))]
+	var sent []arrival
+	for i, r := range w.arrivals {
+		if i < len(rejected) && rejected[i] {
+			a.Rejected++
+			continue
+		}
+		sent = append(sent, r)
+	}
+	for lo := 0; lo < len(sent); lo += enqueueChunk {
+		batch := sent[lo:min(lo+enqueueChunk, len(sent))]
 		msgs := make([]outbox.Message, len(batch))
 		for i, r := range batch {
-			msgs[i] = outbox.Message{DispatchKey: r.key, Namespace: s.Tenants[r.tenant].Name, TaskQueue: r.queue}
+			msgs[i] = r.message(s)
 		}
 		n, err := ob.Enqueue(ctx, msgs)
 		if err != nil {
@@ -109,6 +128,15 @@ func audit(ctx context.Context, ob auditStore, s Scenario, w *workload, held []b
 		st, err := ob.Inspect(ctx, r.key)
 		if err != nil {
 			return fmt.Errorf("reading back %q: %w", r.key, err)
+		}
+		if i < len(rejected) && rejected[i] {
+			if st.Found {
+				a.RejectedFound++
+				if len(a.Examples) < maxExamples {
+					a.Examples = append(a.Examples, r.key+" (refused at enqueue, yet "+st.State+")")
+				}
+			}
+			continue
 		}
 		// A key claimed more than once was run twice, whether or not it
 		// was settled in the end.

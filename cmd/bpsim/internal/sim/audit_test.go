@@ -32,7 +32,7 @@ func TestAuditCountsRunTwiceWhateverTheState(t *testing.T) {
 		"twice-claimed": {Found: true, State: "claimed", Attempts: 2},
 	}}
 	var a Audit
-	if err := audit(context.Background(), ob, s, w, []bool{false}, nil, &a); err != nil {
+	if err := audit(context.Background(), ob, s, w, []bool{false}, nil, nil, &a); err != nil {
 		t.Fatal(err)
 	}
 	if a.Keys != 4 || a.SettledOnce != 1 || a.RunTwice != 2 || a.Unsettled != 1 || a.Lost != 1 || a.OK() {
@@ -57,7 +57,7 @@ func TestAuditCountsRunTwiceWhateverTheState(t *testing.T) {
 		"p2": {Found: true, State: "claimed", Attempts: 1},
 	}}
 	a = Audit{}
-	if err := audit(context.Background(), ob, s, w, []bool{false, true}, nil, &a); err != nil {
+	if err := audit(context.Background(), ob, s, w, []bool{false, true}, nil, nil, &a); err != nil {
 		t.Fatal(err)
 	}
 	if a.Held != 1 || a.Unsettled != 1 || a.SettledOnce != 1 || a.OK() {

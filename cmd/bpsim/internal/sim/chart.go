@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -226,4 +227,118 @@ func addMembershipMarks(pl *plot.Plot, s Scenario, yMax float64) error {
 		pl.Legend.Add(fmt.Sprintf("%v %s", time.Duration(mk.tick)*s.Tick, mk.label), line)
 	}
 	return nil
+}
+
+// startsYMax is the y-axis top of the starts charts: the highest rows
+// started in a second, or rate plus burst, plus room.
+func startsYMax(r *Report) float64 {
+	top := 1.0
+	for _, p := range r.Policies {
+		for _, series := range p.Starts.Inflight {
+			for _, v := range series {
+				top = max(top, float64(v))
+			}
+		}
+	}
+	for _, t := range r.Scenario.Tenants {
+		top = max(top, t.Rate.PerSecond+float64(t.Rate.Burst))
+	}
+	return top * 1.08
+}
+
+// startsPlot draws one policy's rows started per second (the second up to
+// each instant) per tenant, with each rate as a dashed line and, for the
+// first rate, rate + burst + (nodes − 1) dotted: the most a second can
+// start.
+func startsPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, error) {
+	pl := plot.New()
+	pl.Title.Text = fmt.Sprintf("%s — rows started per second (sliding 1 s window)\n%s", p.Policy, startsSummary(p))
+	pl.X.Label.Text = "simulated time (s)"
+	pl.Y.Label.Text = "rows started in the last second"
+	pl.Y.Min, pl.Y.Max = 0, yMax
+	pl.Legend.Top = true
+	pl.Legend.Left = false
+	pl.Add(plotter.NewGrid())
+	tick := p.Starts.Tick.Seconds()
+	for i, series := range p.Starts.Inflight {
+		xys := make(plotter.XYs, len(series))
+		for k, v := range series {
+			xys[k] = plotter.XY{X: float64(k) * tick, Y: float64(v)}
+		}
+		line, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, err
+		}
+		line.Color = palette[i%len(palette)]
+		line.Width = vg.Points(1)
+		if s.Tenants[i].Rate.PerSecond > 0 {
+			line.Width = vg.Points(1.8)
+		}
+		pl.Add(line)
+		pl.Legend.Add(s.Tenants[i].Name, line)
+	}
+	pl.X.Min, pl.X.Max = 0, xMax
+	if err := addMembershipMarks(pl, s, yMax); err != nil {
+		return nil, err
+	}
+	for i, t := range s.Tenants {
+		if t.Rate.PerSecond == 0 {
+			continue
+		}
+		rv := t.Rate.PerSecond
+		f := plotter.NewFunction(func(float64) float64 { return rv })
+		f.Color = palette[i%len(palette)]
+		f.Width = vg.Points(1)
+		f.Dashes = plotutil.Dashes(1)
+		pl.Add(f)
+		pl.Legend.Add(fmt.Sprintf("%s rate %g/s", t.Name, rv), f)
+		bv := rv + float64(t.Rate.Burst) + float64(s.Nodes-1)
+		g := plotter.NewFunction(func(float64) float64 { return bv })
+		g.Color = color.RGBA{0xB0, 0x30, 0x30, 0xff}
+		g.Width = vg.Points(0.8)
+		g.Dashes = []vg.Length{vg.Points(1), vg.Points(2)}
+		pl.Add(g)
+		pl.Legend.Add(fmt.Sprintf("bound over 1 s: rate + burst %d + (nodes − 1)", t.Rate.Burst), g)
+	}
+	return pl, nil
+}
+
+// startsSummary is a starts chart's subtitle: each rate-limited tenant's
+// most and mean starts per second.
+func startsSummary(p *PolicyReport) string {
+	var parts []string
+	for _, t := range p.Tenants {
+		if t.Starts != nil && t.Starts.Rate.PerSecond > 0 {
+			parts = append(parts, fmt.Sprintf("%s: at most %.0f in a second, mean %.1f/s, against rate %g/s burst %d",
+				t.Name, t.Starts.MaxPerSecond, t.Starts.MeanPerSecond, t.Starts.Rate.PerSecond, t.Starts.Rate.Burst))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// writePlotPNG writes one plot as a PNG panel.
+func writePlotPNG(w io.Writer, pl *plot.Plot) error {
+	wt, err := pl.WriterTo(panelWidth, panelHeight, "png")
+	if err != nil {
+		return err
+	}
+	_, err = wt.WriteTo(w)
+	return err
+}
+
+// writeStackedPNG writes plots stacked in one PNG with aligned axes.
+func writeStackedPNG(w io.Writer, pls []*plot.Plot) error {
+	plots := make([][]*plot.Plot, len(pls))
+	for i, pl := range pls {
+		plots[i] = []*plot.Plot{pl}
+	}
+	img := vgimg.New(panelWidth, panelHeight*vg.Length(len(plots)))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+	return err
 }

@@ -174,16 +174,24 @@ func (c tenantConfig) apply(ch Change, tenantIdx map[string]int) {
 	}
 }
 
-// backpressureConfig is c as a backpressure.Config.
-func (c tenantConfig) backpressureConfig(s Scenario) backpressure.Config {
+// backpressureConfig is c as a backpressure.Config, its token buckets on
+// the simulated clock now.
+func (c tenantConfig) backpressureConfig(s Scenario, now func() time.Time) backpressure.Config {
 	cfg := backpressure.Config{
 		BatchSize:     s.BatchSize,
 		DefaultQuota:  backpressure.Unlimited,
 		Quotas:        make(map[string]int, len(s.Tenants)),
 		Apportionment: s.apportionment(),
+		Clock:         now,
 	}
 	for i, t := range s.Tenants {
 		cfg.Quotas[t.Name] = c.quotas[i]
+		if t.Rate.PerSecond > 0 {
+			if cfg.Rates == nil {
+				cfg.Rates = map[string]backpressure.Rate{}
+			}
+			cfg.Rates[t.Name] = t.Rate
+		}
 		if c.weights[i] > 1 {
 			if cfg.Weights == nil {
 				cfg.Weights = map[string]int{}
@@ -212,7 +220,7 @@ func pausedAtEnd(s Scenario, tenantIdx map[string]int) []bool {
 // it.
 func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db database, progress func(tick, settled int)) (*PolicyReport, error) {
 	clock := &simClock{tick: s.Tick}
-	ob, err := db.Open(ctx, string(p), storeOptions{ShardCount: s.ShardCount, Lease: s.Lease, Now: clock.Now})
+	ob, err := db.Open(ctx, string(p), storeOptions{ShardCount: s.ShardCount, Lease: s.Lease, Now: clock.Now, PendingCaps: s.pendingCaps()})
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +257,7 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 			bounded = false
 		}
 		capacity += n.workers
-		if n.bp, err = backpressure.New(cfg.backpressureConfig(s), f); err != nil {
+		if n.bp, err = backpressure.New(cfg.backpressureConfig(s, clock.Now), f); err != nil {
 			return nil, err
 		}
 		if p == Backpressure {
@@ -278,6 +286,26 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		tr.Paused = paused[i]
 	}
 	waits := make([][]time.Duration, nt)
+	// prioWaits and prioRows are, per tenant with priorities, the waits
+	// and rows of each priority class.
+	prioWaits := make([]map[int][]time.Duration, nt)
+	prioRows := make([]map[int]int, nt)
+	for i, t := range s.Tenants {
+		if len(t.Priorities) > 0 {
+			prioWaits[i], prioRows[i] = map[int][]time.Duration{}, map[int]int{}
+		}
+	}
+	for _, a := range w.arrivals {
+		if prioRows[a.tenant] != nil {
+			prioRows[a.tenant][a.priority]++
+		}
+	}
+	var meter *startMeter
+	if s.hasRates() {
+		meter = newStartMeter(s)
+	}
+	capped := s.hasPendingCaps()
+	rejected := make([]bool, len(w.arrivals))
 	inflight := make([]int, nt) // claimed, not yet settled
 	waiting := make([]int, nt)  // enqueued, never claimed
 	starved := make([]int, nt)  // sweeps in a row without a claim while backlogged under quota
@@ -374,7 +402,7 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		for nextChange < len(changeTicks) && changeTicks[nextChange] <= t {
 			cfg.apply(s.Changes[nextChange], tenantIdx)
 			for _, n := range nodes {
-				if err := n.bp.SetConfig(cfg.backpressureConfig(s)); err != nil {
+				if err := n.bp.SetConfig(cfg.backpressureConfig(s, clock.Now)); err != nil {
 					return nil, fmt.Errorf("changes[%d]: %w", nextChange, err)
 				}
 			}
@@ -486,16 +514,41 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		}
 		delete(due, t)
 
-		// 2. Producers enqueue the tick's arrivals.
+		// 2. Producers enqueue the tick's arrivals. Under pending caps,
+		// each tenant's producer enqueues its own and drops the rows the
+		// store refuses.
 		if t < len(w.perTick) && len(w.perTick[t]) > 0 {
-			if err := enqueue(ctx, ob, s, w.perTick[t]); err != nil {
+			var refused []arrival
+			var err error
+			if capped {
+				refused, err = enqueueCapped(ctx, ob, s, w.perTick[t])
+			} else {
+				err = enqueue(ctx, ob, s, w.perTick[t])
+			}
+			if err != nil {
 				return nil, fmt.Errorf("%s: enqueue: %w", ob.Name(), err)
+			}
+			for _, a := range refused {
+				i := w.byKey[a.key]
+				rejected[i] = true
+				rep.Tenants[a.tenant].Rejected++
+				if !paused[a.tenant] {
+					wanted--
+				}
 			}
 			for _, a := range w.perTick[t] {
 				waiting[a.tenant]++
 			}
-			waitingTotal += len(w.perTick[t])
+			for _, a := range refused {
+				waiting[a.tenant]--
+			}
+			waitingTotal += len(w.perTick[t]) - len(refused)
 			lastProgress = t
+			if capped {
+				for i := range nt {
+					rep.Tenants[i].PeakUnfinished = max(rep.Tenants[i].PeakUnfinished, waiting[i]+inflight[i])
+				}
+			}
 		}
 
 		// 3. Every node with min(workers, batch) free workers sweeps once.
@@ -524,6 +577,9 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 					return nil, fmt.Errorf("%s: node %d claimed %q, a key the run never enqueued", ob.Name(), n.id, r.DispatchKey)
 				}
 				a := w.arrivals[i]
+				if rejected[i] {
+					return nil, fmt.Errorf("%s: node %d claimed %q, a row the store refused to enqueue", ob.Name(), n.id, r.DispatchKey)
+				}
 				switch {
 				case claimedKey[i] && orphan[i] != notOrphan:
 					// A failed node's row, claimed anew.
@@ -551,6 +607,9 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 				claimedTick[a.tenant]++
 				rep.Tenants[a.tenant].Claimed++
 				waits[a.tenant] = append(waits[a.tenant], r.ClaimedAt.Sub(r.EnqueuedAt))
+				if pw := prioWaits[a.tenant]; pw != nil {
+					pw[a.priority] = append(pw[a.priority], r.ClaimedAt.Sub(r.EnqueuedAt))
+				}
 				inflight[a.tenant]++
 				claimedOn[a.tenant][r.Shard]++
 				n.running++
@@ -595,6 +654,9 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		// 4. Measure the tick.
 		measure := func() {
 			timeline.add(inflight)
+			if meter != nil {
+				meter.add(claimedTick)
+			}
 			for i := range nt {
 				tr := &rep.Tenants[i]
 				if inflight[i] > tr.PeakInflight {
@@ -668,8 +730,19 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 		rep.Tenants[i].WaitP50, rep.Tenants[i].WaitP99, rep.Tenants[i].WaitMax = st.P50, st.P99, st.Max
 		rep.Tenants[i].HeldAtEnd = waiting[i]
 		rep.Tenants[i].StarvedMax = time.Duration(rep.Tenants[i].StarvedSweeps) * s.Tick
+		rep.Tenants[i].PendingCap = s.pendingCap(i)
+		if prioRows[i] != nil {
+			rep.Tenants[i].ByPriority = priorityWaits(prioRows[i], prioWaits[i])
+		}
+		if meter != nil {
+			rep.Tenants[i].Starts = meter.report(i, s.Tenants[i].Rate, ownersEver(history, s.Nodes))
+		}
 	}
 	rep.Timeline = Timeline{Tick: time.Duration(timeline.stride) * s.Tick, Inflight: timeline.vals}
+	if meter != nil {
+		rep.Starts = Timeline{Tick: time.Duration(meter.series.stride) * s.Tick, Inflight: meter.series.vals}
+		rep.startsPerTick = meter.perTick
+	}
 
 	// A row was held at the ceiling when, between its enqueue and its
 	// claim (or the end, for a row never claimed), a sweep of the node
@@ -693,10 +766,26 @@ func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db databa
 			n.d.stop()
 		}
 	}
-	if err := audit(ctx, ob, s, w, paused, expected, &rep.Audit); err != nil {
+	if err := audit(ctx, ob, s, w, paused, rejected, expected, &rep.Audit); err != nil {
 		return nil, fmt.Errorf("%s: audit: %w", ob.Name(), err)
 	}
 	return rep, nil
+}
+
+// ownersEver is how many of the nodes owned a shard at some time of the
+// run, per the ownership history.
+func ownersEver(history []ownerSnap, nodes int) int {
+	owned := make([]bool, nodes)
+	k := 0
+	for _, snap := range history {
+		for _, o := range snap.owner {
+			if !owned[o] {
+				owned[o] = true
+				k++
+			}
+		}
+	}
+	return k
 }
 
 // heldAtCeiling reports whether, in [from, end), a sweep of the node that
@@ -746,6 +835,11 @@ func sweep(ctx context.Context, p Policy, n *node, tick int, ob *simStore, budge
 			return nil, fmt.Errorf("bpsim: the dispatcher asked for %d rows, the lockstep expected %d", done.event.Asked, budget)
 		}
 		for _, ns := range done.event.Plan.Namespaces {
+			if ns.Reason == backpressure.HeldRate {
+				if i, ok := tenantIdx[ns.Namespace]; ok {
+					rep.Tenants[i].SweepsAtRate++
+				}
+			}
 			if ns.Reason != backpressure.HeldAtCeiling {
 				continue
 			}
@@ -765,7 +859,7 @@ func enqueue(ctx context.Context, ob *simStore, s Scenario, arrivals []arrival) 
 		batch := arrivals[lo:min(lo+enqueueChunk, len(arrivals))]
 		msgs := make([]outbox.Message, len(batch))
 		for i, a := range batch {
-			msgs[i] = outbox.Message{DispatchKey: a.key, Namespace: s.Tenants[a.tenant].Name, TaskQueue: a.queue}
+			msgs[i] = a.message(s)
 		}
 		n, err := ob.Enqueue(ctx, msgs)
 		if err != nil {

@@ -41,6 +41,8 @@ cmd/bpsim/scenario.sample.json is the default scenario.
                              rounded up to whole ticks
     "apportionment": "ceil", how a node turns a quota into its ceiling: "ceil"
                              (⌈q × owned/shards⌉) or "shares" (tighter cluster-wide)
+    "pendingCap": 1000,      optional: every tenant's cap on unfinished rows, 1..2^30
+                             (a tenant's "pendingCap" overrides it); left out: none
     "changes": [             optional: quotas and weights changed at a simulated time,
                              applied with SetConfig on every node before that tick's
                              sweeps; in time order
@@ -56,6 +58,19 @@ cmd/bpsim/scenario.sample.json is the default scenario.
         "weight": 1,         share of each sweep against other tenants (default 1)
         "queues": 20,        task queues q00, q01, … (default 1), 1..1000
         "serviceTime": {…},  optional override of the scenario's service time
+        "rate": {"perSecond": 20, "burst": 10},
+                             optional cluster-wide rate limit: rows started per second
+                             (> 0) and the most started at once (≥ 1); enforced by the
+                             backpressure policy (its token buckets follow simulated
+                             time); the report gives every policy's starts per second
+        "priorities": [{"priority": 100, "fraction": 0.1}],
+                             optional: each row draws a class, priority p (-1000..1000,
+                             not 0) with probability fraction, else priority 0; higher
+                             is claimed first inside a route, and changes no share
+        "pendingCap": 200,   optional cap on the tenant's unfinished rows in the store
+                             (≥ 1; -1 = none; left out: the scenario's "pendingCap");
+                             the producer drops rows Enqueue refuses over it, and the
+                             report counts them rejected
         "arrivals": [        one or more patterns:
           {"pattern": "burst", "rows": 2000, "at": "0s"},
                              rows at one instant, dealt over the queues in turn
@@ -68,7 +83,8 @@ cmd/bpsim/scenario.sample.json is the default scenario.
   }
 
 Example scenarios, one per feature, are in cmd/bpsim/scenarios/ (a node that
-fails and one that joins: handoff.json).
+fails and one that joins: handoff.json; a rate limit across a hand-off:
+rates.json; priorities: priority.json; a runaway producer: pendingcap.json).
 
 The arrivals and service times are drawn from -seed, once, and replayed
 unchanged under every policy. At most 1,000,000 rows and 1,000,000 ticks in the

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"gonum.org/v1/plot"
 )
 
 // Output file names inside the output directory.
@@ -17,6 +19,13 @@ const (
 	ReportFile = "report.json" // every figure of the run
 	ChartFile  = "bpsim.png"   // every policy's chart, stacked
 )
+
+// StartsChartFile is every policy's chart of rows started per second,
+// stacked, written when the scenario has rates.
+const StartsChartFile = "starts.png"
+
+// PolicyStartsChartFile is the name of one policy's starts chart.
+func PolicyStartsChartFile(p Policy) string { return string(p) + "-starts.png" }
 
 // PolicyChartFile is the name of one policy's chart.
 func PolicyChartFile(p Policy) string { return string(p) + ".png" }
@@ -46,6 +55,29 @@ func writeOutputs(o *outDir, r *Report) ([]string, error) {
 		files = append(files, outputFile{PolicyChartFile(p.Policy), func(w io.Writer) error {
 			return writePolicyPNG(w, r.Scenario, p, xMax, yMax)
 		}})
+	}
+	if r.Scenario.hasRates() {
+		sMax := startsYMax(r)
+		files = append(files, outputFile{StartsChartFile, func(w io.Writer) error {
+			var pls []*plot.Plot
+			for _, p := range r.Policies {
+				pl, err := startsPlot(r.Scenario, p, xMax, sMax)
+				if err != nil {
+					return err
+				}
+				pls = append(pls, pl)
+			}
+			return writeStackedPNG(w, pls)
+		}})
+		for _, p := range r.Policies {
+			files = append(files, outputFile{PolicyStartsChartFile(p.Policy), func(w io.Writer) error {
+				pl, err := startsPlot(r.Scenario, p, xMax, sMax)
+				if err != nil {
+					return err
+				}
+				return writePlotPNG(w, pl)
+			}})
+		}
 	}
 	return o.commit(files)
 }

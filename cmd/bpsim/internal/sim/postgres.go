@@ -81,7 +81,7 @@ func (d *pgDatabase) Open(ctx context.Context, policy string, opts storeOptions)
 	schema := d.schema(policy)
 	d.schemas = append(d.schemas, schema)
 	name := d.name + " schema " + schema
-	s, err := pgstore.New(ctx, d.pool, pgstore.Options{Schema: schema, ShardCount: opts.ShardCount, Lease: opts.Lease, Now: opts.Now})
+	s, err := pgstore.New(ctx, d.pool, pgstore.Options{Schema: schema, ShardCount: opts.ShardCount, Lease: opts.Lease, Now: opts.Now, PendingCaps: opts.PendingCaps})
 	if err != nil {
 		return nil, fmt.Errorf("bpsim: %s: %w", name, err)
 	}

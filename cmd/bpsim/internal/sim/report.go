@@ -82,8 +82,15 @@ type PolicyReport struct {
 	Events []string
 
 	Timeline Timeline
-	Audit    Audit
-	Wall     time.Duration // wall-clock time of the run
+	// Starts is, when the scenario has rates, each tenant's rows started
+	// in the second up to each tick (a sliding window), sampled as
+	// Timeline is; empty otherwise. The starts chart draws it.
+	Starts Timeline
+	// startsPerTick is, per rate-limited tenant, its starts in every tick
+	// (nil for the others): what the tests check the bound over.
+	startsPerTick [][]int
+	Audit         Audit
+	Wall          time.Duration // wall-clock time of the run
 }
 
 // TenantReport is one tenant's figures under one policy.
@@ -153,6 +160,28 @@ type TenantReport struct {
 	// capped. StarvedMax is the same in simulated time.
 	StarvedSweeps int
 	StarvedMax    time.Duration
+
+	// SweepsAtRate counts backpressure sweeps that held the tenant's rows
+	// for its rate (backpressure.HeldRate): rows waiting for tokens, not
+	// for a concurrency slot. 0 under the other policies.
+	SweepsAtRate int
+
+	// Starts is the tenant's starts per second against its rate: set for
+	// every tenant when some tenant of the scenario has a rate, else nil.
+	Starts *StartsReport
+
+	// ByPriority is the tenant's waits per priority class, highest first,
+	// when the tenant marks rows with priorities (Tenant.Priorities).
+	ByPriority []PriorityWait
+
+	// PendingCap is the tenant's cap on unfinished rows in the store (0:
+	// none). Rejected is the rows the store refused to enqueue over it
+	// (Rows counts them: Rows − Rejected were enqueued). PeakUnfinished,
+	// when some tenant has a cap, is the most rows of the tenant enqueued
+	// and not yet settled, after any tick's enqueues: ≤ PendingCap.
+	PendingCap     int
+	Rejected       int
+	PeakUnfinished int
 }
 
 // Timeline is in-flight rows per tenant over time: rows claimed and not yet
@@ -244,9 +273,61 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 		HeldAtEnd       int     `json:"heldAtEnd"`
 		StarvedSweeps   int     `json:"longestStarvedSweeps"`
 		StarvedMaxMs    float64 `json:"longestStarvedMs"`
+		SweepsAtRate    int     `json:"sweepsAtRate,omitempty"`
+		Starts          any     `json:"starts,omitempty"`
+		ByPriority      any     `json:"byPriority,omitempty"`
+		PendingCap      int     `json:"pendingCap,omitempty"`
+		Rejected        int     `json:"rejected,omitempty"`
+		PeakUnfinished  int     `json:"peakUnfinished,omitempty"`
 	}{t.Name, t.Quota, t.Weight, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
 		t.PeakInflight, t.ClusterCeiling, t.PeakCeiling, t.OverOwnersCeiling, t.OverAtClaim, t.OverNodeCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps,
-		t.Paused, t.HeldAtEnd, t.StarvedSweeps, ms(t.StarvedMax)})
+		t.Paused, t.HeldAtEnd, t.StarvedSweeps, ms(t.StarvedMax),
+		t.SweepsAtRate, startsJSON(t.Starts), priorityJSONs(t.ByPriority), t.PendingCap, t.Rejected, t.PeakUnfinished})
+}
+
+// startsJSON is s as report.json writes it (nil when s is).
+func startsJSON(s *StartsReport) any {
+	if s == nil {
+		return nil
+	}
+	type window struct {
+		FromMs  float64 `json:"fromMs"`
+		SpanMs  float64 `json:"spanMs"`
+		Started int     `json:"started"`
+		Bound   float64 `json:"bound"`
+		Held    bool    `json:"held"`
+	}
+	j := struct {
+		RatePerSecond float64 `json:"ratePerSecond,omitempty"`
+		Burst         int     `json:"burst,omitempty"`
+		MaxPerSecond  float64 `json:"maxPerSecond1s"`
+		MeanPerSecond float64 `json:"meanPerSecond"`
+		Worst         *window `json:"worstWindow,omitempty"`
+	}{s.Rate.PerSecond, s.Rate.Burst, round3(s.MaxPerSecond), round3(s.MeanPerSecond), nil}
+	if w := s.Worst; w != nil {
+		j.Worst = &window{ms(w.From), ms(w.Span), w.Started, round3(w.Bound), w.Held()}
+	}
+	return j
+}
+
+// priorityJSONs is ps as report.json writes them (nil when empty).
+func priorityJSONs(ps []PriorityWait) any {
+	if len(ps) == 0 {
+		return nil
+	}
+	type class struct {
+		Priority  int     `json:"priority"`
+		Rows      int     `json:"rows"`
+		Claimed   int     `json:"claimed"`
+		WaitP50Ms float64 `json:"waitP50Ms"`
+		WaitP99Ms float64 `json:"waitP99Ms"`
+		WaitMaxMs float64 `json:"waitMaxMs"`
+	}
+	out := make([]class, len(ps))
+	for i, p := range ps {
+		out[i] = class{p.Priority, p.Rows, p.Claimed, ms(p.WaitP50), ms(p.WaitP99), ms(p.WaitMax)}
+	}
+	return out
 }
 
 func round3(f float64) float64 {
@@ -273,6 +354,9 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 			fmtWait(t.WaitP50), fmtWait(t.WaitP99), fmtWait(t.WaitMax), fmtWait(t.StarvedMax), peakQuota(p.Policy, t), held)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := p.writeLimits(&b); err != nil {
 		return err
 	}
 	verdict := "ok"

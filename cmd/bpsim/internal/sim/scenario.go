@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/internal/limits"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Limits on a scenario, so that a typo cannot ask for a run that never ends.
@@ -120,8 +121,53 @@ type Scenario struct {
 	// otherwise.
 	ServiceTime ServiceTime
 
+	// PendingCap is the stores' default cap on a tenant's unfinished rows
+	// (outbox.PendingCaps.Default): 0 for none, else 1..outbox.MaxPendingCap.
+	// A tenant's own PendingCap overrides it.
+	PendingCap int
+
 	// Tenants are the namespaces that enqueue rows; at least one.
 	Tenants []Tenant
+}
+
+// pendingCaps is the scenario's caps as the stores take them.
+func (s Scenario) pendingCaps() outbox.PendingCaps {
+	c := outbox.PendingCaps{Default: s.PendingCap}
+	for _, t := range s.Tenants {
+		if t.PendingCap != 0 {
+			if c.PerNamespace == nil {
+				c.PerNamespace = map[string]int{}
+			}
+			c.PerNamespace[t.Name] = max(t.PendingCap, 0) // -1: none
+		}
+	}
+	return c
+}
+
+// pendingCap returns tenant i's cap in force, 0 for none.
+func (s Scenario) pendingCap(i int) int {
+	switch c := s.Tenants[i].PendingCap; {
+	case c > 0:
+		return c
+	case c < 0:
+		return 0
+	}
+	return s.PendingCap
+}
+
+// hasRates reports whether some tenant has a rate limit.
+func (s Scenario) hasRates() bool {
+	return slices.ContainsFunc(s.Tenants, func(t Tenant) bool { return t.Rate.PerSecond > 0 })
+}
+
+// hasPendingCaps reports whether some tenant's rows are capped.
+func (s Scenario) hasPendingCaps() bool {
+	for i := range s.Tenants {
+		if s.pendingCap(i) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // NodeSpec is one node of [Scenario.NodeList].
@@ -202,6 +248,35 @@ type Tenant struct {
 
 	// Arrivals is when the tenant's rows arrive: at least one pattern.
 	Arrivals []Arrival
+
+	// Rate is the tenant's cluster-wide rate limit (backpressure's
+	// Config.Rates): rows started per simulated second, with a burst. The
+	// zero value: none. Only the backpressure policy enforces it; the
+	// report measures every policy's starts against it.
+	Rate backpressure.Rate
+
+	// Priorities marks a fraction of the tenant's rows with a priority
+	// (outbox.Message.Priority): each row draws one class, Priority with
+	// probability Fraction, and priority 0 with what is left. The draws
+	// come from a stream of their own, so a scenario's arrivals and service
+	// times are the same with or without priorities. Classes have distinct
+	// priorities, none 0; fractions are in (0, 1] and sum to at most 1.
+	Priorities []PriorityShare
+
+	// PendingCap caps the tenant's unfinished rows in the store
+	// (outbox.PendingCaps.PerNamespace): ≥ 1, -1 for no cap, 0 for the
+	// scenario's PendingCap. The tenant's producer enqueues each tick's
+	// rows in one call; when the store refuses it (outbox.ErrPendingCap),
+	// it enqueues them one by one until one is refused and drops that one
+	// and the rest of the tick's: those rows are "rejected", never in the
+	// outbox, and the audit counts them apart from lost rows.
+	PendingCap int
+}
+
+// PriorityShare is one priority class of [Tenant.Priorities].
+type PriorityShare struct {
+	Priority int     // outbox.MinPriority..outbox.MaxPriority, not 0
+	Fraction float64 // of the tenant's rows, in (0, 1]
 }
 
 // The arrival patterns.
@@ -280,6 +355,7 @@ type scenarioJSON struct {
 	Duration        *string          `json:"duration"`
 	Lease           *string          `json:"lease"`
 	ServiceTime     *serviceTimeJSON `json:"serviceTime"`
+	PendingCap      *int             `json:"pendingCap,omitempty"`
 	Tenants         []tenantJSON     `json:"tenants"`
 }
 
@@ -310,6 +386,19 @@ type tenantJSON struct {
 	Queues      *int             `json:"queues"`
 	ServiceTime *serviceTimeJSON `json:"serviceTime,omitempty"`
 	Arrivals    []arrivalJSON    `json:"arrivals"`
+	Rate        *rateJSON        `json:"rate,omitempty"`
+	Priorities  []priorityJSON   `json:"priorities,omitempty"`
+	PendingCap  *int             `json:"pendingCap,omitempty"`
+}
+
+type rateJSON struct {
+	PerSecond *float64 `json:"perSecond"`
+	Burst     *int     `json:"burst"`
+}
+
+type priorityJSON struct {
+	Priority *int     `json:"priority"`
+	Fraction *float64 `json:"fraction"`
 }
 
 type arrivalJSON struct {
@@ -411,6 +500,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 		"duration":       stringField(&j.Duration),
 		"lease":          stringField(&j.Lease),
 		"serviceTime":    serviceTimeField(&j.ServiceTime),
+		"pendingCap":     intField(&j.PendingCap),
 		"tenants": arrayField(func(raw json.RawMessage, at string) error {
 			var t tenantJSON
 			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
@@ -432,6 +522,27 @@ func DecodeScenario(data []byte) (Scenario, error) {
 					t.Arrivals = append(t.Arrivals, a)
 					return err
 				}, func() { t.Arrivals = []arrivalJSON{} }),
+				"rate": func(raw json.RawMessage, at string) error {
+					var r rateJSON
+					if err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+						"perSecond": floatField(&r.PerSecond),
+						"burst":     intField(&r.Burst),
+					}); err != nil {
+						return err
+					}
+					t.Rate = &r
+					return nil
+				},
+				"priorities": arrayField(func(raw json.RawMessage, at string) error {
+					var p priorityJSON
+					err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+						"priority": intField(&p.Priority),
+						"fraction": floatField(&p.Fraction),
+					})
+					t.Priorities = append(t.Priorities, p)
+					return err
+				}, func() { t.Priorities = []priorityJSON{} }),
+				"pendingCap": intField(&t.PendingCap),
 			})
 			j.Tenants = append(j.Tenants, t)
 			return err
@@ -720,6 +831,12 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 	if j.Apportionment != nil {
 		s.Apportionment = *j.Apportionment
 	}
+	if j.PendingCap != nil {
+		s.PendingCap = *j.PendingCap
+		if s.PendingCap == 0 {
+			return Scenario{}, &ScenarioError{Field: "pendingCap", Problem: "0: want ≥ 1, or leave it out for no cap"}
+		}
+	}
 	if s.MembershipLease, err = parseDuration("membershipLease", j.MembershipLease, 0); err != nil {
 		return Scenario{}, err
 	}
@@ -777,6 +894,34 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 				return Scenario{}, err
 			}
 			t.Arrivals = append(t.Arrivals, a)
+		}
+		if tj.Rate != nil {
+			if tj.Rate.PerSecond == nil {
+				return Scenario{}, &ScenarioError{Field: at + ".rate.perSecond", Problem: "missing: want the rows started per second, > 0"}
+			}
+			if tj.Rate.Burst == nil {
+				return Scenario{}, &ScenarioError{Field: at + ".rate.burst", Problem: "missing: want the most rows started at once, ≥ 1"}
+			}
+			t.Rate = backpressure.Rate{PerSecond: *tj.Rate.PerSecond, Burst: *tj.Rate.Burst}
+			if t.Rate.PerSecond == 0 {
+				return Scenario{}, &ScenarioError{Field: at + ".rate.perSecond", Problem: "0: want a rate > 0, or leave \"rate\" out for none"}
+			}
+		}
+		for k, pj := range tj.Priorities {
+			pat := fmt.Sprintf("%s.priorities[%d]", at, k)
+			if pj.Priority == nil {
+				return Scenario{}, &ScenarioError{Field: pat + ".priority", Problem: fmt.Sprintf("missing: want a priority in %d..%d, not 0", outbox.MinPriority, outbox.MaxPriority)}
+			}
+			if pj.Fraction == nil {
+				return Scenario{}, &ScenarioError{Field: pat + ".fraction", Problem: "missing: want the fraction of the tenant's rows, in (0, 1]"}
+			}
+			t.Priorities = append(t.Priorities, PriorityShare{Priority: *pj.Priority, Fraction: *pj.Fraction})
+		}
+		if tj.PendingCap != nil {
+			t.PendingCap = *tj.PendingCap
+			if t.PendingCap == 0 {
+				return Scenario{}, &ScenarioError{Field: at + ".pendingCap", Problem: "0: want ≥ 1, or -1 for no cap; leave it out for the scenario's pendingCap"}
+			}
 		}
 		s.Tenants = append(s.Tenants, t)
 	}
@@ -863,6 +1008,9 @@ func (s Scenario) MarshalJSON() ([]byte, error) {
 	if s.MembershipLease != 0 {
 		j.MembershipLease = ptr(s.MembershipLease.String())
 	}
+	if s.PendingCap != 0 {
+		j.PendingCap = ptr(s.PendingCap)
+	}
 	for _, c := range s.Changes {
 		j.Changes = append(j.Changes, changeJSON{At: ptr(c.At.String()), Quotas: c.Quotas, Weights: c.Weights})
 	}
@@ -886,6 +1034,15 @@ func (s Scenario) MarshalJSON() ([]byte, error) {
 				}
 			}
 			tj.Arrivals = append(tj.Arrivals, aj)
+		}
+		if t.Rate != (backpressure.Rate{}) {
+			tj.Rate = &rateJSON{PerSecond: ptr(t.Rate.PerSecond), Burst: ptr(t.Rate.Burst)}
+		}
+		for _, p := range t.Priorities {
+			tj.Priorities = append(tj.Priorities, priorityJSON{Priority: ptr(p.Priority), Fraction: ptr(p.Fraction)})
+		}
+		if t.PendingCap != 0 {
+			tj.PendingCap = ptr(t.PendingCap)
 		}
 		j.Tenants = append(j.Tenants, tj)
 	}
@@ -947,6 +1104,9 @@ func (s Scenario) Validate() error {
 	if err := s.ServiceTime.validate("serviceTime"); err != nil {
 		return err
 	}
+	if s.PendingCap < 0 || s.PendingCap > outbox.MaxPendingCap {
+		return bad("pendingCap", "%d is out of range: want 1..%d (0 or left out: no cap)", s.PendingCap, outbox.MaxPendingCap)
+	}
 	if err := s.validateNodes(); err != nil {
 		return err
 	}
@@ -975,6 +1135,9 @@ func (s Scenario) Validate() error {
 			return bad(at+".weight", "%d is out of range: want 1..%d (0 or left out: 1)", t.Weight, limits.Weight)
 		case t.Queues < 1 || t.Queues > maxQueues:
 			return bad(at+".queues", "%d is out of range: want 1..%d", t.Queues, maxQueues)
+		}
+		if err := t.validateLimits(at); err != nil {
+			return err
 		}
 		if t.ServiceTime != nil {
 			if err := t.ServiceTime.validate(at + ".serviceTime"); err != nil {
@@ -1101,6 +1264,44 @@ func (s Scenario) validateNodes() error {
 				return bad("nodes", "shard %d is owned by no node: its rows would never be claimed", sh)
 			}
 		}
+	}
+	return nil
+}
+
+// validateLimits checks the tenant's rate, priorities and pending cap.
+func (t Tenant) validateLimits(at string) error {
+	bad := func(field, format string, args ...any) error {
+		return &ScenarioError{Field: at + field, Problem: fmt.Sprintf(format, args...)}
+	}
+	r := t.Rate
+	switch {
+	case r == backpressure.Rate{}:
+	case !(r.PerSecond > 0) || math.IsInf(r.PerSecond, 0) || r.PerSecond > limits.RatePerSecond:
+		return bad(".rate.perSecond", "%v: want a rate > 0 and at most %g rows a second", r.PerSecond, float64(limits.RatePerSecond))
+	case r.Burst < 1 || r.Burst > limits.Burst:
+		return bad(".rate.burst", "%d is out of range: want 1..%d", r.Burst, limits.Burst)
+	}
+	sum := 0.0
+	seen := map[int]int{}
+	for k, p := range t.Priorities {
+		pat := fmt.Sprintf(".priorities[%d]", k)
+		switch {
+		case p.Priority == 0 || p.Priority < outbox.MinPriority || p.Priority > outbox.MaxPriority:
+			return bad(pat+".priority", "%d: want %d..%d, not 0 (the rows no class draws have priority 0)", p.Priority, outbox.MinPriority, outbox.MaxPriority)
+		case !(p.Fraction > 0) || p.Fraction > 1:
+			return bad(pat+".fraction", "%v: want a fraction in (0, 1]", p.Fraction)
+		}
+		if j, dup := seen[p.Priority]; dup {
+			return bad(pat+".priority", "%d is also the priority of priorities[%d]: classes must differ", p.Priority, j)
+		}
+		seen[p.Priority] = k
+		sum += p.Fraction
+	}
+	if sum > 1+1e-9 {
+		return bad(".priorities", "the fractions add up to %v: want at most 1", sum)
+	}
+	if t.PendingCap < -1 || t.PendingCap > outbox.MaxPendingCap {
+		return bad(".pendingCap", "%d is out of range: want 1..%d, or -1 for no cap (0 or left out: the scenario's pendingCap)", t.PendingCap, outbox.MaxPendingCap)
 	}
 	return nil
 }

@@ -46,6 +46,31 @@ func TestScenarioJSONRoundTrip(t *testing.T) {
 	}
 }
 
+// TestLimitsScenarioRoundTrip checks that rates, priorities and pending
+// caps survive MarshalJSON and ParseScenario.
+func TestLimitsScenarioRoundTrip(t *testing.T) {
+	s := DefaultScenario()
+	s.PendingCap = 500
+	s.Tenants[0].Rate.PerSecond, s.Tenants[0].Rate.Burst = 12.5, 7
+	s.Tenants[0].Priorities = []PriorityShare{{Priority: 100, Fraction: 0.1}, {Priority: -3, Fraction: 0.25}}
+	s.Tenants[0].PendingCap = 40
+	s.Tenants[1].PendingCap = -1
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseScenario(b)
+	if err != nil {
+		t.Fatalf("ParseScenario(MarshalJSON(s)): %v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(got, s) {
+		t.Errorf("round trip changed the scenario:\n got %+v\nwant %+v", got, s)
+	}
+	if c := got.pendingCaps(); c.Default != 500 || c.Cap("bursty") != 40 || c.Cap("quiet-1") != 0 || c.Cap("quiet-2") != 500 {
+		t.Errorf("pendingCaps() = %+v", c)
+	}
+}
+
 // TestHandoffScenarioRoundTrip checks that failAt, joinAt and
 // membershipLease survive MarshalJSON and ParseScenario.
 func TestHandoffScenarioRoundTrip(t *testing.T) {
@@ -170,6 +195,24 @@ func TestParseScenarioErrors(t *testing.T) {
 		{`{"tenants": [{"name": "a", "quota": -2, "arrivals": [{"pattern": "burst", "rows": 3}]}]}`, "tenants[0].quota", "-1 for unlimited"},
 		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "queues": -3`), "tenants[0].queues", "out of range"},
 		{withTenant(`"arrivals": []`), "tenants[0].arrivals", "at least one"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "rate": {"perSecond": 5}`), "tenants[0].rate.burst", "missing"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "rate": {"burst": 5}`), "tenants[0].rate.perSecond", "missing"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "rate": {"perSecond": 0, "burst": 5}`), "tenants[0].rate.perSecond", "want a rate > 0"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "rate": {"perSecond": -2, "burst": 5}`), "tenants[0].rate.perSecond", "want a rate > 0"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "rate": {"perSecond": 2, "burst": 0}`), "tenants[0].rate.burst", "out of range"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "rate": {"perSecond": 2, "burst": 1, "window": 3}`), "tenants[0].rate.window", "unknown field"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "rate": 5`), "tenants[0].rate", "want an object"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "priorities": [{"priority": 5}]`), "tenants[0].priorities[0].fraction", "missing"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "priorities": [{"fraction": 0.5}]`), "tenants[0].priorities[0].priority", "missing"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "priorities": [{"priority": 0, "fraction": 0.5}]`), "tenants[0].priorities[0].priority", "not 0"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "priorities": [{"priority": 1001, "fraction": 0.5}]`), "tenants[0].priorities[0].priority", "-1000..1000"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "priorities": [{"priority": 5, "fraction": 0}]`), "tenants[0].priorities[0].fraction", "(0, 1]"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "priorities": [{"priority": 5, "fraction": 0.5}, {"priority": 5, "fraction": 0.1}]`), "tenants[0].priorities[1].priority", "classes must differ"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "priorities": [{"priority": 5, "fraction": 0.7}, {"priority": -5, "fraction": 0.4}]`), "tenants[0].priorities", "add up to"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "pendingCap": 0`), "tenants[0].pendingCap", "-1 for no cap"},
+		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "pendingCap": -2`), "tenants[0].pendingCap", "out of range"},
+		{with(`"pendingCap": 0,`), "pendingCap", "leave it out for no cap"},
+		{with(`"pendingCap": -3,`), "pendingCap", "out of range"},
 		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "serviceTime": {"min": "-1s"}`), "tenants[0].serviceTime.min", "not positive"},
 		{withTenant(`"arrivals": [{"pattern": "burst", "rows": 3}], "serviceTime": {"min": "1h"}`), "lease", "claimed again"},
 		{withArrival(`{"rows": 3}`), "tenants[0].arrivals[0].pattern", "missing"},

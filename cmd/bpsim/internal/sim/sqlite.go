@@ -34,7 +34,7 @@ func (d *sqliteDatabase) ReportName(string) string { return "" }
 func (d *sqliteDatabase) Open(ctx context.Context, policy string, opts storeOptions) (*simStore, error) {
 	path := filepath.Join(d.dir, policy+".db")
 	name := "sqlite database " + path
-	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{ShardCount: opts.ShardCount, Lease: opts.Lease, Now: opts.Now, SyncNormal: true})
+	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{ShardCount: opts.ShardCount, Lease: opts.Lease, Now: opts.Now, SyncNormal: true, PendingCaps: opts.PendingCaps})
 	if err != nil {
 		return nil, fmt.Errorf("bpsim: %s: %w", name, err)
 	}

@@ -71,6 +71,8 @@ type storeOptions struct {
 	ShardCount int
 	Lease      time.Duration
 	Now        func() time.Time
+	// PendingCaps caps each tenant's unfinished rows (the zero value: none).
+	PendingCaps outbox.PendingCaps
 }
 
 // database makes one fresh, empty outbox per policy run, and cleans up

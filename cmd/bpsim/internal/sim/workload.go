@@ -10,11 +10,12 @@ import (
 // arrival is one row of the workload: when it is enqueued and how long a
 // worker runs it once claimed.
 type arrival struct {
-	key     string // dispatch key, unique in the run
-	tenant  int    // index into Scenario.Tenants
-	queue   string // task queue
-	tick    int    // tick at which it is enqueued
-	service int    // ticks a worker runs it, ≥ 1
+	key      string // dispatch key, unique in the run
+	tenant   int    // index into Scenario.Tenants
+	queue    string // task queue
+	tick     int    // tick at which it is enqueued
+	service  int    // ticks a worker runs it, ≥ 1
+	priority int    // outbox.Message.Priority, drawn from Tenant.Priorities
 }
 
 // workload is a scenario's arrivals, drawn once from the seed and replayed
@@ -94,6 +95,24 @@ func newWorkload(s Scenario, seed int64) *workload {
 			}
 		}
 	}
+	// Priorities come from a stream of their own, drawn in the order the
+	// rows were drawn, so that they change no arrival nor service time.
+	prng := rand.New(rand.NewPCG(uint64(seed), 0x6270_7369_6d00_0002))
+	for i := range all {
+		classes := s.Tenants[all[i].tenant].Priorities
+		if len(classes) == 0 {
+			continue
+		}
+		u := prng.Float64()
+		for _, c := range classes {
+			if u < c.Fraction {
+				all[i].priority = c.Priority
+				break
+			}
+			u -= c.Fraction
+		}
+	}
+
 	// Stable: rows of one tick keep the order they were drawn in, which is
 	// the order they are enqueued and so their oldest-first order.
 	slices.SortStableFunc(all, func(a, b arrival) int { return a.tick - b.tick })
