@@ -66,6 +66,25 @@ func (s *Store) run(ctx context.Context, again bool, fn func() error) error {
 	return fn()
 }
 
+// runOnce is run(ctx, unsent, fn) for one autocommit statement (Complete's
+// and ExtendLeases'), retried up to twice more when PostgreSQL chose it as
+// a deadlock's victim (SQLSTATE 40P01). A victim's statement is rolled back
+// whole, so nothing of it applied and running it again is what the caller
+// asked for. Both statements lock their rows in dispatch-key order when
+// PostgreSQL walks the sorted keys, but that is a plan choice (a generic
+// hash-join plan visits rows in table order): two calls over the same rows
+// with different plans can deadlock, and the retry turns that into a wait of
+// deadlock_timeout (1 s by default).
+func (s *Store) runOnce(ctx context.Context, fn func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := s.run(ctx, unsent, fn)
+		var pgErr *pgconn.PgError
+		if attempt == 2 || ctx.Err() != nil || !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			return err
+		}
+	}
+}
+
 // dropDeadConnections pings every idle connection of the pool and closes
 // those that do not answer; the pool drops a closed connection when it is
 // released. It costs one round trip per idle connection, and runs only

@@ -58,7 +58,7 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		}
 	}
 	results := make([]outbox.Result, len(completions))
-	err := s.run(ctx, unsent, func() error {
+	err := s.runOnce(ctx, func() error {
 		rows, err := s.pool.Query(ctx, s.sql.complete, s.clock(), keys, tokens, outcomes, delays, texts)
 		if err != nil {
 			return err
@@ -113,7 +113,7 @@ func (s *Store) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([]outb
 		keys[i], tokens[i] = l.DispatchKey, l.Token
 	}
 	results := make([]outbox.Result, len(leases))
-	err := s.run(ctx, unsent, func() error {
+	err := s.runOnce(ctx, func() error {
 		rows, err := s.pool.Query(ctx, s.sql.extend, s.clock(), s.lease.Microseconds(), keys, tokens)
 		if err != nil {
 			return err
