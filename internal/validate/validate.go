@@ -162,6 +162,23 @@ func (c Call) CountParams(p backpressure.CountParams) error {
 	return c.TextArg("p.After", p.After)
 }
 
+// WindowClaim checks w: Namespaces at least 1, After valid text, Skip
+// sorted and distinct.
+func (c Call) WindowClaim(w backpressure.WindowClaim) error {
+	if err := c.Positive("w.Namespaces", w.Namespaces); err != nil {
+		return err
+	}
+	if err := c.TextArg("w.After", w.After); err != nil {
+		return err
+	}
+	for i := 1; i < len(w.Skip); i++ {
+		if w.Skip[i-1] >= w.Skip[i] {
+			return c.Argf("w.Skip", "%q at %d is not after %q: not sorted and distinct", w.Skip[i], i, w.Skip[i-1])
+		}
+	}
+	return nil
+}
+
 // Completions checks a batch for Complete: a valid Outcome, a Retry's
 // Delay not negative, and every dispatch key a valid key named once.
 func (c Call) Completions(cs []outbox.Completion) error {
