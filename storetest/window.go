@@ -24,102 +24,21 @@ import (
 func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("MatchesCountedSweeps", func(t *testing.T) {
 		via, wc := setupWith[backpressure.WindowClaimer[R]](t, newHarness)
-		plain := setup(t, newHarness)
 		used := 0
-		viaStore := withWindow(hideWindow(via.h.Store), countingWindow[R]{wc, &used})
-		plainStore := hideWindow(plain.h.Store)
-		envs := []*env[R]{via, plain}
-		cases := 0
-		rapid.Check(t, func(rt *rapid.T) {
-			cases++
-			prefix := "w" + strconv.Itoa(cases) + "-"
-			nNS := rapid.IntRange(2, 9).Draw(rt, "namespaces")
-			ns := func(i int) string { return "n" + strconv.Itoa(i) }
-			tqs := []string{"", "a", "b", "c"}
-			keyN := 0
-			genMsgs := func(label string) []outbox.Message {
-				n := rapid.IntRange(0, 30).Draw(rt, label)
-				out := make([]outbox.Message, n)
-				for i := range out {
-					keyN++
-					m := msg(ns(rapid.IntRange(0, nNS-1).Draw(rt, "ns")), rapid.SampledFrom(tqs).Draw(rt, "tq"), prefix+strconv.Itoa(keyN))
-					m.Priority = rapid.IntRange(0, 2).Draw(rt, "priority")
-					out[i] = m
-				}
-				return out
-			}
-			enqueue := func(ms []outbox.Message) {
-				for _, e := range envs {
-					if _, err := e.h.Enqueue(e.ctx, ms); err != nil {
-						rt.Fatalf("Enqueue: %v", err)
-					}
-				}
-			}
-			enqueue(genMsgs("messages"))
-
-			cfg := backpressure.Config{
-				BatchSize:    rapid.IntRange(1, 4).Draw(rt, "batch size"),
-				DefaultQuota: rapid.SampledFrom([]int{1, 2, 3, backpressure.Unlimited}).Draw(rt, "default quota"),
-				Quotas:       map[string]int{},
-			}
-			for i := range nNS {
-				if q := rapid.IntRange(-1, 3).Draw(rt, "quota"); q >= 0 {
-					cfg.Quotas[ns(i)] = q
-				}
-			}
-			shards := via.all
-			if rapid.Bool().Draw(rt, "part of the shards") {
-				shards = via.fraction(func(s int) bool { return s%2 == 0 })
-			}
-			bv, err1 := backpressure.New(cfg, shards)
-			bp, err2 := backpressure.New(cfg, shards)
-			if err1 != nil || err2 != nil {
-				rt.Fatal(err1, err2)
-			}
-			for step := range rapid.IntRange(1, 14).Draw(rt, "steps") {
-				rv, pv, err1 := backpressure.Sweep(via.ctx, bv, viaStore)
-				rp, pp, err2 := backpressure.Sweep(plain.ctx, bp, plainStore)
-				if err1 != nil || err2 != nil {
-					rt.Fatalf("step %d: Sweep: %v, %v", step, err1, err2)
-				}
-				kv, kp := via.keys(rv), plain.keys(rp)
-				if !slices.Equal(pv.Claims, pp.Claims) || !slices.Equal(kv, kp) {
-					rt.Fatalf("step %d: through the window claim %v %v; counted %v %v", step, pv.Claims, kv, pp.Claims, kp)
-				}
-				// The same changes to both stores: settle or retry some of
-				// the rows just claimed, move time, enqueue more.
-				byKey := [2]map[string]R{{}, {}}
-				for i, rows := range [][]R{rv, rp} {
-					for _, r := range rows {
-						byKey[i][envs[i].h.Key(r)] = r
-					}
-				}
-				for _, k := range kv {
-					switch rapid.IntRange(0, 3).Draw(rt, "settle "+k) {
-					case 0:
-						via.settle(byKey[0][k])
-						plain.settle(byKey[1][k])
-					case 1:
-						d := time.Duration(rapid.IntRange(0, 2).Draw(rt, "delay")) * time.Second
-						via.retry(byKey[0][k], d)
-						plain.retry(byKey[1][k], d)
-					}
-				}
-				if d := time.Duration(rapid.IntRange(0, 3).Draw(rt, "advance")) * via.h.Lease / 2; d > 0 {
-					via.h.Advance(d)
-					plain.h.Advance(d)
-				}
-				if rapid.IntRange(0, 3).Draw(rt, "enqueue more") == 0 {
-					enqueue(genMsgs("more messages"))
-				}
-			}
-			for _, e := range envs {
-				e.drain(rt)
-			}
-		})
+		matchCounted(t, newHarness, via, withWindow(hideWindow(via.h.Store), countingWindow[R]{wc, &used}))
 		if used == 0 {
 			t.Errorf("no Sweep claimed a window through ClaimOutboxWindow: the check compared only counted sweeps")
 		}
+	})
+
+	// A TxSweeper's view must serve the window claim as the store does:
+	// whole Sweeps through the store as it is, in its sweep transactions.
+	t.Run("MatchesCountedSweepsInTx", func(t *testing.T) {
+		via, _ := setupWith[backpressure.WindowClaimer[R]](t, newHarness)
+		if _, ok := via.h.Store.(backpressure.TxSweeper[R]); !ok {
+			t.Skip("the store is no TxSweeper")
+		}
+		matchCounted(t, newHarness, via, via.h.Store)
 	})
 
 	t.Run("ClaimsNothing", func(t *testing.T) {
@@ -164,6 +83,103 @@ func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 		}
 		if got := e.keys(rows); !slices.Equal(got, []string{"b-0", "c-0"}) {
 			t.Errorf("ClaimOutboxWindow(after a, 2) claimed %v, want the oldest of each: [b-0 c-0]", got)
+		}
+	})
+}
+
+// matchCounted checks, on random states, that Sweeps through viaStore (via's
+// store, with its window claim) claim what Sweeps on an identical fresh
+// store without it claim, sweep by sweep.
+func matchCounted[R any](t *testing.T, newHarness func(*testing.T) *Harness[R], via *env[R], viaStore backpressure.OutboxStore[R]) {
+	plain := setup(t, newHarness)
+	plainStore := hideWindow(plain.h.Store)
+	envs := []*env[R]{via, plain}
+	cases := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		cases++
+		prefix := "w" + strconv.Itoa(cases) + "-"
+		nNS := rapid.IntRange(2, 9).Draw(rt, "namespaces")
+		ns := func(i int) string { return "n" + strconv.Itoa(i) }
+		tqs := []string{"", "a", "b", "c"}
+		keyN := 0
+		genMsgs := func(label string) []outbox.Message {
+			n := rapid.IntRange(0, 30).Draw(rt, label)
+			out := make([]outbox.Message, n)
+			for i := range out {
+				keyN++
+				m := msg(ns(rapid.IntRange(0, nNS-1).Draw(rt, "ns")), rapid.SampledFrom(tqs).Draw(rt, "tq"), prefix+strconv.Itoa(keyN))
+				m.Priority = rapid.IntRange(0, 2).Draw(rt, "priority")
+				out[i] = m
+			}
+			return out
+		}
+		enqueue := func(ms []outbox.Message) {
+			for _, e := range envs {
+				if _, err := e.h.Enqueue(e.ctx, ms); err != nil {
+					rt.Fatalf("Enqueue: %v", err)
+				}
+			}
+		}
+		enqueue(genMsgs("messages"))
+
+		cfg := backpressure.Config{
+			BatchSize:    rapid.IntRange(1, 4).Draw(rt, "batch size"),
+			DefaultQuota: rapid.SampledFrom([]int{1, 2, 3, backpressure.Unlimited}).Draw(rt, "default quota"),
+			Quotas:       map[string]int{},
+		}
+		for i := range nNS {
+			if q := rapid.IntRange(-1, 3).Draw(rt, "quota"); q >= 0 {
+				cfg.Quotas[ns(i)] = q
+			}
+		}
+		shards := via.all
+		if rapid.Bool().Draw(rt, "part of the shards") {
+			shards = via.fraction(func(s int) bool { return s%2 == 0 })
+		}
+		bv, err1 := backpressure.New(cfg, shards)
+		bp, err2 := backpressure.New(cfg, shards)
+		if err1 != nil || err2 != nil {
+			rt.Fatal(err1, err2)
+		}
+		for step := range rapid.IntRange(1, 14).Draw(rt, "steps") {
+			rv, pv, err1 := backpressure.Sweep(via.ctx, bv, viaStore)
+			rp, pp, err2 := backpressure.Sweep(plain.ctx, bp, plainStore)
+			if err1 != nil || err2 != nil {
+				rt.Fatalf("step %d: Sweep: %v, %v", step, err1, err2)
+			}
+			kv, kp := via.keys(rv), plain.keys(rp)
+			if !slices.Equal(pv.Claims, pp.Claims) || !slices.Equal(kv, kp) {
+				rt.Fatalf("step %d: through the window claim %v %v; counted %v %v", step, pv.Claims, kv, pp.Claims, kp)
+			}
+			// The same changes to both stores: settle or retry some of
+			// the rows just claimed, move time, enqueue more.
+			byKey := [2]map[string]R{{}, {}}
+			for i, rows := range [][]R{rv, rp} {
+				for _, r := range rows {
+					byKey[i][envs[i].h.Key(r)] = r
+				}
+			}
+			for _, k := range kv {
+				switch rapid.IntRange(0, 3).Draw(rt, "settle "+k) {
+				case 0:
+					via.settle(byKey[0][k])
+					plain.settle(byKey[1][k])
+				case 1:
+					d := time.Duration(rapid.IntRange(0, 2).Draw(rt, "delay")) * time.Second
+					via.retry(byKey[0][k], d)
+					plain.retry(byKey[1][k], d)
+				}
+			}
+			if d := time.Duration(rapid.IntRange(0, 3).Draw(rt, "advance")) * via.h.Lease / 2; d > 0 {
+				via.h.Advance(d)
+				plain.h.Advance(d)
+			}
+			if rapid.IntRange(0, 3).Draw(rt, "enqueue more") == 0 {
+				enqueue(genMsgs("more messages"))
+			}
+		}
+		for _, e := range envs {
+			e.drain(rt)
 		}
 	})
 }
