@@ -195,7 +195,7 @@ type settings struct {
 	f            OwnedShardFraction
 	deepCap      int
 	zeroCeilings int
-	paused       []string // the namespaces of zeroCeilings, sorted (for a WindowClaim's Skip)
+	paused       []string // the namespaces of zeroCeilings, sorted (for a window claim's skip)
 	gen          uint64   // counts every SetConfig and SetOwnedShards: counts read ahead are for one gen
 }
 

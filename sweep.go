@@ -347,10 +347,10 @@ type sweeper[R any] struct {
 	deeper   int // the largest Σ g over one route
 	wider    int // the namespaces with a grant
 
-	// The store's WindowClaimer, if this sweep may use it (windowClaimer),
+	// The store's window claim, if this sweep may use it (windowClaimer),
 	// and the rows it claimed when the plan came from it (byWindow): the
 	// sweep then claims nothing more.
-	wc       WindowClaimer[R]
+	wc       windowClaimer[R]
 	won      []R
 	byWindow bool
 }
@@ -475,7 +475,7 @@ func (s *sweeper[R]) planFrom(ctx context.Context, c *counts) (Plan, error) {
 // window returns the namespaces a window must cover for this sweep's plan
 // (windowSize), and whether to plan from one: never with weights (a
 // namespace may then get several rows in a sweep that serves fewer than
-// the budget), without a Counter or a WindowClaimer, or once full counts
+// the budget), without a Counter or a window claim, or once full counts
 // are read; and only
 // when the last sweep saw at least that many namespaces.
 func (s *sweeper[R]) window(c *counts) (int, bool) {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -128,7 +129,7 @@ ORDER BY o.namespace`
 }
 
 // ClaimOutboxWindow resolves the window rule w in one statement, as
-// [backpressure.WindowClaimer] describes (see windowClaimSQL): one row of
+// the window claim of [backpressure.OutboxStore] describes (see windowClaimSQL): one row of
 // each of the first w.Namespaces namespaces after w.After that are not in
 // w.Skip and have a claimable row on a valid route on the owned shards, if
 // more than w.Namespaces such namespaces exist, from the first such route
@@ -138,7 +139,7 @@ ORDER BY o.namespace`
 // ClaimOutboxRowsScoped does: rows another claimer holds locked are
 // skipped, and on a Membership's store only the shards it holds are
 // claimed, so a call may return fewer rows than w.Namespaces.
-func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.WindowClaim) ([]outbox.Row, []backpressure.WindowGrant, error) {
+func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]outbox.Row, []backpressure.RouteCount, error) {
 	s := (*Store)(c)
 	const op = "ClaimOutboxWindow"
 	if err := s.begin(ctx, op); err != nil {
@@ -148,13 +149,13 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := call(op).WindowClaim(w); err != nil {
+	w, err := call(op).Window(window, skip, routeAfter)
+	if err != nil {
 		return nil, nil, err
 	}
 	if none {
-		return []outbox.Row{}, []backpressure.WindowGrant{}, nil
+		return []outbox.Row{}, []backpressure.RouteCount{}, nil
 	}
-	skip := w.Skip
 	if skip == nil {
 		skip = []string{}
 	}
@@ -168,11 +169,11 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 	if s.fence != nil {
 		var ok bool
 		if sql, params, ok = s.fence.fence(&s.sql, sql, params); !ok {
-			return []outbox.Row{}, []backpressure.WindowGrant{}, nil
+			return []outbox.Row{}, []backpressure.RouteCount{}, nil
 		}
 	}
 	rows := []outbox.Row{}
-	grants := []backpressure.WindowGrant{}
+	grants := []backpressure.RouteCount{}
 	err = s.queryNoJIT(ctx, anyLoss, sql, params, func(res pgx.Rows) error {
 		for res.Next() {
 			var other bool
@@ -181,7 +182,7 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 				return err
 			}
 			rows = append(rows, r)
-			grants = append(grants, backpressure.WindowGrant{Route: backpressure.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}, OtherRoutes: other})
+			grants = append(grants, validate.WindowRoute(r.Route(), other))
 		}
 		return res.Err()
 	})
@@ -191,4 +192,4 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 	return rows, grants, nil
 }
 
-var _ backpressure.WindowClaimer[outbox.Row] = (*claimer)(nil)
+var _ validate.WindowClaimer[outbox.Row] = (*claimer)(nil)

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -34,9 +35,11 @@ func TestWindowClaimFenced(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Join a: %v", err)
 	}
-	wc := a.Store().Claimer().(backpressure.WindowClaimer[outbox.Row])
-	w := backpressure.WindowClaim{After: "ns0", Namespaces: 2}
-	rows, grants, err := wc.ClaimOutboxWindow(ctx, all, w)
+	wc := a.Store().Claimer().(interface {
+		ClaimOutboxWindow(context.Context, backpressure.OwnedShardFraction, backpressure.CountParams, []string, map[string]string) ([]outbox.Row, []backpressure.RouteCount, error)
+	})
+	w := backpressure.CountParams{After: "ns0", Namespaces: 2}
+	rows, grants, err := wc.ClaimOutboxWindow(ctx, all, w, nil, nil)
 	if err != nil || len(rows) != 2 || len(grants) != 2 || grants[0].Route.Namespace != "ns1" || grants[1].Route.Namespace != "ns2" {
 		t.Fatalf("a's window claim after ns0 = %d rows, %v, %v; want one each of ns1 and ns2", len(rows), grants, err)
 	}
@@ -44,7 +47,7 @@ func TestWindowClaimFenced(t *testing.T) {
 		t.Errorf("a's window claim took %s and %s, want the oldest of each, k01 and k02", rows[0].DispatchKey, rows[1].DispatchKey)
 	}
 	waitLeasesLapse(t, schema, "a")
-	if rows, grants, err := wc.ClaimOutboxWindow(ctx, all, w); err != nil || len(rows) != 0 || len(grants) != 0 {
+	if rows, grants, err := wc.ClaimOutboxWindow(ctx, all, w, nil, nil); err != nil || len(rows) != 0 || len(grants) != 0 {
 		t.Fatalf("a's window claim with its leases lapsed = %d rows, %v, %v; want none", len(rows), grants, err)
 	}
 }

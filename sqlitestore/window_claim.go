@@ -8,11 +8,12 @@ import (
 	"strings"
 
 	"github.com/outboxkit/backpressure"
+	check "github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
 // ClaimOutboxWindow resolves the window rule w, as
-// [backpressure.WindowClaimer] describes, in one write transaction (one
+// the window claim of [backpressure.OutboxStore] describes, in one write transaction (one
 // round trip): one row of each of the first w.Namespaces namespaces after
 // w.After that are not in w.Skip and have a claimable row on the owned
 // shards, if more than w.Namespaces such namespaces exist, from the first
@@ -26,13 +27,14 @@ import (
 // route's first claimable row; it chooses the routes, and claims those
 // rows by ID, as InSweepTx's view claims rows it counted. Its cost is the
 // window count's plus a claim by primary key.
-func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.WindowClaim) ([]outbox.Row, []backpressure.WindowGrant, error) {
+func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]outbox.Row, []backpressure.RouteCount, error) {
 	s := (*Store)(c)
 	const op = "ClaimOutboxWindow"
 	if err := s.writable(); err != nil {
 		return nil, nil, s.fail(op, err)
 	}
-	if err := call(op).WindowClaim(w); err != nil {
+	w, err := call(op).Window(window, skip, routeAfter)
+	if err != nil {
 		return nil, nil, err
 	}
 	_, _, none, err := s.shardFilter(shards, 7)
@@ -43,11 +45,11 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 		return nil, nil, err
 	}
 	if none {
-		return []outbox.Row{}, []backpressure.WindowGrant{}, nil
+		return []outbox.Row{}, []backpressure.RouteCount{}, nil
 	}
 	var (
 		rows   []outbox.Row
-		grants []backpressure.WindowGrant
+		grants []backpressure.RouteCount
 	)
 	err = s.write(ctx, func(tx *sql.Tx) (err error) {
 		rows, grants, err = s.claimWindowIn(ctx, tx, shards, w, nanos(s.now()))
@@ -61,11 +63,12 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 
 // ClaimOutboxWindow is the store's ClaimOutboxWindow in the sweep's
 // transaction, at its instant.
-func (v *sweepView) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.WindowClaim) ([]outbox.Row, []backpressure.WindowGrant, error) {
+func (v *sweepView) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]outbox.Row, []backpressure.RouteCount, error) {
 	if err := v.check(ctx); err != nil {
 		return nil, nil, err
 	}
-	if err := call("ClaimOutboxWindow").WindowClaim(w); err != nil {
+	w, err := call("ClaimOutboxWindow").Window(window, skip, routeAfter)
+	if err != nil {
 		return nil, nil, err
 	}
 	v.counted = nil // rows may be claimed now: count again
@@ -77,8 +80,8 @@ func (v *sweepView) ClaimOutboxWindow(ctx context.Context, shards backpressure.O
 }
 
 // claimWindowIn is ClaimOutboxWindow in tx at now, w already checked.
-func (s *Store) claimWindowIn(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, w backpressure.WindowClaim, now int64) ([]outbox.Row, []backpressure.WindowGrant, error) {
-	rows, grants := []outbox.Row{}, []backpressure.WindowGrant{}
+func (s *Store) claimWindowIn(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, w check.Window, now int64) ([]outbox.Row, []backpressure.RouteCount, error) {
+	rows, grants := []outbox.Row{}, []backpressure.RouteCount{}
 	cond, sarg, none, err := s.shardFilter(shards, 7)
 	if err != nil || none {
 		return rows, grants, err
@@ -126,7 +129,7 @@ func (s *Store) claimWindowIn(ctx context.Context, tx *sql.Tx, shards backpressu
 		}
 		route := backpressure.Route{Namespace: r.namespace, TaskQueue: tq}
 		ids = append(ids, rec.ids[route][0])
-		grants = append(grants, backpressure.WindowGrant{Route: route, OtherRoutes: len(r.tqs) > 1})
+		grants = append(grants, check.WindowRoute(route, len(r.tqs) > 1))
 	}
 	rows, err = s.claimIn(ctx, tx, claimByIDSQL(cond), sarg, now, len(ids), idList(ids), nil, nil)
 	if err != nil {
@@ -144,6 +147,6 @@ func (s *Store) claimWindowIn(ctx context.Context, tx *sql.Tx, shards backpressu
 var errWindowLost = errors.New("sqlitestore: ClaimOutboxWindow: a row counted claimable was not claimed")
 
 var (
-	_ backpressure.WindowClaimer[outbox.Row] = (*claimer)(nil)
-	_ backpressure.WindowClaimer[outbox.Row] = (*sweepView)(nil)
+	_ check.WindowClaimer[outbox.Row] = (*claimer)(nil)
+	_ check.WindowClaimer[outbox.Row] = (*sweepView)(nil)
 )

@@ -130,7 +130,8 @@
 // the plain store do; and a Sweep through it is one round trip. fn must
 // call only the view, never the store itself.
 //
-// And for [backpressure.WindowClaimer], the WindowClaim area: on random
+// And for the window claim (ClaimOutboxWindow; see
+// [backpressure.OutboxStore]), the WindowClaim area: on random
 // states (namespaces, routes, priorities, live and expired leases, delayed
 // retries, ceilings, paused namespaces, part of the shards), Sweeps through
 // the capability must claim, sweep by sweep, exactly the rows and plans of

@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 	"pgregory.net/rapid"
 )
 
-// testWindowClaim checks a [backpressure.WindowClaimer]: on random states
+// testWindowClaim checks a store's window claim (ClaimOutboxWindow): on random states
 // (namespaces, routes, priorities, leases live and expired, delayed
 // retries, ceilings reached, paused namespaces, part of the shards), a run
 // of Sweeps through the capability claims, sweep by sweep, exactly the rows
@@ -23,7 +24,7 @@ import (
 // namespaces with demand claims nothing.
 func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("MatchesCountedSweeps", func(t *testing.T) {
-		via, wc := setupWith[backpressure.WindowClaimer[R]](t, newHarness)
+		via, wc := setupWith[validate.WindowClaimer[R]](t, newHarness)
 		used := 0
 		matchCounted(t, newHarness, via, withWindow(hideWindow(via.h.Store), countingWindow[R]{wc, &used}))
 		if used == 0 {
@@ -34,7 +35,7 @@ func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 	// A TxSweeper's view must serve the window claim as the store does:
 	// whole Sweeps through the store as it is, in its sweep transactions.
 	t.Run("MatchesCountedSweepsInTx", func(t *testing.T) {
-		via, _ := setupWith[backpressure.WindowClaimer[R]](t, newHarness)
+		via, _ := setupWith[validate.WindowClaimer[R]](t, newHarness)
 		if _, ok := via.h.Store.(backpressure.TxSweeper[R]); !ok {
 			t.Skip("the store is no TxSweeper")
 		}
@@ -42,7 +43,7 @@ func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 	})
 
 	t.Run("ClaimsNothing", func(t *testing.T) {
-		e, wc := setupWith[backpressure.WindowClaimer[R]](t, newHarness)
+		e, wc := setupWith[validate.WindowClaimer[R]](t, newHarness)
 		var keys []string
 		for _, n := range []string{"a", "b", "c"} {
 			ms := msgs(n, "q", n, 2)
@@ -55,17 +56,18 @@ func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 		for _, c := range []struct {
 			name  string
 			ctx   context.Context
-			w     backpressure.WindowClaim
+			n     int
+			skip  []string
 			fails bool
 		}{
-			{"Namespaces 0", e.ctx, backpressure.WindowClaim{}, true},
-			{"Skip out of order", e.ctx, backpressure.WindowClaim{Namespaces: 1, Skip: []string{"b", "a"}}, true},
-			{"Skip twice", e.ctx, backpressure.WindowClaim{Namespaces: 1, Skip: []string{"a", "a"}}, true},
-			{"a cancelled context", cancelled, backpressure.WindowClaim{Namespaces: 1}, true},
-			{"3 namespaces for 3", e.ctx, backpressure.WindowClaim{Namespaces: 3}, false},
-			{"2 namespaces, 1 skipped", e.ctx, backpressure.WindowClaim{Namespaces: 2, Skip: []string{"b"}}, false},
+			{"Namespaces 0", e.ctx, 0, nil, true},
+			{"skip out of order", e.ctx, 1, []string{"b", "a"}, true},
+			{"skip twice", e.ctx, 1, []string{"a", "a"}, true},
+			{"a cancelled context", cancelled, 1, nil, true},
+			{"3 namespaces for 3", e.ctx, 3, nil, false},
+			{"2 namespaces, 1 skipped", e.ctx, 2, []string{"b"}, false},
 		} {
-			rows, grants, err := wc.ClaimOutboxWindow(c.ctx, e.all, c.w)
+			rows, grants, err := wc.ClaimOutboxWindow(c.ctx, e.all, backpressure.CountParams{CapPerRoute: 1, Namespaces: c.n}, c.skip, nil)
 			switch {
 			case c.fails && err == nil:
 				t.Errorf("%s: ClaimOutboxWindow returned no error", c.name)
@@ -77,7 +79,7 @@ func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 		}
 		e.unchanged("ClaimOutboxWindow that claims nothing", before, nil)
 
-		rows, grants, err := wc.ClaimOutboxWindow(e.ctx, e.all, backpressure.WindowClaim{After: "a", Namespaces: 2, RouteAfter: map[string]string{}})
+		rows, grants, err := wc.ClaimOutboxWindow(e.ctx, e.all, backpressure.CountParams{CapPerRoute: 1, After: "a", Namespaces: 2}, nil, map[string]string{})
 		if err != nil || len(rows) != 2 || len(grants) != 2 || grants[0].Route != route("b", "q") || grants[1].Route != route("c", "q") {
 			t.Fatalf("ClaimOutboxWindow(after a, 2) = %v, %v, %v; want b/q and c/q", e.keys(rows), grants, err)
 		}
@@ -218,12 +220,12 @@ func (e *env[R]) drain(rt *rapid.T) {
 
 // countingWindow counts the calls of a WindowClaimer that claimed rows.
 type countingWindow[R any] struct {
-	backpressure.WindowClaimer[R]
+	validate.WindowClaimer[R]
 	used *int
 }
 
-func (c countingWindow[R]) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.WindowClaim) ([]R, []backpressure.WindowGrant, error) {
-	rows, grants, err := c.WindowClaimer.ClaimOutboxWindow(ctx, shards, w)
+func (c countingWindow[R]) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]R, []backpressure.RouteCount, error) {
+	rows, grants, err := c.WindowClaimer.ClaimOutboxWindow(ctx, shards, window, skip, routeAfter)
 	if len(grants) > 0 {
 		*c.used++
 	}
@@ -231,23 +233,23 @@ func (c countingWindow[R]) ClaimOutboxWindow(ctx context.Context, shards backpre
 }
 
 // hideWindow returns s with its Counter, if it has one, and no other
-// extension: no WindowClaimer (nor TxSweeper).
+// extension: no window claim (nor TxSweeper).
 func hideWindow[R any](s backpressure.OutboxStore[R]) backpressure.OutboxStore[R] {
 	return hideTx(s)
 }
 
 // withWindow returns s (as hideWindow left it) with wc as its
-// WindowClaimer.
-func withWindow[R any](s backpressure.OutboxStore[R], wc backpressure.WindowClaimer[R]) backpressure.OutboxStore[R] {
+// window claim.
+func withWindow[R any](s backpressure.OutboxStore[R], wc validate.WindowClaimer[R]) backpressure.OutboxStore[R] {
 	if c, ok := s.(backpressure.Counter); ok {
 		return struct {
 			backpressure.OutboxStore[R]
 			backpressure.Counter
-			backpressure.WindowClaimer[R]
+			validate.WindowClaimer[R]
 		}{s, c, wc}
 	}
 	return struct {
 		backpressure.OutboxStore[R]
-		backpressure.WindowClaimer[R]
+		validate.WindowClaimer[R]
 	}{s, wc}
 }

@@ -7,17 +7,18 @@ import (
 	"strings"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/validate"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
 // ClaimOutboxWindow resolves the window rule w in one call, as
-// [backpressure.WindowClaimer] describes: walking the namespaces in the
+// the window claim of [backpressure.OutboxStore] describes: walking the namespaces in the
 // cyclic order after w.After, it claims one row of each of the first
 // w.Namespaces not in w.Skip with a claimable row on a valid route, if
 // more than w.Namespaces such namespaces exist, from the first such route
 // after w.RouteAfter's task queue (cyclically), highest priority first,
 // then oldest. It is the naive reference: it lists every claimable row.
-func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, w backpressure.WindowClaim) ([]outbox.Row, []backpressure.WindowGrant, error) {
+func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]outbox.Row, []backpressure.RouteCount, error) {
 	const op = "ClaimOutboxWindow"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, nil, err
@@ -26,7 +27,8 @@ func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.Owned
 	if err := s.checkShards(shards); err != nil {
 		return nil, nil, fmt.Errorf("memstore: %s: %w", op, err)
 	}
-	if err := call(op).WindowClaim(w); err != nil {
+	w, err := call(op).Window(window, skip, routeAfter)
+	if err != nil {
 		return nil, nil, err
 	}
 	now := s.now()
@@ -54,7 +56,7 @@ func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.Owned
 		}
 	}
 	if len(eligible) <= w.Namespaces {
-		return []outbox.Row{}, []backpressure.WindowGrant{}, nil
+		return []outbox.Row{}, []backpressure.RouteCount{}, nil
 	}
 	// The walk: namespaces after After, then the others.
 	slices.SortFunc(eligible, func(a, b string) int {
@@ -70,7 +72,7 @@ func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.Owned
 	slices.Sort(served)
 	next := s.st.clone()
 	rows := make([]outbox.Row, 0, len(served))
-	grants := make([]backpressure.WindowGrant, 0, len(served))
+	grants := make([]backpressure.RouteCount, 0, len(served))
 	for _, ns := range served {
 		tqs := valid[ns]
 		tq := tqs[0]
@@ -96,10 +98,10 @@ func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.Owned
 		r.LeaseExpiresAt = now.Add(s.lease)
 		next.rows[r.DispatchKey] = r
 		rows = append(rows, copyRow(r))
-		grants = append(grants, backpressure.WindowGrant{Route: route, OtherRoutes: len(routes[ns]) > 1})
+		grants = append(grants, validate.WindowRoute(route, len(routes[ns]) > 1))
 	}
 	s.st = next
 	return rows, grants, nil
 }
 
-var _ backpressure.WindowClaimer[outbox.Row] = (*Store)(nil)
+var _ validate.WindowClaimer[outbox.Row] = (*Store)(nil)
