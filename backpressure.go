@@ -55,6 +55,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -199,7 +200,8 @@ type settings struct {
 	f            OwnedShardFraction
 	deepCap      int
 	zeroCeilings int
-	gen          uint64 // counts every SetConfig and SetOwnedShards: counts read ahead are for one gen
+	paused       []string // the namespaces of zeroCeilings, sorted (for a window claim's skip)
+	gen          uint64   // counts every SetConfig and SetOwnedShards: counts read ahead are for one gen
 }
 
 func newSettings(c *config, f OwnedShardFraction) settings {
@@ -212,12 +214,16 @@ func newSettings(c *config, f OwnedShardFraction) settings {
 		return deepest
 	}
 	m := ceil(c.defaultQuota)
-	for _, q := range c.quotas {
+	for ns, q := range c.quotas {
 		m = max(m, ceil(q))
 		if f.Ceiling(q) == 0 {
 			st.zeroCeilings++
 		}
+		if c.ceiling(f, ns) == 0 {
+			st.paused = append(st.paused, ns)
+		}
 	}
+	slices.Sort(st.paused)
 	st.deepCap = max(1, min(deepest, m))
 	return st
 }

@@ -67,6 +67,36 @@ type ScopedClaim struct {
 // in one round trip. [TxSweeper] runs a sweep's counts and claim in one
 // transaction, which suits an in-process store.
 //
+// A third, the window claim, is a method found by type assertion (it adds
+// no name to this package):
+//
+//	ClaimOutboxWindow(ctx context.Context, shards OwnedShardFraction, window CountParams,
+//		skip []string, routeAfter map[string]string) (rows []R, routes []RouteCount, err error)
+//
+// It resolves the window rule in the claim: walking the namespaces in the
+// cyclic order after window.After (as a [Counter] window does; CapPerRoute
+// and Claimed are ignored), it claims, atomically, one row of each of the
+// first window.Namespaces (≥ 1) namespaces with demand — not in skip
+// (sorted, distinct: the namespaces without headroom) and with a claimable
+// row on the owned shards on a route the store's pending counts report —
+// if more than window.Namespaces namespaces have demand, and otherwise
+// claims nothing and returns empty, non-nil slices. A namespace's row comes
+// from its first such route in task-queue order after routeAfter[namespace]
+// (cyclically; from the smallest when it has no entry), and is the row
+// ClaimOutboxRowsScoped with Limit 1 would take there. rows[i] is the row
+// of routes[i].Route, both in namespace order; routes[i].Count is 1 when
+// that route was the namespace's only one with a claimable row, 2 when it
+// had others. The store only reads routeAfter. Rows another claimer holds
+// locked, or on shards a fenced store no longer holds, may be skipped, so a
+// call may return fewer rows. Leases, tokens, exactly-once and the errors
+// of bad arguments (window.Namespaces below 1, skip not sorted and
+// distinct) are as for ClaimOutboxRowsScoped; [ErrNotSupported], returned
+// at once, makes [Sweep] count instead. Sweep uses it when the window rule
+// applies with no weights, no rates and no claim of the node in flight:
+// the claimed counts and the window claim are then the whole sweep. The
+// storetest suite checks that its rows are exactly those a counted sweep
+// claims on the same state.
+//
 // The package's conformance suite, storetest, checks this contract and the
 // extensions against a real implementation; run it from the
 // implementation's tests.

@@ -115,6 +115,11 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 	if err != nil {
 		return nil, Plan{}, err
 	}
+	if s.byWindow {
+		// The store claimed the plan's rows as it resolved the window.
+		b.commit(out, began)
+		return s.won, out.plan, nil
+	}
 	if len(out.plan.Claims) == 0 {
 		b.commit(out, began)
 		return nil, out.plan, nil
@@ -162,9 +167,14 @@ func sweepInTx[R any](ctx context.Context, txs TxSweeper[R], s *sweeper[R]) ([]R
 		ts := *s
 		ts.store = tx
 		ts.counter, _ = any(tx).(Counter)
+		ts.wc = ts.windowClaimer()
 		var err error
 		if out, err = ts.plan(ctx, nil); err != nil || len(out.plan.Claims) == 0 {
 			return err
+		}
+		if ts.byWindow {
+			rows = ts.won
+			return nil
 		}
 		if rows, err = tx.ClaimOutboxRowsScoped(ctx, ts.st.f, out.plan.Claims); err != nil {
 			return &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
@@ -336,6 +346,13 @@ type sweeper[R any] struct {
 	inflight []ScopedClaim
 	deeper   int // the largest Σ g over one route
 	wider    int // the namespaces with a grant
+
+	// The store's window claim, if this sweep may use it (windowClaimer),
+	// and the rows it claimed when the plan came from it (byWindow): the
+	// sweep then claims nothing more.
+	wc       windowClaimer[R]
+	won      []R
+	byWindow bool
 }
 
 func newSweeper[R any](b *Backpressure, store OutboxStore[R], n int) *sweeper[R] {
@@ -346,6 +363,7 @@ func newSweeper[R any](b *Backpressure, store OutboxStore[R], n int) *sweeper[R]
 	if s.inflight = b.flights.grants(); len(s.inflight) > 0 {
 		s.deeper, s.wider = grantSpread(s.inflight)
 	}
+	s.wc = s.windowClaimer()
 	return s
 }
 
@@ -398,6 +416,11 @@ func (s *sweeper[R]) readFirst(ctx context.Context, carried *ahead) (counts, err
 		if claimed, pending, want, ok := carried.take(ctx, s.st, s.store, p); ok {
 			return counts{claimed: claimed, pending: pending, p: want, claimedToo: true, ahead: true}, nil
 		}
+		if p.Namespaces > 0 && s.wc != nil {
+			// The window is claimed by the store (claimWindow), which
+			// needs only the claimed counts.
+			return s.countClaimed(ctx)
+		}
 		c, err := s.count(ctx, p)
 		if p.Namespaces > 0 && errors.Is(err, ErrNotSupported) {
 			c, err = s.count(ctx, CountParams{CapPerRoute: s.b.hints.firstCountCap(s.full), Claimed: true})
@@ -409,6 +432,12 @@ func (s *sweeper[R]) readFirst(ctx context.Context, carried *ahead) (counts, err
 			return counts{}, &StoreError{Op: "CountOutboxRows", Err: err}
 		}
 	}
+	return s.countClaimed(ctx)
+}
+
+// countClaimed reads the claimed counts alone, corrected for the claims in
+// flight.
+func (s *sweeper[R]) countClaimed(ctx context.Context) (counts, error) {
 	claimed, err := s.store.CountClaimedOutboxRows(ctx, s.st.f)
 	if err != nil {
 		return counts{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
@@ -417,12 +446,27 @@ func (s *sweeper[R]) readFirst(ctx context.Context, carried *ahead) (counts, err
 }
 
 // planFrom plans from c, reading more where c cannot give the plan
-// uncapped counts would: from a window when the window rule applies
-// (planWindow), else from full counts (planFull).
+// uncapped counts would: when the window rule applies, from the store's
+// window claim if it has one and no window was counted yet (claimWindow,
+// which claims too), else from a counted window (planWindow); otherwise,
+// or if the window falls short, from full counts (planFull).
 func (s *sweeper[R]) planFrom(ctx context.Context, c *counts) (Plan, error) {
 	if n, ok := s.window(c); ok {
-		if plan, ok, err := s.planWindow(ctx, c, n); err != nil || ok {
-			return plan, err
+		if s.wc != nil && c.p.Namespaces == 0 && !c.ahead {
+			plan, ok, err := s.claimWindow(ctx, c)
+			if err != nil || ok {
+				return plan, err
+			}
+			if s.wc != nil {
+				// Fewer namespaces with demand than the budget needs:
+				// a counted window would fall short too.
+				return s.planFull(ctx, c)
+			}
+		}
+		if s.counter != nil {
+			if plan, ok, err := s.planWindow(ctx, c, n); err != nil || ok {
+				return plan, err
+			}
 		}
 	}
 	return s.planFull(ctx, c)
@@ -431,10 +475,11 @@ func (s *sweeper[R]) planFrom(ctx context.Context, c *counts) (Plan, error) {
 // window returns the namespaces a window must cover for this sweep's plan
 // (windowSize), and whether to plan from one: never with weights (a
 // namespace may then get several rows in a sweep that serves fewer than
-// the budget), without a Counter, or once full counts are read; and only
+// the budget), without a Counter or a window claim, or once full counts
+// are read; and only
 // when the last sweep saw at least that many namespaces.
 func (s *sweeper[R]) window(c *counts) (int, bool) {
-	if s.counter == nil || s.st.cfg.weights != nil || (c.claimedToo && c.p.Namespaces == 0) {
+	if (s.counter == nil && s.wc == nil) || s.st.cfg.weights != nil || (c.claimedToo && c.p.Namespaces == 0) {
 		return 0, false
 	}
 	n, ok := s.b.windowSize(c.claimed, s.st, s.budget)

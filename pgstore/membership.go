@@ -590,6 +590,8 @@ func (m *Membership) fence(st *statements, sql string, params []any) (string, []
 		sql = st.claimScopedFenced
 	case st.claimUnscoped:
 		sql = st.claimUnscopedFenced
+	case st.claimWindow:
+		sql = st.claimWindowFenced
 	default:
 		panic("pgstore: fence: not a claim statement")
 	}

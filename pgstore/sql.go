@@ -16,6 +16,7 @@ type statements struct {
 	// The claims of a Membership's store (see fenced), and the
 	// membership's own statements (see membership.go).
 	claimScopedFenced, claimUnscopedFenced string
+	claimWindow, claimWindowFenced         string // see window_claim.go
 	membership                             membershipStatements
 }
 
@@ -457,6 +458,7 @@ FROM (SELECT count(*) AS n FROM moved) c`),
 	// the node.
 	st.claimScopedFenced = x(fenced(st.claimScoped, "$8", "$9"))
 	st.claimUnscopedFenced = x(fenced(st.claimUnscoped, "$6", "$7"))
+	st.claimWindow, st.claimWindowFenced = x(windowClaimSQL(false)), x(windowClaimSQL(true))
 	st.membership = prepareMembership(x)
 	st.capCount = x(capCountSQL)
 	st.enqueueTx, st.identity = x(enqueueTxSQL), x(identitySQL)

@@ -130,6 +130,15 @@
 // the plain store do; and a Sweep through it is one round trip. fn must
 // call only the view, never the store itself.
 //
+// And for the window claim (ClaimOutboxWindow; see
+// [backpressure.OutboxStore]), the WindowClaim area: on random
+// states (namespaces, routes, priorities, live and expired leases, delayed
+// retries, ceilings, paused namespaces, part of the shards), Sweeps through
+// the capability must claim, sweep by sweep, exactly the rows and plans of
+// Sweeps on an identical store without it (the counted plan), and the
+// capability must be used; bad arguments, a cancelled context and too few
+// namespaces with demand must claim nothing.
+//
 // And for [outbox.Notifier], the Notifier area: a subscription receives a
 // value after an Enqueue commits rows, holds at most one, reaches every
 // subscriber, and is closed when its context is done or the store closes.
@@ -295,6 +304,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Counter", testCounter[R]},
 		{"SweepTx", testSweepTx[R]},
 		{"SweepAhead", testSweepAhead[R]},
+		{"WindowClaim", testWindowClaim[R]},
 		{"Messages", testMessages[R]},
 		{"Limits", testLimits[R]},
 		{"Complete", testComplete[R]},

@@ -20,6 +20,7 @@
 package validate
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -160,6 +161,51 @@ func (c Call) CountParams(p backpressure.CountParams) error {
 		return nil
 	}
 	return c.TextArg("p.After", p.After)
+}
+
+// Window is the window rule of a store's ClaimOutboxWindow (see
+// [backpressure.OutboxStore]), its arguments gathered: the walk starts
+// after After, Namespaces namespaces get a row, those in Skip (sorted,
+// distinct) are passed over, and RouteAfter holds the route cursors.
+type Window struct {
+	After      string
+	Namespaces int
+	Skip       []string
+	RouteAfter map[string]string
+}
+
+// WindowClaimer is the method a store's window claim has, for compile-time
+// checks and the conformance suite.
+type WindowClaimer[R any] interface {
+	ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]R, []backpressure.RouteCount, error)
+}
+
+// Window checks ClaimOutboxWindow's arguments — window.Namespaces at least
+// 1, window.After valid text, skip sorted and distinct — and gathers them.
+// window.CapPerRoute and window.Claimed are ignored.
+func (c Call) Window(window backpressure.CountParams, skip []string, routeAfter map[string]string) (Window, error) {
+	if err := c.Positive("window.Namespaces", window.Namespaces); err != nil {
+		return Window{}, err
+	}
+	if err := c.TextArg("window.After", window.After); err != nil {
+		return Window{}, err
+	}
+	for i := 1; i < len(skip); i++ {
+		if skip[i-1] >= skip[i] {
+			return Window{}, c.Argf("skip", "%q at %d is not after %q: not sorted and distinct", skip[i], i, skip[i-1])
+		}
+	}
+	return Window{After: window.After, Namespaces: window.Namespaces, Skip: skip, RouteAfter: routeAfter}, nil
+}
+
+// WindowRoute is the entry of ClaimOutboxWindow's routes for a row of
+// route: Count 2 when its namespace had other routes with a claimable
+// row, else 1.
+func WindowRoute(route backpressure.Route, others bool) backpressure.RouteCount {
+	if others {
+		return backpressure.RouteCount{Route: route, Count: 2}
+	}
+	return backpressure.RouteCount{Route: route, Count: 1}
 }
 
 // Completions checks a batch for Complete: a valid Outcome, a Retry's

@@ -1,0 +1,126 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/outbox"
+	"github.com/outboxkit/backpressure/pgstore"
+)
+
+// BenchmarkWindowClaimDrain drains 20,000 rows over 1,000 namespaces (two
+// task queues each) with Sweep at BatchSize 100, settling each sweep's
+// rows in one Complete, on two identical stores side by side, sweep by
+// sweep: one as it is (the window rule claimed by ClaimOutboxWindow), one
+// with ClaimOutboxWindow hidden (a counted window, then the claim). It
+// reports both rates, their ratio and the round trips per row.
+//
+//	go test -run '^$' -bench WindowClaimDrain -benchtime 3x ./pgstore
+func BenchmarkWindowClaimDrain(b *testing.B) {
+	const (
+		backlog    = 20_000
+		namespaces = 1000
+		batch      = 100
+	)
+	ctx := context.Background()
+	newStore := func() *drainStore {
+		tr := &tracer{}
+		s, err := pgstore.New(ctx, newPool(b, tr, 2), pgstore.Options{Schema: testSchema(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return &drainStore{s: s, tr: tr}
+	}
+	window, counted := newStore(), newStore()
+	all, _ := backpressure.AllShards(pgstore.DefaultShardCount)
+	next := 0
+	fill := func(d *drainStore, first int) {
+		q := pgx.Identifier{d.s.Schema()}.Sanitize()
+		if _, err := adminPool.Exec(ctx, "TRUNCATE "+q+".outbox"); err != nil {
+			b.Fatal(err)
+		}
+		msgs := make([]outbox.Message, 0, backlog)
+		for i := first; i < first+backlog; i++ {
+			msgs = append(msgs, outbox.Message{
+				DispatchKey: fmt.Sprintf("m%09d", i),
+				Namespace:   fmt.Sprintf("ns%04d", i%namespaces),
+				TaskQueue:   fmt.Sprintf("q%d", (i/namespaces)%2),
+				Payload:     []byte("payload"),
+			})
+		}
+		for lo := 0; lo < len(msgs); lo += 5000 {
+			if _, err := d.s.Enqueue(ctx, msgs[lo:lo+5000]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := adminPool.Exec(ctx, "VACUUM ANALYZE "+q+".outbox"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type sweepStore = backpressure.OutboxStore[outbox.Row]
+	hidden := func(s *pgstore.Store) sweepStore {
+		c := s.Claimer()
+		return struct {
+			sweepStore
+			backpressure.Counter
+		}{c, c.(backpressure.Counter)}
+	}
+	step := func(d *drainStore, bp *backpressure.Backpressure, store sweepStore) int {
+		trips := d.tr.queries.Load()
+		start := time.Now()
+		rows, _, err := backpressure.Sweep(ctx, bp, store)
+		if err != nil {
+			b.Fatal(err)
+		}
+		completions := make([]outbox.Completion, len(rows))
+		for i, r := range rows {
+			completions[i] = outbox.SettleRow(r)
+		}
+		if _, err := d.s.Complete(ctx, completions); err != nil {
+			b.Fatal(err)
+		}
+		d.d += time.Since(start)
+		d.rows += len(rows)
+		d.trips += d.tr.queries.Load() - trips
+		return len(rows)
+	}
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		fill(window, next)
+		fill(counted, next)
+		next += backlog
+		bw, err1 := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: backpressure.Unlimited}, all)
+		bc, err2 := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: backpressure.Unlimited}, all)
+		if err1 != nil || err2 != nil {
+			b.Fatal(err1, err2)
+		}
+		b.StartTimer()
+		for wl, cl := backlog, backlog; wl > 0 || cl > 0; {
+			if wl > 0 {
+				n := step(window, bw, window.s.Claimer())
+				if n == 0 {
+					b.Fatalf("window drain: %d rows left, and the sweep claimed none", wl)
+				}
+				wl -= n
+			}
+			if cl > 0 {
+				n := step(counted, bc, hidden(counted.s))
+				if n == 0 {
+					b.Fatalf("counted drain: %d rows left, and the sweep claimed none", cl)
+				}
+				cl -= n
+			}
+		}
+	}
+	b.StopTimer()
+	rate := func(d *drainStore) float64 { return float64(d.rows) / d.d.Seconds() }
+	b.ReportMetric(rate(window), "window-rows/s")
+	b.ReportMetric(rate(counted), "counted-rows/s")
+	b.ReportMetric(rate(window)/rate(counted), "window/counted")
+	b.ReportMetric(float64(window.trips)/float64(window.rows), "window-trips/row")
+	b.ReportMetric(float64(counted.trips)/float64(counted.rows), "counted-trips/row")
+}
