@@ -181,10 +181,20 @@ type NodeView struct {
 type Explanation struct {
 	Tenant Tenant
 	Nodes  []NodeView // every live node, by name
+	// Routes are the namespace's routes with live rows, by task queue: the
+	// first [MaxRoutes], each count capped at [outbox.DefaultCountCap]
+	// (see [outbox.RouteState]); RoutesTruncated is set when it has more.
+	Routes          []outbox.RouteState
+	RoutesTruncated bool `json:",omitempty"`
 }
 
+// MaxRoutes is the most routes [Why] reads of a namespace.
+const MaxRoutes = outbox.DefaultNamespacesPage
+
 // Why reads what holds namespace: its tenant view and each live node's
-// report of it. Cost: three store calls.
+// report of it, and its routes. Cost: four store calls; the routes' is
+// O(MaxRoutes × (log rows + outbox.DefaultCountCap)) index entries at
+// most.
 func Why(ctx context.Context, s Store, namespace string) (Explanation, error) {
 	if namespace == "" {
 		return Explanation{}, &outbox.ArgumentError{Op: "Why", Arg: "namespace", Reason: "is empty"}
@@ -201,7 +211,14 @@ func Why(ctx context.Context, s Store, namespace string) (Explanation, error) {
 	if err != nil {
 		return Explanation{}, err
 	}
-	ex := Explanation{Tenant: Tenant{Namespace: namespace, Rows: states[0]}}
+	routes, err := s.Routes(ctx, outbox.RoutesParams{Namespace: namespace, Limit: MaxRoutes + 1})
+	if err != nil {
+		return Explanation{}, err
+	}
+	ex := Explanation{Tenant: Tenant{Namespace: namespace, Rows: states[0]}, Routes: routes}
+	if len(routes) > MaxRoutes {
+		ex.Routes, ex.RoutesTruncated = routes[:MaxRoutes], true
+	}
 	for _, set := range settings {
 		if set.Namespace == namespace {
 			ex.Tenant.Settings = set

@@ -26,6 +26,14 @@ type Operator interface {
 	// never the whole table.
 	Namespaces(ctx context.Context, p NamespacesParams) ([]NamespaceState, error)
 
+	// Routes returns the live (pending or claimed) rows of the routes of
+	// namespace p.Namespace, one [RouteState] per task queue that has live
+	// rows, after p.After in byte order, at most p.Limit of them. Each
+	// route reads at most p.Cap of its live rows (see [RouteState]), so
+	// one call reads at most O(routes returned × (log rows + cap)) index
+	// entries, never the whole table.
+	Routes(ctx context.Context, p RoutesParams) ([]RouteState, error)
+
 	// DeleteDead deletes the dead rows among dispatchKeys (at most
 	// [MaxKeys]) and returns how many it deleted; keys that are not
 	// dead are left alone. A deleted key may be enqueued again.
@@ -123,6 +131,52 @@ type NamespaceState struct {
 	ReadySince time.Time
 	// Capped is set when some count reached the cap.
 	Capped bool
+}
+
+// RoutesParams selects the routes of [Operator.Routes].
+type RoutesParams struct {
+	// Namespace is the namespace whose routes are read; it must be set.
+	Namespace string
+	// After pages: only task queues greater than After (in byte order),
+	// the last task queue of the previous page. "" starts at the first,
+	// which is the default task queue "" when it has live rows; set
+	// Started to page past it.
+	After   string
+	Started bool
+	// Limit is the most routes returned: 1 to [MaxNamespacesPage]; 0
+	// means [DefaultNamespacesPage].
+	Limit int
+	// Cap bounds the live rows read per route: 1 to [MaxCountCap]; 0
+	// means [DefaultCountCap].
+	Cap int
+}
+
+// Check returns p with its defaults filled in, or an [*ArgumentError] of
+// op for an empty namespace, a Limit or Cap out of range, or a name no
+// row can have. Stores call it first.
+func (p RoutesParams) Check(op string) (RoutesParams, error) {
+	if p.Namespace == "" {
+		return p, &ArgumentError{Op: op, Arg: "p.Namespace", Reason: "is empty"}
+	}
+	n, err := NamespacesParams{Namespace: p.Namespace, After: p.After, Limit: p.Limit, Cap: p.Cap}.Check(op)
+	if err != nil {
+		return p, err
+	}
+	p.Limit, p.Cap = n.Limit, n.Cap
+	return p, nil
+}
+
+// RouteState is one route's live rows, read from the outbox table at one
+// instant on the store's clock. The counts are exact when the route has
+// fewer than the call's cap live rows. Otherwise Capped is set and they
+// count the first cap live rows of the route's index (their sum is the
+// cap): each is then a lower bound.
+type RouteState struct {
+	TaskQueue string
+	Ready     int // pending rows whose run-at has passed, and claimed rows whose lease expired
+	Scheduled int // pending, claimable later
+	Claimed   int // claimed with a live lease
+	Capped    bool
 }
 
 // NamespaceSettings are one namespace's shared settings: overrides of the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -322,6 +323,78 @@ WHERE expires_at > coalesce($1::timestamptz, now()) ORDER BY node LIMIT $2`), s.
 				return fmt.Errorf("node %q: malformed report: %v", node, err)
 			}
 			r.Node, r.ReportedAt, r.ExpiresAt = node, at.UTC(), until.UTC()
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return out, nil
+}
+
+// routesSQL reads the routes of namespace $1 after task queue $2 ({cmp} is
+// > or >=), at most $3 of them, found by a loose scan of
+// outbox_route_claimable_idx (namespace, task_queue, claimable_at), whose
+// predicate is the live rows: one index probe per route. Each route then
+// reads at most $4 of its live rows from the same index, in its order (the
+// ORDER BY keeps the planner from a bitmap scan of the whole route),
+// fetching each row's state from the heap to tell scheduled from claimed;
+// $5 is the clock. Capped, the rows read are the earliest claimable.
+const routesSQL = `
+WITH RECURSIVE q(tq, k) AS (
+	SELECT (SELECT min(o.task_queue) FROM {schema}.outbox o WHERE o.namespace = $1 AND o.state IN ('pending', 'claimed') AND o.task_queue {cmp} $2::text), 1
+	UNION ALL
+	SELECT (SELECT min(o.task_queue) FROM {schema}.outbox o WHERE o.namespace = $1 AND o.state IN ('pending', 'claimed') AND o.task_queue > q.tq), q.k + 1
+	FROM q WHERE q.tq IS NOT NULL AND q.k < $3::int
+)
+SELECT q.tq, c.*
+FROM q, (SELECT coalesce($5::timestamptz, now()) AS now) t, LATERAL (SELECT
+	count(*) FILTER (WHERE x.claimable_at <= t.now),
+	count(*) FILTER (WHERE x.claimable_at > t.now AND x.state = 'pending'),
+	count(*) FILTER (WHERE x.claimable_at > t.now AND x.state = 'claimed'),
+	count(*)
+	FROM (SELECT o.claimable_at, o.state FROM {schema}.outbox o
+		WHERE o.namespace = $1 AND o.task_queue = q.tq AND o.state IN ('pending', 'claimed') ORDER BY o.claimable_at LIMIT $4) x
+) c
+WHERE q.tq IS NOT NULL
+ORDER BY q.tq`
+
+// Routes returns the live rows of p.Namespace's routes (see
+// [outbox.Operator]) in one statement, so every count is of one snapshot.
+// Cost: one probe of outbox_route_claimable_idx per route, then per route
+// a range read of at most p.Cap entries of it and as many heap fetches
+// (the state): O(routes × (log n + p.Cap)). Bad params are an
+// [*outbox.ArgumentError].
+func (s *Store) Routes(ctx context.Context, p outbox.RoutesParams) ([]outbox.RouteState, error) {
+	const op = "Routes"
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	p, err := p.Check(op)
+	if err != nil {
+		return nil, err
+	}
+	cmp := ">"
+	if p.After == "" && !p.Started {
+		cmp = ">="
+	}
+	q := s.operateSQL(strings.Replace(routesSQL, "{cmp}", cmp, 1))
+	var out []outbox.RouteState
+	err = s.run(ctx, anyLoss, func() error {
+		out = []outbox.RouteState{}
+		rows, err := s.pool.Query(ctx, q, p.Namespace, p.After, int64(p.Limit), int64(p.Cap), s.clock())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r outbox.RouteState
+			var n [4]int64
+			if err := rows.Scan(&r.TaskQueue, &n[0], &n[1], &n[2], &n[3]); err != nil {
+				return err
+			}
+			r.Ready, r.Scheduled, r.Claimed, r.Capped = int(n[0]), int(n[1]), int(n[2]), n[3] >= int64(p.Cap)
 			out = append(out, r)
 		}
 		return rows.Err()

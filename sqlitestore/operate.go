@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -338,6 +339,67 @@ func (s *Store) NodeReports(ctx context.Context) ([]outbox.NodeReport, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.fail(op, err)
+	}
+	return out, nil
+}
+
+// routeNext finds the next task queue of namespace ?1 after ?2 ({cmp} is >
+// or >=) with live rows: one probe of outbox_route_claimable, whose
+// predicate is the live rows.
+const routeNext = `SELECT min(task_queue) FROM outbox INDEXED BY outbox_route_claimable WHERE state < 2 AND namespace = ?1 AND task_queue {cmp} ?2`
+
+// routeCounts counts at most ?3 live rows of route (?1, ?2) from
+// outbox_route_claimable, which covers ready_at and state; ?4 is now.
+const routeCounts = `
+SELECT coalesce(sum(ready_at <= ?4), 0), coalesce(sum(ready_at > ?4 AND state = 0), 0), coalesce(sum(ready_at > ?4 AND state = 1), 0), count(*)
+FROM (SELECT ready_at, state FROM outbox INDEXED BY outbox_route_claimable WHERE state < 2 AND namespace = ?1 AND task_queue = ?2 LIMIT ?3)`
+
+// Routes returns the live rows of p.Namespace's routes (see
+// [outbox.Operator]): one read transaction, so every count is of one
+// snapshot. Cost: per route one probe of outbox_route_claimable to find
+// it and a range read of at most p.Cap entries of it (a covering index: no
+// table reads): O(routes × (log rows + p.Cap)). Bad params are an
+// *outbox.ArgumentError.
+func (s *Store) Routes(ctx context.Context, p outbox.RoutesParams) ([]outbox.RouteState, error) {
+	const op = "Routes"
+	if err := s.ready(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	p, err := p.Check(op)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.read(ctx); err != nil {
+		return nil, s.fail(op, err)
+	}
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	now := nanos(s.now())
+	cmp := ">"
+	if p.After == "" && !p.Started {
+		cmp = ">="
+	}
+	out := []outbox.RouteState{}
+	after := p.After
+	for len(out) < p.Limit {
+		var tq sql.NullString
+		if err := tx.QueryRowContext(ctx, strings.Replace(routeNext, "{cmp}", cmp, 1), p.Namespace, after).Scan(&tq); err != nil {
+			return nil, s.fail(op, err)
+		}
+		if !tq.Valid {
+			break
+		}
+		r := outbox.RouteState{TaskQueue: tq.String}
+		var total int
+		if err := tx.QueryRowContext(ctx, routeCounts, p.Namespace, tq.String, p.Cap, now).Scan(&r.Ready, &r.Scheduled, &r.Claimed, &total); err != nil {
+			return nil, s.fail(op, err)
+		}
+		r.Capped = total >= p.Cap
+		out = append(out, r)
+		after, cmp = tq.String, ">"
 	}
 	return out, nil
 }

@@ -9,7 +9,9 @@ import (
 // count of Namespaces and its page of namespaces is a SEARCH (a range) of
 // the covering outbox_namespace_state, never a SCAN of it or of the table:
 // with each count under a LIMIT of the cap, a call reads
-// O(namespaces × (log rows + cap)) entries.
+// O(namespaces × (log rows + cap)) entries. Routes' probe for the next
+// route and its capped count are SEARCHes of the covering
+// outbox_route_claimable likewise.
 func TestNamespacesPlansUseIndexes(t *testing.T) {
 	s := openT(t, ":memory:", Options{})
 	for name, q := range map[string]string{"counts": namespaceCounts, "page": namespacePage} {
@@ -18,5 +20,12 @@ func TestNamespacesPlansUseIndexes(t *testing.T) {
 			t.Errorf("Namespaces' %s does not search outbox_namespace_state alone:%s", name, plan)
 		}
 		t.Logf("Namespaces' %s:%s", name, plan)
+	}
+	for name, q := range map[string]string{"next": strings.Replace(routeNext, "{cmp}", ">", 1), "counts": routeCounts} {
+		plan := explain(t, s.writer, q, 4)
+		if strings.Contains(plan, "SCAN outbox") || !strings.Contains(plan, "SEARCH outbox USING COVERING INDEX outbox_route_claimable (") {
+			t.Errorf("Routes' %s does not search outbox_route_claimable alone:%s", name, plan)
+		}
+		t.Logf("Routes' %s:%s", name, plan)
 	}
 }

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -59,6 +60,36 @@ func referenceState(ns string, rows []outbox.Row, now time.Time, capN int) outbo
 	return st
 }
 
+// referenceRoutes is the naive RouteState of rows' live rows at now, by
+// task queue in byte order, uncapped.
+func referenceRoutes(rows []outbox.Row, now time.Time) []outbox.RouteState {
+	by := map[string]*outbox.RouteState{}
+	var out []outbox.RouteState
+	for _, r := range rows {
+		if r.State != outbox.StatePending && r.State != outbox.StateClaimed {
+			continue
+		}
+		st := by[r.TaskQueue]
+		if st == nil {
+			st = &outbox.RouteState{TaskQueue: r.TaskQueue}
+			by[r.TaskQueue] = st
+		}
+		switch {
+		case r.State == outbox.StatePending && !r.RunAt.After(now), r.State == outbox.StateClaimed && !r.LeaseExpiresAt.After(now):
+			st.Ready++
+		case r.State == outbox.StatePending:
+			st.Scheduled++
+		default:
+			st.Claimed++
+		}
+	}
+	for _, st := range by {
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b outbox.RouteState) int { return strings.Compare(a.TaskQueue, b.TaskQueue) })
+	return out
+}
+
 func sameState(a, b outbox.NamespaceState) bool {
 	return a.Namespace == b.Namespace && a.Ready == b.Ready && a.Scheduled == b.Scheduled && a.Claimed == b.Claimed &&
 		a.Dead == b.Dead && a.Settled == b.Settled && a.Capped == b.Capped && a.ReadySince.Equal(b.ReadySince)
@@ -88,7 +119,7 @@ func testOperate[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 					n := rapid.IntRange(1, 4).Draw(rt, "n")
 					var ms []outbox.Message
 					for i := range n {
-						m := msg(ns, fmt.Sprintf("q%d", i%2), fmt.Sprintf("%s/%d/%d", ns, step, i))
+						m := msg(ns, []string{"", "q1", "q2"}[(step+i)%3], fmt.Sprintf("%s/%d/%d", ns, step, i))
 						if rapid.Bool().Draw(rt, "scheduled") {
 							m.RunAt = o.h.Now().Add(time.Duration(rapid.IntRange(1, 3).Draw(rt, "s")) * o.h.Lease / 2)
 						}
@@ -167,9 +198,44 @@ func testOperate[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 					rt.Fatalf("Namespaces({Namespace: %q, Cap: %d}) = %+v, %v; want [%+v]", ns, capN, got, err, ref)
 				}
 			}
+			limit := rapid.IntRange(1, 4).Draw(rt, "limit")
+			// Routes of each namespace, paged: the task queues with live
+			// rows, in byte order, counted exactly below the cap and, at
+			// it, cap rows of them with each count a lower bound.
+			for _, ns := range names {
+				ref := referenceRoutes(rows[ns], now)
+				var got []outbox.RouteState
+				p := outbox.RoutesParams{Namespace: ns, Limit: limit, Cap: capN}
+				for {
+					page, err := op.Routes(o.ctx, p)
+					if err != nil || len(page) > limit {
+						rt.Fatalf("Routes(%+v) = %+v, %v", p, page, err)
+					}
+					got = append(got, page...)
+					if len(page) < limit {
+						break
+					}
+					p.After, p.Started = page[len(page)-1].TaskQueue, true
+				}
+				if len(got) != len(ref) {
+					rt.Fatalf("Routes(%q, cap %d) = %+v, want %+v", ns, capN, got, ref)
+				}
+				for i, w := range ref {
+					g := got[i]
+					live := w.Ready + w.Scheduled + w.Claimed
+					ok := g.TaskQueue == w.TaskQueue && g.Capped == (live >= capN)
+					if live < capN {
+						ok = ok && g == w
+					} else {
+						ok = ok && g.Ready+g.Scheduled+g.Claimed == capN && g.Ready <= w.Ready && g.Scheduled <= w.Scheduled && g.Claimed <= w.Claimed
+					}
+					if !ok {
+						rt.Fatalf("Routes(%q, cap %d)[%d] = %+v, want %+v (capped at %d)", ns, capN, i, g, w, capN)
+					}
+				}
+			}
 			// The page after the prefix, one namespace at a time and all
 			// at once: the namespaces with rows, in order, each as above.
-			limit := rapid.IntRange(1, 4).Draw(rt, "limit")
 			var paged []outbox.NamespaceState
 			for after := prefix; ; {
 				page, err := op.Namespaces(o.ctx, outbox.NamespacesParams{After: after, Limit: limit, Cap: capN})
@@ -223,6 +289,13 @@ func testOperate[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		} {
 			if _, err := op.Namespaces(o.ctx, p); !errors.Is(err, outbox.ErrInvalidArgument) {
 				t.Errorf("Namespaces(%+v) = %v, want ErrInvalidArgument", p, err)
+			}
+		}
+		for _, p := range []outbox.RoutesParams{
+			{}, {Namespace: "n", Limit: -1}, {Namespace: "n", Cap: outbox.MaxCountCap + 1}, {Namespace: "n", After: "a\x00b"},
+		} {
+			if _, err := op.Routes(o.ctx, p); !errors.Is(err, outbox.ErrInvalidArgument) {
+				t.Errorf("Routes(%+v) = %v, want ErrInvalidArgument", p, err)
 			}
 		}
 		if _, err := op.DeleteDead(o.ctx, []string{""}); !errors.Is(err, outbox.ErrInvalidArgument) {

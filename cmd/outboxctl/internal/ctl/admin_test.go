@@ -90,6 +90,9 @@ func TestAdminHandler(t *testing.T) {
 				{"GET", "/?sort=ready&desc=1", 200, `ready ▼`},
 				{"GET", "/?sort=bogus", 200, `namespace ▲`},
 				{"GET", "/tenant?ns=alpha", 200, "held at its ceiling"},
+				// alpha's one route, email: 8 ready, none scheduled, 2 claimed.
+				{"GET", "/tenant?ns=alpha", 200, `<tr><td class="l">email</td><td>8</td><td>0</td><td>2</td></tr>`},
+				{"GET", "/tenant?ns=nobody", 200, "no route has pending or claimed rows"},
 				{"GET", "/tenant", 400, "ns is missing"},
 				{"GET", "/tenant?ns=%00", 400, "NUL"},
 				{"GET", "/dead", 200, "beta-00"},

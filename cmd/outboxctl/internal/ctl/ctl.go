@@ -386,6 +386,20 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		capped(r.Ready, r.Capped), admin.Age(c.now(), r.ReadySince), capped(r.Scheduled, r.Capped), capped(r.Claimed, r.Capped),
 		capped(r.Dead, r.Capped), capped(r.Settled, r.Capped))
 	fmt.Fprintf(c.Stdout, "shared settings: %s\n", settingsText(t.Settings))
+	for _, rt := range ex.Routes {
+		tq := rt.TaskQueue
+		if tq == "" {
+			tq = "(default)"
+		}
+		atLeast := "" // a capped route's counts are lower bounds
+		if rt.Capped {
+			atLeast = "≥"
+		}
+		fmt.Fprintf(c.Stdout, "route %s: %s%d ready, %s%d scheduled, %s%d claimed\n", tq, atLeast, rt.Ready, atLeast, rt.Scheduled, atLeast, rt.Claimed)
+	}
+	if ex.RoutesTruncated {
+		fmt.Fprintf(c.Stdout, "(only the first %d routes)\n", len(ex.Routes))
+	}
 	if len(ex.Nodes) == 0 {
 		fmt.Fprintln(c.Stdout, "no live node reports")
 		return nil
