@@ -118,6 +118,32 @@ WHERE c.n > 0`,
 ORDER BY 1, 2`,
 }
 
+// firstWindowRoute and nextWindowRoute are the steps of a walk over the
+// routes in a window's cyclic order after $4 (windowCounts' and the window
+// claim's): the first route of a namespace above $4, else, wrapped, the
+// first up to $4; then from the walk's row w, the next route in that order.
+// Each is (A UNION ALL B …) LIMIT 1, aliased nx.
+var (
+	firstWindowRoute = `(` + routeStep("false", `
+			AND o.namespace > $4::text`) + `
+		UNION ALL` + routeStep("true", `
+			AND o.namespace <= $4::text`) + `
+		LIMIT 1
+	) nx`
+	nextWindowRoute = `(` + routeStep("false", `
+			AND NOT w.wrapped
+			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)`) + `
+		UNION ALL` + routeStep("true", `
+			AND w.wrapped
+			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)
+			AND o.namespace <= $4::text`) + `
+		UNION ALL` + routeStep("true", `
+			AND NOT w.wrapped
+			AND o.namespace <= $4::text`) + `
+		LIMIT 1
+	) nx`
+)
+
 // windowCounts is countPendingWindow. $2: owned shards, $3: cap per route,
 // $4: After, $5: the most namespaces, $6: all shards owned. walk visits the
 // routes in the window's cyclic order — those of the namespaces above $4,
@@ -137,29 +163,13 @@ var windowCounts = countQuery{
 	with: `
 WITH RECURSIVE walk (namespace, task_queue, wrapped, n, k, has) AS (
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, (c.n > 0)::int::int8, c.n > 0
-	FROM (` + routeStep("false", `
-			AND o.namespace > $4::text`) + `
-		UNION ALL` + routeStep("true", `
-			AND o.namespace <= $4::text`) + `
-		LIMIT 1
-	) nx` + routeCount("$6::bool") + `
+	FROM ` + firstWindowRoute + routeCount("$6::bool") + `
 	UNION ALL
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n,
 		w.k + (c.n > 0 AND NOT (w.has AND nx.namespace = w.namespace))::int::int8,
 		c.n > 0 OR (w.has AND nx.namespace = w.namespace)
 	FROM walk w
-	CROSS JOIN LATERAL (` + routeStep("false", `
-			AND NOT w.wrapped
-			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)`) + `
-		UNION ALL` + routeStep("true", `
-			AND w.wrapped
-			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)
-			AND o.namespace <= $4::text`) + `
-		UNION ALL` + routeStep("true", `
-			AND NOT w.wrapped
-			AND o.namespace <= $4::text`) + `
-		LIMIT 1
-	) nx` + routeCount("$6::bool") + `
+	CROSS JOIN LATERAL ` + nextWindowRoute + routeCount("$6::bool") + `
 	WHERE w.k < $5::int8 OR nx.namespace = w.namespace
 )`,
 	sel: `

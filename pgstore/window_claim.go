@@ -60,29 +60,13 @@ func windowClaimSQL(fence bool) string {
 	}
 	return head + `walk (namespace, task_queue, wrapped, n, elig, k, has) AS (
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, e.elig, e.elig::int::int8, e.elig
-	FROM (` + routeStep("false", `
-			AND o.namespace > $4::text`) + `
-		UNION ALL` + routeStep("true", `
-			AND o.namespace <= $4::text`) + `
-		LIMIT 1
-	) nx` + count + elig + `
+	FROM ` + firstWindowRoute + count + elig + `
 	UNION ALL
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, e.elig,
 		w.k + (e.elig AND NOT (w.has AND nx.namespace = w.namespace))::int::int8,
 		e.elig OR (w.has AND nx.namespace = w.namespace)
 	FROM walk w
-	CROSS JOIN LATERAL (` + routeStep("false", `
-			AND NOT w.wrapped
-			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)`) + `
-		UNION ALL` + routeStep("true", `
-			AND w.wrapped
-			AND (o.namespace, o.task_queue) > (w.namespace, w.task_queue)
-			AND o.namespace <= $4::text`) + `
-		UNION ALL` + routeStep("true", `
-			AND NOT w.wrapped
-			AND o.namespace <= $4::text`) + `
-		LIMIT 1
-	) nx` + count + elig + `
+	CROSS JOIN LATERAL ` + nextWindowRoute + count + elig + `
 	WHERE w.k <= $5::int8 OR nx.namespace = w.namespace
 ), served AS (
 	SELECT w.namespace, count(*) FILTER (WHERE w.n > 0) > 1 AS other
