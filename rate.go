@@ -285,68 +285,96 @@ type routed interface{ Route() Route }
 // the tokens taken per namespace, nil when none. The caller must not hold
 // b.mu.
 func (b *Backpressure) reserveTokens(plan Plan) map[string]int {
-	if len(plan.Claims) == 0 || !b.current().cfg.hasRates() {
-		return nil
-	}
-	t := b.rateNow()
-	var taken map[string]int
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	cfg := b.set.cfg
-	if cfg == nil {
-		return nil
-	}
-	for _, c := range plan.Claims {
-		if !cfg.rate(c.Route.Namespace).limited() {
-			continue
-		}
-		if taken == nil {
-			taken = make(map[string]int)
-		}
-		taken[c.Route.Namespace] += c.Limit
-	}
+	taken := b.rateGrants(plan)
 	if taken != nil {
-		b.spendLocked(taken, t)
+		b.spend(taken)
 	}
 	return taken
 }
 
 // releaseTokens returns to their buckets the tokens reserveTokens took for
-// rows the claim did not return. Rows that say their route count for their
-// namespace; for a row type that does not, a namespace is taken to have
-// claimed min(its reservation, rows claimed), as many as it may have
-// started (never fewer, so the rate's bound holds). A bucket never rises
-// above its burst. The caller must not hold b.mu.
+// rows the claim did not return. A bucket never rises above its burst. The
+// caller must not hold b.mu.
 func releaseTokens[R any](b *Backpressure, taken map[string]int, rows []R) {
 	if len(taken) == 0 {
 		return
 	}
-	claimed := make(map[string]int, len(taken))
-	if len(rows) > 0 {
-		if _, ok := any(rows[0]).(routed); ok {
-			for i := range rows {
-				if r, ok := any(rows[i]).(routed); ok {
-					claimed[r.Route().Namespace]++
-				}
-			}
-		} else {
-			for ns, n := range taken {
-				claimed[ns] = min(n, len(rows))
-			}
-		}
-	}
+	claimed := claimedOf(taken, rows)
 	back := make(map[string]int, len(taken))
 	for ns, n := range taken {
 		if r := n - min(n, claimed[ns]); r > 0 {
 			back[ns] = -r
 		}
 	}
-	if len(back) == 0 {
-		return
+	if len(back) > 0 {
+		b.spend(back)
 	}
+}
+
+// spendClaimed spends, after a claim that ran with nothing in flight beside
+// it (a TxSweeper's sweep), the tokens of the rows it returned: what
+// reserveTokens and releaseTokens do net, in one step.
+func spendClaimed[R any](b *Backpressure, plan Plan, rows []R) {
+	if taken := b.rateGrants(plan); taken != nil && len(rows) > 0 {
+		b.spend(claimedOf(taken, rows))
+	}
+}
+
+// rateGrants returns plan's grants per rate-limited namespace, nil when it
+// grants none. The caller must not hold b.mu.
+func (b *Backpressure) rateGrants(plan Plan) map[string]int {
+	if len(plan.Claims) == 0 {
+		return nil
+	}
+	cfg := b.current().cfg
+	if !cfg.hasRates() {
+		return nil
+	}
+	var grants map[string]int
+	for _, c := range plan.Claims {
+		if !cfg.rate(c.Route.Namespace).limited() {
+			continue
+		}
+		if grants == nil {
+			grants = make(map[string]int)
+		}
+		grants[c.Route.Namespace] += c.Limit
+	}
+	return grants
+}
+
+// claimedOf returns how many of rows each namespace of grants claimed.
+// Rows that say their route count for their namespace; for a row type that
+// does not, a namespace is taken to have claimed min(its grant, rows
+// claimed), as many as it may have started (never fewer, so the rate's
+// bound holds).
+func claimedOf[R any](grants map[string]int, rows []R) map[string]int {
+	claimed := make(map[string]int, len(grants))
+	if len(rows) == 0 {
+		return claimed
+	}
+	if _, ok := any(rows[0]).(routed); ok {
+		for i := range rows {
+			if r, ok := any(rows[i]).(routed); ok {
+				if _, limited := grants[r.Route().Namespace]; limited {
+					claimed[r.Route().Namespace]++
+				}
+			}
+		}
+		return claimed
+	}
+	for ns, n := range grants {
+		claimed[ns] = min(n, len(rows))
+	}
+	return claimed
+}
+
+// spend spends n[ns] tokens of each namespace's bucket now (n[ns] < 0
+// gives tokens back). The caller must not hold b.mu.
+func (b *Backpressure) spend(n map[string]int) {
 	t := b.rateNow()
 	b.mu.Lock()
-	b.spendLocked(back, t)
+	b.spendLocked(n, t)
 	b.mu.Unlock()
 }
 

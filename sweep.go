@@ -101,7 +101,7 @@ func sweepN[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n
 			return nil, Plan{}, err
 		}
 		b.commit(out, began)
-		releaseTokens(b, b.reserveTokens(out.plan), rows)
+		spendClaimed(b, out.plan, rows)
 		return rows, out.plan, nil
 	}
 
