@@ -135,7 +135,8 @@ func (b *Backpressure) bucketFor(namespace string) bucket {
 
 // settleRates brings every bucket to t under the settings old, before new
 // settings replace them: a bucket refills at the rate and burst in force
-// when it refilled. The caller holds b.mu. Cost: O(buckets + len(Rates)).
+// when it refilled, and holds at most the burst in force before the change
+// (a burst that shrank and then grew again at one instant adds no token). The caller holds b.mu. Cost: O(buckets + len(Rates)).
 func (b *Backpressure) settleRates(old settings, t time.Time) {
 	if old.cfg == nil || !old.cfg.hasRates() && len(b.rates.buckets) == 0 {
 		b.rates.dflt = bucket{at: laterOf(t, b.rates.dflt.at)} // nothing limited: nothing accrued
@@ -146,8 +147,8 @@ func (b *Backpressure) settleRates(old settings, t time.Time) {
 		switch {
 		case !r.limited():
 			b.rates.buckets[ns] = bucket{at: laterOf(t, k.at)} // no limit: empty if it gets one again
-		case t.After(k.at):
-			b.rates.buckets[ns] = bucket{tokens: k.refill(r, old.f, t), at: t}
+		default: // refilled to t and held to the burst in force before the change
+			b.rates.buckets[ns] = bucket{tokens: k.refill(r, old.f, t), at: laterOf(t, k.at)}
 		}
 	}
 	for ns, r := range old.cfg.rates {
@@ -157,10 +158,8 @@ func (b *Backpressure) settleRates(old settings, t time.Time) {
 			}
 			k := bucket{at: laterOf(t, b.rates.dflt.at)}
 			if r.limited() {
-				k = b.rates.dflt
-				if t.After(k.at) {
-					k = bucket{tokens: k.refill(r, old.f, t), at: t}
-				}
+				d := b.rates.dflt
+				k = bucket{tokens: d.refill(r, old.f, t), at: laterOf(t, d.at)}
 			}
 			b.rates.buckets[ns] = k
 		}
@@ -168,8 +167,8 @@ func (b *Backpressure) settleRates(old settings, t time.Time) {
 	switch d := b.rates.dflt; {
 	case !old.cfg.defaultRate.limited():
 		b.rates.dflt = bucket{at: laterOf(t, d.at)} // a namespace given a rate starts empty
-	case t.After(d.at):
-		b.rates.dflt = bucket{tokens: d.refill(old.cfg.defaultRate, old.f, t), at: t}
+	default:
+		b.rates.dflt = bucket{tokens: d.refill(old.cfg.defaultRate, old.f, t), at: laterOf(t, d.at)}
 	}
 }
 

@@ -262,11 +262,10 @@ func (r *refBuckets) rate(ns string) Rate {
 }
 
 // advance refills every bucket to t.
+// Every bucket is held to its burst at every event, even one at the same
+// instant as the last (dt = 0).
 func (r *refBuckets) advance(t time.Time) {
-	if !t.After(r.at) {
-		return
-	}
-	dt := t.Sub(r.at).Seconds()
+	dt := max(0, t.Sub(r.at).Seconds())
 	for _, ns := range r.names {
 		x := r.rate(ns)
 		if x.PerSecond == 0 {
@@ -277,7 +276,9 @@ func (r *refBuckets) advance(t time.Time) {
 		perNode := x.PerSecond * float64(r.f.OwnedCount()) / float64(r.f.ShardCount())
 		r.tokens[ns] = min(burst, min(burst, r.tokens[ns])+perNode*dt)
 	}
-	r.at = t
+	if t.After(r.at) {
+		r.at = t
+	}
 }
 
 // whole returns the whole tokens of every rate-limited namespace at t.
