@@ -11,7 +11,7 @@ RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
-.PHONY: test fmt-check vet staticcheck unit outside bench-smoke bench bench-drain chaos fuzz tools chart clean browser test-browser
+.PHONY: test fmt-check vet staticcheck unit test-long outside bench-smoke bench bench-drain chaos fuzz tools chart clean browser test-browser
 
 test: fmt-check vet staticcheck unit outside bench-smoke
 
@@ -37,13 +37,15 @@ unit:
 	@command -v chromium >/dev/null 2>&1 || echo "browser test skipped: no chromium (make browser installs Debian's; make test-browser runs it)"
 	$(GO) test -race -count=1 . -rapid.checks=$(RAPID_CHECKS)
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '^github.com/outboxkit/backpressure$$')
-	@# Nested modules package by package, in local directory mode, so that a
-	@# package's own notice (pgstore's "PostgreSQL not reachable …" line) shows.
-	@set -e; for m in $(filter-out $(CURDIR),$(MODULES)); do \
-		for d in $$(cd $$m && $(GO) list -f '{{.Dir}}' ./...); do \
-			echo "go test $$d"; (cd $$d && $(GO) test -race -count=1); \
-		done; \
-	done
+	@# Nested modules package by package, pgstore in a lane of its own
+	@# beside the others (see scripts/test-modules).
+	GO=$(GO) scripts/test-modules $(filter-out $(CURDIR),$(MODULES))
+
+# The long run of the unit tests: the root's property tests at 10,000 cases
+# each, and the areas make test runs on one variant only (sqlitestore's
+# in-memory database) on every variant (BACKPRESSURE_LONG=1).
+test-long:
+	BACKPRESSURE_LONG=1 $(MAKE) unit RAPID_CHECKS=10000
 
 # The README's recipe for an application module outside the checkout, run in
 # a fresh module in a temporary directory on the README's quick start.

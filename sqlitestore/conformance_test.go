@@ -2,7 +2,9 @@ package sqlitestore
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/outboxkit/backpressure/outbox"
@@ -13,6 +15,11 @@ import (
 // in-memory one. The store implements outbox.Store, so the harness needs
 // only the store, its clock, the round-trip counter and the fault hook,
 // plus an Inspect for the columns Get does not show.
+//
+// The in-memory database runs the same SQL on its one connection; the
+// areas that only compare the store's SQL with a reference on random
+// states (memoryLongAreas) run on the file alone unless
+// BACKPRESSURE_LONG=1 (make test-long), to keep make test short.
 func TestConformance(t *testing.T) {
 	for _, kind := range []string{"File", "Memory"} {
 		t.Run(kind, func(t *testing.T) {
@@ -20,11 +27,29 @@ func TestConformance(t *testing.T) {
 				path := ":memory:"
 				if kind == "File" {
 					path = filepath.Join(t.TempDir(), "outbox.db")
+				} else if area := memoryLongArea(t.Name()); area != "" && os.Getenv("BACKPRESSURE_LONG") != "1" {
+					t.Skipf("%s runs on the file database; BACKPRESSURE_LONG=1 (make test-long) runs it in memory too", area)
 				}
 				return newHarness(t, path, Options{SyncNormal: true})
 			})
 		})
 	}
+}
+
+// memoryLongAreas are the storetest areas of random states against a
+// reference, the suite's longest, that the in-memory variant runs only
+// under BACKPRESSURE_LONG=1.
+var memoryLongAreas = []string{"WindowClaim", "Operate", "SweepTx"}
+
+// memoryLongArea returns the area of memoryLongAreas the test named name
+// (TestConformance/Memory/<area>/...) is in, or "".
+func memoryLongArea(name string) string {
+	for _, a := range memoryLongAreas {
+		if strings.HasPrefix(name, "TestConformance/Memory/"+a+"/") || name == "TestConformance/Memory/"+a {
+			return a
+		}
+	}
+	return ""
 }
 
 // newHarness opens a store at path with a manual clock and adapts it to

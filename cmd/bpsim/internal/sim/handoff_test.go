@@ -39,6 +39,7 @@ func handoffScenario() Scenario {
 // policy, that every row was settled once although the failed node's
 // claims had to run out and be claimed anew.
 func TestHandoffHoldsQuotas(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s := handoffScenario()
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)

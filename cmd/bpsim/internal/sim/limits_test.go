@@ -50,6 +50,7 @@ func worstExcess(starts []int, rho float64) (excess float64, started, span int) 
 // naive reference; the sweeps held it for its rate; and unscoped, which
 // knows no rate, breaks the bound, so the check can fail.
 func TestRateBoundAcrossHandoff(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s, err := LoadScenario("../../scenarios/rates.json")
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +114,7 @@ func withoutPriorities(s Scenario) Scenario {
 // flight, tick by tick, and the quiet tenants' waits are the same in both
 // runs.
 func TestPriorityInsideShare(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s, err := LoadScenario("../../scenarios/priority.json")
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +159,7 @@ func TestPriorityInsideShare(t *testing.T) {
 // in the same run without the runaway tenant (under unscoped they are
 // longer, so the comparison can fail).
 func TestPendingCapRejectsRunaway(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s, err := LoadScenario("../../scenarios/pendingcap.json")
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ func shrink(s Scenario) Scenario {
 // cover the other two), checking the verdict and what the scenario is
 // there to show.
 func TestShippedScenarios(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	paths, err := filepath.Glob("../../scenarios/*.json")
 	if err != nil || len(paths) < 5 {
 		t.Fatalf("scenarios: %v, %v", paths, err)
