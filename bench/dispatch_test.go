@@ -79,6 +79,9 @@ type drainStats struct {
 	sweeps int64         // sweeps run
 	swept  time.Duration // time spent in them
 	pgCPU  time.Duration // CPU of the arm's PostgreSQL backends during the drain (see backendCPU); < 0: unknown
+	// CPU of this whole process during the drain (see startProcCPU), for
+	// the SQLite arms, whose database runs in the process; < 0: unknown.
+	procCPU time.Duration
 }
 
 // drain enqueues rows no-op rows over d's namespaces (taskQueues task

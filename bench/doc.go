@@ -4,18 +4,26 @@
 // dispatcher (fair and unscoped, at 10 and 1,000 namespaces), in the same
 // run, arms rotating from iteration to iteration, reported as rows/s and as
 // ratios (the machines are shared and noisy, so only ratios taken side by
-// side mean much). See BenchmarkDrain for the arms and their settings.
+// side mean much). See BenchmarkDrain for the arms and their settings, and
+// BenchmarkSteady for the latency of rows trickling in.
+//
+// BenchmarkDrainSQLite and BenchmarkSteadySQLite are the same two on
+// SQLite: River on its riversqlite driver against the dispatcher on
+// sqlitestore, each on a database file of its own in this process. They
+// need no PostgreSQL:
+//
+//	cd bench && go test -run '^$' -bench SQLite -benchtime 2x
 //
 // It is a module of its own so that River stays out of every other
-// module's dependencies. Run it with make bench-river, or:
+// module's dependencies. Run it with make bench-drain (which runs BenchmarkDrainSQLite too), or:
 //
-//	cd bench && go test -run '^$' -bench Drain -benchtime 3x -count 3 -timeout 30m
+//	cd bench && go test -run '^$' -bench 'Drain$' -benchtime 3x -count 3 -timeout 30m
 //
 // (about a minute per count on 2 cores). With -benchtime=1x, as CI's
 // bench-smoke runs it, the backlog is 2,000 rows instead of 20,000: that
 // proves the benchmark runs, and is not the figure.
 //
-// It needs PostgreSQL (TEST_DATABASE_URL, default
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and skips
-// without it (fails with PGSTORE_REQUIRE set).
+// The PostgreSQL benchmarks need PostgreSQL (TEST_DATABASE_URL, default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and skip
+// without it (fail with PGSTORE_REQUIRE set).
 package bench

@@ -89,7 +89,7 @@ var cpuAdmin *pgxpool.Pool
 // sweep loop spent in sweeps (summed over sweeps in flight at once, so
 // above 1 when claims overlap).
 //
-//	cd bench && go test -run '^$' -bench Drain -benchtime 3x -count 3 -timeout 30m
+//	cd bench && go test -run '^$' -bench 'Drain$' -benchtime 3x -count 3 -timeout 30m
 //
 // Under -benchtime=1x the backlog is 2,000 rows rather than 20,000 (see
 // drainBacklog).

@@ -115,7 +115,7 @@ func produce(tb testing.TB, rate int, d time.Duration, l *latencies, insert func
 // CPU of the consumer's PostgreSQL backends per row (see backendCPU; the
 // producer's backends are not in it).
 //
-//	cd bench && go test -run '^$' -bench Steady -benchtime 1x -count 3 -timeout 30m
+//	cd bench && go test -run '^$' -bench 'Steady$' -benchtime 1x -count 3 -timeout 30m
 func BenchmarkSteady(b *testing.B) {
 	cpuAdmin = openPool(b, 2)
 	for _, rate := range []int{500, 2000} {

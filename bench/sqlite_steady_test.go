@@ -1,0 +1,222 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/dispatch"
+	"github.com/outboxkit/backpressure/outbox"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+)
+
+// sqliteSteadyRate is the producer's rate in BenchmarkSteadySQLite, rows/s.
+const sqliteSteadyRate = 500
+
+// steadySettle is how long a steady-state consumer runs idle before the
+// producer starts (started, subscribed, River's services settled): 1 s,
+// 100 ms under -benchtime=1x.
+func steadySettle() time.Duration {
+	if f := flag.Lookup("test.benchtime"); f != nil && f.Value.String() == "1x" {
+		return 100 * time.Millisecond
+	}
+	return time.Second
+}
+
+// steadyArm is one consumer of BenchmarkSteadySQLite and what its runs
+// recorded.
+type steadyArm struct {
+	name string
+	// run runs one steady state, recording into l, and returns the rows
+	// it enqueued and the process's CPU meanwhile (< 0: unknown).
+	run      func(b *testing.B, l *latencies) (rows int, cpu time.Duration)
+	all      []time.Duration // every row's latency, over the runs
+	rows     int
+	cpu      time.Duration
+	cpuKnown bool
+}
+
+// percentile returns the q-th quantile (0 < q < 1) of a's latencies,
+// sorted.
+func (a *steadyArm) percentile(q float64) time.Duration {
+	return a.all[int(float64(len(a.all))*q)]
+}
+
+// BenchmarkSteadySQLite is BenchmarkSteady on SQLite: in one process, on a
+// fresh database file per run, a producer enqueues no-op rows one at a
+// time at 500 rows/s for 3 s, on the consumer's own store or client (so
+// each side's in-process wake-up is what starts the rows: sqlitestore's
+// notifier, signalled from the committing goroutine, and River's, which on
+// SQLite has no listener and is poll-only, triggering its producer's fetch
+// after a non-transactional Insert), while the consumer runs:
+//
+//   - dispatch-coalesce-none, dispatch-coalesce-2ms: dispatch.Dispatcher on
+//     sqlitestore (Open, every option at its default) with the fair
+//     planner, 10 namespaces, Workers 100, BatchSize 100, at
+//     Options.Coalesce none and 2 ms (the default);
+//   - river-default, river-1ms: River v0.51.2 on riversqlite v0.51.2
+//     (opened as in BenchmarkDrainSQLite), one queue of 100 workers, with
+//     its default fetch cooldown and with 1 ms.
+//
+// Every iteration runs every arm once, in an order that rotates from
+// iteration to iteration. It reports, per arm, the p50 and p99 from the
+// enqueue's commit (when Enqueue or Insert returned) to the handler's
+// start over every row of its runs, and cpu-µs/row: the CPU (user +
+// system, getrusage) of the whole process from the producer's start until
+// the last row started, per row, which holds the producer's enqueues and
+// the database's work (SQLite runs in the process; BenchmarkSteady's
+// database CPU per row has no counterpart here). The ratios
+// river/dispatch-p50 and river/dispatch-p99 are the faster River arm's
+// percentile over dispatch-coalesce-2ms's (above 1: the dispatcher starts
+// rows sooner).
+//
+//	cd bench && go test -run '^$' -bench SteadySQLite -benchtime 3x -count 3
+//
+// Under -benchtime=1x the producer runs 100 ms (see steadyFor). It needs
+// no PostgreSQL.
+func BenchmarkSteadySQLite(b *testing.B) {
+	arms := []*steadyArm{
+		{name: "dispatch-coalesce-none", run: func(b *testing.B, l *latencies) (int, time.Duration) {
+			return steadySQLiteDispatch(b, sqliteSteadyRate, -1, l)
+		}},
+		{name: "dispatch-coalesce-2ms", run: func(b *testing.B, l *latencies) (int, time.Duration) {
+			return steadySQLiteDispatch(b, sqliteSteadyRate, 0, l)
+		}},
+		{name: "river-default", run: func(b *testing.B, l *latencies) (int, time.Duration) {
+			return steadySQLiteRiver(b, sqliteSteadyRate, 0, l)
+		}},
+		{name: "river-1ms", run: func(b *testing.B, l *latencies) (int, time.Duration) {
+			return steadySQLiteRiver(b, sqliteSteadyRate, time.Millisecond, l)
+		}},
+	}
+	for _, a := range arms {
+		a.cpuKnown = true
+	}
+	b.ReportAllocs()
+	iter := 0
+	for b.Loop() {
+		for k := range arms {
+			a := arms[(iter+k)%len(arms)]
+			l := newLatencies()
+			n, cpu := a.run(b, l)
+			a.rows += n
+			a.cpu += cpu
+			a.cpuKnown = a.cpuKnown && cpu >= 0
+			a.all = append(a.all, l.all...)
+		}
+		iter++
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	for _, a := range arms {
+		slices.Sort(a.all)
+		b.ReportMetric(ms(a.percentile(0.50)), a.name+"-p50-ms")
+		b.ReportMetric(ms(a.percentile(0.99)), a.name+"-p99-ms")
+		if a.cpuKnown {
+			b.ReportMetric(float64(a.cpu.Microseconds())/float64(a.rows), a.name+"-cpu-µs/row")
+		}
+	}
+	dispatchDefault, riverDefault, river1ms := arms[1], arms[2], arms[3]
+	for _, q := range []float64{0.50, 0.99} {
+		fasterRiver := min(riverDefault.percentile(q), river1ms.percentile(q))
+		b.ReportMetric(fasterRiver.Seconds()/dispatchDefault.percentile(q).Seconds(), fmt.Sprintf("river/dispatch-p%d", int(q*100)))
+	}
+}
+
+// steadySQLiteDispatch runs one steady state of a dispatcher on a fresh
+// sqlitestore (see openSQLiteStore), at Options.Coalesce coalesce, with
+// the producer enqueueing on the same store; it returns the rows enqueued
+// and the process's CPU from the producer's start until the last row
+// started (and 20 ms more, for the last results).
+func steadySQLiteDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies) (int, time.Duration) {
+	ctx := context.Background()
+	s := openSQLiteStore(b)
+	all, _ := backpressure.AllShards(s.ShardCount())
+	bp, err := backpressure.New(backpressure.Config{BatchSize: dispatchBatch, DefaultQuota: backpressure.Unlimited}, all)
+	if err != nil {
+		b.Fatal(err)
+	}
+	handler := func(_ context.Context, row outbox.Row) error {
+		var seq int
+		_, _ = fmt.Sscanf(row.DispatchKey, "s%d", &seq)
+		l.start(seq)
+		return nil
+	}
+	disp, err := dispatch.New(bp, s, handler, dispatch.Options{Workers: sqliteWorkers, Coalesce: coalesce, Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- disp.Run(runCtx) }()
+	time.Sleep(steadySettle()) // subscribed and idle
+	cpu := startProcCPU()
+	n := produce(b, rate, steadyFor(), l, func(seq int) error {
+		_, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: fmt.Sprintf("s%d", seq), Namespace: fmt.Sprintf("ns%d", seq%sqliteNamespaces), TaskQueue: "q"}})
+		return err
+	})
+	for deadline := time.Now().Add(time.Minute); l.count() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("dispatch: %d of %d rows started after a minute", l.count(), n)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // the last results written
+	c := cpu.stop()
+	stop()
+	if err := <-ran; err != nil {
+		b.Fatalf("dispatch Run: %v", err)
+	}
+	_ = s.Close() // now rather than when the benchmark ends
+	return n, c
+}
+
+// steadySQLiteRiver runs one steady state of a River client on a fresh
+// River database (see openRiverSQLite), one queue of sqliteWorkers
+// workers, fetch cooldown cooldown (0: River's default), with the producer
+// inserting through the same client; it returns the rows inserted and the
+// process's CPU as steadySQLiteDispatch does.
+func steadySQLiteRiver(b *testing.B, rate int, cooldown time.Duration, l *latencies) (int, time.Duration) {
+	ctx := context.Background()
+	db := openRiverSQLite(b)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &steadyWorker{started: l.start})
+	cfg := &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: sqliteWorkers}},
+		Workers: workers,
+		Logger:  quietLogger(),
+	}
+	if cooldown > 0 {
+		cfg.FetchCooldown = cooldown
+	}
+	client, err := river.NewClient(riversqlite.New(db), cfg)
+	if err != nil {
+		b.Fatalf("river.NewClient: %v", err)
+	}
+	if err := client.Start(ctx); err != nil {
+		b.Fatalf("river Start: %v", err)
+	}
+	time.Sleep(steadySettle()) // started, idle
+	cpu := startProcCPU()
+	n := produce(b, rate, steadyFor(), l, func(seq int) error {
+		_, err := client.Insert(ctx, steadyArgs{Seq: seq}, nil)
+		return err
+	})
+	for deadline := time.Now().Add(time.Minute); l.count() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("river: %d of %d jobs started after a minute", l.count(), n)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	c := cpu.stop()
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		b.Fatalf("river Stop: %v", err)
+	}
+	_ = db.Close() // now rather than when the benchmark ends
+	return n, c
+}
