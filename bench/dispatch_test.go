@@ -95,40 +95,73 @@ func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStat
 	if _, err := adminExec(ctx, d, "TRUNCATE "+table); err != nil {
 		tb.Fatalf("truncate: %v", err)
 	}
-	msgs := make([]outbox.Message, rows)
-	for i := range msgs {
-		msgs[i] = outbox.Message{
-			DispatchKey: fmt.Sprintf("k%09d", i),
-			Namespace:   fmt.Sprintf("ns%04d", i%d.namespaces),
-			TaskQueue:   fmt.Sprintf("q%d", (i/d.namespaces)%taskQueues),
-		}
-	}
-	for lo := 0; lo < rows; lo += 5000 {
-		if _, err := d.store.Enqueue(ctx, msgs[lo:min(lo+5000, rows)]); err != nil {
-			tb.Fatalf("Enqueue: %v", err)
-		}
-	}
+	enqueueBacklog(tb, d.store, rows, d.namespaces)
 	if _, err := adminExec(ctx, d, "ANALYZE "+table); err != nil {
 		tb.Fatalf("analyze: %v", err)
-	}
-	all, _ := backpressure.AllShards(d.store.ShardCount())
-	bp, err := backpressure.New(backpressure.Config{BatchSize: d.batch, DefaultQuota: backpressure.Unlimited}, all)
-	if err != nil {
-		tb.Fatalf("backpressure.New: %v", err)
 	}
 	var store dispatch.Store = d.store
 	if d.unscoped {
 		store = unscopedStore{d.store}
 	}
+	opts := dispatch.Options{Workers: d.workers, ClaimsInFlight: d.inFlight}
+	elapsed, st, cpu := drainDispatch(tb, d.store, store, rows, d.batch, opts, func() cpuStopper { return startCPU(cpuAdmin, d.pool) })
+	st.pgCPU = cpu
+	return elapsed, st
+}
+
+// backlogStore is what a drain needs of pgstore's and sqlitestore's Store
+// besides claiming: enqueue, the shard count, and the untimed check.
+type backlogStore interface {
+	Enqueue(ctx context.Context, msgs []outbox.Message) (int, error)
+	ShardCount() int
+	Stats(ctx context.Context) (outbox.Stats, error)
+}
+
+// enqueueBacklog enqueues rows no-op rows into s over namespaces
+// namespaces (taskQueues task queues each), 5,000 at a time.
+func enqueueBacklog(tb testing.TB, s backlogStore, rows, namespaces int) {
+	tb.Helper()
+	ctx := context.Background()
+	msgs := make([]outbox.Message, rows)
+	for i := range msgs {
+		msgs[i] = outbox.Message{
+			DispatchKey: fmt.Sprintf("k%09d", i),
+			Namespace:   fmt.Sprintf("ns%04d", i%namespaces),
+			TaskQueue:   fmt.Sprintf("q%d", (i/namespaces)%taskQueues),
+		}
+	}
+	for lo := 0; lo < rows; lo += 5000 {
+		if _, err := s.Enqueue(ctx, msgs[lo:min(lo+5000, rows)]); err != nil {
+			tb.Fatalf("Enqueue: %v", err)
+		}
+	}
+}
+
+// drainDispatch runs a dispatcher with the fair planner (BatchSize batch,
+// no quota, opts with its Metrics and Logger set) on claim, which is s or
+// claims from it, until the rows rows enqueued in s are settled; it returns
+// how long that took from Run until the last row's settle was written,
+// what its sweeps did, and the CPU that the meter startMeter returns
+// measured meanwhile, then checks (untimed) that s has every row settled
+// once.
+func drainDispatch(tb testing.TB, s backlogStore, claim dispatch.Store, rows, batch int, opts dispatch.Options, startMeter func() cpuStopper) (time.Duration, drainStats, time.Duration) {
+	tb.Helper()
+	ctx := context.Background()
+	all, _ := backpressure.AllShards(s.ShardCount())
+	bp, err := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: backpressure.Unlimited}, all)
+	if err != nil {
+		tb.Fatalf("backpressure.New: %v", err)
+	}
 	c := &settledCounter{want: int64(rows), done: make(chan struct{})}
+	opts.Metrics, opts.Logger = c, quietLogger()
 	noop := func(context.Context, outbox.Row) error { return nil }
-	disp, err := dispatch.New(bp, store, noop, dispatch.Options{Workers: d.workers, ClaimsInFlight: d.inFlight, Metrics: c, Logger: quietLogger()})
+	disp, err := dispatch.New(bp, claim, noop, opts)
 	if err != nil {
 		tb.Fatalf("dispatch.New: %v", err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
-	cpu := startCPU(cpuAdmin, d.pool)
+	m := startMeter()
 	start := time.Now()
 	go func() { ran <- disp.Run(runCtx) }()
 	select {
@@ -137,16 +170,17 @@ func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStat
 		tb.Fatalf("dispatch: %d of %d rows settled after 2 minutes", c.settled.Load(), rows)
 	}
 	elapsed := time.Since(start)
-	st := drainStats{sweeps: c.sweeps.Load(), swept: time.Duration(c.swept.Load()), pgCPU: cpu.stop()}
+	st := drainStats{sweeps: c.sweeps.Load(), swept: time.Duration(c.swept.Load())}
+	cpu := m.stop()
 	stop()
 	if err := <-ran; err != nil {
 		tb.Fatalf("dispatch Run: %v", err)
 	}
 	// Untimed: every row settled exactly once, none left behind.
-	if stats, err := d.store.Stats(ctx); err != nil || stats.Settled != rows || stats.Total != rows {
+	if stats, err := s.Stats(ctx); err != nil || stats.Settled != rows || stats.Total != rows {
 		tb.Fatalf("after the drain: %+v, %v; want %d rows, all settled", stats, err, rows)
 	}
-	return elapsed, st
+	return elapsed, st, cpu
 }
 
 // adminExec runs an untimed statement of the benchmark's own on d's pool.

@@ -33,12 +33,12 @@ type arm struct {
 	name  string
 	trips *tripCounter // the dispatcher's pool's, nil for the peers
 	tripN int64        // round trips during this arm's drains
-	// One drain, with what its sweeps did (none for the peers) and the CPU
-	// of its PostgreSQL backends.
+	// One drain, with what its sweeps did (none for the peers) and its
+	// CPU: of its PostgreSQL backends, or of the process for SQLite's.
 	stats func(tb testing.TB, rows int) (time.Duration, drainStats)
 	total time.Duration
 	drainStats
-	cpuKnown bool // every drain's pgCPU was read
+	cpuKnown bool // every drain's pgCPU and procCPU was read
 }
 
 func (a *arm) rate(rows int) float64 { return float64(rows) / a.total.Seconds() }
@@ -150,48 +150,13 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		arms = slices.DeleteFunc(arms, func(a *arm) bool { return !re.MatchString(a.name) })
 	}
-	for _, a := range arms {
-		a.cpuKnown = true
-	}
 	byName := make(map[string]*arm, len(arms))
 	for _, a := range arms {
 		byName[a.name] = a
 	}
-	b.ReportAllocs()
-	iter := 0
-	for b.Loop() {
-		for k := range arms {
-			a := arms[(iter+k)%len(arms)]
-			var before int64
-			if a.trips != nil {
-				before = a.trips.n.Load()
-			}
-			d, st := a.stats(b, rows)
-			a.total += d
-			a.sweeps += st.sweeps
-			a.swept += st.swept
-			a.pgCPU += st.pgCPU
-			a.cpuKnown = a.cpuKnown && st.pgCPU >= 0
-			if a.trips != nil {
-				a.tripN += a.trips.n.Load() - before
-			}
-		}
-		iter++
-	}
-	perArm := rows * iter
+	perArm := runDrainArms(b, arms, rows)
 	for _, a := range arms {
-		b.ReportMetric(a.rate(perArm), a.name+"-rows/s")
-		if a.cpuKnown {
-			b.ReportMetric(float64(a.pgCPU.Microseconds())/float64(perArm), a.name+"-pg-µs/row")
-		}
-		if a.trips != nil {
-			// The enqueue's, TRUNCATE's and ANALYZE's few trips included.
-			b.ReportMetric(float64(a.tripN)/float64(perArm), a.name+"-trips/row")
-			// The mean sweep, and the share of the drain the one sweep
-			// loop spent sweeping: near 1, sweep latency bounds the rate.
-			b.ReportMetric(float64(a.swept.Microseconds())/1000/float64(a.sweeps), a.name+"-sweep-ms")
-			b.ReportMetric(a.swept.Seconds()/a.total.Seconds(), a.name+"-sweeping")
-		}
+		reportDrainArm(b, a, perArm, a.pgCPU, "pg-µs/row")
 	}
 	// ratio reports x's rate over y's, when both arms ran.
 	ratio := func(name string, x, y *arm) {
@@ -214,4 +179,68 @@ func BenchmarkDrain(b *testing.B) {
 	}
 	ratio("fair-10-wide/river", byName["fair-10-wide"], fasterRiver)
 	ratio("fair/unscoped-10-wide", byName["fair-10-wide"], byName["unscoped-10-wide"])
+}
+
+// runDrainArms runs every arm once per iteration of b, in an order that
+// rotates from iteration to iteration, drains of rows rows, summing each
+// arm's drain times, sweeps, CPU and round trips; it returns the rows
+// each arm drained in all.
+func runDrainArms(b *testing.B, arms []*arm, rows int) (perArm int) {
+	for _, a := range arms {
+		a.cpuKnown = true
+	}
+	iters := rotateArms(b, len(arms), func(i int) {
+		a := arms[i]
+		var before int64
+		if a.trips != nil {
+			before = a.trips.n.Load()
+		}
+		d, st := a.stats(b, rows)
+		a.total += d
+		a.sweeps += st.sweeps
+		a.swept += st.swept
+		a.pgCPU += st.pgCPU
+		a.procCPU += st.procCPU
+		a.cpuKnown = a.cpuKnown && st.pgCPU >= 0 && st.procCPU >= 0
+		if a.trips != nil {
+			a.tripN += a.trips.n.Load() - before
+		}
+	})
+	return rows * iters
+}
+
+// rotateArms reports allocations and, once per iteration of b, runs each
+// of n arms (run(i) runs arm i) in an order that rotates from iteration
+// to iteration, so that the machine's noise falls on all alike; it
+// returns the iterations run.
+func rotateArms(b *testing.B, n int, run func(i int)) (iters int) {
+	b.ReportAllocs()
+	for b.Loop() {
+		for k := range n {
+			run((iters + k) % n)
+		}
+		iters++
+	}
+	return iters
+}
+
+// reportDrainArm reports a's rows/s over perArm rows, cpu per row as
+// a.name+"-"+cpuUnit when every drain's was read, its round trips per row
+// when counted, and for a dispatcher arm its mean sweep and the share of
+// the drain spent sweeping.
+func reportDrainArm(b *testing.B, a *arm, perArm int, cpu time.Duration, cpuUnit string) {
+	b.ReportMetric(a.rate(perArm), a.name+"-rows/s")
+	if a.cpuKnown {
+		b.ReportMetric(float64(cpu.Microseconds())/float64(perArm), a.name+"-"+cpuUnit)
+	}
+	if a.trips != nil {
+		// The enqueue's, TRUNCATE's and ANALYZE's few trips included.
+		b.ReportMetric(float64(a.tripN)/float64(perArm), a.name+"-trips/row")
+	}
+	if a.sweeps > 0 {
+		// The mean sweep, and the share of the drain the one sweep
+		// loop spent sweeping: near 1, sweep latency bounds the rate.
+		b.ReportMetric(float64(a.swept.Microseconds())/1000/float64(a.sweeps), a.name+"-sweep-ms")
+		b.ReportMetric(a.swept.Seconds()/a.total.Seconds(), a.name+"-sweeping")
+	}
 }

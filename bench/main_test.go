@@ -147,6 +147,10 @@ func backendCPU(ctx context.Context, admin *pgxpool.Pool, app string) map[int]ti
 // times: 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
+// cpuStopper is a CPU measurement under way (a *cpuMeter or a procMeter):
+// stop returns the CPU spent since it started, < 0 if unknown.
+type cpuStopper interface{ stop() time.Duration }
+
 // cpuMeter measures the backend CPU of one pool's connections over an
 // interval: start before, stop after.
 type cpuMeter struct {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 )
@@ -57,30 +58,50 @@ func (r *riverSetup) drain(tb testing.TB, rows, queues, workersPerQueue int, fet
 	if _, err := r.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{r.schema, "river_job"}.Sanitize()); err != nil {
 		tb.Fatalf("truncate: %v", err)
 	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &noopWorker{})
 	qs := make(map[string]river.QueueConfig, queues)
 	for q := range queues {
 		qs[fmt.Sprintf("q%d", q)] = river.QueueConfig{MaxWorkers: workersPerQueue}
 	}
-	cfg := &river.Config{Queues: qs, Workers: workers, Schema: r.schema, Logger: quietLogger()}
-	if fetchCooldown > 0 {
-		cfg.FetchCooldown = fetchCooldown
-	}
-	client, err := river.NewClient(riverpgxv5.New(r.pool), cfg)
-	if err != nil {
-		tb.Fatalf("river.NewClient: %v", err)
-	}
+	client := newRiverClient(tb, riverpgxv5.New(r.pool), r.schema, qs, &noopWorker{}, fetchCooldown)
 	params := make([]river.InsertManyParams, rows)
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Queue: fmt.Sprintf("q%d", i%queues)}}
 	}
+	elapsed, cpu := drainRiver(tb, client, params, func() cpuStopper { return startCPU(cpuAdmin, r.pool) })
+	return elapsed, drainStats{pgCPU: cpu}
+}
+
+// newRiverClient builds a River client on driver running worker on queues,
+// in schema ("": the driver's default), with fetchCooldown (0: River's
+// default).
+func newRiverClient[TTx any, T river.JobArgs](tb testing.TB, driver riverdriver.Driver[TTx], schema string, queues map[string]river.QueueConfig, worker river.Worker[T], fetchCooldown time.Duration) *river.Client[TTx] {
+	tb.Helper()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, worker)
+	cfg := &river.Config{Queues: queues, Workers: workers, Schema: schema, Logger: quietLogger()}
+	if fetchCooldown > 0 {
+		cfg.FetchCooldown = fetchCooldown
+	}
+	client, err := river.NewClient(driver, cfg)
+	if err != nil {
+		tb.Fatalf("river.NewClient: %v", err)
+	}
+	return client
+}
+
+// drainRiver inserts params through client (untimed), then starts it and
+// returns how long it took to complete them all and the CPU that the
+// meter startMeter returns measured meanwhile; it stops the client.
+func drainRiver[TTx any](tb testing.TB, client *river.Client[TTx], params []river.InsertManyParams, startMeter func() cpuStopper) (elapsed, cpu time.Duration) {
+	tb.Helper()
+	ctx := context.Background()
+	rows := len(params)
 	if _, err := client.InsertManyFast(ctx, params); err != nil {
 		tb.Fatalf("InsertManyFast: %v", err)
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: rows + 1, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
-	cpu := startCPU(cpuAdmin, r.pool)
+	m := startMeter()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		tb.Fatalf("river Start: %v", err)
@@ -93,12 +114,12 @@ func (r *riverSetup) drain(tb testing.TB, rows, queues, workersPerQueue int, fet
 			tb.Fatalf("river: %d of %d jobs completed after 2 minutes", done, rows)
 		}
 	}
-	elapsed := time.Since(start)
-	st := drainStats{pgCPU: cpu.stop()}
+	elapsed = time.Since(start)
+	cpu = m.stop()
 	stopCtx, stop := context.WithTimeout(ctx, time.Minute)
 	defer stop()
 	if err := client.Stop(stopCtx); err != nil {
 		tb.Fatalf("river Stop: %v", err)
 	}
-	return elapsed, st
+	return elapsed, cpu
 }

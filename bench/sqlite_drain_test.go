@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/dispatch"
-	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/sqlitestore"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
@@ -61,53 +59,16 @@ func openRiverSQLite(tb testing.TB) *sql.DB {
 // fetchCooldown 0 keeps River's default.
 func riverSQLiteDrain(tb testing.TB, rows int, fetchCooldown time.Duration) (time.Duration, drainStats) {
 	tb.Helper()
-	ctx := context.Background()
 	db := openRiverSQLite(tb)
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &noopWorker{})
-	cfg := &river.Config{
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: sqliteWorkers}},
-		Workers: workers,
-		Logger:  quietLogger(),
-	}
-	if fetchCooldown > 0 {
-		cfg.FetchCooldown = fetchCooldown
-	}
-	client, err := river.NewClient(riversqlite.New(db), cfg)
-	if err != nil {
-		tb.Fatalf("river.NewClient: %v", err)
-	}
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: sqliteWorkers}}
+	client := newRiverClient(tb, riversqlite.New(db), "", queues, &noopWorker{}, fetchCooldown)
 	params := make([]river.InsertManyParams, rows)
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: noopArgs{}}
 	}
-	if _, err := client.InsertManyFast(ctx, params); err != nil {
-		tb.Fatalf("InsertManyFast: %v", err)
-	}
-	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: rows + 1, Kinds: []river.EventKind{river.EventKindJobCompleted}})
-	defer cancel()
-	cpu := startProcCPU()
-	start := time.Now()
-	if err := client.Start(ctx); err != nil {
-		tb.Fatalf("river Start: %v", err)
-	}
-	for done := 0; done < rows; {
-		select {
-		case <-events:
-			done++
-		case <-time.After(2 * time.Minute):
-			tb.Fatalf("river: %d of %d jobs completed after 2 minutes", done, rows)
-		}
-	}
-	elapsed := time.Since(start)
-	st := drainStats{procCPU: cpu.stop()}
-	stopCtx, stop := context.WithTimeout(ctx, time.Minute)
-	defer stop()
-	if err := client.Stop(stopCtx); err != nil {
-		tb.Fatalf("river Stop: %v", err)
-	}
+	elapsed, cpu := drainRiver(tb, client, params, startProcCPU)
 	_ = db.Close() // now rather than when the benchmark ends
-	return elapsed, st
+	return elapsed, drainStats{procCPU: cpu}
 }
 
 // openSQLiteStore opens a sqlitestore on a new file of tb's temporary
@@ -132,52 +93,10 @@ func openSQLiteStore(tb testing.TB) *sqlitestore.Store {
 // its sweeps did, and the process's CPU meanwhile.
 func sqliteDispatchDrain(tb testing.TB, rows, namespaces int) (time.Duration, drainStats) {
 	tb.Helper()
-	ctx := context.Background()
 	s := openSQLiteStore(tb)
-	msgs := make([]outbox.Message, rows)
-	for i := range msgs {
-		msgs[i] = outbox.Message{
-			DispatchKey: fmt.Sprintf("k%09d", i),
-			Namespace:   fmt.Sprintf("ns%04d", i%namespaces),
-			TaskQueue:   fmt.Sprintf("q%d", (i/namespaces)%taskQueues),
-		}
-	}
-	for lo := 0; lo < rows; lo += 5000 {
-		if _, err := s.Enqueue(ctx, msgs[lo:min(lo+5000, rows)]); err != nil {
-			tb.Fatalf("Enqueue: %v", err)
-		}
-	}
-	all, _ := backpressure.AllShards(s.ShardCount())
-	bp, err := backpressure.New(backpressure.Config{BatchSize: dispatchBatch, DefaultQuota: backpressure.Unlimited}, all)
-	if err != nil {
-		tb.Fatalf("backpressure.New: %v", err)
-	}
-	c := &settledCounter{want: int64(rows), done: make(chan struct{})}
-	noop := func(context.Context, outbox.Row) error { return nil }
-	disp, err := dispatch.New(bp, s, noop, dispatch.Options{Workers: sqliteWorkers, Metrics: c, Logger: quietLogger()})
-	if err != nil {
-		tb.Fatalf("dispatch.New: %v", err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	cpu := startProcCPU()
-	start := time.Now()
-	go func() { ran <- disp.Run(runCtx) }()
-	select {
-	case <-c.done:
-	case <-time.After(2 * time.Minute):
-		tb.Fatalf("dispatch: %d of %d rows settled after 2 minutes", c.settled.Load(), rows)
-	}
-	elapsed := time.Since(start)
-	st := drainStats{sweeps: c.sweeps.Load(), swept: time.Duration(c.swept.Load()), procCPU: cpu.stop()}
-	stop()
-	if err := <-ran; err != nil {
-		tb.Fatalf("dispatch Run: %v", err)
-	}
-	// Untimed: every row settled exactly once, none left behind.
-	if stats, err := s.Stats(ctx); err != nil || stats.Settled != rows || stats.Total != rows {
-		tb.Fatalf("after the drain: %+v, %v; want %d rows, all settled", stats, err, rows)
-	}
+	enqueueBacklog(tb, s, rows, namespaces)
+	elapsed, st, cpu := drainDispatch(tb, s, s, rows, dispatchBatch, dispatch.Options{Workers: sqliteWorkers}, startProcCPU)
+	st.procCPU = cpu
 	_ = s.Close() // now rather than when the benchmark ends
 	return elapsed, st
 }
@@ -226,33 +145,9 @@ func BenchmarkDrainSQLite(b *testing.B) {
 			return sqliteDispatchDrain(tb, rows, sqliteNamespaces)
 		}},
 	}
+	perArm := runDrainArms(b, arms, rows)
 	for _, a := range arms {
-		a.cpuKnown = true
-	}
-	b.ReportAllocs()
-	iter := 0
-	for b.Loop() {
-		for k := range arms {
-			a := arms[(iter+k)%len(arms)]
-			d, st := a.stats(b, rows)
-			a.total += d
-			a.sweeps += st.sweeps
-			a.swept += st.swept
-			a.procCPU += st.procCPU
-			a.cpuKnown = a.cpuKnown && st.procCPU >= 0
-		}
-		iter++
-	}
-	perArm := rows * iter
-	for _, a := range arms {
-		b.ReportMetric(a.rate(perArm), a.name+"-rows/s")
-		if a.cpuKnown {
-			b.ReportMetric(float64(a.procCPU.Microseconds())/float64(perArm), a.name+"-cpu-µs/row")
-		}
-		if a.sweeps > 0 {
-			b.ReportMetric(float64(a.swept.Microseconds())/1000/float64(a.sweeps), a.name+"-sweep-ms")
-			b.ReportMetric(a.swept.Seconds()/a.total.Seconds(), a.name+"-sweeping")
-		}
+		reportDrainArm(b, a, perArm, a.procCPU, "cpu-µs/row")
 	}
 	faster := arms[0]
 	if arms[1].rate(perArm) > faster.rate(perArm) {
@@ -266,7 +161,8 @@ func BenchmarkDrainSQLite(b *testing.B) {
 // processCPU): start before, stop after.
 type procMeter struct{ before time.Duration }
 
-func startProcCPU() procMeter { return procMeter{before: processCPU()} }
+// startProcCPU starts a procMeter.
+func startProcCPU() cpuStopper { return procMeter{before: processCPU()} }
 
 // stop returns the CPU the process spent since start, or -1 if it could
 // not be read.

@@ -8,10 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/backpressure"
-	"github.com/outboxkit/backpressure/dispatch"
-	"github.com/outboxkit/backpressure/outbox"
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 )
 
@@ -97,20 +93,15 @@ func BenchmarkSteadySQLite(b *testing.B) {
 	for _, a := range arms {
 		a.cpuKnown = true
 	}
-	b.ReportAllocs()
-	iter := 0
-	for b.Loop() {
-		for k := range arms {
-			a := arms[(iter+k)%len(arms)]
-			l := newLatencies()
-			n, cpu := a.run(b, l)
-			a.rows += n
-			a.cpu += cpu
-			a.cpuKnown = a.cpuKnown && cpu >= 0
-			a.all = append(a.all, l.all...)
-		}
-		iter++
-	}
+	rotateArms(b, len(arms), func(i int) {
+		a := arms[i]
+		l := newLatencies()
+		n, cpu := a.run(b, l)
+		a.rows += n
+		a.cpu += cpu
+		a.cpuKnown = a.cpuKnown && cpu >= 0
+		a.all = append(a.all, l.all...)
+	})
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	for _, a := range arms {
 		slices.Sort(a.all)
@@ -133,43 +124,11 @@ func BenchmarkSteadySQLite(b *testing.B) {
 // and the process's CPU from the producer's start until the last row
 // started (and 20 ms more, for the last results).
 func steadySQLiteDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies) (int, time.Duration) {
-	ctx := context.Background()
 	s := openSQLiteStore(b)
-	all, _ := backpressure.AllShards(s.ShardCount())
-	bp, err := backpressure.New(backpressure.Config{BatchSize: dispatchBatch, DefaultQuota: backpressure.Unlimited}, all)
-	if err != nil {
-		b.Fatal(err)
-	}
-	handler := func(_ context.Context, row outbox.Row) error {
-		var seq int
-		_, _ = fmt.Sscanf(row.DispatchKey, "s%d", &seq)
-		l.start(seq)
-		return nil
-	}
-	disp, err := dispatch.New(bp, s, handler, dispatch.Options{Workers: sqliteWorkers, Coalesce: coalesce, Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- disp.Run(runCtx) }()
+	stop := startSteadyDispatch(b, s, s.ShardCount(), sqliteWorkers, coalesce, l)
 	time.Sleep(steadySettle()) // subscribed and idle
-	cpu := startProcCPU()
-	n := produce(b, rate, steadyFor(), l, func(seq int) error {
-		_, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: fmt.Sprintf("s%d", seq), Namespace: fmt.Sprintf("ns%d", seq%sqliteNamespaces), TaskQueue: "q"}})
-		return err
-	})
-	for deadline := time.Now().Add(time.Minute); l.count() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("dispatch: %d of %d rows started after a minute", l.count(), n)
-		}
-	}
-	time.Sleep(20 * time.Millisecond) // the last results written
-	c := cpu.stop()
+	n, c := steadyProduce(b, rate, l, startProcCPU, enqueueSteady(s, sqliteNamespaces), "dispatch", "rows")
 	stop()
-	if err := <-ran; err != nil {
-		b.Fatalf("dispatch Run: %v", err)
-	}
 	_ = s.Close() // now rather than when the benchmark ends
 	return n, c
 }
@@ -182,41 +141,13 @@ func steadySQLiteDispatch(b *testing.B, rate int, coalesce time.Duration, l *lat
 func steadySQLiteRiver(b *testing.B, rate int, cooldown time.Duration, l *latencies) (int, time.Duration) {
 	ctx := context.Background()
 	db := openRiverSQLite(b)
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &steadyWorker{started: l.start})
-	cfg := &river.Config{
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: sqliteWorkers}},
-		Workers: workers,
-		Logger:  quietLogger(),
-	}
-	if cooldown > 0 {
-		cfg.FetchCooldown = cooldown
-	}
-	client, err := river.NewClient(riversqlite.New(db), cfg)
-	if err != nil {
-		b.Fatalf("river.NewClient: %v", err)
-	}
-	if err := client.Start(ctx); err != nil {
-		b.Fatalf("river Start: %v", err)
-	}
+	client, stop := startSteadyRiver(b, riversqlite.New(db), "", sqliteWorkers, cooldown, l)
 	time.Sleep(steadySettle()) // started, idle
-	cpu := startProcCPU()
-	n := produce(b, rate, steadyFor(), l, func(seq int) error {
+	n, c := steadyProduce(b, rate, l, startProcCPU, func(seq int) error {
 		_, err := client.Insert(ctx, steadyArgs{Seq: seq}, nil)
 		return err
-	})
-	for deadline := time.Now().Add(time.Minute); l.count() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("river: %d of %d jobs started after a minute", l.count(), n)
-		}
-	}
-	time.Sleep(20 * time.Millisecond)
-	c := cpu.stop()
-	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		b.Fatalf("river Stop: %v", err)
-	}
+	}, "river", "jobs")
+	stop()
 	_ = db.Close() // now rather than when the benchmark ends
 	return n, c
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
@@ -173,7 +174,19 @@ func steadyDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies
 		b.Fatalf("pgstore.New: %v", err)
 	}
 	defer producer.Close()
-	all, _ := backpressure.AllShards(s.ShardCount())
+	stop := startSteadyDispatch(b, s, s.ShardCount(), dispatchWorkers, coalesce, l)
+	time.Sleep(time.Second) // subscribed and idle
+	n, c := steadyProduce(b, rate, l, func() cpuStopper { return startCPU(cpuAdmin, pool) }, enqueueSteady(producer, 10), "dispatch", "rows")
+	stop()
+	return n, c
+}
+
+// startSteadyDispatch runs a dispatcher with the fair planner on s (of
+// shards shards; BatchSize dispatchBatch, no quota, Options.Workers
+// workers, Options.Coalesce coalesce) whose handler records each row's
+// start in l; stop stops it and fails b if Run failed.
+func startSteadyDispatch(b *testing.B, s dispatch.Store, shards, workers int, coalesce time.Duration, l *latencies) (stop func()) {
+	all, _ := backpressure.AllShards(shards)
 	bp, err := backpressure.New(backpressure.Config{BatchSize: dispatchBatch, DefaultQuota: backpressure.Unlimited}, all)
 	if err != nil {
 		b.Fatal(err)
@@ -184,31 +197,65 @@ func steadyDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies
 		l.start(seq)
 		return nil
 	}
-	disp, err := dispatch.New(bp, s, handler, dispatch.Options{Workers: dispatchWorkers, Coalesce: coalesce, Logger: quietLogger()})
+	disp, err := dispatch.New(bp, s, handler, dispatch.Options{Workers: workers, Coalesce: coalesce, Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- disp.Run(runCtx) }()
-	time.Sleep(time.Second) // subscribed and idle
-	cpu := startCPU(cpuAdmin, pool)
-	n := produce(b, rate, steadyFor(), l, func(seq int) error {
-		_, err := producer.Enqueue(ctx, []outbox.Message{{DispatchKey: fmt.Sprintf("s%d", seq), Namespace: fmt.Sprintf("ns%d", seq%10), TaskQueue: "q"}})
+	return func() {
+		cancel()
+		if err := <-ran; err != nil {
+			b.Fatalf("dispatch Run: %v", err)
+		}
+	}
+}
+
+// enqueueSteady returns the producer's insert for a dispatcher: row seq,
+// keyed s<seq>, alone in a transaction into s, over namespaces namespaces.
+func enqueueSteady(s backlogStore, namespaces int) func(seq int) error {
+	return func(seq int) error {
+		_, err := s.Enqueue(context.Background(), []outbox.Message{{DispatchKey: fmt.Sprintf("s%d", seq), Namespace: fmt.Sprintf("ns%d", seq%namespaces), TaskQueue: "q"}})
 		return err
-	})
+	}
+}
+
+// steadyProduce runs the producer of one steady state against a consumer
+// already started and settled: insert at rate for steadyFor, then waits
+// until every row has started (at most a minute; who names the consumer
+// and unit its rows in the failure) and 20 ms more for the last
+// results. It returns the rows enqueued and the CPU that the meter
+// startMeter returns measured from the producer's start.
+func steadyProduce(b *testing.B, rate int, l *latencies, startMeter func() cpuStopper, insert func(seq int) error, who, unit string) (int, time.Duration) {
+	cpu := startMeter()
+	n := produce(b, rate, steadyFor(), l, insert)
 	for deadline := time.Now().Add(time.Minute); l.count() < n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			b.Fatalf("dispatch: %d of %d rows started after a minute", l.count(), n)
+			b.Fatalf("%s: %d of %d %s started after a minute", who, l.count(), n, unit)
 		}
 	}
 	time.Sleep(20 * time.Millisecond) // the last results written
-	c := cpu.stop()
-	stop()
-	if err := <-ran; err != nil {
-		b.Fatalf("dispatch Run: %v", err)
+	return n, cpu.stop()
+}
+
+// startSteadyRiver starts a River client on driver, in schema ("": the
+// driver's default), one queue of workers workers whose worker records
+// each job's start in l, fetch cooldown cooldown (0: River's default);
+// stop stops it and fails b if Stop failed.
+func startSteadyRiver[TTx any](b *testing.B, driver riverdriver.Driver[TTx], schema string, workers int, cooldown time.Duration, l *latencies) (client *river.Client[TTx], stop func()) {
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}}
+	client = newRiverClient(b, driver, schema, queues, &steadyWorker{started: l.start}, cooldown)
+	if err := client.Start(context.Background()); err != nil {
+		b.Fatalf("river Start: %v", err)
 	}
-	return n, c
+	return client, func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := client.Stop(stopCtx); err != nil {
+			b.Fatalf("river Stop: %v", err)
+		}
+	}
 }
 
 func steadyRiver(b *testing.B, rate int, cooldown time.Duration, l *latencies) (int, time.Duration) {
@@ -220,36 +267,12 @@ func steadyRiver(b *testing.B, rate int, cooldown time.Duration, l *latencies) (
 	if err != nil {
 		b.Fatalf("river insert client: %v", err)
 	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &steadyWorker{started: l.start})
-	cfg := &river.Config{Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}}, Workers: workers, Schema: r.schema, Logger: quietLogger()}
-	if cooldown > 0 {
-		cfg.FetchCooldown = cooldown
-	}
-	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
-	if err != nil {
-		b.Fatalf("river.NewClient: %v", err)
-	}
-	if err := client.Start(ctx); err != nil {
-		b.Fatalf("river Start: %v", err)
-	}
+	_, stop := startSteadyRiver(b, riverpgxv5.New(pool), r.schema, 100, cooldown, l)
 	time.Sleep(time.Second) // started, listening, idle
-	cpu := startCPU(cpuAdmin, pool)
-	n := produce(b, rate, steadyFor(), l, func(seq int) error {
+	n, c := steadyProduce(b, rate, l, func() cpuStopper { return startCPU(cpuAdmin, pool) }, func(seq int) error {
 		_, err := inserter.Insert(ctx, steadyArgs{Seq: seq}, nil)
 		return err
-	})
-	for deadline := time.Now().Add(time.Minute); l.count() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("river: %d of %d jobs started after a minute", l.count(), n)
-		}
-	}
-	time.Sleep(20 * time.Millisecond)
-	c := cpu.stop()
-	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := client.Stop(stopCtx); err != nil {
-		b.Fatalf("river Stop: %v", err)
-	}
+	}, "river", "jobs")
+	stop()
 	return n, c
 }
