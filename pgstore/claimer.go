@@ -24,7 +24,19 @@ import (
 // rows on the owned shards whatever their namespace, the claim of a
 // dispatcher without backpressure. It is the baseline the benchmarks and
 // bpsim measure the planner against, not a call for production use.
-func (s *Store) Claimer() backpressure.OutboxStore[outbox.Row] { return (*claimer)(s) }
+//
+// With [Options.WindowClaims] the value also has the window claim,
+// ClaimOutboxWindow, that [backpressure.OutboxStore] describes.
+func (s *Store) Claimer() backpressure.OutboxStore[outbox.Row] {
+	if s != nil && s.windowClaim {
+		return windowClaimer{(*claimer)(s)}
+	}
+	return (*claimer)(s)
+}
+
+// windowClaimer is the claimer with the window claim (Options.WindowClaims):
+// every claimer method, and ClaimOutboxWindow (window_claim.go).
+type windowClaimer struct{ *claimer }
 
 // claimer is the planner's view of a Store: the same store, so that
 // converting between the two is free and a closed or fenced Store's rules

@@ -13,7 +13,8 @@ import (
 // fresh store in a schema of its own, with a manual clock and a pool whose
 // tracer counts round trips and injects faults. The store implements
 // outbox.Store, so the suite defaults everything else from it, reading rows
-// back through Get.
+// back through Get. The store has Options.WindowClaims, so that the
+// WindowClaim area checks the window claim; every other area runs with it.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) *storetest.Harness[outbox.Row] {
 		clock := storetest.NewClock()
@@ -21,7 +22,7 @@ func TestConformance(t *testing.T) {
 		pool := newPool(t, tr, 12)
 		schema := testSchema(t)
 		const lease = 30 * time.Second
-		s, err := pgstore.New(t.Context(), pool, pgstore.Options{Schema: schema, Lease: lease, Now: clock.Now})
+		s, err := pgstore.New(t.Context(), pool, pgstore.Options{Schema: schema, Lease: lease, Now: clock.Now, WindowClaims: true})
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}

@@ -32,7 +32,11 @@ type explainCost struct {
 // (ANALYZE, BUFFERS, WAL), the store's own statements with the store's own
 // parameters. It reports per row, for each: the execution time, shared
 // buffers hit and dirtied, WAL records, full-page images and bytes. Every
-// iteration measures a fresh pair on the same backlog.
+// iteration measures a fresh pair on the same backlog. Per-node timing is
+// off (TIMING OFF), so the execution time carries no clock reads per row:
+// claim-µs/row + complete-µs/row is the backend's execution time of a
+// drained row under this schema, before parsing, planning, the network and
+// the commit's WAL flush, a floor under any drain's database CPU per row.
 //
 //	cd pgstore && go test -run '^$' -bench RowCost -benchtime 5x
 func BenchmarkRowCost(b *testing.B) {
@@ -75,7 +79,7 @@ func BenchmarkRowCost(b *testing.B) {
 	explain := func(q string, args ...any) explainCost {
 		var out []explainCost
 		var raw []byte
-		if err := pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, WAL, FORMAT JSON) "+q, args...).Scan(&raw); err != nil {
+		if err := pool.QueryRow(ctx, "EXPLAIN (ANALYZE, TIMING OFF, BUFFERS, WAL, FORMAT JSON) "+q, args...).Scan(&raw); err != nil {
 			b.Fatalf("explain: %v", err)
 		}
 		if err := json.Unmarshal(raw, &out); err != nil || len(out) != 1 {

@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -165,5 +166,35 @@ func TestPendingCapConcurrent(t *testing.T) {
 	}
 	if st.Total != 2*capRows || written != capRows || capped != producers*each-capRows || orders != producers*each {
 		t.Fatalf("%d rows (%d batches written, %d capped, %d orders), want exactly %d rows", st.Total, written, capped, orders, 2*capRows)
+	}
+}
+
+// TestPendingCapThroughMembership: a Membership's store keeps its parent's
+// pending caps (and clock and options): an Enqueue through it past a cap
+// fails with a *PendingCapError and writes nothing, as the parent's does.
+func TestPendingCapThroughMembership(t *testing.T) {
+	ctx := t.Context()
+	schema := testSchema(t)
+	s, err := pgstore.New(ctx, newPool(t, nil, 4), pgstore.Options{Schema: schema, Lease: 30 * time.Second,
+		PendingCaps: outbox.PendingCaps{Default: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pgstore.JoinManual(ctx, s, pgstore.MembershipOptions{Node: "a", Lease: 2 * time.Second, Heartbeat: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	defer func() { _ = m.Leave(context.Background()) }()
+	view := m.Store()
+	if _, err := view.Enqueue(ctx, []outbox.Message{message("a", "q", "a1"), message("a", "q", "a2")}); err != nil {
+		t.Fatalf("Enqueue within the cap: %v", err)
+	}
+	_, err = view.Enqueue(ctx, []outbox.Message{message("a", "q", "a3")})
+	var pe *outbox.PendingCapError
+	if !errors.As(err, &pe) || !errors.Is(err, outbox.ErrPendingCap) || pe.Namespace != "a" {
+		t.Fatalf("Enqueue past the cap through the membership's store = %v, want a PendingCapError for a", err)
+	}
+	if st, err := s.Stats(ctx); err != nil || st.Total != 2 {
+		t.Fatalf("Stats = %+v, %v; want the 2 rows within the cap", st, err)
 	}
 }

@@ -123,8 +123,8 @@ ORDER BY o.namespace`
 // ClaimOutboxRowsScoped does: rows another claimer holds locked are
 // skipped, and on a Membership's store only the shards it holds are
 // claimed, so a call may return fewer rows than w.Namespaces.
-func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]outbox.Row, []backpressure.RouteCount, error) {
-	s := (*Store)(c)
+func (c windowClaimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.OwnedShardFraction, window backpressure.CountParams, skip []string, routeAfter map[string]string) ([]outbox.Row, []backpressure.RouteCount, error) {
+	s := (*Store)(c.claimer)
 	const op = "ClaimOutboxWindow"
 	if err := s.begin(ctx, op); err != nil {
 		return nil, nil, err
@@ -176,4 +176,4 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 	return rows, grants, nil
 }
 
-var _ validate.WindowClaimer[outbox.Row] = (*claimer)(nil)
+var _ validate.WindowClaimer[outbox.Row] = windowClaimer{}

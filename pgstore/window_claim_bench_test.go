@@ -15,7 +15,7 @@ import (
 // BenchmarkWindowClaimDrain drains 20,000 rows over 1,000 namespaces (two
 // task queues each) with Sweep at BatchSize 100, settling each sweep's
 // rows in one Complete, on two identical stores side by side, sweep by
-// sweep: one as it is (the window rule claimed by ClaimOutboxWindow), one
+// sweep: one with Options.WindowClaims (the window rule claimed by ClaimOutboxWindow), one
 // with ClaimOutboxWindow hidden (a counted window, then the claim). It
 // reports both rates, their ratio and the round trips per row.
 //
@@ -27,15 +27,15 @@ func BenchmarkWindowClaimDrain(b *testing.B) {
 		batch      = 100
 	)
 	ctx := context.Background()
-	newStore := func() *drainStore {
+	newStore := func(window bool) *drainStore {
 		tr := &tracer{}
-		s, err := pgstore.New(ctx, newPool(b, tr, 2), pgstore.Options{Schema: testSchema(b)})
+		s, err := pgstore.New(ctx, newPool(b, tr, 2), pgstore.Options{Schema: testSchema(b), WindowClaims: window})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return &drainStore{s: s, tr: tr}
 	}
-	window, counted := newStore(), newStore()
+	window, counted := newStore(true), newStore(false)
 	all, _ := backpressure.AllShards(pgstore.DefaultShardCount)
 	next := 0
 	fill := func(d *drainStore, first int) {

@@ -18,7 +18,10 @@ import (
 func TestWindowClaimFenced(t *testing.T) {
 	ctx := t.Context()
 	schema := testSchema(t)
-	s := dbClockStore(t, schema)
+	s, err := pgstore.New(ctx, newPool(t, nil, 4), pgstore.Options{Schema: schema, Lease: 30 * time.Second, WindowClaims: true})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
 	all, err := backpressure.AllShards(s.ShardCount())
 	if err != nil {
 		t.Fatal(err)
