@@ -11,7 +11,7 @@ RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
-.PHONY: test fmt-check vet staticcheck unit test-long outside bench-smoke bench bench-drain chaos fuzz tools chart clean browser test-browser
+.PHONY: test fmt-check vet staticcheck unit test-long outside bench-smoke bench bench-drain bench-steady chaos fuzz tools chart clean browser test-browser
 
 test: fmt-check vet staticcheck unit outside bench-smoke
 
@@ -67,6 +67,12 @@ bench-drain:
 	cd bench && $(GO) test -run '^$$' -bench Drain -benchtime=3x -count=3 -timeout=30m
 	cd pgstore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
 	cd sqlitestore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
+
+# The steady-state figures of the README: a producer at 500 and 2,000 rows/s,
+# enqueue → handler start and the database's CPU per row, dispatch against
+# River on PostgreSQL and on SQLite.
+bench-steady:
+	cd bench && $(GO) test -run '^$$' -bench Steady -benchtime=2x -timeout=30m
 
 # The large membership chaos run (20,000 rows, nodes killed, paused, restarted
 # and added), and the large cluster-wide rate bound run (4 nodes, 100 rows/s,
