@@ -90,6 +90,10 @@ type Options struct {
 	// r·Coalesce rows. A backlog (sweeps coming back full) is never
 	// delayed. 0 means the default, 2ms; negative means none (sweep at
 	// once on every wake-up: the lowest latency). At most PollInterval.
+	// The default is the widest of none, 2ms, 10ms and 50ms that kept the
+	// p99 from enqueue to handler start within 10ms at 500 and 2,000
+	// rows/s on pgstore (bench's BenchmarkSteady, 2026-12-01: p99 5.3ms,
+	// with 30–57% less database CPU per row than none).
 	Coalesce time.Duration
 	// FreshCounts makes every sweep count the outbox at its start
 	// ([backpressure.SweepN]). By default the dispatcher sweeps with
@@ -108,7 +112,10 @@ type Options struct {
 	// plans while the claims of the ones before it are still running (see
 	// [backpressure.SweepAhead]), each asking for the idle workers the
 	// others have not reserved, so the workers are never oversubscribed.
-	// 0 means 2. With FreshCounts it is 1.
+	// 0 means 2. With FreshCounts it is 1. Two against one drained a
+	// backlog on pgstore at 0.95–1.18× (10 namespaces) and 0.99–1.07×
+	// (1,000) on a quiet 2-core machine and 1.36–1.59× on a loaded one
+	// (bench's BenchmarkDrain, 2026-12-01, -wide and -wide-serial arms).
 	ClaimsInFlight int
 
 	// CompleteBatch is the most results one Complete call writes; a batch
