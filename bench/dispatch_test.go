@@ -43,7 +43,15 @@ type dispatchSetup struct {
 // newDispatchSetup opens a pgstore in a fresh schema on pool.
 func newDispatchSetup(tb testing.TB, pool *pgxpool.Pool, namespaces int, unscoped bool) *dispatchSetup {
 	tb.Helper()
-	s, err := pgstore.New(context.Background(), pool, pgstore.Options{Schema: freshSchema(tb, pool, "dispatch")})
+	return newDispatchSetupWith(tb, pool, namespaces, unscoped, pgstore.Options{})
+}
+
+// newDispatchSetupWith is newDispatchSetup with the store's options opts
+// (their Schema replaced by a fresh one).
+func newDispatchSetupWith(tb testing.TB, pool *pgxpool.Pool, namespaces int, unscoped bool, opts pgstore.Options) *dispatchSetup {
+	tb.Helper()
+	opts.Schema = freshSchema(tb, pool, "dispatch")
+	s, err := pgstore.New(context.Background(), pool, opts)
 	if err != nil {
 		tb.Fatalf("pgstore.New: %v", err)
 	}

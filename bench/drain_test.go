@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxkit/backpressure/pgstore"
 )
 
 // Rows of the drain: the figure is taken over a backlog of drainRows; a
@@ -69,7 +70,9 @@ var cpuAdmin *pgxpool.Pool
 //     round trips cost about the same for 100 rows as for 1,000);
 //     fair-1000-wide likewise at 1,000 namespaces; fair-N-wide-serial the
 //     same with one claim in flight (Options.ClaimsInFlight 1) rather than
-//     the default two;
+//     the default two; fair-1000-window the fair-1000 arm on a store with
+//     pgstore's opt-in window claim (Options.WindowClaims), reported as
+//     window/counted-1000;
 //   - graphile-local, graphile-plain: graphile-worker 0.18.0 under Node,
 //     with its local queue (batched fetch and completion) and without,
 //     concurrentJobs 100 (see graphile/drain.mjs), when bench/graphile has
@@ -118,6 +121,10 @@ func BenchmarkDrain(b *testing.B) {
 			&arm{name: fmt.Sprintf("fair-%d", ns), stats: fair.drain, trips: trips},
 			&arm{name: fmt.Sprintf("unscoped-%d", ns), stats: unscoped.drain, trips: trips})
 	}
+	// pgstore's opt-in window claim (Options.WindowClaims), where the window
+	// rule applies: 1,000 namespaces, BatchSize 100.
+	window := newDispatchSetupWith(b, dispatchPool, 1000, false, pgstore.Options{WindowClaims: true})
+	arms = append(arms, &arm{name: "fair-1000-window", stats: window.drain, trips: trips})
 	// The same dispatcher with River's concurrency: 1,000 workers, and
 	// sweeps of up to 1,000 rows (a sweep claims at most min(idle workers,
 	// BatchSize)). A sensitivity figure, not the headline: it shows how
@@ -178,6 +185,7 @@ func BenchmarkDrain(b *testing.B) {
 		ratio(fmt.Sprintf("fair-%d-wide/river-1ms", ns), wide, byName["river-1ms"])
 	}
 	ratio("fair-10-wide/river", byName["fair-10-wide"], fasterRiver)
+	ratio("window/counted-1000", byName["fair-1000-window"], byName["fair-1000"])
 	ratio("fair/unscoped-10-wide", byName["fair-10-wide"], byName["unscoped-10-wide"])
 }
 

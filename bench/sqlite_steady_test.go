@@ -71,7 +71,7 @@ func (a *steadyArm) percentile(q float64) time.Duration {
 // percentile over dispatch-coalesce-2ms's (above 1: the dispatcher starts
 // rows sooner).
 //
-//	cd bench && go test -run '^$' -bench SteadySQLite -benchtime 3x -count 3
+//	cd bench && go test -run '^$' -bench SteadySQLite -benchtime 2x
 //
 // Under -benchtime=1x the producer runs 100 ms (see steadyFor). It needs
 // no PostgreSQL.

@@ -92,7 +92,7 @@ type Options struct {
 	// once on every wake-up: the lowest latency). At most PollInterval.
 	// The default is the widest of none, 2ms, 10ms and 50ms that kept the
 	// p99 from enqueue to handler start within 10ms at 500 and 2,000
-	// rows/s on pgstore (bench's BenchmarkSteady, 2026-12-01: p99 5.3ms,
+	// rows/s on pgstore (bench's BenchmarkSteady, 2026-12-01: p99 5.3–5.4ms,
 	// with 30–57% less database CPU per row than none).
 	Coalesce time.Duration
 	// FreshCounts makes every sweep count the outbox at its start

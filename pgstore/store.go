@@ -81,7 +81,8 @@ type Options struct {
 	// Off by default: on PostgreSQL 15 it took the same round trips per row
 	// as the counted window and drained slower (0.90× in
 	// BenchmarkWindowClaimDrain; 0.75× for dispatch at 1,000 namespaces,
-	// BatchSize 100, in bench's BenchmarkDrain, 2026-12-01), its one
+	// BatchSize 100, in bench's BenchmarkDrain, fair-1000-window against
+	// fair-1000, 2026-12-01), its one
 	// statement walking every route of the window in one backend where the
 	// counted path's count and claim each walk less. Either way the rows
 	// claimed are the same (storetest's WindowClaim area checks it).

@@ -17,9 +17,10 @@ import (
 // plus an Inspect for the columns Get does not show.
 //
 // The in-memory database runs the same SQL on its one connection; the
-// areas that only compare the store's SQL with a reference on random
-// states (memoryLongAreas) run on the file alone unless
-// BACKPRESSURE_LONG=1 (make test-long), to keep make test short.
+// checks of random states against a reference (memoryLongChecks), the
+// suite's longest, run on the file alone unless BACKPRESSURE_LONG=1 (make
+// test-long), to keep make test short. Every other check of those areas
+// runs in memory too.
 func TestConformance(t *testing.T) {
 	for _, kind := range []string{"File", "Memory"} {
 		t.Run(kind, func(t *testing.T) {
@@ -27,8 +28,8 @@ func TestConformance(t *testing.T) {
 				path := ":memory:"
 				if kind == "File" {
 					path = filepath.Join(t.TempDir(), "outbox.db")
-				} else if area := memoryLongArea(t.Name()); area != "" && os.Getenv("BACKPRESSURE_LONG") != "1" {
-					t.Skipf("%s runs on the file database; BACKPRESSURE_LONG=1 (make test-long) runs it in memory too", area)
+				} else if check := memoryLongCheck(t.Name()); check != "" && os.Getenv("BACKPRESSURE_LONG") != "1" {
+					t.Skipf("%s runs on the file database; BACKPRESSURE_LONG=1 (make test-long) runs it in memory too", check)
 				}
 				return newHarness(t, path, Options{SyncNormal: true})
 			})
@@ -36,17 +37,18 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// memoryLongAreas are the storetest areas of random states against a
-// reference, the suite's longest, that the in-memory variant runs only
-// under BACKPRESSURE_LONG=1.
-var memoryLongAreas = []string{"WindowClaim", "Operate", "SweepTx"}
+// memoryLongChecks are the storetest checks of random states against a
+// reference (rapid properties) that the in-memory variant runs only under
+// BACKPRESSURE_LONG=1: each names an area's check, and covers the checks
+// whose names it begins (MatchesCountedSweeps and MatchesCountedSweepsInTx).
+var memoryLongChecks = []string{"WindowClaim/MatchesCountedSweeps", "Operate/NamespacesMatchReference"}
 
-// memoryLongArea returns the area of memoryLongAreas the test named name
-// (TestConformance/Memory/<area>/...) is in, or "".
-func memoryLongArea(name string) string {
-	for _, a := range memoryLongAreas {
-		if strings.HasPrefix(name, "TestConformance/Memory/"+a+"/") || name == "TestConformance/Memory/"+a {
-			return a
+// memoryLongCheck returns the entry of memoryLongChecks the test named
+// name (TestConformance/Memory/<area>/<check>) is in, or "".
+func memoryLongCheck(name string) string {
+	for _, c := range memoryLongChecks {
+		if strings.HasPrefix(name, "TestConformance/Memory/"+c) {
+			return c
 		}
 	}
 	return ""
