@@ -205,29 +205,10 @@ func genMessage(prefix string) *rapid.Generator[outbox.Message] {
 }
 
 // settleEverything expires every lease and settles every row left
-// claimable, claiming each route by name (not by Sweep, which is under
-// test), so a property's case starts with no row pending or claimed.
+// claimable, one Complete per claim, so a property's case starts with no
+// row pending or claimed.
 func (o *ox) settleEverything(rt *rapid.T) {
-	o.h.Advance(o.h.Lease + time.Millisecond)
-	for round := 0; ; round++ {
-		counts, err := o.h.Store.CountPendingOutboxRows(o.ctx, o.all, 1000)
-		if err != nil {
-			rt.Fatalf("CountPendingOutboxRows: %v", err)
-		}
-		if len(counts) == 0 {
-			return
-		}
-		if round > 100 {
-			rt.Fatalf("rows %v still claimable after 100 rounds of claiming and settling them", counts)
-		}
-		claims := make([]backpressure.ScopedClaim, len(counts))
-		for i, c := range counts {
-			claims[i] = backpressure.ScopedClaim{Route: c.Route, Limit: 1000}
-		}
-		rows, err := o.h.Store.ClaimOutboxRowsScoped(o.ctx, o.all, claims)
-		if err != nil {
-			rt.Fatalf("ClaimOutboxRowsScoped(%v): %v", claims, err)
-		}
+	o.settleClaimable(rt, o.h.Lease+time.Millisecond, func(rows []outbox.Row) {
 		cs := make([]outbox.Completion, len(rows))
 		for i, r := range rows {
 			cs[i] = outbox.SettleRow(r)
@@ -235,5 +216,5 @@ func (o *ox) settleEverything(rt *rapid.T) {
 		if _, err := o.s.Complete(o.ctx, cs); err != nil {
 			rt.Fatalf("Complete: %v", err)
 		}
-	}
+	})
 }

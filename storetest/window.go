@@ -188,9 +188,22 @@ func matchCounted[R any](t *testing.T, newHarness func(*testing.T) *Harness[R], 
 
 // drain settles every row of e's store: it moves time past every lease
 // and delay the MatchesCountedSweeps check sets, then claims and settles
-// until nothing is claimable.
+// until nothing is claimable, a row at a time.
 func (e *env[R]) drain(rt *rapid.T) {
-	e.h.Advance(e.h.Lease + 3*time.Second)
+	e.settleClaimable(rt, e.h.Lease+3*time.Second, func(rows []R) {
+		for _, r := range rows {
+			if err := e.h.Settle(e.ctx, r); err != nil {
+				rt.Fatalf("Settle: %v", err)
+			}
+		}
+	})
+}
+
+// settleClaimable moves e's clock on by advance, then claims every
+// claimable row, route by route by name (not by Sweep, which may be under
+// test), and hands each claim's rows to settle, until nothing is claimable.
+func (e *env[R]) settleClaimable(rt *rapid.T, advance time.Duration, settle func(rows []R)) {
+	e.h.Advance(advance)
 	for round := 0; ; round++ {
 		counts, err := e.h.Store.CountPendingOutboxRows(e.ctx, e.all, 1000)
 		if err != nil {
@@ -210,11 +223,7 @@ func (e *env[R]) drain(rt *rapid.T) {
 		if err != nil {
 			rt.Fatalf("ClaimOutboxRowsScoped(%v): %v", claims, err)
 		}
-		for _, r := range rows {
-			if err := e.h.Settle(e.ctx, r); err != nil {
-				rt.Fatalf("Settle: %v", err)
-			}
-		}
+		settle(rows)
 	}
 }
 
