@@ -90,14 +90,7 @@ func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.O
 			if err := s.step(op); err != nil {
 				return nil, err
 			}
-			next.nextToken++
-			r.State = outbox.StateClaimed
-			r.Attempts++
-			r.Token = next.nextToken
-			r.ClaimedAt = now
-			r.LeaseExpiresAt = now.Add(s.lease)
-			next.rows[r.DispatchKey] = r
-			out = append(out, copyRow(r))
+			out = append(out, next.claim(r, now, s.lease))
 		}
 	}
 	s.st = next

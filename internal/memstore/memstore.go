@@ -85,6 +85,19 @@ func (st *state) clone() *state {
 	return &c
 }
 
+// claim claims r in st at now for lease (one more attempt, a new token)
+// and returns a copy of the claimed row for the caller.
+func (st *state) claim(r outbox.Row, now time.Time, lease time.Duration) outbox.Row {
+	st.nextToken++
+	r.State = outbox.StateClaimed
+	r.Attempts++
+	r.Token = st.nextToken
+	r.ClaimedAt = now
+	r.LeaseExpiresAt = now.Add(lease)
+	st.rows[r.DispatchKey] = r
+	return copyRow(r)
+}
+
 // New returns an empty store. It returns an error matching
 // [outbox.ErrInvalidArgument] (a [*outbox.ArgumentError]) if an option is
 // out of range.

@@ -89,15 +89,7 @@ func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.Owned
 		if err := s.step(op); err != nil {
 			return nil, nil, err
 		}
-		r := cands[0]
-		next.nextToken++
-		r.State = outbox.StateClaimed
-		r.Attempts++
-		r.Token = next.nextToken
-		r.ClaimedAt = now
-		r.LeaseExpiresAt = now.Add(s.lease)
-		next.rows[r.DispatchKey] = r
-		rows = append(rows, copyRow(r))
+		rows = append(rows, next.claim(cands[0], now, s.lease))
 		grants = append(grants, validate.WindowRoute(route, len(routes[ns]) > 1))
 	}
 	s.st = next
