@@ -61,21 +61,20 @@ func chartYMax(r *Report) float64 {
 	return float64(top) * 1.08
 }
 
-// policyPlot draws one policy's in-flight rows per tenant over simulated
-// time, with the quotas as dashed lines and, under backpressure, the
-// cluster-wide caps above them as dotted lines.
-func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, error) {
+// tenantSeriesPlot returns a plot titled title over [0, xMax] × [0, yMax]
+// with a grid and one line per tenant of tl's series, in the palette's
+// colours, bold where bold(i) says, each in the legend by its tenant's name.
+func tenantSeriesPlot(s Scenario, title, yLabel string, tl Timeline, xMax, yMax float64, bold func(i int) bool) (*plot.Plot, error) {
 	pl := plot.New()
-	pl.Title.Text = fmt.Sprintf("%s — %s\n%s", p.Policy, p.Description, waitSummary(p))
+	pl.Title.Text = title
 	pl.X.Label.Text = "simulated time (s)"
-	pl.Y.Label.Text = "rows in flight"
+	pl.Y.Label.Text = yLabel
 	pl.Y.Min, pl.Y.Max = 0, yMax
 	pl.Legend.Top = true
 	pl.Legend.Left = false
 	pl.Add(plotter.NewGrid())
-
-	tick := p.Timeline.Tick.Seconds()
-	for i, series := range p.Timeline.Inflight {
+	tick := tl.Tick.Seconds()
+	for i, series := range tl.Inflight {
 		xys := make(plotter.XYs, len(series))
 		for k, v := range series {
 			xys[k] = plotter.XY{X: float64(k) * tick, Y: float64(v)}
@@ -86,13 +85,25 @@ func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, er
 		}
 		line.Color = palette[i%len(palette)]
 		line.Width = vg.Points(1)
-		if i == 0 {
+		if bold(i) {
 			line.Width = vg.Points(1.8)
 		}
 		pl.Add(line)
 		pl.Legend.Add(s.Tenants[i].Name, line)
 	}
 	pl.X.Min, pl.X.Max = 0, xMax
+	return pl, nil
+}
+
+// policyPlot draws one policy's in-flight rows per tenant over simulated
+// time, with the quotas as dashed lines and, under backpressure, the
+// cluster-wide caps above them as dotted lines.
+func policyPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, error) {
+	title := fmt.Sprintf("%s — %s\n%s", p.Policy, p.Description, waitSummary(p))
+	pl, err := tenantSeriesPlot(s, title, "rows in flight", p.Timeline, xMax, yMax, func(i int) bool { return i == 0 })
+	if err != nil {
+		return nil, err
+	}
 	if err := addMembershipMarks(pl, s, yMax); err != nil {
 		return nil, err
 	}
@@ -251,33 +262,11 @@ func startsYMax(r *Report) float64 {
 // first rate, rate + burst + (nodes − 1) dotted: the most a second can
 // start.
 func startsPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot, error) {
-	pl := plot.New()
-	pl.Title.Text = fmt.Sprintf("%s — rows started per second (sliding 1 s window)\n%s", p.Policy, startsSummary(p))
-	pl.X.Label.Text = "simulated time (s)"
-	pl.Y.Label.Text = "rows started in the last second"
-	pl.Y.Min, pl.Y.Max = 0, yMax
-	pl.Legend.Top = true
-	pl.Legend.Left = false
-	pl.Add(plotter.NewGrid())
-	tick := p.Starts.Tick.Seconds()
-	for i, series := range p.Starts.Inflight {
-		xys := make(plotter.XYs, len(series))
-		for k, v := range series {
-			xys[k] = plotter.XY{X: float64(k) * tick, Y: float64(v)}
-		}
-		line, err := plotter.NewLine(xys)
-		if err != nil {
-			return nil, err
-		}
-		line.Color = palette[i%len(palette)]
-		line.Width = vg.Points(1)
-		if s.Tenants[i].Rate.PerSecond > 0 {
-			line.Width = vg.Points(1.8)
-		}
-		pl.Add(line)
-		pl.Legend.Add(s.Tenants[i].Name, line)
+	title := fmt.Sprintf("%s — rows started per second (sliding 1 s window)\n%s", p.Policy, startsSummary(p))
+	pl, err := tenantSeriesPlot(s, title, "rows started in the last second", p.Starts, xMax, yMax, func(i int) bool { return s.Tenants[i].Rate.PerSecond > 0 })
+	if err != nil {
+		return nil, err
 	}
-	pl.X.Min, pl.X.Max = 0, xMax
 	if err := addMembershipMarks(pl, s, yMax); err != nil {
 		return nil, err
 	}
