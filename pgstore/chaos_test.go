@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -143,36 +142,29 @@ func (s chaosSettles) Completed(e dispatch.CompletionEvent) {
 
 // chaos is the parent: the schema, the nodes it runs, the sampler.
 type chaos struct {
-	t        *testing.T
-	ctx      context.Context
-	schema   string
-	q        string // the quoted schema
-	store    *pgstore.Store
-	dir      string
-	journal  string
-	rows     int
-	next     int // rows enqueued so far
-	rnd      *rand.Rand
-	nodes    map[string]*chaosProc // running (or stopped) processes by node
-	started  int
-	samples  int
-	stopSamp chan struct{}
-	sampled  sync.WaitGroup
+	t         *testing.T
+	ctx       context.Context
+	schema    string
+	q         string // the quoted schema
+	store     *pgstore.Store
+	dir       string
+	journal   string
+	rows      int
+	next      int // rows enqueued so far
+	rnd       *rand.Rand
+	*children // the node processes
+	samples   int
+	stopSamp  chan struct{}
+	sampled   sync.WaitGroup
 
 	mu         sync.Mutex
 	violations []string
 }
 
-type chaosProc struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	done    chan error
-	stopped bool
-}
-
 func newChaos(t *testing.T, rows int) *chaos {
 	c := &chaos{t: t, ctx: t.Context(), schema: testSchema(t), dir: t.TempDir(), rows: rows,
-		rnd: rand.New(rand.NewPCG(16, uint64(rows))), nodes: map[string]*chaosProc{}, stopSamp: make(chan struct{})}
+		rnd: rand.New(rand.NewPCG(16, uint64(rows))), stopSamp: make(chan struct{})}
+	c.children = newChildren(t, c.dir, "TestChaosMembership")
 	c.q = pgx.Identifier{c.schema}.Sanitize()
 	c.journal = filepath.Join(c.dir, "journal")
 	if err := os.WriteFile(c.journal, nil, 0o644); err != nil {
@@ -183,43 +175,14 @@ func newChaos(t *testing.T, rows int) *chaos {
 		t.Fatalf("New: %v", err)
 	}
 	c.store = s
-	t.Cleanup(func() {
-		for _, p := range c.nodes {
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(filepath.Join(c.dir, "stderr")); err == nil && len(b) > 0 {
-				t.Logf("children's stderr (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
-			}
-		}
-	})
 	return c
 }
 
 // start runs a new node process and returns its name.
 func (c *chaos) start() string {
-	c.started++
-	node := fmt.Sprintf("node-%02d", c.started)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosMembership$", "-test.count=1", "-test.timeout=30m")
-	cmd.Env = append(os.Environ(), chaosNode+"="+node, chaosSchema+"="+c.schema, chaosJournal+"="+c.journal)
-	errf, err := os.OpenFile(filepath.Join(c.dir, "stderr"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer errf.Close()
-	cmd.Stdout, cmd.Stderr = errf, errf
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("starting %s: %v", node, err)
-	}
-	p := &chaosProc{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	c.nodes[node] = p
-	return node
+	return c.spawn(func(node string) []string {
+		return []string{chaosNode + "=" + node, chaosSchema + "=" + c.schema, chaosJournal + "=" + c.journal}
+	})
 }
 
 func (c *chaos) signal(node string, sig syscall.Signal) {

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -211,19 +210,18 @@ func (m rateMetrics) Swept(e dispatch.SweepEvent) {
 
 // rateChaos is the parent.
 type rateChaos struct {
-	t       *testing.T
-	ctx     context.Context
-	size    rateRun
-	schema  string
-	q       string
-	store   *pgstore.Store
-	dir     string
-	journal string
-	rnd     *rand.Rand
-	nodes   map[string]*chaosProc
-	started int
-	rows    int // rows enqueued
-	waves   []rateWave
+	t         *testing.T
+	ctx       context.Context
+	size      rateRun
+	schema    string
+	q         string
+	store     *pgstore.Store
+	dir       string
+	journal   string
+	rnd       *rand.Rand
+	*children     // the node processes
+	rows      int // rows enqueued
+	waves     []rateWave
 	// slackSweeps is how many longest sweeps the slack S counts: 1 when
 	// every node spends its tokens before its claim, 2 when one may spend
 	// them after (a TxSweeper).
@@ -239,7 +237,8 @@ type rateWave struct {
 
 func newRateChaos(t *testing.T, run rateRun) *rateChaos {
 	c := &rateChaos{t: t, ctx: t.Context(), size: run, schema: testSchema(t), dir: t.TempDir(),
-		rnd: rand.New(rand.NewPCG(24, uint64(run.backlog))), nodes: map[string]*chaosProc{}}
+		rnd: rand.New(rand.NewPCG(24, uint64(run.backlog)))}
+	c.children = newChildren(t, c.dir, "TestRateBoundAcrossProcesses")
 	c.q = pgx.Identifier{c.schema}.Sanitize()
 	c.journal = filepath.Join(c.dir, "journal")
 	if err := os.WriteFile(c.journal, nil, 0o644); err != nil {
@@ -270,44 +269,15 @@ CREATE TRIGGER record_start AFTER UPDATE ON `+c.q+`.outbox FOR EACH ROW
 	WHEN (NEW.attempts > OLD.attempts) EXECUTE FUNCTION `+c.q+`.record_start();`); err != nil {
 		t.Fatalf("the starts trigger: %v", err)
 	}
-	t.Cleanup(func() {
-		for _, p := range c.nodes {
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(filepath.Join(c.dir, "stderr")); err == nil && len(b) > 0 {
-				t.Logf("children's stderr (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
-			}
-		}
-	})
 	return c
 }
 
 // start runs a new node process and returns its name.
 func (c *rateChaos) start() string {
-	c.started++
-	node := fmt.Sprintf("node-%02d", c.started)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRateBoundAcrossProcesses$", "-test.count=1", "-test.timeout=30m")
-	cmd.Env = append(os.Environ(), rateNode+"="+node, rateSchema+"="+c.schema, rateJournal+"="+c.journal,
-		rateRate+"="+strconv.FormatFloat(c.size.rate.PerSecond, 'g', -1, 64)+"/"+strconv.Itoa(c.size.rate.Burst))
-	errf, err := os.OpenFile(filepath.Join(c.dir, "stderr"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer errf.Close()
-	cmd.Stdout, cmd.Stderr = errf, errf
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("starting %s: %v", node, err)
-	}
-	p := &chaosProc{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	c.nodes[node] = p
-	return node
+	return c.spawn(func(node string) []string {
+		return []string{rateNode + "=" + node, rateSchema + "=" + c.schema, rateJournal + "=" + c.journal,
+			rateRate + "=" + strconv.FormatFloat(c.size.rate.PerSecond, 'g', -1, 64) + "/" + strconv.Itoa(c.size.rate.Burst)}
+	})
 }
 
 // converge waits until every shard is owned, under a live lease, by the
