@@ -50,6 +50,67 @@ type drainStore struct {
 	d     time.Duration
 }
 
+// fill empties d's outbox and enqueues backlog rows keyed from first, over
+// namespaces namespaces of queues task queues each, then VACUUM ANALYZEs
+// it, so that every drain starts from the same table.
+func (d *drainStore) fill(b *testing.B, first, backlog, namespaces, queues int) {
+	ctx := context.Background()
+	q := pgx.Identifier{d.s.Schema()}.Sanitize()
+	if _, err := adminPool.Exec(ctx, "TRUNCATE "+q+".outbox"); err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]outbox.Message, 0, backlog)
+	for i := first; i < first+backlog; i++ {
+		msgs = append(msgs, outbox.Message{
+			DispatchKey: fmt.Sprintf("m%09d", i),
+			Namespace:   fmt.Sprintf("ns%04d", i%namespaces),
+			TaskQueue:   fmt.Sprintf("q%d", (i/namespaces)%queues),
+			Payload:     []byte("payload"),
+		})
+	}
+	for lo := 0; lo < len(msgs); lo += 5000 {
+		if _, err := d.s.Enqueue(ctx, msgs[lo:min(lo+5000, len(msgs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := adminPool.Exec(ctx, "VACUUM ANALYZE "+q+".outbox"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// step claims with claim and completes with complete once, and adds its
+// time, rows and round trips to d. It returns how many rows it claimed.
+func (d *drainStore) step(b *testing.B, claim func() ([]outbox.Row, error), complete func([]outbox.Row) error) int {
+	trips := d.tr.queries.Load()
+	start := time.Now()
+	rows, err := claim()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := complete(rows); err != nil {
+		b.Fatal(err)
+	}
+	d.d += time.Since(start)
+	d.rows += len(rows)
+	d.trips += d.tr.queries.Load() - trips
+	return len(rows)
+}
+
+// settleBatch settles rows in one Complete and returns its first error.
+func (d *drainStore) settleBatch(rows []outbox.Row) error {
+	completions := make([]outbox.Completion, len(rows))
+	for i, r := range rows {
+		completions[i] = outbox.SettleRow(r)
+	}
+	results, err := d.s.Complete(context.Background(), completions)
+	for _, r := range results {
+		if err == nil {
+			err = r.Err
+		}
+	}
+	return err
+}
+
 func benchmarkDrain(b *testing.B, namespaces int) {
 	const (
 		backlog      = 20_000
@@ -76,68 +137,12 @@ func benchmarkDrain(b *testing.B, namespaces int) {
 		return bp
 	}
 	next := 0
-	fill := func(d *drainStore, first int) {
-		q := pgx.Identifier{d.s.Schema()}.Sanitize()
-		if _, err := adminPool.Exec(ctx, "TRUNCATE "+q+".outbox"); err != nil {
-			b.Fatal(err)
-		}
-		msgs := make([]outbox.Message, 0, backlog)
-		for i := first; i < first+backlog; i++ {
-			msgs = append(msgs, outbox.Message{
-				DispatchKey: fmt.Sprintf("m%09d", i),
-				Namespace:   fmt.Sprintf("ns%04d", i%namespaces),
-				TaskQueue:   fmt.Sprintf("q%d", (i/namespaces)%queues),
-				Payload:     []byte("payload"),
-			})
-		}
-		for lo := 0; lo < len(msgs); lo += 5000 {
-			if _, err := d.s.Enqueue(ctx, msgs[lo:lo+5000]); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := adminPool.Exec(ctx, "VACUUM ANALYZE "+q+".outbox"); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// step claims with claim and completes with complete once, and adds
-	// its time, rows and round trips to d. It returns how many rows it
-	// claimed.
-	step := func(d *drainStore, claim func() ([]outbox.Row, error), complete func([]outbox.Row) error) int {
-		trips := d.tr.queries.Load()
-		start := time.Now()
-		rows, err := claim()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := complete(rows); err != nil {
-			b.Fatal(err)
-		}
-		d.d += time.Since(start)
-		d.rows += len(rows)
-		d.trips += d.tr.queries.Load() - trips
-		return len(rows)
-	}
-	batched := func(d *drainStore) func([]outbox.Row) error {
-		return func(rows []outbox.Row) error {
-			completions := make([]outbox.Completion, len(rows))
-			for i, r := range rows {
-				completions[i] = outbox.SettleRow(r)
-			}
-			results, err := d.s.Complete(ctx, completions)
-			for _, r := range results {
-				if err == nil {
-					err = r.Err
-				}
-			}
-			return err
-		}
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		for _, d := range []*drainStore{fair, unscoped, perRow} {
-			fill(d, next)
+			d.fill(b, next, backlog, namespaces, queues)
 		}
 		next += backlog
 		fairBP, perRowBP := newPlanner(), newPlanner()
@@ -154,14 +159,14 @@ func benchmarkDrain(b *testing.B, namespaces int) {
 		}
 		for fairLeft, unscopedLeft := backlog, backlog; fairLeft > 0 || unscopedLeft > 0; {
 			if fairLeft > 0 {
-				n := step(fair, fairClaim, batched(fair))
+				n := fair.step(b, fairClaim, fair.settleBatch)
 				if n == 0 {
 					b.Fatalf("fair drain: %d rows left, and the sweep claimed none", fairLeft)
 				}
 				fairLeft -= n
 			}
 			if unscopedLeft > 0 {
-				n := step(unscoped, unscopedClaim, batched(unscoped))
+				n := unscoped.step(b, unscopedClaim, unscoped.settleBatch)
 				if n == 0 {
 					b.Fatalf("unscoped drain: %d rows left, and the claim took none", unscopedLeft)
 				}
@@ -169,7 +174,7 @@ func benchmarkDrain(b *testing.B, namespaces int) {
 			}
 		}
 		for left := perRowSample; left > 0; {
-			n := step(perRow, func() ([]outbox.Row, error) {
+			n := perRow.step(b, func() ([]outbox.Row, error) {
 				rows, _, err := backpressure.Sweep(ctx, perRowBP, perRow.s.Claimer())
 				return rows, err
 			}, func(rows []outbox.Row) error {

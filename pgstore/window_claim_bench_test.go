@@ -2,11 +2,8 @@ package pgstore_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
@@ -38,29 +35,6 @@ func BenchmarkWindowClaimDrain(b *testing.B) {
 	window, counted := newStore(true), newStore(false)
 	all, _ := backpressure.AllShards(pgstore.DefaultShardCount)
 	next := 0
-	fill := func(d *drainStore, first int) {
-		q := pgx.Identifier{d.s.Schema()}.Sanitize()
-		if _, err := adminPool.Exec(ctx, "TRUNCATE "+q+".outbox"); err != nil {
-			b.Fatal(err)
-		}
-		msgs := make([]outbox.Message, 0, backlog)
-		for i := first; i < first+backlog; i++ {
-			msgs = append(msgs, outbox.Message{
-				DispatchKey: fmt.Sprintf("m%09d", i),
-				Namespace:   fmt.Sprintf("ns%04d", i%namespaces),
-				TaskQueue:   fmt.Sprintf("q%d", (i/namespaces)%2),
-				Payload:     []byte("payload"),
-			})
-		}
-		for lo := 0; lo < len(msgs); lo += 5000 {
-			if _, err := d.s.Enqueue(ctx, msgs[lo:lo+5000]); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if _, err := adminPool.Exec(ctx, "VACUUM ANALYZE "+q+".outbox"); err != nil {
-			b.Fatal(err)
-		}
-	}
 	type sweepStore = backpressure.OutboxStore[outbox.Row]
 	hidden := func(s *pgstore.Store) sweepStore {
 		c := s.Claimer()
@@ -69,29 +43,17 @@ func BenchmarkWindowClaimDrain(b *testing.B) {
 			backpressure.Counter
 		}{c, c.(backpressure.Counter)}
 	}
+	// step is one Sweep through store and one Complete of its rows.
 	step := func(d *drainStore, bp *backpressure.Backpressure, store sweepStore) int {
-		trips := d.tr.queries.Load()
-		start := time.Now()
-		rows, _, err := backpressure.Sweep(ctx, bp, store)
-		if err != nil {
-			b.Fatal(err)
-		}
-		completions := make([]outbox.Completion, len(rows))
-		for i, r := range rows {
-			completions[i] = outbox.SettleRow(r)
-		}
-		if _, err := d.s.Complete(ctx, completions); err != nil {
-			b.Fatal(err)
-		}
-		d.d += time.Since(start)
-		d.rows += len(rows)
-		d.trips += d.tr.queries.Load() - trips
-		return len(rows)
+		return d.step(b, func() ([]outbox.Row, error) {
+			rows, _, err := backpressure.Sweep(ctx, bp, store)
+			return rows, err
+		}, d.settleBatch)
 	}
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		fill(window, next)
-		fill(counted, next)
+		window.fill(b, next, backlog, namespaces, 2)
+		counted.fill(b, next, backlog, namespaces, 2)
 		next += backlog
 		bw, err1 := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: backpressure.Unlimited}, all)
 		bc, err2 := backpressure.New(backpressure.Config{BatchSize: batch, DefaultQuota: backpressure.Unlimited}, all)
