@@ -33,6 +33,13 @@ func TestScenarioJSONRoundTrip(t *testing.T) {
 	s.Tenants[2].Arrivals = append(s.Tenants[2].Arrivals,
 		Arrival{Pattern: PatternSteady, PerSecond: 0.5, From: 10 * time.Second, Until: 20 * time.Second},
 		Arrival{Pattern: PatternBurst, Rows: 7, At: 30 * time.Second})
+	roundTrip(t, s)
+}
+
+// roundTrip returns s marshalled and parsed again, failing t unless it is
+// s unchanged.
+func roundTrip(t *testing.T, s Scenario) Scenario {
+	t.Helper()
 	b, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -44,6 +51,7 @@ func TestScenarioJSONRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, s) {
 		t.Errorf("round trip changed the scenario:\n got %+v\nwant %+v", got, s)
 	}
+	return got
 }
 
 // TestLimitsScenarioRoundTrip checks that rates, priorities and pending
@@ -55,17 +63,7 @@ func TestLimitsScenarioRoundTrip(t *testing.T) {
 	s.Tenants[0].Priorities = []PriorityShare{{Priority: 100, Fraction: 0.1}, {Priority: -3, Fraction: 0.25}}
 	s.Tenants[0].PendingCap = 40
 	s.Tenants[1].PendingCap = -1
-	b, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ParseScenario(b)
-	if err != nil {
-		t.Fatalf("ParseScenario(MarshalJSON(s)): %v\n%s", err, b)
-	}
-	if !reflect.DeepEqual(got, s) {
-		t.Errorf("round trip changed the scenario:\n got %+v\nwant %+v", got, s)
-	}
+	got := roundTrip(t, s)
 	if c := got.pendingCaps(); c.Default != 500 || c.Cap("bursty") != 40 || c.Cap("quiet-1") != 0 || c.Cap("quiet-2") != 500 {
 		t.Errorf("pendingCaps() = %+v", c)
 	}
@@ -77,17 +75,7 @@ func TestHandoffScenarioRoundTrip(t *testing.T) {
 	s := handoffScenario()
 	s.MembershipLease = 1500 * time.Millisecond
 	s.Apportionment = "ceil"
-	b, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := ParseScenario(b)
-	if err != nil {
-		t.Fatalf("ParseScenario(MarshalJSON(s)): %v\n%s", err, b)
-	}
-	if !reflect.DeepEqual(got, s) {
-		t.Errorf("round trip changed the scenario:\n got %+v\nwant %+v", got, s)
-	}
+	roundTrip(t, s)
 }
 
 func TestParseScenarioDefaults(t *testing.T) {
