@@ -183,23 +183,15 @@ func writePolicyPNG(w io.Writer, s Scenario, p *PolicyReport, xMax, yMax float64
 // shared y-axis scale and aligned axes.
 func writeCombinedPNG(w io.Writer, r *Report) error {
 	xMax, yMax := chartXMax(r), chartYMax(r)
-	plots := make([][]*plot.Plot, len(r.Policies))
+	plots := make([]*plot.Plot, len(r.Policies))
 	for i, p := range r.Policies {
 		pl, err := policyPlot(r.Scenario, p, xMax, yMax)
 		if err != nil {
 			return err
 		}
-		plots[i] = []*plot.Plot{pl}
+		plots[i] = pl
 	}
-	img := vgimg.New(panelWidth, panelHeight*vg.Length(len(plots)))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
-	return err
+	return writeStackedPNG(w, plots)
 }
 
 // addMembershipMarks draws a vertical line at each failure, hand-over and
