@@ -296,7 +296,7 @@ var tenantColumns = map[string]func(a, b Tenant) int{
 	"dead":      func(a, b Tenant) int { return cmp.Compare(a.Rows.Dead, b.Rows.Dead) },
 	"oldest":    func(a, b Tenant) int { return cmp.Compare(since(b.Rows.ReadySince), since(a.Rows.ReadySince)) },
 	"held":      func(a, b Tenant) int { return cmp.Compare(a.Held, b.Held) },
-	"reason":    func(a, b Tenant) int { return cmp.Compare(reasonRank[a.Reason], reasonRank[b.Reason]) },
+	"reason":    func(a, b Tenant) int { return cmp.Compare(rankOf(a.Reason), rankOf(b.Reason)) },
 }
 
 // unl orders Unlimited (-1) above every number.
