@@ -274,6 +274,8 @@ func (ex Explanation) Summary() string {
 		return "has headroom but shared the sweeps' budget with other tenants: its rows come in the next sweeps"
 	case t.Reason != "":
 		return fmt.Sprintf("held by its nodes' plans, reason %q", t.Reason)
+	case t.unknown():
+		return "it has no rows and no shared settings: no row of this name was ever enqueued, or all were purged (check the name)"
 	case t.Rows.Ready == 0 && t.Rows.Scheduled > 0:
 		return "nothing is ready: its pending rows are scheduled for later (a schedule or a retry delay)"
 	case t.Rows.Ready == 0:
@@ -282,6 +284,13 @@ func (ex Explanation) Summary() string {
 		return "no live node reports it: are dispatchers running (with Options.Operate)?"
 	}
 	return "nothing holds it: its ready rows are claimed as workers free up"
+}
+
+// unknown reports whether t has no rows in any state, no shared settings
+// and no node's plan mentions it.
+func (t Tenant) unknown() bool {
+	r := t.Rows
+	return r.Ready+r.Scheduled+r.Claimed+r.Dead+r.Settled == 0 && t.Settings.Version == 0 && t.Nodes == 0
 }
 
 // Count renders a quota or ceiling: "unlimited" for backpressure.Unlimited.
