@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -27,7 +28,9 @@ var namespaceFirst = map[string]bool{"why": true, "pause": true, "resume": true,
 // byte or is over 255 bytes (as backpressure.Route.Validate has it); a
 // dispatch key that breaks outbox.Message's rule; a -limit outside its
 // range; a dead-letter selection that is not exactly one; a value set
-// cannot store.
+// cannot store; a serve -addr that is not host:port. The store's options
+// (-schema, -shards, -dsn) are checked by the store before it touches the
+// database (see openFailure).
 func checkArgs(cmd string, a *cmdArgs) error {
 	if namespaceFirst[cmd] {
 		if err := checkNamespace(cmd, a.rest[0]); err != nil {
@@ -58,6 +61,10 @@ func checkArgs(cmd string, a *cmdArgs) error {
 		return checkSelection(cmd, a)
 	case "set quota", "set weight":
 		return checkValue(cmd, a.rest[0], a.rest[1])
+	case "serve":
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return usagef("serve: -addr %s: %v", display(a.addr), err)
+		}
 	}
 	return nil
 }
@@ -147,9 +154,15 @@ func parseValue(what, v string, set *admin.Setting) error {
 	return nil
 }
 
-// notExist turns the store's *outbox.NotExistError into what to do about
-// it: check the flag, or create the outbox with migrate.
-func notExist(g global, err error) error {
+// openFailure is what Run says when opening the store failed with err: an
+// option the store refuses (an invalid -schema, -shards or -dsn) is bad
+// usage; an outbox that does not exist (*outbox.NotExistError) says what
+// to check, or how to create it.
+func openFailure(g global, err error) error {
+	var arg *outbox.ArgumentError
+	if errors.As(err, &arg) {
+		return usagef("%v", err)
+	}
 	var ne *outbox.NotExistError
 	if !errors.As(err, &ne) {
 		return err

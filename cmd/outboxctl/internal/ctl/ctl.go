@@ -161,11 +161,11 @@ func (c Config) run(ctx context.Context, args []string) error {
 		return err
 	}
 	if cmd == "migrate" && a.print {
-		return c.printSchema(g)
+		return openFailure(g, c.printSchema(g))
 	}
 	s, err := c.open(ctx, g, cmd == "migrate")
 	if err != nil {
-		return notExist(g, err)
+		return openFailure(g, err)
 	}
 	defer s.Close()
 	return h.run(ctx, c, s, a)

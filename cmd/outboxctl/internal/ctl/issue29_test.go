@@ -198,7 +198,9 @@ func TestBadArguments(t *testing.T) {
 	cases = append(cases,
 		[]string{"set", "quota", "a", "lots"}, []string{"set", "quota", "a", "-5"}, []string{"set", "quota", "a", "1.5"},
 		[]string{"set", "weight", "a", "0"}, []string{"set", "weight", "a", "unlimited"},
-		[]string{"dead", "requeue"}, []string{"dead", "purge", "-all", "k"})
+		[]string{"dead", "requeue"}, []string{"dead", "purge", "-all", "k"},
+		[]string{"serve", "-addr", "nowhere"}, []string{"-shards", "-1", "stats"}, []string{"-shards", "100000000", "tenants"},
+		[]string{"-shards", "-1", "migrate"})
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.db")
 	c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
@@ -208,6 +210,11 @@ func TestBadArguments(t *testing.T) {
 		stores = append(stores, b)
 	}
 	for _, b := range stores {
+		cases := cases
+		if b.name == "postgres" {
+			cases = append(cases, []string{"-schema", "Not A Schema", "stats"}, []string{"-schema", "pg_x", "migrate"},
+				[]string{"-schema", "Bad", "migrate", "-print"}, []string{"-dsn", "postgres://%zz", "stats"})
+		}
 		for _, args := range cases {
 			code, out, errOut := run(t, b, c, args...)
 			if code != ExitUsage || out != "" {
