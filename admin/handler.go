@@ -13,7 +13,6 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +44,6 @@ var templateFS embed.FS
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"count": Count,
 	"age":   Age,
-	"query": url.QueryEscape,
 	"last":  func(ts []Tenant) string { return ts[len(ts)-1].Namespace },
 	"deadrows": func(p page, rows []outbox.Row, ns string) deadRows {
 		return deadRows{Page: p, Rows: rows, Namespace: ns}
@@ -231,7 +229,9 @@ func (h *handler) setting(change func(*http.Request, *Setting) error) func(http.
 func parseQuota(r *http.Request, s *Setting) error {
 	v := strings.TrimSpace(r.PostForm.Get("quota"))
 	switch v {
-	case "default", "":
+	case "":
+		return &badRequest{"quota is empty: enter a number (0 or more), unlimited, or default to clear the shared quota"}
+	case "default":
 		s.ClearQuota = true
 	case "unlimited":
 		u := backpressure.Unlimited
@@ -296,7 +296,7 @@ var tenantColumns = map[string]func(a, b Tenant) int{
 	"dead":      func(a, b Tenant) int { return cmp.Compare(a.Rows.Dead, b.Rows.Dead) },
 	"oldest":    func(a, b Tenant) int { return cmp.Compare(since(b.Rows.ReadySince), since(a.Rows.ReadySince)) },
 	"held":      func(a, b Tenant) int { return cmp.Compare(a.Held, b.Held) },
-	"reason":    func(a, b Tenant) int { return cmp.Compare(reasonRank[a.Reason], reasonRank[b.Reason]) },
+	"reason":    func(a, b Tenant) int { return cmp.Compare(rankOf(a.Reason), rankOf(b.Reason)) },
 }
 
 // unl orders Unlimited (-1) above every number.

@@ -56,14 +56,26 @@ type Tenant struct {
 	// Granted and Held sum the nodes' last plans.
 	Granted, Held int
 	// Reason is why rows wait, the most pressing over the nodes:
-	// "invalid-route", "paused", "at-ceiling", "budget", or "" when nothing
-	// is held. A namespace paused by its settings says "paused" even
-	// before any node's plan does.
+	// "invalid-route", "paused", "at-ceiling", "rate", "budget" (see
+	// backpressure.HoldReason), a reason of a newer planner as its plan
+	// says it, or "" when no node's plan holds a row for a reason. A
+	// namespace paused by its settings says "paused" even before any
+	// node's plan does.
 	Reason string
 }
 
-// reasonRank orders hold reasons by how much they need an operator.
-var reasonRank = map[string]int{"": 0, "budget": 1, "at-ceiling": 2, "paused": 3, "invalid-route": 4}
+// reasonRank orders hold reasons by how much they need an operator; see
+// rankOf for the reasons it does not list.
+var reasonRank = map[string]int{"": 0, "budget": 1, "rate": 2, "at-ceiling": 3, "paused": 4, "invalid-route": 5}
+
+// rankOf is reason's rank: reasonRank's, or for a reason it does not know
+// (a newer planner's) the least of a hold, so that it still shows.
+func rankOf(reason string) int {
+	if r, ok := reasonRank[reason]; ok {
+		return r
+	}
+	return reasonRank["budget"]
+}
 
 // TenantsParams selects the page of tenants of [Tenants].
 type TenantsParams struct {
@@ -156,13 +168,13 @@ func (t *Tenant) addPlan(e outbox.PlanEntry) {
 	}
 	t.Granted += e.Granted
 	t.Held += e.Held
-	if reasonRank[e.Reason] > reasonRank[t.Reason] {
+	if rankOf(e.Reason) > rankOf(t.Reason) {
 		t.Reason = e.Reason
 	}
 }
 
 func (t *Tenant) settle() {
-	if t.Settings.Paused && reasonRank["paused"] > reasonRank[t.Reason] {
+	if t.Settings.Paused && reasonRank["paused"] > rankOf(t.Reason) {
 		t.Reason = "paused"
 	}
 }
@@ -256,8 +268,14 @@ func (ex Explanation) Summary() string {
 		return "some of its rows are on a route the planner rejects; they are never claimed"
 	case t.Reason == "at-ceiling":
 		return fmt.Sprintf("held at its ceiling: %d rows claimed, cluster ceiling %s; rows wait for claimed ones to finish", t.Rows.Claimed, Count(t.Ceiling))
+	case t.Reason == "rate":
+		return fmt.Sprintf("held by its rate limit: %d rows wait for tokens and start as they accrue", t.Held)
 	case t.Reason == "budget":
 		return "has headroom but shared the sweeps' budget with other tenants: its rows come in the next sweeps"
+	case t.Reason != "":
+		return fmt.Sprintf("held by its nodes' plans, reason %q", t.Reason)
+	case t.unknown():
+		return "it has no rows and no shared settings: no row of this name was ever enqueued, or all were purged (check the name)"
 	case t.Rows.Ready == 0 && t.Rows.Scheduled > 0:
 		return "nothing is ready: its pending rows are scheduled for later (a schedule or a retry delay)"
 	case t.Rows.Ready == 0:
@@ -266,6 +284,13 @@ func (ex Explanation) Summary() string {
 		return "no live node reports it: are dispatchers running (with Options.Operate)?"
 	}
 	return "nothing holds it: its ready rows are claimed as workers free up"
+}
+
+// unknown reports whether t has no rows in any state, no shared settings
+// and no node's plan mentions it.
+func (t Tenant) unknown() bool {
+	r := t.Rows
+	return r.Ready+r.Scheduled+r.Claimed+r.Dead+r.Settled == 0 && t.Settings.Version == 0 && t.Nodes == 0
 }
 
 // Count renders a quota or ceiling: "unlimited" for backpressure.Unlimited.

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,34 @@ func TestCountAndAge(t *testing.T) {
 	}
 	if Age(now, time.Time{}) != "-" || Age(now, now.Add(-90500*time.Millisecond)) != "1m30s" {
 		t.Errorf("Age: %q, %q", Age(now, time.Time{}), Age(now, now.Add(-90500*time.Millisecond)))
+	}
+}
+
+// TestEveryHoldReason (issue 29, item 13): a tenant that some node's plan
+// holds has that plan's reason, whatever it is (rate included, and a
+// reason a later planner adds), and the summary says what holds it.
+func TestEveryHoldReason(t *testing.T) {
+	reasons := []string{"overloaded"} // a reason no version knows yet
+	for r := backpressure.HoldReason(1); !strings.HasPrefix(r.String(), "HoldReason("); r++ {
+		reasons = append(reasons, r.String())
+	}
+	for _, reason := range reasons {
+		var tn Tenant
+		tn.Rows.Ready = 9
+		tn.addPlan(outbox.PlanEntry{Quota: 10, Weight: 1, Ceiling: 10, Pending: 9, Granted: 2, Held: 7, Reason: reason})
+		tn.settle()
+		if tn.Reason != reason {
+			t.Errorf("held for %q: Reason %q", reason, tn.Reason)
+		}
+		tn.Nodes = 1
+		if s := (Explanation{Tenant: tn}).Summary(); strings.Contains(s, "nothing holds it") || (reason == "rate" || reason == "overloaded") && !strings.Contains(s, reason) {
+			t.Errorf("held for %q: summary %q", reason, s)
+		}
+	}
+	var tn Tenant
+	tn.addPlan(outbox.PlanEntry{Held: 3, Reason: "rate"})
+	tn.addPlan(outbox.PlanEntry{Held: 3, Reason: "at-ceiling"})
+	if tn.Reason != "at-ceiling" {
+		t.Errorf("held by rate on one node and at-ceiling on another: %q, want at-ceiling", tn.Reason)
 	}
 }

@@ -287,7 +287,7 @@ type PlanEntry struct {
 	Pending   int
 	Granted   int
 	Held      int
-	Reason    string `json:",omitempty"` // "at-ceiling", "budget", "paused", "invalid-route"; "" when nothing is held
+	Reason    string `json:",omitempty"` // "at-ceiling", "budget", "rate", "paused", "invalid-route" (backpressure.HoldReason.String); "" when nothing is held
 	Capped    bool   `json:",omitempty"` // Pending and Held are lower bounds
 }
 

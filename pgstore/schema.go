@@ -288,11 +288,15 @@ const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxki
 // A schema already at SchemaVersion is only read: two statements, no
 // lock, no DDL, so a role with no CREATE privilege (on the database or the
 // schema) can open it. Otherwise migrate takes the advisory lock and
-// brings it up to date.
-func open(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want int) (int, error) {
+// brings it up to date. With mustExist, a schema without the outbox is
+// not created: see [missingOutbox].
+func open(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want int, mustExist bool) (int, error) {
 	version, shardCount, err := readSchema(ctx, pool, quoted)
 	if err != nil {
 		return 0, err
+	}
+	if mustExist && version == 0 {
+		return 0, missingOutbox(ctx, pool, schema)
 	}
 	switch {
 	case version > SchemaVersion:
@@ -306,6 +310,21 @@ func open(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want i
 		return 0, &outbox.ShardCountError{Store: shardCount, Given: want}
 	}
 	return shardCount, nil
+}
+
+// missingOutbox is open's error for Options.MustExist when the schema
+// records no version: an *outbox.NotExistError saying whether the schema
+// itself or only the outbox's tables are missing.
+func missingOutbox(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+		return err
+	}
+	kind := "outbox"
+	if !exists {
+		kind = "schema"
+	}
+	return &outbox.NotExistError{Pkg: "pgstore", Kind: kind, Name: schema}
 }
 
 // readSchema returns the schema's version and recorded shard count, 0 for

@@ -87,6 +87,14 @@ type Options struct {
 	// counted path's count and claim each walk less. Either way the rows
 	// claimed are the same (storetest's WindowClaim area checks it).
 	WindowClaims bool
+
+	// MustExist makes New and Open open an existing outbox only: a schema
+	// that does not exist, or one without the outbox's tables, fails with
+	// an [*outbox.NotExistError] (matching [outbox.ErrNotExist]) and
+	// nothing is created. An existing outbox at an older schema version is
+	// still migrated. Tools that only inspect or act on an outbox set it,
+	// so that a mistyped schema name does not create a new, empty one.
+	MustExist bool
 }
 
 // Store is a PostgreSQL outbox for many dispatcher nodes sharing one
@@ -206,12 +214,15 @@ func newStore(ctx context.Context, op string, pool *pgxpool.Pool, opts Options) 
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
 	quoted := pgx.Identifier{opts.Schema}.Sanitize()
-	shardCount, err := open(ctx, pool, opts.Schema, quoted, opts.ShardCount)
+	shardCount, err := open(ctx, pool, opts.Schema, quoted, opts.ShardCount, opts.MustExist)
 	var (
 		shardErr   *outbox.ShardCountError
 		versionErr *outbox.SchemaVersionError
+		missing    *outbox.NotExistError
 	)
 	switch {
+	case errors.As(err, &missing):
+		return nil, err
 	case errors.As(err, &shardErr), errors.As(err, &versionErr):
 		return nil, fmt.Errorf("pgstore: %s: schema %s: %w", op, quoted, err)
 	case err != nil:

@@ -83,6 +83,16 @@ type Options struct {
 	// read-write once), and the file must exist.
 	ReadOnly bool
 
+	// MustExist makes Open open an existing outbox only (Open only): a
+	// file that does not exist, or a SQLite database without the outbox
+	// (a zero-length file included), fails with an *outbox.NotExistError
+	// (matching outbox.ErrNotExist) and Open creates and writes nothing.
+	// An existing outbox at an older schema version is still migrated
+	// (read-write). In memory it is an *outbox.ArgumentError. Tools that
+	// only inspect or act on an outbox set it, so that a mistyped path
+	// does not create a new, empty one.
+	MustExist bool
+
 	// PollInterval is how often a subscribed store looks for rows that
 	// other connections committed (see [Store.Subscribe]). 0 means 100ms;
 	// otherwise at least 1ms.
@@ -173,6 +183,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		// A URI file name, so that no character of path is read as a DSN
 		// parameter.
 		base = "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	}
+	if opts.MustExist {
+		if err := mustExist(ctx, path, base); err != nil {
+			return nil, err
+		}
 	}
 	pragmas := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)", busy.Milliseconds())
 	if opts.ReadOnly {
@@ -270,7 +285,8 @@ func (s *Store) openReadOnly(ctx context.Context, path, dsn string, opts Options
 // committed in between (SQLite cannot upgrade its stale snapshot); the
 // store's own transactions are immune (each takes the lock with its first
 // statement), but the application's are not. Options.BusyTimeout,
-// Readers, SyncNormal and ReadOnly apply to Open only and must be zero.
+// Readers, SyncNormal, ReadOnly and MustExist apply to Open only and must
+// be zero.
 func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -290,6 +306,8 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 		return nil, argError("New", "Options.SyncNormal", "applies to Open only: set synchronous in db's DSN")
 	case opts.ReadOnly:
 		return nil, argError("New", "Options.ReadOnly", "applies to Open only")
+	case opts.MustExist:
+		return nil, argError("New", "Options.MustExist", "applies to Open only")
 	}
 	file, err := checkAppDB(ctx, db)
 	if err != nil {

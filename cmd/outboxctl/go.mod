@@ -8,6 +8,7 @@ require (
 	github.com/outboxkit/backpressure v0.1.0
 	github.com/outboxkit/backpressure/pgstore v0.1.0
 	github.com/outboxkit/backpressure/sqlitestore v0.1.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -4,6 +4,7 @@
 package ctl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,7 +63,10 @@ Commands:
   migrate                  apply the schema [-print: print its SQL instead, touching nothing]
   serve                    serve the admin pages [-addr :8080] [-actions]
 
-Read commands take -json. Every command takes -h. Exit status: 0 ok, 1 failure, 2 bad usage.
+Read commands take -json. Every command takes -h. Exit status: 0 ok, 1 failure, 2 bad usage
+(checked before the store is opened). Only migrate creates an outbox: every other command on a
+file or schema that does not hold one fails (exit 1), saying so, and creates nothing. Names with
+control characters are printed quoted ("a\x1b[0m").
 
 Global flags:
 `
@@ -83,10 +87,10 @@ func (c Config) Run(ctx context.Context, args []string) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(c.Stderr, "outboxctl: %s\n(outboxctl -h for help)\n", ue.msg)
+		fmt.Fprintf(c.Stderr, "outboxctl: %s\n(outboxctl -h for help)\n", displayText(ue.msg))
 		return ExitUsage
 	}
-	fmt.Fprintf(c.Stderr, "outboxctl: %v\n", err)
+	fmt.Fprintf(c.Stderr, "outboxctl: %s\n", displayText(err.Error()))
 	return ExitFailure
 }
 
@@ -153,12 +157,15 @@ func (c Config) run(ctx context.Context, args []string) error {
 	if h.nargs >= 0 && len(a.rest) != h.nargs {
 		return usagef("%s takes %s", cmd, h.args)
 	}
-	if cmd == "migrate" && a.print {
-		return c.printSchema(g)
-	}
-	s, err := c.open(ctx, g)
-	if err != nil {
+	if err := checkArgs(cmd, a); err != nil {
 		return err
+	}
+	if cmd == "migrate" && a.print {
+		return openFailure(g, c.printSchema(g))
+	}
+	s, err := c.open(ctx, g, cmd == "migrate")
+	if err != nil {
+		return openFailure(g, err)
 	}
 	defer s.Close()
 	return h.run(ctx, c, s, a)
@@ -169,19 +176,20 @@ var subUsage = map[string]string{
 	"set":  "quota or weight\n",
 }
 
-// open opens the store the global flags name.
-func (c Config) open(ctx context.Context, g global) (admin.Store, error) {
+// open opens the store the global flags name; unless create, only an
+// existing outbox (Options.MustExist).
+func (c Config) open(ctx context.Context, g global, create bool) (admin.Store, error) {
 	switch {
 	case g.dsn != "" && g.sqlite != "":
 		return nil, usagef("give -dsn or -sqlite, not both")
 	case g.sqlite != "":
-		s, err := sqlitestore.Open(ctx, g.sqlite, sqlitestore.Options{Now: c.Now, ShardCount: g.shardCount})
+		s, err := sqlitestore.Open(ctx, g.sqlite, sqlitestore.Options{Now: c.Now, ShardCount: g.shardCount, MustExist: !create})
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
 	case g.dsn != "":
-		s, err := pgstore.Open(ctx, g.dsn, pgstore.Options{Schema: g.schema, Now: c.Now, ShardCount: g.shardCount})
+		s, err := pgstore.Open(ctx, g.dsn, pgstore.Options{Schema: g.schema, Now: c.Now, ShardCount: g.shardCount, MustExist: !create})
 		if err != nil {
 			return nil, err
 		}
@@ -298,9 +306,14 @@ func init() {
 }
 
 func (c Config) json(v any) error {
-	e := json.NewEncoder(c.Stdout)
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
 	e.SetIndent("", "  ")
-	return e.Encode(v)
+	if err := e.Encode(v); err != nil {
+		return err
+	}
+	_, err := c.Stdout.Write(jsonText(b.Bytes()))
+	return err
 }
 
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
@@ -330,9 +343,6 @@ func settingsText(s outbox.NamespaceSettings) string {
 }
 
 func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
-	if a.limit < 1 || a.limit > outbox.MaxNamespacesPage {
-		return usagef("tenants: -limit %d is outside 1 to %d", a.limit, outbox.MaxNamespacesPage)
-	}
 	page, err := admin.Tenants(ctx, s, admin.TenantsParams{After: a.after, Limit: a.limit})
 	if err != nil {
 		return err
@@ -351,12 +361,12 @@ func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 				quota += "*"
 			}
 		}
-		reason := t.Reason
+		reason := display(t.Reason)
 		if reason == "" {
 			reason = "-"
 		}
 		r := t.Rows
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", t.Namespace, quota, weight, ceiling,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(t.Namespace), quota, weight, ceiling,
 			capped(r.Claimed, r.Capped), capped(r.Ready, r.Capped), capped(r.Scheduled, r.Capped), capped(r.Dead, r.Capped),
 			admin.Age(now, r.ReadySince), t.Held, reason, settingsText(t.Settings))
 	}
@@ -364,7 +374,7 @@ func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		return err
 	}
 	if page.More {
-		fmt.Fprintf(c.Stdout, "(more: outboxctl tenants -after %s)\n", page.Tenants[len(page.Tenants)-1].Namespace)
+		fmt.Fprintf(c.Stdout, "(more: outboxctl tenants -after %s)\n", display(page.Tenants[len(page.Tenants)-1].Namespace))
 	}
 	if len(page.Nodes) == 0 {
 		fmt.Fprintln(c.Stdout, "(no live node reports: quotas, ceilings and reasons come from dispatchers run with Options.Operate)")
@@ -381,13 +391,13 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		return c.json(ex)
 	}
 	t, r := ex.Tenant, ex.Tenant.Rows
-	fmt.Fprintf(c.Stdout, "%s: %s\n", t.Namespace, ex.Summary())
+	fmt.Fprintf(c.Stdout, "%s: %s\n", display(t.Namespace), ex.Summary())
 	fmt.Fprintf(c.Stdout, "rows: %s ready (oldest %s), %s scheduled, %s claimed, %s dead, %s settled\n",
 		capped(r.Ready, r.Capped), admin.Age(c.now(), r.ReadySince), capped(r.Scheduled, r.Capped), capped(r.Claimed, r.Capped),
 		capped(r.Dead, r.Capped), capped(r.Settled, r.Capped))
 	fmt.Fprintf(c.Stdout, "shared settings: %s\n", settingsText(t.Settings))
 	for _, rt := range ex.Routes {
-		tq := rt.TaskQueue
+		tq := display(rt.TaskQueue)
 		if tq == "" {
 			tq = "(default)"
 		}
@@ -409,15 +419,15 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	for _, n := range ex.Nodes {
 		shards := fmt.Sprintf("%d/%d", n.Report.OwnedShards, n.Report.ShardCount)
 		if !n.Planned {
-			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\tnot in its last plan\n", n.Report.Node, shards)
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\tnot in its last plan\n", display(n.Report.Node), shards)
 			continue
 		}
 		e := n.Entry
-		reason := e.Reason
+		reason := display(e.Reason)
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", n.Report.Node, shards, admin.Count(e.Quota), admin.Count(e.Ceiling),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", display(n.Report.Node), shards, admin.Count(e.Quota), admin.Count(e.Ceiling),
 			e.Claimed, e.Pending, e.Granted, e.Held, reason)
 	}
 	return w.Flush()
@@ -450,7 +460,8 @@ func deadList(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	fmt.Fprintln(w, "KEY\tNAMESPACE\tTASK_QUEUE\tATTEMPTS\tDIED\tLAST_ERROR")
 	now := c.now()
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s ago\t%s\n", r.DispatchKey, r.Namespace, r.TaskQueue, r.Attempts, admin.Age(now, r.FinishedAt), oneLine(r.LastError, 80))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s ago\t%s\n", display(r.DispatchKey), display(r.Namespace), display(r.TaskQueue), r.Attempts,
+			admin.Age(now, r.FinishedAt), displayText(oneLine(r.LastError, 80)))
 	}
 	return w.Flush()
 }
@@ -491,11 +502,18 @@ func setting(ctx context.Context, c Config, s admin.Store, set admin.Setting) er
 	if err := (backpressure.Route{Namespace: set.Namespace}).Validate(); err != nil {
 		return usagef("%v", err)
 	}
+	fresh, err := unknown(ctx, s, set.Namespace)
+	if err != nil {
+		return err
+	}
 	got, err := admin.Apply(ctx, s, set)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(c.Stdout, "%s: %s (settings version %d)\n", got.Namespace, settingsText(got), got.Version)
+	_, err = fmt.Fprintf(c.Stdout, "%s: %s (settings version %d)\n", display(got.Namespace), settingsText(got), got.Version)
+	if err == nil && fresh {
+		_, err = fmt.Fprintf(c.Stdout, "note: %s has no rows and had no shared settings (check the name); the setting applies to its rows when they come\n", display(got.Namespace))
+	}
 	return err
 }
 
@@ -503,28 +521,12 @@ func setValue(what string) func(ctx context.Context, c Config, s admin.Store, a 
 	return func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		set := admin.Setting{Namespace: a.rest[0]}
 		v := a.rest[1]
-		switch {
-		case v == "default" && what == "quota":
-			set.ClearQuota = true
-		case v == "default":
-			set.ClearWeight = true
-		case v == "unlimited" && what == "quota":
-			u := backpressure.Unlimited
-			set.Quota = &u
-		default:
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return usagef("set %s: %q is not a number", what, v)
-			}
-			if what == "quota" {
-				set.Quota = &n
-			} else {
-				set.Weight = &n
-			}
+		if err := parseValue(what, v, &set); err != nil {
+			return err
 		}
 		err := setting(ctx, c, s, set)
 		if errors.Is(err, backpressure.ErrInvalidConfig) {
-			return usagef("set %s %s %s: %v", what, a.rest[0], v, err)
+			return usagef("set %s %s %s: %v", what, display(a.rest[0]), v, err)
 		}
 		return err
 	}
@@ -562,9 +564,9 @@ func nodes(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	for _, r := range reps {
 		settings := strconv.FormatInt(r.SettingsVersion, 10)
 		if r.SettingsError != "" {
-			settings += " REJECTED: " + oneLine(r.SettingsError, 60)
+			settings += " REJECTED: " + displayText(oneLine(r.SettingsError, 60))
 		}
-		fmt.Fprintf(w, "%s\t%d/%d\t%d\t%d\t%.1f\t%.1f\t%s\t%s ago\n", r.Node, r.OwnedShards, r.ShardCount, r.Workers, r.Busy,
+		fmt.Fprintf(w, "%s\t%d/%d\t%d\t%d\t%.1f\t%.1f\t%s\t%s ago\n", display(r.Node), r.OwnedShards, r.ShardCount, r.Workers, r.Busy,
 			r.SweepsPerSecond, r.RowsPerSecond, settings, admin.Age(now, r.ReportedAt))
 	}
 	return w.Flush()
