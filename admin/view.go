@@ -44,11 +44,12 @@ type Tenant struct {
 	// Settings.Fault is set when the store could not read its row or the
 	// row does not validate (see outbox.NamespaceSettings).
 	Settings outbox.NamespaceSettings
-	// Faults say where its shared settings do not apply: the row's Fault
-	// and each live node's report of the namespace's settings as not
-	// applied (outbox.NodeReport.BadSettings), as "node: reason (held)" or
-	// "(kept last good)". Empty when they apply everywhere.
-	Faults []string `json:",omitempty"`
+	// Faults says where its shared settings do not apply: the row's Fault
+	// ("settings row: …") and each live node's report of the namespace's
+	// settings as not applied (outbox.NodeReport.BadSettings), as
+	// "node: reason (held)" or "(kept last good)", joined by "; ". "" when
+	// they apply everywhere.
+	Faults string `json:",omitempty"`
 	// Nodes counts the live nodes whose last plan reports the namespace;
 	// the fields below are 0 when it is 0.
 	Nodes int
@@ -187,18 +188,26 @@ func listSettings(ctx context.Context, s Store) ([]outbox.NamespaceSettings, boo
 	return list, false, err
 }
 
+// joinFault joins two faults, either possibly "".
+func joinFault(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
+}
+
 // addFault records node's report that t's settings did not apply.
 func (t *Tenant) addFault(node string, f outbox.SettingsFault) {
 	what := "kept last good"
 	if f.Held {
 		what = "held"
 	}
-	t.Faults = append(t.Faults, fmt.Sprintf("%s: %s (%s)", node, f.Reason, what))
+	t.Faults = joinFault(t.Faults, fmt.Sprintf("%s: %s (%s)", node, f.Reason, what))
 }
 
 func (t *Tenant) settle() {
 	if t.Settings.Fault != "" {
-		t.Faults = append([]string{"settings row: " + t.Settings.Fault}, t.Faults...)
+		t.Faults = joinFault("settings row: "+t.Settings.Fault, t.Faults)
 	}
 	if t.Settings.Paused && reasonRank["paused"] > reasonRank[t.Reason] {
 		t.Reason = "paused"
@@ -293,8 +302,8 @@ func (ex Explanation) Summary() string {
 	switch {
 	case t.Settings.Fault != "":
 		return "its shared settings row cannot be applied (" + t.Settings.Fault + "): nodes keep its last good settings or hold its rows; set, pause, resume or reset overwrite it"
-	case len(t.Faults) > 0 && !t.Settings.Paused:
-		return "some node does not apply its shared settings (" + t.Faults[0] + ")"
+	case t.Faults != "" && !t.Settings.Paused:
+		return "some node does not apply its shared settings (" + t.Faults + ")"
 	case t.Settings.Paused:
 		return "paused by its shared settings: no node claims its rows until it is resumed"
 	case t.Reason == "paused":

@@ -340,14 +340,10 @@ func settingsText(s outbox.NamespaceSettings) string {
 // tenantSettingsText is the SETTINGS column of t: its settings, or BAD
 // and the first fault where they do not apply.
 func tenantSettingsText(t admin.Tenant) string {
-	if len(t.Faults) == 0 {
+	if t.Faults == "" {
 		return settingsText(t.Settings)
 	}
-	more := ""
-	if len(t.Faults) > 1 {
-		more = fmt.Sprintf(" (+%d)", len(t.Faults)-1)
-	}
-	return "BAD: " + oneLine(t.Faults[0], 60) + more
+	return "BAD: " + oneLine(t.Faults, 60)
 }
 
 // nodeSettingsText is the SETTINGS column of r: its version, and what of
@@ -431,8 +427,10 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		capped(r.Ready, r.Capped), admin.Age(c.now(), r.ReadySince), capped(r.Scheduled, r.Capped), capped(r.Claimed, r.Capped),
 		capped(r.Dead, r.Capped), capped(r.Settled, r.Capped))
 	fmt.Fprintf(c.Stdout, "shared settings: %s\n", settingsText(t.Settings))
-	for _, f := range t.Faults {
-		fmt.Fprintf(c.Stdout, "  BAD: %s\n", oneLine(f, 100))
+	for _, f := range strings.Split(t.Faults, "; ") {
+		if f != "" {
+			fmt.Fprintf(c.Stdout, "  BAD: %s\n", oneLine(f, 100))
+		}
 	}
 	for _, rt := range ex.Routes {
 		tq := rt.TaskQueue
