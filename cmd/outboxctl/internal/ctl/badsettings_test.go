@@ -117,6 +117,8 @@ func TestBadSettingsRows(t *testing.T) {
 			expect(0, []string{"xneg: quota=3"}, "set", "quota", "xneg", "3")
 			expect(0, []string{"xarr: -"}, "resume", "xarr")
 			expect(0, []string{"delta: - "}, "reset", "delta")
+			expect(0, []string{"usage: outboxctl reset"}, "reset", "-h")
+			expect(2, []string{"reset takes NAMESPACE"}, "reset")
 			got, out, _ := run(t, b, c, "tenants")
 			if got != 0 || strings.Contains(out, "settings row") { // node-2's report of xneg stands until it reports again
 				t.Errorf("tenants after the bad rows were overwritten: exit %d\n%s", got, out)
