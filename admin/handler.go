@@ -49,6 +49,9 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 		return deadRows{Page: p, Rows: rows, Namespace: ns}
 	},
 	"settings": func(s outbox.NamespaceSettings) string {
+		if s.Fault != "" {
+			return "cannot be applied: " + s.Fault
+		}
 		var parts []string
 		if s.Paused {
 			parts = append(parts, "paused")
@@ -83,7 +86,8 @@ const csrfCookie = "outbox_admin_csrf"
 // "/tenant?ns=NAMESPACE" one tenant (its rows, shared settings, each live
 // node's report of it, its dead letters), "/dead?ns=NAMESPACE&after=KEY"
 // dead letters, "/nodes" the live nodes. With Options.Actions, POSTs to
-// "/dead/requeue", "/dead/purge", "/pause", "/resume" and "/quota" act,
+// "/dead/requeue", "/dead/purge", "/pause", "/resume", "/quota" and
+// "/reset" (every override removed: the code's configuration) act,
 // each checked against cross-origin requests and carrying a CSRF token
 // from the page; they answer 303 to the page they came from, 403 for a
 // missing or wrong token or when actions are off, 400 for bad input, and
@@ -115,6 +119,7 @@ func NewHandler(s Store, o Options) http.Handler {
 		"/pause":        h.setting(func(r *http.Request, s *Setting) error { s.Pause = true; return nil }),
 		"/resume":       h.setting(func(r *http.Request, s *Setting) error { s.Resume = true; return nil }),
 		"/quota":        h.setting(parseQuota),
+		"/reset":        h.setting(func(r *http.Request, s *Setting) error { s.Reset = true; return nil }),
 	} {
 		h.mux.Handle("POST "+path, h.origins.Handler(h.action(act)))
 	}

@@ -41,7 +41,15 @@ type Tenant struct {
 	// Rows is the namespace's rows by state, from the table.
 	Rows outbox.NamespaceState
 	// Settings are its shared settings (zero Version when it has none).
+	// Settings.Fault is set when the store could not read its row or the
+	// row does not validate (see outbox.NamespaceSettings).
 	Settings outbox.NamespaceSettings
+	// Faults says where its shared settings do not apply: the row's Fault
+	// ("settings row: …") and each live node's report of the namespace's
+	// settings as not applied (outbox.NodeReport.BadSettings), as
+	// "node: reason (held)" or "(kept last good)", joined by "; ". "" when
+	// they apply everywhere.
+	Faults string `json:",omitempty"`
 	// Nodes counts the live nodes whose last plan reports the namespace;
 	// the fields below are 0 when it is 0.
 	Nodes int
@@ -91,6 +99,10 @@ type TenantsPage struct {
 	// Namespace as the next After.
 	More  bool
 	Nodes []outbox.NodeReport // the live reports the page was built from
+	// SettingsTruncated is set when the store holds more settings rows
+	// than outbox.MaxSettings (written by other means): the settings of
+	// the namespaces after the first MaxSettings are not shown.
+	SettingsTruncated bool `json:",omitempty"`
 }
 
 // Tenants reads a page of tenants: the namespaces with rows (one
@@ -106,7 +118,7 @@ func Tenants(ctx context.Context, s Store, p TenantsParams) (TenantsPage, error)
 	if err != nil {
 		return TenantsPage{}, err
 	}
-	settings, err := s.ListSettings(ctx)
+	settings, truncated, err := listSettings(ctx, s)
 	if err != nil {
 		return TenantsPage{}, err
 	}
@@ -114,7 +126,7 @@ func Tenants(ctx context.Context, s Store, p TenantsParams) (TenantsPage, error)
 	if err != nil {
 		return TenantsPage{}, err
 	}
-	page := TenantsPage{More: len(states) == limit, Nodes: reports}
+	page := TenantsPage{More: len(states) == limit, Nodes: reports, SettingsTruncated: truncated}
 	byName := map[string]*Tenant{}
 	var names []string
 	add := func(ns string) *Tenant {
@@ -141,6 +153,11 @@ func Tenants(ctx context.Context, s Store, p TenantsParams) (TenantsPage, error)
 		for _, e := range r.Plan {
 			if t, ok := byName[e.Namespace]; ok {
 				t.addPlan(e)
+			}
+		}
+		for _, f := range r.BadSettings {
+			if t, ok := byName[f.Namespace]; ok {
+				t.addFault(r.Node, f)
 			}
 		}
 	}
@@ -173,7 +190,37 @@ func (t *Tenant) addPlan(e outbox.PlanEntry) {
 	}
 }
 
+// listSettings is s.ListSettings, with the first outbox.MaxSettings rows
+// and truncated set when the store holds more.
+func listSettings(ctx context.Context, s Store) ([]outbox.NamespaceSettings, bool, error) {
+	list, err := s.ListSettings(ctx)
+	if errors.Is(err, outbox.ErrTooManySettings) {
+		return list, true, nil
+	}
+	return list, false, err
+}
+
+// joinFault joins two faults, either possibly "".
+func joinFault(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
+}
+
+// addFault records node's report that t's settings did not apply.
+func (t *Tenant) addFault(node string, f outbox.SettingsFault) {
+	what := "kept last good"
+	if f.Held {
+		what = "held"
+	}
+	t.Faults = joinFault(t.Faults, fmt.Sprintf("%s: %s (%s)", node, f.Reason, what))
+}
+
 func (t *Tenant) settle() {
+	if t.Settings.Fault != "" {
+		t.Faults = joinFault("settings row: "+t.Settings.Fault, t.Faults)
+	}
 	if t.Settings.Paused && reasonRank["paused"] > rankOf(t.Reason) {
 		t.Reason = "paused"
 	}
@@ -215,7 +262,7 @@ func Why(ctx context.Context, s Store, namespace string) (Explanation, error) {
 	if err != nil {
 		return Explanation{}, err
 	}
-	settings, err := s.ListSettings(ctx)
+	settings, _, err := listSettings(ctx, s)
 	if err != nil {
 		return Explanation{}, err
 	}
@@ -250,6 +297,11 @@ func Why(ctx context.Context, s Store, namespace string) (Explanation, error) {
 			v.Entry, v.Planned = r.Plan[i], true
 			ex.Tenant.addPlan(r.Plan[i])
 		}
+		for _, f := range r.BadSettings {
+			if f.Namespace == namespace {
+				ex.Tenant.addFault(r.Node, f)
+			}
+		}
 		ex.Nodes = append(ex.Nodes, v)
 	}
 	ex.Tenant.settle()
@@ -260,6 +312,10 @@ func Why(ctx context.Context, s Store, namespace string) (Explanation, error) {
 func (ex Explanation) Summary() string {
 	t := ex.Tenant
 	switch {
+	case t.Settings.Fault != "":
+		return "its shared settings row cannot be applied (" + t.Settings.Fault + "): nodes keep its last good settings or hold its rows; set, pause, resume or reset overwrite it"
+	case t.Faults != "" && !t.Settings.Paused:
+		return "some node does not apply its shared settings (" + t.Faults + ")"
 	case t.Settings.Paused:
 		return "paused by its shared settings: no node claims its rows until it is resumed"
 	case t.Reason == "paused":
@@ -414,27 +470,41 @@ type Setting struct {
 	// ClearWeight remove them (the code's value stands again).
 	Quota, Weight           *int
 	ClearQuota, ClearWeight bool
+	// Reset removes every override first: the namespace runs on the
+	// code's configuration (the row stays, empty, so its version shows
+	// the change).
+	Reset bool
 }
 
 // Apply reads namespace's shared settings, changes them as c says, checks
-// that the result validates as backpressure.Backpressure.SetConfig would
-// (over a default Config: batch 1, every quota unlimited), and stores it.
+// that the result validates whole ([outbox.CheckSettings]: a quota of -5
+// is refused, paused or not), and stores it. A row the store could not
+// read (Fault set) is overwritten: the change starts from no settings.
 // A change that does not validate is an error matching
 // [backpressure.ErrInvalidConfig] and stores nothing.
 func Apply(ctx context.Context, s Store, c Setting) (outbox.NamespaceSettings, error) {
 	if err := (backpressure.Route{Namespace: c.Namespace}).Validate(); err != nil {
 		return outbox.NamespaceSettings{}, err
 	}
-	all, err := s.ListSettings(ctx)
+	all, _, err := listSettings(ctx, s)
 	if err != nil {
 		return outbox.NamespaceSettings{}, err
 	}
 	cur := outbox.NamespaceSettings{Namespace: c.Namespace}
 	for _, set := range all {
-		if set.Namespace == c.Namespace {
+		if set.Namespace == c.Namespace && set.Fault == "" && !c.Reset {
 			cur = set
 		}
 	}
+	cur = c.change(cur)
+	if err := outbox.CheckSettings(cur); err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
+	return s.PutSettings(ctx, cur)
+}
+
+// change returns cur changed as c says.
+func (c Setting) change(cur outbox.NamespaceSettings) outbox.NamespaceSettings {
 	switch {
 	case c.Pause:
 		cur.Paused = true
@@ -455,8 +525,5 @@ func Apply(ctx context.Context, s Store, c Setting) (outbox.NamespaceSettings, e
 	if c.ClearWeight {
 		cur.Weight = nil
 	}
-	if err := outbox.ValidateSettings(backpressure.Config{BatchSize: 1, DefaultQuota: backpressure.Unlimited}, []outbox.NamespaceSettings{cur}); err != nil {
-		return outbox.NamespaceSettings{}, err
-	}
-	return s.PutSettings(ctx, cur)
+	return cur
 }

@@ -2,7 +2,10 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,27 +20,50 @@ import (
 // Shared settings: the code-supplied Config (the Backpressure's
 // configuration when Run starts) stays the default; for every namespace
 // with shared settings, a set Quota or Weight replaces the code's entry and
-// Paused makes its quota 0 ([outbox.ApplySettings]). The merged
-// configuration goes through [backpressure.Backpressure.SetConfig], so it
-// is validated exactly as SetConfig validates. A node applies a change
-// within SettingsInterval of its commit, plus one statement: at every
-// interval it reads the settings' version (one index probe), and the
-// settings themselves only when the version moved. A change that does not
-// validate (or a settings row the store cannot read) is reported in the
-// log (Warn), in [SettingsMetrics] when Options.Metrics implements it,
-// and in the node's report, and the node keeps its last good
-// configuration; the settings apply as a whole, so one namespace's bad
-// value holds back every change until it is fixed. A later valid change
-// is applied as usual. Run applies
-// the settings once before its first sweep, so a paused namespace is not
-// claimed at start-up. While shared settings are on, the dispatcher owns
-// the Backpressure's configuration: a SetConfig by the caller during Run
-// is replaced at the next change of the shared settings.
+// Paused makes its quota 0 ([outbox.ApplySettings]). A node applies a
+// change within SettingsInterval of its commit, plus one statement: at
+// every interval it reads the settings' version (one index probe), and the
+// settings themselves only when the version moved. Run applies the
+// settings once before its first sweep, so a paused namespace is not
+// claimed at start-up.
+//
+// Settings are read and applied per namespace, and a setting that cannot
+// be read never loosens a limit. Each namespace's settings are checked
+// alone ([outbox.CheckSettings]); a namespace whose row the store could
+// not read (Fault set: JSON null, an array, a field of the wrong type) or
+// whose values do not validate keeps its last good settings on a node that
+// applied some, and is held (as paused) on a node that has none (one that
+// started while the row was bad), until a write fixes the row; every other
+// namespace's settings apply. Each such namespace is reported, named with
+// its fault: in the log (Warn), in [SettingsMetrics] when Options.Metrics
+// implements it (SettingsRejected with an [*outbox.SettingsFault]), and in
+// the node's report (BadSettings, summed up in SettingsError). Settings
+// the store cannot list at all (the store failing) change nothing: the
+// node keeps its configuration, reports the error likewise, and reads them
+// again at the next interval.
+//
+// A store holds at most [outbox.MaxSettings] namespaces with settings and
+// returns no more; only writes by other means (SQL) can leave more rows.
+// A node that finds more (ListSettings' [outbox.ErrTooManySettings])
+// reports it (SettingsTruncated, the log) and re-reads the settings at
+// every interval while it lasts. It cannot know the settings of the
+// namespaces after the last row returned, so it does not loosen their
+// limits: each keeps its last good settings, and every other such
+// namespace it can name is held: those of the code's Config, of its last
+// plan, and of the store's namespaces with rows (up to MaxSettings of them,
+// read with [outbox.Operator.Namespaces] at every interval). The one
+// exposure left: rows of a namespace never seen before, enqueued after the
+// node's last read, can be claimed until the next interval.
+//
+// While shared settings are on, the dispatcher owns the Backpressure's
+// configuration: a SetConfig by the caller during Run is replaced at the
+// next change of the shared settings.
 //
 // Node reports: every ReportInterval the node writes one report (one
 // upsert of a row per node, and a delete of long-expired rows) holding its
 // name, shards, workers busy, sweeps and rows claimed per second since
-// its last report, its settings version and error, and its last plan's
+// its last report, its settings version, error and bad settings (at most
+// [outbox.MaxReportNamespaces] namespaces), and its last plan's
 // per-namespace report (at most [outbox.MaxReportNamespaces] namespaces).
 // A report expires ReportTTL after it was written, so a stopped node's
 // report disappears from [outbox.Operator.NodeReports] by then.
@@ -70,11 +96,15 @@ type Operate struct {
 // block.
 type SettingsMetrics interface {
 	// SettingsApplied is called when the node applied the shared settings
-	// of version.
+	// of version: every namespace's, except those SettingsRejected then
+	// names.
 	SettingsApplied(version int64)
-	// SettingsRejected is called when the shared settings of version did
-	// not validate (err matches [backpressure.ErrInvalidConfig]) or could
-	// not be read; the node keeps its last good configuration.
+	// SettingsRejected is called once per namespace whose settings of
+	// version were not applied, with an [*outbox.SettingsFault] naming it
+	// (matching [outbox.ErrBadSettings]; Held says the node holds its rows
+	// rather than keeping its last good settings); and, with the store's
+	// error, when the settings could not be read at all (the node then
+	// keeps its configuration).
 	SettingsRejected(version int64, err error)
 }
 
@@ -120,11 +150,17 @@ type operator struct {
 	o    *Operate
 	base backpressure.Config // the code-supplied configuration, at Run's start
 
-	mu      sync.Mutex
-	version int64  // the settings version applied, or last tried
-	good    int64  // the settings version last applied
-	bad     string // why version did not apply; "" when it did
-	plan    backpressure.Plan
+	// last is each namespace's last good settings, as applied; only poll
+	// (one goroutine) uses it.
+	last map[string]outbox.NamespaceSettings
+
+	mu        sync.Mutex
+	version   int64                  // the settings version applied, or last tried
+	good      int64                  // the settings version last applied
+	bad       string                 // why version did not apply, or what of it did not; "" when all of it did
+	faults    []outbox.SettingsFault // the namespaces of version whose settings did not apply, by namespace
+	truncated bool                   // the store held more settings rows than it returned
+	plan      backpressure.Plan
 	// A version applied while a sweep was in flight is in force only once
 	// that sweep has finished (it planned with the configuration before):
 	// the report names effective, the newest version every sweep started
@@ -169,7 +205,8 @@ func (p *operator) swept(rows int, plan backpressure.Plan, err error) {
 }
 
 // poll applies the shared settings if their version moved since the last
-// poll. It returns only ctx's error; the store's are reported.
+// poll (at every poll while the store holds more rows than it returns).
+// It returns only ctx's error; the store's are reported.
 func (p *operator) poll(ctx context.Context) {
 	v, err := p.o.Store.SettingsVersion(ctx)
 	if err != nil {
@@ -179,7 +216,7 @@ func (p *operator) poll(ctx context.Context) {
 		return
 	}
 	p.mu.Lock()
-	same := v == p.version
+	same := v == p.version && !p.truncated
 	p.mu.Unlock()
 	if same {
 		return
@@ -188,38 +225,207 @@ func (p *operator) poll(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	read := err == nil
-	if read {
-		err = p.r.d.bp.SetConfig(outbox.ApplySettings(p.base, list))
-		// The list may be newer than v; its own greatest version names it.
-		for _, s := range list {
-			v = max(v, s.Version)
-		}
+	truncated := errors.Is(err, outbox.ErrTooManySettings) && len(list) > 0
+	if err != nil && !truncated {
+		p.unread(v, err)
+		return
 	}
+	// The list may be newer than v; its own greatest version names it.
+	for _, s := range list {
+		v = max(v, s.Version)
+	}
+	p.apply(ctx, v, list, truncated)
+}
+
+// unread reports settings of version v that could not be read (or, should
+// it happen, a configuration SetConfig refused): the node keeps its
+// configuration, and reads them again at the next poll.
+func (p *operator) unread(v int64, err error) {
 	m, _ := p.r.m.(SettingsMetrics)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if read {
-		p.version = v // else read again at the next poll
+	p.bad = err.Error()
+	p.effective = max(p.effective, v) // the version seen; nothing changed
+	p.r.log.Warn("dispatch: shared settings rejected; keeping the last good configuration", "version", v, "good_version", p.good, "err", err)
+	if m != nil {
+		m.SettingsRejected(v, err)
 	}
-	if err != nil {
-		p.bad = err.Error()
-		p.effective = max(p.effective, v) // the version seen; nothing changed
-		p.r.log.Warn("dispatch: shared settings rejected; keeping the last good configuration", "version", v, "good_version", p.good, "err", err)
-		if m != nil {
-			m.SettingsRejected(v, err)
-		}
+}
+
+// apply applies list, the settings of version v, namespace by namespace
+// ([resolveSettings]); truncated says the store holds more rows than list.
+func (p *operator) apply(ctx context.Context, v int64, list []outbox.NamespaceSettings, truncated bool) {
+	eff, next, faults := resolveSettings(list, p.last)
+	if truncated {
+		eff, faults = p.holdUnread(ctx, eff, next, faults, list[len(list)-1].Namespace)
+	}
+	slices.SortFunc(faults, func(a, b outbox.SettingsFault) int { return strings.Compare(a.Namespace, b.Namespace) })
+	if err := p.r.d.bp.SetConfig(outbox.ApplySettings(p.base, eff)); err != nil {
+		// Not expected: every setting applied passed outbox.CheckSettings,
+		// whose rules do not depend on the rest of the configuration.
+		p.unread(v, err)
 		return
 	}
-	p.good, p.bad = v, ""
+	p.last = next
+	m, _ := p.r.m.(SettingsMetrics)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := v != p.version || truncated != p.truncated
+	p.version, p.good, p.faults, p.truncated = v, v, faults, truncated
+	p.bad = settingsSummary(faults, truncated)
 	p.pending, p.pendingAt = v, p.started
 	if p.finished >= p.pendingAt { // no sweep in flight
 		p.effective = v
 	}
-	p.r.log.Info("dispatch: shared settings applied", "version", v, "namespaces", len(list))
+	if !changed {
+		return
+	}
+	p.r.log.Info("dispatch: shared settings applied", "version", v, "namespaces", len(list), "bad_namespaces", len(faults))
+	if truncated {
+		p.r.log.Warn("dispatch: the store holds more shared settings rows than it returns; the namespaces after the last one read keep their last good settings or are held",
+			"version", v, "read", len(list), "last_read", list[len(list)-1].Namespace)
+	}
+	for i, f := range faults {
+		if i == maxFaultLogs {
+			p.r.log.Warn("dispatch: more namespaces' shared settings not applied", "version", v, "more", len(faults)-i)
+			break
+		}
+		p.r.log.Warn("dispatch: a namespace's shared settings not applied; never loosening its limits", "version", v, "namespace", f.Namespace,
+			"held", f.Held, "fault", f.Reason)
+	}
 	if m != nil {
 		m.SettingsApplied(v)
+		for i := range faults {
+			m.SettingsRejected(v, &faults[i])
+		}
 	}
+}
+
+// maxFaultLogs is the most namespaces' faults one version logs one by one.
+const maxFaultLogs = 20
+
+// resolveSettings returns the settings a node applies for list: each
+// namespace's own when they validate ([outbox.CheckSettings]), else its
+// last good settings (from last), else a hold (paused). next is each
+// namespace's last good settings after list, and faults the namespaces
+// whose own settings did not apply (Held when there were none to keep).
+// A namespace in last but not in list (its row deleted) has no settings.
+func resolveSettings(list []outbox.NamespaceSettings, last map[string]outbox.NamespaceSettings) (eff []outbox.NamespaceSettings, next map[string]outbox.NamespaceSettings, faults []outbox.SettingsFault) {
+	eff = make([]outbox.NamespaceSettings, 0, len(list))
+	next = make(map[string]outbox.NamespaceSettings, len(list))
+	for _, s := range list {
+		err := outbox.CheckSettings(s)
+		if err == nil {
+			eff, next[s.Namespace] = append(eff, s), s
+			continue
+		}
+		f := outbox.SettingsFault{Namespace: s.Namespace, Version: s.Version, Reason: s.Fault}
+		if f.Reason == "" {
+			f.Reason = err.Error()
+		}
+		if good, ok := last[s.Namespace]; ok {
+			eff, next[s.Namespace] = append(eff, good), good
+		} else {
+			eff, f.Held = append(eff, outbox.NamespaceSettings{Namespace: s.Namespace, Paused: true}), true
+		}
+		faults = append(faults, f)
+	}
+	return eff, next, faults
+}
+
+// holdUnread completes eff when the store holds more settings rows than
+// it returned (the first outbox.MaxSettings in byte order, the last of
+// them lastRead): the settings of every namespace after lastRead are
+// unknown. Each such namespace keeps its last good settings when the node
+// has them, and is held otherwise when the node knows its name: the code's
+// configuration names it, its last plan counted rows of it, or the store
+// has rows of it ([unreadNamespaces]).
+func (p *operator) holdUnread(ctx context.Context, eff []outbox.NamespaceSettings, next map[string]outbox.NamespaceSettings, faults []outbox.SettingsFault, lastRead string) ([]outbox.NamespaceSettings, []outbox.SettingsFault) {
+	const unread = "not read: the store holds more shared settings rows than outbox.MaxSettings"
+	for ns, good := range p.last {
+		if _, ok := next[ns]; !ok && ns > lastRead {
+			eff, next[ns] = append(eff, good), good
+			faults = append(faults, outbox.SettingsFault{Namespace: ns, Version: good.Version, Reason: unread})
+		}
+	}
+	held := map[string]bool{}
+	for _, ns := range p.unreadNamespaces(ctx, lastRead) {
+		if _, ok := next[ns]; !ok && !held[ns] {
+			held[ns] = true
+			eff = append(eff, outbox.NamespaceSettings{Namespace: ns, Paused: true})
+			faults = append(faults, outbox.SettingsFault{Namespace: ns, Reason: unread, Held: true})
+		}
+	}
+	return eff, faults
+}
+
+// maxUnreadPages bounds the pages of namespaces unreadNamespaces reads.
+const maxUnreadPages = outbox.MaxSettings / outbox.MaxNamespacesPage
+
+// unreadNamespaces returns the names after lastRead the node knows: those
+// of the code's configuration, of its last plan, and of the store's
+// namespaces with rows (at most maxUnreadPages pages of them, each count
+// capped at 1). A read that fails is logged; the names found stand.
+func (p *operator) unreadNamespaces(ctx context.Context, lastRead string) []string {
+	var names []string
+	add := func(ns string) {
+		if ns > lastRead {
+			names = append(names, ns)
+		}
+	}
+	for ns := range p.base.Quotas {
+		add(ns)
+	}
+	for ns := range p.base.Weights {
+		add(ns)
+	}
+	p.mu.Lock()
+	for _, n := range p.plan.Namespaces {
+		add(n.Namespace)
+	}
+	p.mu.Unlock()
+	after := lastRead
+	for range maxUnreadPages {
+		page, err := p.o.Store.Namespaces(ctx, outbox.NamespacesParams{After: after, Limit: outbox.MaxNamespacesPage, Cap: 1})
+		if err != nil {
+			if ctx.Err() == nil {
+				p.r.log.Warn("dispatch: reading the namespaces whose shared settings were not read failed", "err", err)
+			}
+			break
+		}
+		for _, st := range page {
+			add(st.Namespace)
+		}
+		if len(page) < outbox.MaxNamespacesPage {
+			break
+		}
+		after = page[len(page)-1].Namespace
+	}
+	return names
+}
+
+// settingsSummary is the node report's SettingsError for faults.
+func settingsSummary(faults []outbox.SettingsFault, truncated bool) string {
+	var b strings.Builder
+	if truncated {
+		b.WriteString("the store holds more shared settings rows than outbox.MaxSettings; ")
+	}
+	if len(faults) == 0 {
+		return strings.TrimSuffix(b.String(), "; ")
+	}
+	fmt.Fprintf(&b, "settings of %d namespaces not applied", len(faults))
+	for i, f := range faults {
+		if i == 3 {
+			b.WriteString("; …")
+			break
+		}
+		what := "kept last good"
+		if f.Held {
+			what = "held"
+		}
+		fmt.Fprintf(&b, "; %q (%s): %s", f.Namespace, what, f.Reason)
+	}
+	return b.String()
 }
 
 // report writes the node's report.
@@ -231,7 +437,10 @@ func (p *operator) report(ctx context.Context) {
 	now := time.Now()
 	p.mu.Lock()
 	rep := outbox.NodeReport{Node: p.o.Node, OwnedShards: f.OwnedCount(), ShardCount: f.ShardCount(), Workers: p.r.o.Workers, Busy: min(busy, p.r.o.Workers),
-		SettingsVersion: p.effective, SettingsError: p.bad}
+		SettingsVersion: p.effective, SettingsError: p.bad, SettingsTruncated: p.truncated}
+	if len(p.faults) > 0 {
+		rep.BadSettings = slices.Clone(p.faults[:min(len(p.faults), outbox.MaxReportNamespaces)])
+	}
 	if secs := now.Sub(p.lastAt).Seconds(); secs > 0 {
 		rep.SweepsPerSecond = float64(p.sweeps-p.lastSwp) / secs
 		rep.RowsPerSecond = float64(p.rows-p.lastRows) / secs

@@ -38,7 +38,42 @@ var (
 	// ErrSchemaTooNew reports a database migrated by a newer version of a
 	// store than the running one.
 	ErrSchemaTooNew = errors.New("outbox: schema too new")
+
+	// ErrBadSettings reports shared settings that cannot be applied: a
+	// settings row a store cannot read (not a JSON object of the
+	// settings' fields) or whose values do not validate. A
+	// [*SettingsFault] carries the detail.
+	ErrBadSettings = errors.New("outbox: bad shared settings")
+
+	// ErrTooManySettings reports more namespaces with shared settings
+	// than [MaxSettings]: a PutSettings for a new namespace beyond the
+	// cap (an [*ArgumentError] that also matches it), or a ListSettings
+	// that found more rows than it returns (only writes by other means
+	// than PutSettings can leave them).
+	ErrTooManySettings = errors.New("outbox: more namespaces with shared settings than MaxSettings")
 )
+
+// SettingsFault is one namespace's shared settings that cannot be
+// applied: its row cannot be read or does not validate. As an error it
+// matches [ErrBadSettings]. A [NodeReport] lists the faults its node
+// found in BadSettings.
+type SettingsFault struct {
+	Namespace string
+	Version   int64  // the row's version
+	Reason    string // why it cannot be applied
+	// Held is set in a node report when the node had no last good
+	// settings of Namespace and so holds its rows (as paused); when it is
+	// false the node keeps applying its last good settings.
+	Held bool `json:",omitempty"`
+}
+
+// Error names the namespace, the row's version and the fault.
+func (f *SettingsFault) Error() string {
+	return fmt.Sprintf("outbox: bad shared settings of namespace %q (version %d): %s", f.Namespace, f.Version, f.Reason)
+}
+
+// Is reports whether target is [ErrBadSettings].
+func (f *SettingsFault) Is(target error) bool { return target == ErrBadSettings }
 
 // LeaseLostError is the detail of [ErrLeaseLost].
 type LeaseLostError struct {
@@ -90,6 +125,10 @@ type ArgumentError struct {
 	Op     string // the store method or constructor, e.g. "Open", "Complete"
 	Arg    string // the argument, e.g. "Options.Lease", "completions[3].Outcome"
 	Reason string // what is wrong with it, e.g. "is negative"
+	// Err is the detail or sentinel the refusal also matches, or nil:
+	// a [*backpressure.ConfigError] for settings that do not validate,
+	// [ErrTooManySettings] for a namespace beyond [MaxSettings].
+	Err error
 }
 
 // Error reads "pkg: Op: Arg: Reason", e.g.
@@ -100,6 +139,9 @@ func (e *ArgumentError) Error() string {
 
 // Is reports whether target is [ErrInvalidArgument].
 func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// Unwrap returns Err.
+func (e *ArgumentError) Unwrap() error { return e.Err }
 
 // prefix returns "pkg: op: ", with "outbox" for an empty pkg and no op
 // part for an empty op.

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -40,18 +41,27 @@ type Operator interface {
 	DeleteDead(ctx context.Context, dispatchKeys []string) (int, error)
 
 	// PutSettings stores s as the shared settings of s.Namespace,
-	// replacing any earlier ones, with a new Version greater than every
-	// version before it. The store checks the namespace (as
-	// [backpressure.ValidateRoute] does) but not the values: dispatchers
-	// validate them as [backpressure.Backpressure.SetConfig] does, report
-	// a setting that does not validate, and keep their last good
-	// configuration. [ValidateSettings] checks them beforehand. Settings
-	// with every field unset remove the namespace's overrides (the row
-	// stays, so its version still shows the change).
+	// replacing any earlier ones (a row that could not be read included),
+	// with a new Version greater than every version before it. The store
+	// checks the namespace (as [backpressure.ValidateRoute] does) and the
+	// values as a whole ([CheckSettings]: a Quota of -5 is refused,
+	// paused or not): a setting that does not validate is an
+	// [*ArgumentError] that also matches [backpressure.ErrInvalidConfig].
+	// A new namespace beyond [MaxSettings] is an [*ArgumentError] that
+	// also matches [ErrTooManySettings]. Settings with every field unset
+	// remove the namespace's overrides (the row stays, so its version
+	// still shows the change).
 	PutSettings(ctx context.Context, s NamespaceSettings) (NamespaceSettings, error)
 
 	// ListSettings returns every namespace's shared settings in byte order
-	// of namespaces: at most [MaxSettings] rows, one statement.
+	// of namespaces: at most [MaxSettings] rows, one statement. A row the
+	// store cannot read, or whose values do not validate (only writes by
+	// other means than PutSettings, such as SQL, leave one), does not fail
+	// the call: it is returned with its Fault set (see
+	// [NamespaceSettings]). When the store holds more rows than
+	// MaxSettings (again only by other means), it returns the first
+	// MaxSettings of them together with an error matching
+	// [ErrTooManySettings]: the list is then good but incomplete.
 	ListSettings(ctx context.Context) ([]NamespaceSettings, error)
 
 	// SettingsVersion returns the greatest Version of the shared settings,
@@ -67,7 +77,9 @@ type Operator interface {
 	PutNodeReport(ctx context.Context, r NodeReport, ttl time.Duration) error
 
 	// NodeReports returns the reports that have not expired, by node name:
-	// at most [MaxNodeReports], one statement.
+	// at most [MaxNodeReports], one statement. A report the store cannot
+	// read (written by other means) does not fail the call: it is
+	// returned with its Fault set and only Node, ReportedAt and ExpiresAt.
 	NodeReports(ctx context.Context) ([]NodeReport, error)
 }
 
@@ -88,7 +100,8 @@ const (
 	// MaxCountCap is the largest Cap a Namespaces call accepts.
 	MaxCountCap = 1_000_000
 	// MaxSettings is the most namespaces with shared settings a store
-	// keeps: a PutSettings for a new namespace beyond it fails.
+	// keeps: a PutSettings for a new namespace beyond it fails with
+	// [ErrTooManySettings], and ListSettings returns at most this many.
 	MaxSettings = 10_000
 	// MaxNodeReports is the most live node reports NodeReports returns.
 	MaxNodeReports = 1_000
@@ -195,17 +208,32 @@ type NamespaceSettings struct {
 	// 0) whatever Quota says, until cleared.
 	Paused bool `json:",omitempty"`
 
+	// Fault, set only by ListSettings, says why the namespace's row
+	// cannot be applied: it is not a JSON object of these fields (JSON
+	// null, an array, a field of the wrong type or null) or its values
+	// do not validate ([CheckSettings]). Quota, Weight and Paused are
+	// then unset and mean nothing. A dispatcher never loosens a limit
+	// for such a row: it keeps the namespace's last good settings, or
+	// holds its rows (as paused) when it has none. A PutSettings of the
+	// namespace overwrites the row.
+	Fault string `json:",omitempty"`
+
 	// Version and UpdatedAt are set by the store on PutSettings.
 	Version   int64
 	UpdatedAt time.Time
 }
 
-// Empty reports whether s sets nothing.
-func (s NamespaceSettings) Empty() bool { return s.Quota == nil && s.Weight == nil && !s.Paused }
+// Empty reports whether s sets nothing (a faulty row is not empty).
+func (s NamespaceSettings) Empty() bool {
+	return s.Quota == nil && s.Weight == nil && !s.Paused && s.Fault == ""
+}
 
 // ApplySettings returns base with settings applied: for each namespace,
 // a set Quota or Weight replaces base's entry, and Paused sets its quota
-// to 0. base's maps are not modified. The result is what a dispatcher
+// to 0. A setting with Fault set holds its namespace (quota 0), as a
+// pause does: a setting that cannot be read never loosens a limit (a
+// dispatcher puts the namespace's last good settings in its place when it
+// has them). base's maps are not modified. The result is what a dispatcher
 // passes to [backpressure.Backpressure.SetConfig], which validates it.
 func ApplySettings(base backpressure.Config, settings []NamespaceSettings) backpressure.Config {
 	cfg := base
@@ -221,7 +249,7 @@ func ApplySettings(base backpressure.Config, settings []NamespaceSettings) backp
 		if s.Quota != nil {
 			cfg.Quotas[s.Namespace] = *s.Quota
 		}
-		if s.Paused {
+		if s.Paused || s.Fault != "" {
 			cfg.Quotas[s.Namespace] = 0
 		}
 		if s.Weight != nil {
@@ -256,13 +284,27 @@ type NodeReport struct {
 	RowsPerSecond   float64 // rows claimed per second, likewise
 
 	// SettingsVersion is the newest version of the shared settings the
-	// node has read and, when SettingsError is "", applied: every sweep
-	// the node started since plans with it (a sweep in flight when it was
-	// applied has finished). SettingsError, when not "", is why that
-	// version did not validate or could not be read: the node then runs
-	// on its last good configuration, of an older version.
+	// node has read and applied: every sweep the node started since plans
+	// with it (a sweep in flight when it was applied has finished), except
+	// for the namespaces of BadSettings. SettingsError, when not "", says
+	// what did not apply: a summary of BadSettings, or why the settings
+	// could not be read at all (the node then runs on its last good
+	// configuration, of an older version).
 	SettingsVersion int64  `json:",omitempty"`
 	SettingsError   string `json:",omitempty"`
+	// BadSettings are the namespaces whose settings the node could not
+	// apply, by namespace, at most [MaxReportNamespaces]: each keeps its
+	// last good settings on the node, or is held (Held) when it has none.
+	BadSettings []SettingsFault `json:",omitempty"`
+	// SettingsTruncated is set when the store held more settings rows
+	// than [MaxSettings]: the node holds the namespaces it could not read
+	// (see dispatch.Operate).
+	SettingsTruncated bool `json:",omitempty"`
+
+	// Fault, set only by NodeReports, says why the store could not read
+	// the node's report; every other field but Node, ReportedAt and
+	// ExpiresAt is then zero.
+	Fault string `json:",omitempty"`
 
 	// Plan is the per-namespace report of the node's last successful
 	// plan, sorted by namespace, at most [MaxReportNamespaces] entries;
@@ -330,8 +372,9 @@ func (p NamespacesParams) Check(op string) (NamespacesParams, error) {
 
 // CheckNodeReport returns an [*ArgumentError] of op when r or ttl is not
 // one [Operator.PutNodeReport] accepts: a node name of 1 to 255 bytes of
-// valid UTF-8 without NUL, at most [MaxReportNamespaces] plan entries, a
-// ttl of at least 1s.
+// valid UTF-8 without NUL, at most [MaxReportNamespaces] plan entries and
+// bad settings, finite SweepsPerSecond and RowsPerSecond (not NaN nor
+// ±Inf), no Fault, a ttl of at least 1s.
 func CheckNodeReport(op string, r NodeReport, ttl time.Duration) error {
 	fail := func(arg, reason string) error { return &ArgumentError{Op: op, Arg: arg, Reason: reason} }
 	switch {
@@ -339,8 +382,18 @@ func CheckNodeReport(op string, r NodeReport, ttl time.Duration) error {
 		return fail("r.Node", fmt.Sprintf("%q is not 1 to 255 bytes of valid UTF-8 without NUL", r.Node))
 	case len(r.Plan) > MaxReportNamespaces:
 		return fail("r.Plan", fmt.Sprintf("%d namespaces, more than %d", len(r.Plan), MaxReportNamespaces))
+	case len(r.BadSettings) > MaxReportNamespaces:
+		return fail("r.BadSettings", fmt.Sprintf("%d namespaces, more than %d", len(r.BadSettings), MaxReportNamespaces))
+	case !finite(r.SweepsPerSecond):
+		return fail("r.SweepsPerSecond", fmt.Sprintf("%v is not a finite number", r.SweepsPerSecond))
+	case !finite(r.RowsPerSecond):
+		return fail("r.RowsPerSecond", fmt.Sprintf("%v is not a finite number", r.RowsPerSecond))
+	case r.Fault != "":
+		return fail("r.Fault", "is set; only NodeReports sets it")
 	case ttl < time.Second:
 		return fail("ttl", fmt.Sprintf("%v is below 1s", ttl))
 	}
 	return nil
 }
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

@@ -1,10 +1,13 @@
 package pgstore_test
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/pgstore"
 	"github.com/outboxkit/backpressure/storetest"
@@ -30,12 +33,44 @@ func TestConformance(t *testing.T) {
 		}
 		t.Cleanup(func() { s.Close() })
 		return &storetest.Harness[outbox.Row]{
-			Outbox:      s,
-			Now:         clock.Now,
-			Advance:     clock.Advance,
-			RoundTrips:  tr.queries.Load,
-			FailNth:     tr.arm,
+			Outbox:     s,
+			Now:        clock.Now,
+			Advance:    clock.Advance,
+			RoundTrips: tr.queries.Load,
+			FailNth:    tr.arm,
+			RawSettings: func(ctx context.Context, bodies map[string]string) error {
+				return rawSettings(ctx, pool, schema, bodies)
+			},
+			RawNodeReport: func(ctx context.Context, node, body string, ttl time.Duration) error {
+				return rawNodeReport(ctx, pool, schema, clock.Now(), node, body, ttl)
+			},
 			ErrorPrefix: "pgstore",
 		}
 	})
+}
+
+// rawSettings writes settings rows with bodies verbatim (each must be
+// JSON: the column is jsonb), past PutSettings' checks, as an operator's
+// SQL would: one statement, one new version for them all.
+func rawSettings(ctx context.Context, pool *pgxpool.Pool, schema string, bodies map[string]string) error {
+	arg, err := json.Marshal(bodies)
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, strings.ReplaceAll(`
+WITH c AS (UPDATE {schema}.settings_clock SET version = version + 1 RETURNING version)
+INSERT INTO {schema}.namespace_settings (namespace, body, version, updated_at)
+SELECT e.key, e.value::jsonb, c.version, now() FROM jsonb_each_text($1::jsonb) e, c
+ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.version, updated_at = excluded.updated_at`, "{schema}", schema), string(arg))
+	return err
+}
+
+// rawNodeReport writes node's report row with body verbatim (JSON), live
+// for ttl from now.
+func rawNodeReport(ctx context.Context, pool *pgxpool.Pool, schema string, now time.Time, node, body string, ttl time.Duration) error {
+	_, err := pool.Exec(ctx, strings.ReplaceAll(`
+INSERT INTO {schema}.node_reports (node, body, reported_at, expires_at) VALUES ($1, $2::jsonb, $3, $4)
+ON CONFLICT (node) DO UPDATE SET body = excluded.body, reported_at = excluded.reported_at, expires_at = excluded.expires_at`, "{schema}", schema),
+		node, body, now, now.Add(ttl))
+	return err
 }

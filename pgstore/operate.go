@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -142,24 +141,21 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 	return int(n), nil
 }
 
-// settingsBody is the JSON of a namespace_settings row: the settable
-// fields of outbox.NamespaceSettings. Keys it does not know (a newer
-// version's) are ignored on read.
-type settingsBody struct {
-	Quota  *int `json:"quota,omitempty"`
-	Weight *int `json:"weight,omitempty"`
-	Paused bool `json:"paused,omitempty"`
-}
-
-// ErrBadSettings reports a settings row whose body is not a settings
-// object; only other means than PutSettings can write one.
-var ErrBadSettings = errors.New("pgstore: malformed settings row")
+// ErrBadSettings matches [outbox.ErrBadSettings]. ListSettings no longer
+// fails on a malformed settings row: it returns the row with its Fault
+// set.
+//
+// Deprecated: use outbox.ErrBadSettings.
+var ErrBadSettings = outbox.ErrBadSettings
 
 // PutSettings stores set as its namespace's shared settings with the next
 // version, in one transaction that locks settings_clock's row (so versions
 // are given in commit order, and a poller of SettingsVersion misses no
-// change); see [outbox.Operator]. A namespace the route rule rejects, or a
-// new namespace beyond [outbox.MaxSettings], is an
+// change); see [outbox.Operator]. The row is the JSON object of
+// [outbox.EncodeSettings]. A namespace the route rule rejects, settings
+// [outbox.CheckSettings] refuses (also matching
+// backpressure.ErrInvalidConfig), or a new namespace beyond
+// [outbox.MaxSettings] (also matching [outbox.ErrTooManySettings]) is an
 // [*outbox.ArgumentError]. Cost: three statements, O(log settings), plus a
 // count of the settings when the namespace is new.
 func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (outbox.NamespaceSettings, error) {
@@ -170,12 +166,12 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 	if err := (backpressure.Route{Namespace: set.Namespace}).Validate(); err != nil {
 		return outbox.NamespaceSettings{}, argError(op, "set.Namespace", "%v", err)
 	}
-	body, err := json.Marshal(settingsBody{Quota: set.Quota, Weight: set.Weight, Paused: set.Paused})
-	if err != nil {
-		return outbox.NamespaceSettings{}, opError(op, err)
+	if err := outbox.CheckPutSettings("pgstore", op, set); err != nil {
+		return outbox.NamespaceSettings{}, err
 	}
+	body := outbox.EncodeSettings(set)
 	out := set
-	err = s.run(ctx, unsent, func() error {
+	err := s.run(ctx, unsent, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if err := tx.QueryRow(ctx, s.operateSQL(`UPDATE {schema}.settings_clock SET version = version + 1 RETURNING version`)).Scan(&out.Version); err != nil {
 				return err
@@ -187,7 +183,7 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 				return err
 			}
 			if !known && count >= outbox.MaxSettings {
-				return argError(op, "s.Namespace", "%q would be beyond the %d namespaces with settings a store keeps", set.Namespace, outbox.MaxSettings)
+				return outbox.SettingsCapError("pgstore", op, set.Namespace)
 			}
 			return tx.QueryRow(ctx, s.operateSQL(`
 INSERT INTO {schema}.namespace_settings (namespace, body, version, updated_at) VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))
@@ -207,9 +203,10 @@ RETURNING updated_at`), set.Namespace, string(body), out.Version, s.clock()).Sca
 }
 
 // ListSettings returns every namespace's shared settings in byte order (see
-// [outbox.Operator]). A row whose body is not a settings object fails the
-// call with an error matching [ErrBadSettings]. One statement:
-// O(settings).
+// [outbox.Operator]): a row that cannot be read or does not validate is
+// returned with its Fault set ([outbox.DecodeSettings]), and more rows
+// than [outbox.MaxSettings] are the first MaxSettings with an error
+// matching [outbox.ErrTooManySettings]. One statement: O(settings).
 func (s *Store) ListSettings(ctx context.Context) ([]outbox.NamespaceSettings, error) {
 	const op = "ListSettings"
 	if err := s.begin(ctx, op); err != nil {
@@ -218,7 +215,7 @@ func (s *Store) ListSettings(ctx context.Context) ([]outbox.NamespaceSettings, e
 	var out []outbox.NamespaceSettings
 	err := s.run(ctx, anyLoss, func() error {
 		out = []outbox.NamespaceSettings{}
-		rows, err := s.pool.Query(ctx, s.operateSQL(`SELECT namespace, body::text, version, updated_at FROM {schema}.namespace_settings ORDER BY namespace LIMIT $1`), outbox.MaxSettings)
+		rows, err := s.pool.Query(ctx, s.operateSQL(`SELECT namespace, body::text, version, updated_at FROM {schema}.namespace_settings ORDER BY namespace LIMIT $1`), outbox.MaxSettings+1)
 		if err != nil {
 			return err
 		}
@@ -229,17 +226,17 @@ func (s *Store) ListSettings(ctx context.Context) ([]outbox.NamespaceSettings, e
 			if err := rows.Scan(&set.Namespace, &body, &set.Version, &set.UpdatedAt); err != nil {
 				return err
 			}
-			var b settingsBody
-			if err := json.Unmarshal([]byte(body), &b); err != nil {
-				return fmt.Errorf("%w: namespace %q: %v", ErrBadSettings, set.Namespace, err)
-			}
-			set.Quota, set.Weight, set.Paused, set.UpdatedAt = b.Quota, b.Weight, b.Paused, set.UpdatedAt.UTC()
+			outbox.DecodeSettings(&set, []byte(body))
+			set.UpdatedAt = set.UpdatedAt.UTC()
 			out = append(out, set)
 		}
 		return rows.Err()
 	})
 	if err != nil {
 		return nil, opError(op, err)
+	}
+	if len(out) > outbox.MaxSettings {
+		return out[:outbox.MaxSettings], outbox.SettingsOverflowError("pgstore")
 	}
 	return out, nil
 }
@@ -296,7 +293,9 @@ ON CONFLICT (node) DO UPDATE SET body = excluded.body, reported_at = excluded.re
 }
 
 // NodeReports returns the reports that have not expired on the store's
-// clock, by node (see [outbox.Operator]). One statement: O(nodes).
+// clock, by node (see [outbox.Operator]); a report that cannot be read is
+// returned with its Fault set ([outbox.DecodeNodeReport]). One statement:
+// O(nodes).
 func (s *Store) NodeReports(ctx context.Context) ([]outbox.NodeReport, error) {
 	const op = "NodeReports"
 	if err := s.begin(ctx, op); err != nil {
@@ -318,11 +317,8 @@ WHERE expires_at > coalesce($1::timestamptz, now()) ORDER BY node LIMIT $2`), s.
 			if err := rows.Scan(&node, &body, &at, &until); err != nil {
 				return err
 			}
-			var r outbox.NodeReport
-			if err := json.Unmarshal([]byte(body), &r); err != nil {
-				return fmt.Errorf("node %q: malformed report: %v", node, err)
-			}
-			r.Node, r.ReportedAt, r.ExpiresAt = node, at.UTC(), until.UTC()
+			r := outbox.DecodeNodeReport(node, []byte(body))
+			r.ReportedAt, r.ExpiresAt = at.UTC(), until.UTC()
 			out = append(out, r)
 		}
 		return rows.Err()

@@ -19,12 +19,13 @@ import (
 // cluster is a few dispatchers over one schema, each with its own pool and
 // store, as separate processes would be, with shared settings and reports on.
 type cluster struct {
-	t     *testing.T
-	ctx   context.Context
-	admin *pgstore.Store // the operator's own store, as outboxctl would open it
-	mu    sync.Mutex
-	ran   map[string]int // rows run, by namespace
-	hold  chan struct{}  // namespace c's handlers run until it is closed
+	t      *testing.T
+	ctx    context.Context
+	admin  *pgstore.Store // the operator's own store, as outboxctl would open it
+	schema string
+	mu     sync.Mutex
+	ran    map[string]int // rows run, by namespace
+	hold   chan struct{}  // namespace c's handlers run until it is closed
 }
 
 const settingsInterval = 50 * time.Millisecond
@@ -32,7 +33,7 @@ const settingsInterval = 50 * time.Millisecond
 func newCluster(t *testing.T, nodes int) *cluster {
 	t.Helper()
 	schema := testSchema(t)
-	c := &cluster{t: t, ctx: t.Context(), ran: map[string]int{}, hold: make(chan struct{})}
+	c := &cluster{t: t, ctx: t.Context(), schema: schema, ran: map[string]int{}, hold: make(chan struct{})}
 	open := func() *pgstore.Store {
 		s, err := pgstore.New(c.ctx, newPool(t, nil, 4), pgstore.Options{Schema: schema})
 		if err != nil {
@@ -116,6 +117,21 @@ func (c *cluster) put(s outbox.NamespaceSettings) int64 {
 	return got.Version
 }
 
+// putRaw writes namespace ns's settings row with body verbatim, by SQL (as
+// an operator's manual fix would, past PutSettings' checks), and returns
+// the settings version after it.
+func (c *cluster) putRaw(ns, body string) int64 {
+	c.t.Helper()
+	if err := rawSettings(c.ctx, newPool(c.t, nil, 1), c.schema, map[string]string{ns: body}); err != nil {
+		c.t.Fatal(err)
+	}
+	v, err := c.admin.SettingsVersion(c.ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return v
+}
+
 func (c *cluster) state(ns string) outbox.NamespaceState {
 	c.t.Helper()
 	st, err := c.admin.Namespaces(c.ctx, outbox.NamespacesParams{Namespace: ns})
@@ -139,9 +155,9 @@ func (c *cluster) enqueue(ns string, from, n int) {
 // TestSharedSettingsAcrossDispatchers runs three dispatchers on one schema:
 // a pause written by an operator stops a namespace's claims on every node
 // (its rows stay ready while another namespace drains), each node's report
-// shows the namespace held as paused, a setting that does not validate is
-// reported by every node while they keep running on their last good
-// configuration (the pause holds), a namespace whose rows run forever
+// shows the namespace held as paused, a setting that does not validate
+// (written by SQL: PutSettings refuses it) is reported by every node while
+// they keep the namespace's last good setting (and the pause holds), a namespace whose rows run forever
 // shows held at its ceiling, with the ceilings summed over the nodes, in
 // the operator's tenants view, and a resume drains the paused namespace.
 func TestSharedSettingsAcrossDispatchers(t *testing.T) {
@@ -171,8 +187,9 @@ func TestSharedSettingsAcrossDispatchers(t *testing.T) {
 		return n == nodes
 	})
 
-	zero := 0
-	bad := c.put(outbox.NamespaceSettings{Namespace: "b", Weight: &zero}) // weights are 1 to MaxWeight
+	two := 2
+	c.eventually("b's weight applied", c.applied(nodes, c.put(outbox.NamespaceSettings{Namespace: "b", Weight: &two}), false))
+	bad := c.putRaw("b", `{"weight": 0}`) // weights are 1 to MaxWeight
 	c.eventually("every node reports the bad setting", c.applied(nodes, bad, true))
 	c.enqueue("b", 20, 20)
 	c.eventually("b drained again under the last good configuration", func() bool { return c.state("b").Settled == 40 })

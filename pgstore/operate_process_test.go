@@ -40,8 +40,8 @@ func TestSharedSettingsAcrossProcesses(t *testing.T) {
 		return
 	}
 	const nodes = 3
-	c := &cluster{t: t, ctx: t.Context(), ran: map[string]int{}}
 	schema := testSchema(t)
+	c := &cluster{t: t, ctx: t.Context(), schema: schema, ran: map[string]int{}}
 	s, err := pgstore.New(c.ctx, newPool(t, nil, 4), pgstore.Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
@@ -105,8 +105,9 @@ func TestSharedSettingsAcrossProcesses(t *testing.T) {
 		t.Fatalf("paused a: %+v, want 20 ready and none claimed or settled", st)
 	}
 
-	zero := 0
-	bad := c.put(outbox.NamespaceSettings{Namespace: "b", Weight: &zero}) // weights are 1 to MaxWeight
+	two := 2
+	c.eventually("b's weight applied in every process", c.applied(nodes, c.put(outbox.NamespaceSettings{Namespace: "b", Weight: &two}), false))
+	bad := c.putRaw("b", `{"weight": 0}`) // weights are 1 to MaxWeight
 	c.eventually("every process reports the bad setting", c.applied(nodes, bad, true))
 	c.enqueue("b", 20, 20)
 	c.eventually("b drained again under the last good configuration", func() bool { return c.state("b").Settled == 40 })

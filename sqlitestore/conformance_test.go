@@ -2,10 +2,12 @@ package sqlitestore
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/backpressure/outbox"
 	"github.com/outboxkit/backpressure/storetest"
@@ -73,8 +75,50 @@ func newHarness(t *testing.T, path string, opts Options) *storetest.Harness[outb
 		Advance:     clock.Advance,
 		RoundTrips:  s.roundTrips,
 		FailNth:     func(n int) { s.failNth.Store(int64(n)) },
+		RawSettings: func(ctx context.Context, bodies map[string]string) error {
+			return rawSettings(ctx, s, clock.Now(), bodies)
+		},
+		RawNodeReport: func(ctx context.Context, node, body string, ttl time.Duration) error {
+			return rawNodeReport(ctx, s, clock.Now(), node, body, ttl)
+		},
 		ErrorPrefix: "sqlitestore",
 	}
+}
+
+// rawSettings writes settings rows with bodies verbatim, past
+// PutSettings' checks, as an operator's SQL would: one transaction, one
+// new version for them all.
+func rawSettings(ctx context.Context, s *Store, now time.Time, bodies map[string]string) error {
+	arg, err := json.Marshal(bodies)
+	if err != nil {
+		return err
+	}
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var v int64
+	if err := tx.QueryRowContext(ctx, `UPDATE outbox_meta SET value = value + 1 WHERE key = 'settings_version' RETURNING value`).Scan(&v); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `
+INSERT INTO namespace_settings (namespace, body, version, updated_at) SELECT key, value, ?2, ?3 FROM json_each(?1) WHERE true
+ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.version, updated_at = excluded.updated_at`,
+		string(arg), v, nanos(now)); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// rawNodeReport writes node's report row with body verbatim, live for
+// ttl from now.
+func rawNodeReport(ctx context.Context, s *Store, now time.Time, node, body string, ttl time.Duration) error {
+	_, err := s.writer.ExecContext(ctx, `
+INSERT INTO node_reports (node, body, reported_at, expires_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (node) DO UPDATE SET body = excluded.body, reported_at = excluded.reported_at, expires_at = excluded.expires_at`,
+		node, body, nanos(now), nanos(now.Add(ttl)))
+	return err
 }
 
 // inspect reads every column of a row, including the one Get does not

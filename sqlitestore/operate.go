@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -155,19 +154,13 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 	return int(n), nil
 }
 
-// settingsBody is the JSON of a namespace_settings row: the settable
-// fields of outbox.NamespaceSettings. Keys it does not know (a newer
-// version's) are ignored on read.
-type settingsBody struct {
-	Quota  *int `json:"quota,omitempty"`
-	Weight *int `json:"weight,omitempty"`
-	Paused bool `json:"paused,omitempty"`
-}
-
 // PutSettings stores set as its namespace's shared settings with the next
-// version, in one write transaction (see [outbox.Operator]). A namespace
-// the route rule rejects, or a new namespace beyond outbox.MaxSettings, is
-// an *outbox.ArgumentError. Cost: O(log settings), plus a count of the
+// version, in one write transaction (see [outbox.Operator]), as the JSON
+// object of [outbox.EncodeSettings]. A namespace the route rule rejects,
+// settings [outbox.CheckSettings] refuses (also matching
+// backpressure.ErrInvalidConfig), or a new namespace beyond
+// outbox.MaxSettings (also matching outbox.ErrTooManySettings) is an
+// *outbox.ArgumentError. Cost: O(log settings), plus a count of the
 // settings when the namespace is new.
 func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (outbox.NamespaceSettings, error) {
 	const op = "PutSettings"
@@ -180,12 +173,12 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 	if err := (backpressure.Route{Namespace: set.Namespace}).Validate(); err != nil {
 		return outbox.NamespaceSettings{}, argError(op, "set.Namespace", err.Error())
 	}
-	body, err := json.Marshal(settingsBody{Quota: set.Quota, Weight: set.Weight, Paused: set.Paused})
-	if err != nil {
-		return outbox.NamespaceSettings{}, s.fail(op, err)
+	if err := outbox.CheckPutSettings("sqlitestore", op, set); err != nil {
+		return outbox.NamespaceSettings{}, err
 	}
+	body := outbox.EncodeSettings(set)
 	out := set
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.step(ctx); err != nil {
 			return err
 		}
@@ -195,7 +188,7 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 			return err
 		}
 		if exists == 0 && count >= outbox.MaxSettings {
-			return argError(op, "s.Namespace", fmt.Sprintf("%q would be beyond the %d namespaces with settings a store keeps", set.Namespace, outbox.MaxSettings))
+			return outbox.SettingsCapError("sqlitestore", op, set.Namespace)
 		}
 		now := nanos(s.now())
 		if err := tx.QueryRowContext(ctx, `UPDATE outbox_meta SET value = value + 1 WHERE key = 'settings_version' RETURNING value`).Scan(&out.Version); err != nil {
@@ -215,15 +208,16 @@ ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.v
 }
 
 // ListSettings returns every namespace's shared settings in byte order (see
-// [outbox.Operator]). A row whose body is not a settings object (written
-// by other means) fails the call with an error naming it. One statement:
-// O(settings).
+// [outbox.Operator]): a row that cannot be read or does not validate is
+// returned with its Fault set ([outbox.DecodeSettings]), and more rows
+// than outbox.MaxSettings are the first MaxSettings with an error matching
+// outbox.ErrTooManySettings. One statement: O(settings).
 func (s *Store) ListSettings(ctx context.Context) ([]outbox.NamespaceSettings, error) {
 	const op = "ListSettings"
 	if err := s.read(ctx); err != nil {
 		return nil, s.fail(op, err)
 	}
-	rows, err := s.reader.QueryContext(ctx, `SELECT namespace, body, version, updated_at FROM namespace_settings ORDER BY namespace LIMIT ?1`, outbox.MaxSettings)
+	rows, err := s.reader.QueryContext(ctx, `SELECT namespace, body, version, updated_at FROM namespace_settings ORDER BY namespace LIMIT ?1`, outbox.MaxSettings+1)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
@@ -236,30 +230,25 @@ func (s *Store) ListSettings(ctx context.Context) ([]outbox.NamespaceSettings, e
 		if err := rows.Scan(&set.Namespace, &body, &set.Version, &at); err != nil {
 			return nil, s.fail(op, err)
 		}
-		if err := decodeSettings(&set, body); err != nil {
-			return nil, fmt.Errorf("sqlitestore: %s: %w", op, err)
-		}
+		outbox.DecodeSettings(&set, []byte(body))
 		set.UpdatedAt = fromNanos(at)
 		out = append(out, set)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.fail(op, err)
 	}
+	if len(out) > outbox.MaxSettings {
+		return out[:outbox.MaxSettings], outbox.SettingsOverflowError("sqlitestore")
+	}
 	return out, nil
 }
 
-// ErrBadSettings reports a settings row whose body is not a settings
-// object; it can only be written by other means than PutSettings.
-var ErrBadSettings = errors.New("sqlitestore: malformed settings row")
-
-func decodeSettings(set *outbox.NamespaceSettings, body string) error {
-	var b settingsBody
-	if err := json.Unmarshal([]byte(body), &b); err != nil {
-		return fmt.Errorf("%w: namespace %q: %v", ErrBadSettings, set.Namespace, err)
-	}
-	set.Quota, set.Weight, set.Paused = b.Quota, b.Weight, b.Paused
-	return nil
-}
+// ErrBadSettings matches [outbox.ErrBadSettings]. ListSettings no longer
+// fails on a malformed settings row: it returns the row with its Fault
+// set.
+//
+// Deprecated: use outbox.ErrBadSettings.
+var ErrBadSettings = outbox.ErrBadSettings
 
 // SettingsVersion returns the greatest settings version (see
 // [outbox.Operator]): one read of outbox_meta.
@@ -312,13 +301,15 @@ ON CONFLICT (node) DO UPDATE SET body = excluded.body, reported_at = excluded.re
 }
 
 // NodeReports returns the reports that have not expired on the store's
-// clock, by node (see [outbox.Operator]). One statement: O(nodes).
+// clock, by node (see [outbox.Operator]); a report that cannot be read is
+// returned with its Fault set ([outbox.DecodeNodeReport]). One statement:
+// O(nodes).
 func (s *Store) NodeReports(ctx context.Context) ([]outbox.NodeReport, error) {
 	const op = "NodeReports"
 	if err := s.read(ctx); err != nil {
 		return nil, s.fail(op, err)
 	}
-	rows, err := s.reader.QueryContext(ctx, `SELECT node, body FROM node_reports WHERE expires_at > ?1 ORDER BY node LIMIT ?2`,
+	rows, err := s.reader.QueryContext(ctx, `SELECT node, body, reported_at, expires_at FROM node_reports WHERE expires_at > ?1 ORDER BY node LIMIT ?2`,
 		nanos(s.now()), outbox.MaxNodeReports)
 	if err != nil {
 		return nil, s.fail(op, err)
@@ -327,14 +318,14 @@ func (s *Store) NodeReports(ctx context.Context) ([]outbox.NodeReport, error) {
 	out := []outbox.NodeReport{}
 	for rows.Next() {
 		var node, body string
-		if err := rows.Scan(&node, &body); err != nil {
+		var at, until int64
+		if err := rows.Scan(&node, &body, &at, &until); err != nil {
 			return nil, s.fail(op, err)
 		}
-		var r outbox.NodeReport
-		if err := json.Unmarshal([]byte(body), &r); err != nil {
-			return nil, fmt.Errorf("sqlitestore: %s: node %q: malformed report: %v", op, node, err)
+		r := outbox.DecodeNodeReport(node, []byte(body))
+		if r.Fault != "" {
+			r.ReportedAt, r.ExpiresAt = fromNanos(at).UTC(), fromNanos(until).UTC()
 		}
-		r.Node = node
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

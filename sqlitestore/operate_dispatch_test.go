@@ -2,6 +2,7 @@ package sqlitestore_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,8 +20,9 @@ import (
 // TestSharedSettingsAcrossDispatchers runs two dispatchers, each on its own
 // Store of one SQLite file (as two processes would be): a pause stops a
 // namespace's claims on both while another drains, a setting that does not
-// validate is reported by both while the pause holds, and a resume drains
-// the namespace.
+// validate (written by SQL: PutSettings refuses it) is reported by both
+// while the pause holds and the namespace keeps its last good setting, and
+// a resume drains the namespace.
 func TestSharedSettingsAcrossDispatchers(t *testing.T) {
 	const nodes = 2
 	path := filepath.Join(t.TempDir(), "outbox.db")
@@ -108,8 +110,21 @@ func TestSharedSettingsAcrossDispatchers(t *testing.T) {
 	if st := state("a"); st.Ready != 10 || st.Settled != 0 {
 		t.Fatalf("paused a: %+v, want 10 ready, none settled", st)
 	}
-	zero := 0
-	eventually("every node reports the bad setting", applied(put(outbox.NamespaceSettings{Namespace: "b", Weight: &zero}), true))
+	two := 2
+	eventually("b's weight applied on every node", applied(put(outbox.NamespaceSettings{Namespace: "b", Weight: &two}), false))
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := rawSettings(t.Context(), db, map[string]string{"b": `{"weight": 0}`}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := admin.SettingsVersion(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually("every node reports the bad setting", applied(v, true))
 	enqueue("b", 10, 10)
 	eventually("b drained under the last good configuration", func() bool { return state("b").Settled == 20 })
 	if st := state("a"); st.Ready != 10 || st.Settled != 0 {

@@ -270,6 +270,21 @@ type Harness[R any] struct {
 	// database error part-way can still pass.
 	FailNth func(n int)
 
+	// RawSettings writes shared-settings rows as an operator's SQL would,
+	// past every check of PutSettings: for each namespace of bodies, its
+	// row's body becomes that text verbatim (JSON, possibly not a
+	// settings object: null, [1, 2], {"quota": -5}), with a settings
+	// version above every earlier one, in one statement or transaction.
+	// Optional: nil skips the checks of settings rows written by other
+	// means (Operate/BadSettingsRows and its neighbours).
+	RawSettings func(ctx context.Context, bodies map[string]string) error
+
+	// RawNodeReport writes node's report row with body verbatim (JSON,
+	// possibly not a report), live for ttl on the store's clock, as
+	// RawSettings does. Optional: nil skips the check of malformed
+	// reports.
+	RawNodeReport func(ctx context.Context, node, body string, ttl time.Duration) error
+
 	// ErrorPrefix is the package name the store's error messages start
 	// with ("pgstore" for "pgstore: Enqueue: msgs[0].Namespace: is
 	// empty"). Optional: "" checks only that every argument error reads

@@ -323,12 +323,12 @@ func testOperate[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		if v, err := op.SettingsVersion(o.ctx); err != nil || v != 0 {
 			t.Fatalf("SettingsVersion of a new store = %d, %v; want 0", v, err)
 		}
-		q, w, bad := 5, 3, -7
+		q, w, u := 5, 3, -1
 		steps := []outbox.NamespaceSettings{
 			{Namespace: "b", Quota: &q},
 			{Namespace: "a", Weight: &w, Paused: true},
-			{Namespace: "b", Quota: &bad}, // stored as given: dispatchers validate
-			{Namespace: "a"},              // cleared
+			{Namespace: "b", Quota: &u}, // unlimited
+			{Namespace: "a"},            // cleared
 		}
 		want := map[string]outbox.NamespaceSettings{}
 		last := int64(0)
@@ -367,6 +367,8 @@ func testOperate[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 	})
 
+	testOperateFaults(t, newHarness)
+
 	t.Run("NodeReports", func(t *testing.T) {
 		o, op := setupOperator(t, newHarness)
 		ttl := 10 * time.Second
@@ -402,6 +404,7 @@ func testOperate[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	})
 }
 
+// deref is *p, or nil for a nil p.
 func deref(p *int) any {
 	if p == nil {
 		return nil

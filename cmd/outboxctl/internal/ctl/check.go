@@ -20,7 +20,7 @@ import (
 const maxDeadList = 10_000
 
 // namespaceFirst are the commands whose first argument is a namespace.
-var namespaceFirst = map[string]bool{"why": true, "pause": true, "resume": true, "set quota": true, "set weight": true}
+var namespaceFirst = map[string]bool{"why": true, "pause": true, "resume": true, "reset": true, "set quota": true, "set weight": true}
 
 // checkArgs refuses, as bad usage (exit 2) and before the store is opened,
 // every argument and flag of cmd that no store call could take, alike for

@@ -58,6 +58,7 @@ Commands:
   resume NAMESPACE         undo pause
   set quota|weight NAMESPACE VALUE
                            set a shared quota (a number, or unlimited) or weight; VALUE default clears it
+  reset NAMESPACE          remove every shared override of a namespace (the code's configuration)
   stats                    rows by state, whole outbox
   nodes                    the live dispatcher nodes' reports
   migrate                  apply the schema [-print: print its SQL instead, touching nothing]
@@ -287,6 +288,10 @@ func init() {
 			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 				return setting(ctx, c, s, admin.Setting{Namespace: a.rest[0], Resume: true})
 			}},
+		"reset": {args: "NAMESPACE", doc: "Remove every shared override of NAMESPACE (pause, quota, weight), overwriting a row that cannot be read: the code's configuration applies.", nargs: 1,
+			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+				return setting(ctx, c, s, admin.Setting{Namespace: a.rest[0], Reset: true})
+			}},
 		"set quota":  {args: "NAMESPACE (N | unlimited | default)", doc: "Set NAMESPACE's shared quota: N ≥ 0 (0 pauses), unlimited, or default to clear it.", nargs: 2, run: setValue("quota")},
 		"set weight": {args: "NAMESPACE (N | default)", doc: "Set NAMESPACE's shared weight: 1 to 1048576, or default to clear it.", nargs: 2, run: setValue("weight")},
 		"stats":      {args: "[-json]", doc: "Rows by state over the whole outbox (one full count: O(rows)).", nargs: 0, json: true, run: stats},
@@ -326,6 +331,9 @@ func capped(n int, capped bool) string {
 }
 
 func settingsText(s outbox.NamespaceSettings) string {
+	if s.Fault != "" {
+		return "BAD: " + oneLine(s.Fault, 60)
+	}
 	var parts []string
 	if s.Paused {
 		parts = append(parts, "paused")
@@ -340,6 +348,36 @@ func settingsText(s outbox.NamespaceSettings) string {
 		return "-"
 	}
 	return strings.Join(parts, ",")
+}
+
+// tenantSettingsText is the SETTINGS column of t: its settings, or BAD
+// and the first fault where they do not apply.
+func tenantSettingsText(t admin.Tenant) string {
+	if t.Faults == "" {
+		return settingsText(t.Settings)
+	}
+	return "BAD: " + displayText(oneLine(t.Faults, 60))
+}
+
+// nodeSettingsText is the SETTINGS column of r: its version, and what of
+// it did not apply.
+func nodeSettingsText(r outbox.NodeReport) string {
+	settings := strconv.FormatInt(r.SettingsVersion, 10)
+	if r.SettingsError != "" {
+		settings += " REJECTED: " + displayText(oneLine(r.SettingsError, 60))
+	}
+	for i, f := range r.BadSettings {
+		if i == 5 {
+			settings += fmt.Sprintf("; +%d more", len(r.BadSettings)-i)
+			break
+		}
+		what := "kept last good"
+		if f.Held {
+			what = "held"
+		}
+		settings += fmt.Sprintf("; %s %s", display(f.Namespace), what)
+	}
+	return settings
 }
 
 func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
@@ -368,10 +406,13 @@ func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		r := t.Rows
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(t.Namespace), quota, weight, ceiling,
 			capped(r.Claimed, r.Capped), capped(r.Ready, r.Capped), capped(r.Scheduled, r.Capped), capped(r.Dead, r.Capped),
-			admin.Age(now, r.ReadySince), t.Held, reason, settingsText(t.Settings))
+			admin.Age(now, r.ReadySince), t.Held, reason, tenantSettingsText(t))
 	}
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	if page.SettingsTruncated {
+		fmt.Fprintf(c.Stdout, "(the store holds more shared settings rows than it reads, %d: the nodes hold the namespaces after them or keep their last good settings)\n", outbox.MaxSettings)
 	}
 	if page.More {
 		fmt.Fprintf(c.Stdout, "(more: outboxctl tenants -after %s)\n", display(page.Tenants[len(page.Tenants)-1].Namespace))
@@ -396,6 +437,11 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		capped(r.Ready, r.Capped), admin.Age(c.now(), r.ReadySince), capped(r.Scheduled, r.Capped), capped(r.Claimed, r.Capped),
 		capped(r.Dead, r.Capped), capped(r.Settled, r.Capped))
 	fmt.Fprintf(c.Stdout, "shared settings: %s\n", settingsText(t.Settings))
+	for _, f := range strings.Split(t.Faults, "; ") {
+		if f != "" {
+			fmt.Fprintf(c.Stdout, "  BAD: %s\n", oneLine(f, 100))
+		}
+	}
 	for _, rt := range ex.Routes {
 		tq := display(rt.TaskQueue)
 		if tq == "" {
@@ -562,10 +608,11 @@ func nodes(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	fmt.Fprintln(w, "NODE\tSHARDS\tWORKERS\tBUSY\tSWEEPS/S\tROWS/S\tSETTINGS\tREPORTED")
 	now := c.now()
 	for _, r := range reps {
-		settings := strconv.FormatInt(r.SettingsVersion, 10)
-		if r.SettingsError != "" {
-			settings += " REJECTED: " + displayText(oneLine(r.SettingsError, 60))
+		if r.Fault != "" {
+			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\tUNREADABLE: %s\t%s ago\n", display(r.Node), displayText(oneLine(r.Fault, 60)), admin.Age(now, r.ReportedAt))
+			continue
 		}
+		settings := nodeSettingsText(r)
 		fmt.Fprintf(w, "%s\t%d/%d\t%d\t%d\t%.1f\t%.1f\t%s\t%s ago\n", display(r.Node), r.OwnedShards, r.ShardCount, r.Workers, r.Busy,
 			r.SweepsPerSecond, r.RowsPerSecond, settings, admin.Age(now, r.ReportedAt))
 	}

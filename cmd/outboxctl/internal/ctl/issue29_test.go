@@ -178,7 +178,7 @@ func TestBadArguments(t *testing.T) {
 	var cases [][]string
 	for _, ns := range []string{"\xff", "a\x00b", long} {
 		cases = append(cases,
-			[]string{"why", ns}, []string{"pause", ns}, []string{"resume", ns},
+			[]string{"why", ns}, []string{"pause", ns}, []string{"resume", ns}, []string{"reset", ns},
 			[]string{"set", "quota", ns, "1"}, []string{"set", "weight", ns, "1"},
 			[]string{"dead", "list", "-namespace", ns},
 			[]string{"dead", "requeue", "-namespace", ns}, []string{"dead", "purge", "-namespace", ns},
