@@ -146,8 +146,9 @@ var (
 // newer version of this package, and a *[FileError] (matching
 // [ErrDatabaseFile], with path) for a file SQLite cannot use: one that
 // cannot be created or opened (with Options.ReadOnly, one that does not
-// exist), is read-only for a read-write Open, is not a SQLite database, or
-// is corrupt. A zero-length file is an empty SQLite database, as SQLite
+// exist), is read-only for a read-write Open (which Open proves by a
+// write it rolls back, without waiting for the write lock), is not a
+// SQLite database, or is corrupt. A zero-length file is an empty SQLite database, as SQLite
 // itself has it: a read-write Open creates the outbox in it, and a
 // read-only one fails with an *outbox.ArgumentError (it holds no outbox),
 // as for any database without one.
@@ -197,6 +198,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s.writer.SetConnMaxLifetime(0)
 	s.writer.SetConnMaxIdleTime(0)
 	if err := s.settleSchema(ctx, opts.ShardCount); err != nil {
+		_ = s.writer.Close()
+		return nil, openError(path, err)
+	}
+	if err := s.checkWritable(ctx, busy); err != nil {
 		_ = s.writer.Close()
 		return nil, openError(path, err)
 	}
