@@ -42,7 +42,7 @@ type Operator interface {
 	// PutSettings stores s as the shared settings of s.Namespace,
 	// replacing any earlier ones, with a new Version greater than every
 	// version before it. The store checks the namespace (as
-	// [backpressure.ValidateRoute] does) but not the values: dispatchers
+	// [backpressure.Route.Validate] does) but not the values: dispatchers
 	// validate them as [backpressure.Backpressure.SetConfig] does, report
 	// a setting that does not validate, and keep their last good
 	// configuration. [ValidateSettings] checks them beforehand. Settings
@@ -188,8 +188,8 @@ type NamespaceSettings struct {
 	// Quota overrides Config.Quotas[Namespace] (≥ 0, or
 	// [backpressure.Unlimited]; 0 pauses as a quota does).
 	Quota *int `json:",omitempty"`
-	// Weight overrides Config.Weights[Namespace] (1 to
-	// [backpressure.MaxWeight]).
+	// Weight overrides Config.Weights[Namespace] (1 to 2^20, the bound
+	// [backpressure.Config].Weights accepts).
 	Weight *int `json:",omitempty"`
 	// Paused holds every row of the namespace (the effective quota is
 	// 0) whatever Quota says, until cleared.
