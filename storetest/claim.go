@@ -145,6 +145,25 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 	})
 
+	t.Run("TokensGrow", func(t *testing.T) {
+		// A later claim of a row has a larger token (outbox.Row.Token),
+		// with claims of other rows between: a fence token.
+		e := setup(t, newHarness)
+		e.enqueue(msgs("a", "q", "k", 1)...)
+		e.enqueue(msgs("b", "q", "o", 3)...)
+		last := int64(0)
+		for i := range 3 {
+			e.claim(e.all, scope("b", "q", 1))
+			rows := e.need("claim of a/q", e.claim(e.all, scope("a", "q", 1)), 1)
+			if tok := e.inspect(e.h.Key(rows[0])).Token; tok <= last {
+				t.Errorf("claim %d of row k-0 has token %d, not above the earlier claim's %d", i, tok, last)
+			} else {
+				last = tok
+			}
+			e.h.Advance(e.h.Lease + time.Millisecond) // the lease expires: the row is claimable again
+		}
+	})
+
 	t.Run("OnlyClaimableRows", func(t *testing.T) {
 		e := setup(t, newHarness)
 		ms := msgs("a", "q", "k", 6)
