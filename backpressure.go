@@ -8,8 +8,8 @@
 // sweep's counts while this sweep's claim runs) against a store that
 // implements [OutboxStore], and run the rows it returns. Each sweep claims
 // at most B rows in one atomic claim; rows it does not claim stay Pending,
-// untouched, for a later sweep, so the store's exactly-once guarantee is
-// never weakened.
+// untouched, for a later sweep, so the store's guarantee, each row settled
+// exactly once (and run at least once), is never weakened.
 //
 // A sweep gives every namespace (tenant) with demand an equal share of the
 // batch, or a share in proportion to its weight, before any namespace can

@@ -40,7 +40,9 @@ type ScopedClaim struct {
 }
 
 // OutboxStore is the durable outbox a dispatcher drains. The planner chooses
-// only the limit and scope of the store's claim; exactly-once is the store's.
+// only the limit and scope of the store's claim; exactly-once settling is
+// the store's (a row is settled, retried or dead-lettered by one claim only,
+// fenced by its token; its handler runs at least once).
 // Each method is one round trip to the database (one statement or one
 // transaction) and honours ctx: when ctx is done it returns ctx's error
 // (wrapped is fine) and changes nothing.
@@ -88,7 +90,7 @@ type ScopedClaim struct {
 // that route was the namespace's only one with a claimable row, 2 when it
 // had others. The store only reads routeAfter. Rows another claimer holds
 // locked, or on shards a fenced store no longer holds, may be skipped, so a
-// call may return fewer rows. Leases, tokens, exactly-once and the errors
+// call may return fewer rows. Leases, tokens, exactly-once settling and the errors
 // of bad arguments (window.Namespaces below 1, skip not sorted and
 // distinct) are as for ClaimOutboxRowsScoped; [ErrNotSupported], returned
 // at once, makes [Sweep] count instead. Sweep uses it when the window rule

@@ -14,6 +14,10 @@ import (
 //	d     = min(Max, Base × 2^(a−1))
 //	Delay = d − ⌊d × Jitter × u⌋          (so d × (1 − Jitter) < Delay ≤ d)
 //
+// The product d × Jitter × u is taken in float64 and kept in [0, d], so
+// Delay is always in [0, d]; above 2^53 ns (104 days) it is exact only to
+// float64 precision (a relative error near 2^−52).
+//
 // Jitter spreads retries of rows that failed together. The zero Backoff is
 // usable: each zero field takes the default of the Options field it is
 // used for (see [Options.Backoff], [Options.ErrorBackoff]).
@@ -44,7 +48,22 @@ func (b Backoff) Delay(attempt int, u float64) time.Duration {
 	d = min(d, b.Max)
 	j := min(max(b.Jitter, 0), 1)
 	u = min(max(u, 0), 1)
-	return d - time.Duration(float64(d)*j*u)
+	return d - mulFloor(d, j*u)
+}
+
+// mulFloor returns ⌊d × x⌋ for d ≥ 0 and x in [0, 1], within [0, d]. Up to
+// 2^53 ns float64(d) is exact and the product cannot pass d; above it
+// float64(d) can round up past d (Delay was −2 ns at d ≈ 2^54 ns), so the
+// product is clamped to d, before its conversion, which it could overflow.
+func mulFloor(d time.Duration, x float64) time.Duration {
+	if d <= 0 || !(x > 0) {
+		return 0
+	}
+	f := float64(d) * min(x, 1)
+	if f >= float64(d) {
+		return d
+	}
+	return time.Duration(f)
 }
 
 // withDefaults fills b's zero fields from def.

@@ -429,8 +429,28 @@ func TestBackoffDelay(t *testing.T) {
 	}
 }
 
-// d(1 − Jitter) ≤ Delay ≤ d for d = min(Max, Base·2^(a−1)), computed naively
-// in big steps.
+// Above 2^53 ns a float64 cannot hold every delay: d × Jitter × u computed
+// in floats rounded up past d and made the delay −2 ns (found by
+// TestBackoffDelayProperty, issue 29 item 8). The jitter is exact in integers.
+func TestBackoffDelayAboveFloatPrecision(t *testing.T) {
+	b := dispatch.Backoff{Base: time.Nanosecond, Max: 18014398509481990, Jitter: 1}
+	got := b.Delay(56, 1)
+	require.GreaterOrEqual(t, got, time.Duration(0), "Delay(56, 1)")
+	require.LessOrEqual(t, got, b.Max, "Delay(56, 1)")
+	for _, u := range []float64{0.5, 0.999999999, math.Nextafter(1, 0)} {
+		got := b.Delay(56, u)
+		require.GreaterOrEqual(t, got, time.Duration(0), "Delay(56, %v)", u)
+		require.LessOrEqual(t, got, b.Max, "Delay(56, %v)", u)
+	}
+	require.Equal(t, b.Max, b.Delay(56, 0))
+	big := dispatch.Backoff{Base: time.Nanosecond, Max: outbox.MaxDelay, Jitter: 0.5}
+	require.Equal(t, outbox.MaxDelay-outbox.MaxDelay/2, big.Delay(200, 1), "half of an even Max, exactly")
+}
+
+// 0 ≤ d(1 − Jitter) ≤ Delay ≤ d for d = min(Max, Base·2^(a−1)), computed
+// naively in big steps. testdata/rapid/TestBackoffDelayProperty keeps the
+// cases it found above 2^53 ns (rapid replays them first): a −2 ns delay, and
+// a bound this test itself rounded too tightly.
 func TestBackoffDelayProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		base := time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "base"))
@@ -448,8 +468,11 @@ func TestBackoffDelayProperty(t *testing.T) {
 		}
 		d = min(d, maxD)
 		got := b.Delay(attempt, u)
+		require.GreaterOrEqual(t, got, time.Duration(0))
 		require.LessOrEqual(t, got, d)
-		require.GreaterOrEqual(t, float64(got), float64(d)*(1-jitter)-1)
+		// float64 holds d to within d·2^−53: the bound allows d·2^−50
+		// (under a nanosecond up to 2^50 ns, about 13 days).
+		require.GreaterOrEqual(t, float64(got), float64(d)*(1-jitter)-1-float64(d)*0x1p-50)
 		require.Equal(t, d, b.Delay(attempt, 0))
 	})
 }

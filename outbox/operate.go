@@ -43,7 +43,7 @@ type Operator interface {
 	// PutSettings stores s as the shared settings of s.Namespace,
 	// replacing any earlier ones (a row that could not be read included),
 	// with a new Version greater than every version before it. The store
-	// checks the namespace (as [backpressure.ValidateRoute] does) and the
+	// checks the namespace (as [backpressure.Route.Validate] does) and the
 	// values as a whole ([CheckSettings]: a Quota of -5 is refused,
 	// paused or not): a setting that does not validate is an
 	// [*ArgumentError] that also matches [backpressure.ErrInvalidConfig].
@@ -201,8 +201,8 @@ type NamespaceSettings struct {
 	// Quota overrides Config.Quotas[Namespace] (≥ 0, or
 	// [backpressure.Unlimited]; 0 pauses as a quota does).
 	Quota *int `json:",omitempty"`
-	// Weight overrides Config.Weights[Namespace] (1 to
-	// [backpressure.MaxWeight]).
+	// Weight overrides Config.Weights[Namespace] (1 to 2^20, the bound
+	// [backpressure.Config].Weights accepts).
 	Weight *int `json:",omitempty"`
 	// Paused holds every row of the namespace (the effective quota is
 	// 0) whatever Quota says, until cleared.

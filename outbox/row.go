@@ -50,10 +50,12 @@ type Row struct {
 	Priority int
 
 	// Token identifies the current (or last) claim of the row: a claim
-	// draws a token no earlier claim of any row had (the rows of one claim
-	// may share it), so (DispatchKey, Token) names one claim of one row.
-	// Completions and lease extensions need it. 0 for a row never
-	// claimed.
+	// draws a token larger than every earlier claim's, of any row (the
+	// rows of one claim may share it), so (DispatchKey, Token) names one
+	// claim of one row, and a later claim of a row has a larger token: a
+	// fence token for a downstream that refuses a write with a token
+	// smaller than one it has seen for the key. Completions and lease
+	// extensions need it. 0 for a row never claimed.
 	Token int64
 
 	EnqueuedAt     time.Time // when the row was enqueued

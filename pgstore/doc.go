@@ -48,7 +48,12 @@
 // and claims them. dispatch.New takes the Store itself and sweeps through
 // its Claimer.
 //
-// # Exactly-once
+// # Exactly-once settling, at-least-once execution
+//
+// A handler can run again after a crash or a lost lease: execution is at
+// least once, so a handler's effect must be idempotent (the README's "At
+// least once" shows how, with the dispatch key and the claim token).
+// Settling, dedup and dead-lettering happen once, fenced by the claim token:
 //
 // Every dispatch key is UNIQUE; Enqueue and EnqueueTx are insert-or-ignore.
 // A claim is one statement that locks its rows FOR UPDATE SKIP LOCKED and

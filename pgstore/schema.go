@@ -293,6 +293,10 @@ const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxki
 func open(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want int, mustExist bool) (int, error) {
 	version, shardCount, err := readSchema(ctx, pool, quoted)
 	if err != nil {
+		// A schema_version of another program can fail the read: say so.
+		if ferr := checkForeign(ctx, pool, schema, quoted); ferr != nil {
+			return 0, ferr
+		}
 		return 0, err
 	}
 	if mustExist && version == 0 {
@@ -368,6 +372,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, wan
 			if _, err := tx.Exec(ctx, expand(quoted, `CREATE SCHEMA {schema}`)); err != nil {
 				return err
 			}
+		} else if err := checkForeign(ctx, tx, schema, quoted); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, expand(quoted, `CREATE TABLE IF NOT EXISTS {schema}.schema_version (
 	version    integer     PRIMARY KEY,

@@ -165,8 +165,12 @@ var (
 // that differs from the recorded count is an [*outbox.ShardCountError]; a
 // recorded count above [backpressure.MaxShardCount] (which only an older
 // version could record) is a [*backpressure.ShardError]. A
-// schema newer than this package is an [*outbox.SchemaVersionError]. The
-// store does not own pool: Close leaves it open.
+// schema newer than this package is an [*outbox.SchemaVersionError]. A
+// schema that holds a table, index or sequence under a name the store
+// creates (an "outbox" table of the application's, say) and no schema
+// version of the store is an [*outbox.ForeignSchemaError] (matching
+// [outbox.ErrForeignSchema]) naming the schema and the object; nothing is
+// created or changed. The store does not own pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	return newStore(ctx, "New", pool, opts)
 }
@@ -219,9 +223,10 @@ func newStore(ctx context.Context, op string, pool *pgxpool.Pool, opts Options) 
 		shardErr   *outbox.ShardCountError
 		versionErr *outbox.SchemaVersionError
 		missing    *outbox.NotExistError
+		foreignErr *outbox.ForeignSchemaError
 	)
 	switch {
-	case errors.As(err, &missing):
+	case errors.As(err, &missing), errors.As(err, &foreignErr):
 		return nil, err
 	case errors.As(err, &shardErr), errors.As(err, &versionErr):
 		return nil, fmt.Errorf("pgstore: %s: schema %s: %w", op, quoted, err)

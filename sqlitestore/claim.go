@@ -293,23 +293,33 @@ func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure
 
 // inClaimOrder sorts rows, claimed by claims and in ID (enqueue) order, into
 // the order ClaimOutboxRowsScoped returns: grouped by claim in the claims'
-// order, oldest first within a claim. It allocates only for claims that
-// are not in ascending route order (a plan's are).
+// order and, within a claim, highest priority first, then oldest (the sort
+// is stable, so rows of one priority keep their ID order). It allocates
+// only for claims that are not in ascending route order (a plan's are).
 func inClaimOrder(rows []outbox.Row, claims []backpressure.ScopedClaim) []outbox.Row {
+	index := claimIndex(claims)
+	slices.SortStableFunc(rows, func(a, b outbox.Row) int {
+		return cmp.Or(cmp.Compare(index(a.Route()), index(b.Route())), cmp.Compare(b.Priority, a.Priority))
+	})
+	return rows
+}
+
+// claimIndex returns a function giving the index in claims of the claim
+// naming a route: a binary search when claims are in route order, else a
+// map built once.
+func claimIndex(claims []backpressure.ScopedClaim) func(backpressure.Route) int {
 	if len(claims) < 2 {
-		return rows
+		return func(backpressure.Route) int { return 0 }
 	}
-	byRoute := func(a backpressure.ScopedClaim, r backpressure.Route) int { return a.Route.Compare(r) }
-	index := func(r backpressure.Route) int { i, _ := slices.BinarySearchFunc(claims, r, byRoute); return i }
 	if !slices.IsSortedFunc(claims, func(a, b backpressure.ScopedClaim) int { return a.Route.Compare(b.Route) }) {
 		at := make(map[backpressure.Route]int, len(claims))
 		for i, c := range claims {
 			at[c.Route] = i
 		}
-		index = func(r backpressure.Route) int { return at[r] }
+		return func(r backpressure.Route) int { return at[r] }
 	}
-	slices.SortStableFunc(rows, func(a, b outbox.Row) int { return cmp.Compare(index(a.Route()), index(b.Route())) })
-	return rows
+	byRoute := func(a backpressure.ScopedClaim, r backpressure.Route) int { return a.Route.Compare(r) }
+	return func(r backpressure.Route) int { i, _ := slices.BinarySearchFunc(claims, r, byRoute); return i }
 }
 
 // writeClaim runs claim in one write transaction at the store's now.

@@ -177,7 +177,7 @@ func (s *Store) adopt(m meta, want int) error {
 func (s *Store) settleSchema(ctx context.Context, want int) error {
 	m, err := readMeta(ctx, s.writer)
 	if err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+		return s.foreignOr(ctx, s.writer, fmt.Errorf("read schema version: %w", err))
 	}
 	if m.version == schemaVersion && m.shardCount != 0 {
 		return s.adopt(m, want)
@@ -185,7 +185,7 @@ func (s *Store) settleSchema(ctx context.Context, want int) error {
 	if m.version > schemaVersion {
 		return &outbox.SchemaVersionError{Database: m.version, Package: schemaVersion}
 	}
-	if m, err = migrate(ctx, s.writer, want, s.maxAttempts); err != nil {
+	if m, err = migrate(ctx, s.writer, s.pathOf(), want, s.maxAttempts); err != nil {
 		return err
 	}
 	return s.adopt(m, want)
@@ -196,8 +196,10 @@ func (s *Store) settleSchema(ctx context.Context, want int) error {
 // shard count of a new database, and returns what outbox_meta then says.
 // It begins the transaction itself on one connection, whatever the DSN's
 // _txlock: a deferred transaction would read the schema before it writes,
-// and could then fail to upgrade a stale snapshot.
-func migrate(ctx context.Context, db *sql.DB, want, maxAttempts int) (m meta, err error) {
+// and could then fail to upgrade a stale snapshot. Under the lock, before
+// any DDL, it refuses a database with foreign objects (checkForeign) of
+// the file at path.
+func migrate(ctx context.Context, db *sql.DB, path string, want, maxAttempts int) (m meta, err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return meta{}, fmt.Errorf("migrate: %w", err)
@@ -212,6 +214,9 @@ func migrate(ctx context.Context, db *sql.DB, want, maxAttempts int) (m meta, er
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`)
 		}
 	}()
+	if err := checkForeign(ctx, conn, path); err != nil {
+		return meta{}, err
+	}
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS outbox_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT, WITHOUT ROWID`); err != nil {
 		return meta{}, fmt.Errorf("migrate: %w", err)
 	}

@@ -156,11 +156,16 @@ var (
 // newer version of this package, and a *[FileError] (matching
 // [ErrDatabaseFile], with path) for a file SQLite cannot use: one that
 // cannot be created or opened (with Options.ReadOnly, one that does not
-// exist), is read-only for a read-write Open, is not a SQLite database, or
-// is corrupt. A zero-length file is an empty SQLite database, as SQLite
-// itself has it: a read-write Open creates the outbox in it, and a
-// read-only one fails with an *outbox.ArgumentError (it holds no outbox),
-// as for any database without one.
+// exist), is read-only for a read-write Open (which Open proves by a
+// write it rolls back, without waiting for the write lock), is not a
+// SQLite database, or is corrupt. A file that holds a table or index of
+// its own under a name the store creates (an "outbox" table of the
+// application's), with no schema version of the store, fails with an
+// *outbox.ForeignSchemaError (matching outbox.ErrForeignSchema) naming it,
+// and is left unchanged. A zero-length file is an empty SQLite database,
+// as SQLite itself has it: a read-write Open creates the outbox in it, and
+// a read-only one fails with an *outbox.ArgumentError (it holds no
+// outbox), as for any database without one.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -215,6 +220,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		_ = s.writer.Close()
 		return nil, openError(path, err)
 	}
+	if err := s.checkWritable(ctx, busy); err != nil {
+		_ = s.writer.Close()
+		return nil, openError(path, err)
+	}
 	if memory {
 		s.reader = s.writer
 		return s.opened(ctx, path)
@@ -250,6 +259,9 @@ func (s *Store) openReadOnly(ctx context.Context, path, dsn string, opts Options
 	m, err := readMeta(ctx, db)
 	if err == nil {
 		err = s.adopt(m, opts.ShardCount)
+	}
+	if err != nil {
+		err = s.foreignOr(ctx, db, err)
 	}
 	if err == nil && m.version < schemaVersion {
 		err = argError("Open", "Options.ReadOnly", fmt.Sprintf(
@@ -287,6 +299,10 @@ func (s *Store) openReadOnly(ctx context.Context, path, dsn string, opts Options
 // statement), but the application's are not. Options.BusyTimeout,
 // Readers, SyncNormal, ReadOnly and MustExist apply to Open only and must
 // be zero.
+//
+// A db whose database holds tables of the application under names the
+// store creates (outbox, outbox_meta, …; see SchemaSQL) fails with an
+// *outbox.ForeignSchemaError, as in Open, changing nothing.
 func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -370,12 +386,13 @@ func openError(what string, err error) error {
 		return fe
 	}
 	var (
-		file  *FileError
-		arg   *outbox.ArgumentError
-		shard *outbox.ShardCountError
-		ver   *outbox.SchemaVersionError
+		file    *FileError
+		arg     *outbox.ArgumentError
+		shard   *outbox.ShardCountError
+		ver     *outbox.SchemaVersionError
+		foreign *outbox.ForeignSchemaError
 	)
-	if errors.As(err, &file) || errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) {
+	if errors.As(err, &file) || errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) || errors.As(err, &foreign) {
 		return err
 	}
 	return fmt.Errorf("sqlitestore: open %q: %w", what, err)

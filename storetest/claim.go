@@ -13,9 +13,11 @@ import (
 	"github.com/outboxkit/backpressure/outbox"
 )
 
-// testClaim checks ClaimOutboxRowsScoped: at most Limit per scope, oldest
-// first within a route, only named routes, only claimable rows, a fresh
-// lease and token, every unreturned row unchanged, and all or nothing.
+// testClaim checks ClaimOutboxRowsScoped: at most Limit per scope, highest
+// priority first, then oldest, within a route (rows come back in that
+// order, checked against a naive reference on random backlogs), only named
+// routes, only claimable rows, a fresh lease and token, every unreturned
+// row unchanged, and all or nothing.
 func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("LimitPerScope", func(t *testing.T) {
 		e := setup(t, newHarness)
@@ -93,6 +95,7 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		slices.SortStableFunc(want, func(a, b entry) int { return b.prio - a.prio })
 		for step, n := range []int{1, 3, 2, 6} {
 			rows := e.claim(e.all, scope("a", "q", n))
+			e.checkClaimOrder(fmt.Sprintf("step %d: claim(a/q ≤ %d)", step, n), []backpressure.ScopedClaim{scope("a", "q", n)}, rows)
 			got := e.keys(rows)
 			var w []string
 			for _, x := range want[:n] {
@@ -110,6 +113,8 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			}
 		}
 	})
+
+	t.Run("PriorityOrderProperty", func(t *testing.T) { testClaimOrderProperty(t, newHarness) })
 
 	t.Run("FreshLeaseAndToken", func(t *testing.T) {
 		e := setup(t, newHarness)
@@ -137,6 +142,25 @@ func testClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			if tokens[1][tok] {
 				t.Errorf("two claims share token %d; a token must be unique per claim", tok)
 			}
+		}
+	})
+
+	t.Run("TokensGrow", func(t *testing.T) {
+		// A later claim of a row has a larger token (outbox.Row.Token),
+		// with claims of other rows between: a fence token.
+		e := setup(t, newHarness)
+		e.enqueue(msgs("a", "q", "k", 1)...)
+		e.enqueue(msgs("b", "q", "o", 3)...)
+		last := int64(0)
+		for i := range 3 {
+			e.claim(e.all, scope("b", "q", 1))
+			rows := e.need("claim of a/q", e.claim(e.all, scope("a", "q", 1)), 1)
+			if tok := e.inspect(e.h.Key(rows[0])).Token; tok <= last {
+				t.Errorf("claim %d of row k-0 has token %d, not above the earlier claim's %d", i, tok, last)
+			} else {
+				last = tok
+			}
+			e.h.Advance(e.h.Lease + time.Millisecond) // the lease expires: the row is claimable again
 		}
 	})
 

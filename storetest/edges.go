@@ -86,7 +86,8 @@ func testEdges[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 
 	t.Run("Order", func(t *testing.T) {
 		// Rows come back grouped by claim, in the claims' order, oldest
-		// first within a claim; pending counts in route order. The routes
+		// first within a claim (of one priority; Claim/PriorityOrderProperty
+		// mixes them); pending counts in route order. The routes
 		// are enqueued, and claimed, out of route order, and keys descend
 		// as rows get newer, so no other order passes by chance.
 		e := setup(t, newHarness)

@@ -79,8 +79,9 @@
 //     Harness.ErrorPrefix when set). A successful count or claim returns a
 //     non-nil map or slice, empty when there is nothing, and a failed one
 //     nil. Claimed rows come back grouped by claim in the claims' order,
-//     oldest first within each; pending counts in [backpressure.Route.Compare]
-//     order.
+//     highest priority first, then oldest, within each (checked for the
+//     claim, the SweepTx view's claim and the rows of Sweeps through the
+//     window claim); pending counts in [backpressure.Route.Compare] order.
 //   - Oldest first means enqueue order, whatever the dispatch keys: the
 //     suite enqueues keys in descending order to tell the two apart.
 //   - Leases, retry delays and schedules are judged on the store's clock:

@@ -229,6 +229,39 @@ func testSweepTx[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		}
 	})
 
+	t.Run("ClaimOrder", func(t *testing.T) {
+		// The view's claim returns rows in the claim's order (grouped by
+		// claim, highest priority first, then oldest), whether it claims
+		// the rows a count recorded (count cap 100) or searches (no count),
+		// and exactly as the store's own claim does.
+		for _, countCap := range []int{0, 1, 100} {
+			via, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
+			direct := setup(t, newHarness)
+			for _, e := range []*env[R]{via, direct} {
+				seedPriorities(e)
+			}
+			claims := []backpressure.ScopedClaim{scope("b", "q", 4), scope("a", "q", 5)}
+			want := direct.claim(direct.all, claims...)
+			direct.checkClaimOrder("the store's claim", claims, want)
+			var got []R
+			via.inTx(ts, func(tx backpressure.OutboxStore[R]) error {
+				if countCap > 0 {
+					if _, err := tx.CountPendingOutboxRows(via.ctx, via.all, countCap); err != nil {
+						return fmt.Errorf("view CountPendingOutboxRows: %w", err)
+					}
+				}
+				var err error
+				got, err = tx.ClaimOutboxRowsScoped(via.ctx, via.all, claims)
+				return err
+			})
+			step := "the view's claim after a count to " + strconv.Itoa(countCap)
+			via.checkClaimOrder(step, claims, got)
+			if g, w := via.keysInOrder(got), direct.keysInOrder(want); !slices.Equal(g, w) {
+				t.Errorf("%s returned %v, the store's claim %v", step, g, w)
+			}
+		}
+	})
+
 	t.Run("RollbackOnError", func(t *testing.T) {
 		e, ts := setupWith[backpressure.TxSweeper[R]](t, newHarness)
 		keys, claims := seedMixed(e)
@@ -427,4 +460,25 @@ func hideTx[R any](s backpressure.OutboxStore[R]) backpressure.OutboxStore[R] {
 		}{s, c}
 	}
 	return struct{ backpressure.OutboxStore[R] }{s}
+}
+
+// seedPriorities enqueues rows of a/q and b/q whose priorities arrive out
+// of order over three batches, keys descending as rows get newer, so
+// neither ID nor key order is the claim order.
+func seedPriorities[R any](e *env[R]) {
+	e.t.Helper()
+	prios := []int{0, 3, -1, 3, 7, 0, -1, 2, 7}
+	for b := range 3 {
+		var ms []outbox.Message
+		for j := range 3 {
+			i := 3*b + j
+			for _, ns := range []string{"a", "b"} {
+				m := msg(ns, "q", ns+"-"+strconv.Itoa(99-i))
+				m.Priority = prios[(i+len(ns)*b)%len(prios)]
+				ms = append(ms, m)
+			}
+		}
+		e.enqueue(ms...)
+		e.h.Advance(time.Millisecond)
+	}
 }

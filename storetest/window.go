@@ -149,6 +149,11 @@ func matchCounted[R any](t *testing.T, newHarness func(*testing.T) *Harness[R], 
 			if err1 != nil || err2 != nil {
 				rt.Fatalf("step %d: Sweep: %v, %v", step, err1, err2)
 			}
+			for i, rows := range [][]R{rv, rp} {
+				if f := envs[i].claimOrderFault(nil, rows); f != "" {
+					rt.Fatalf("step %d: the Sweep %s returned %v: %s", step, [...]string{"through the window claim", "counted"}[i], envs[i].keysInOrder(rows), f)
+				}
+			}
 			kv, kp := via.keys(rv), plain.keys(rp)
 			if !slices.Equal(pv.Claims, pp.Claims) || !slices.Equal(kv, kp) {
 				rt.Fatalf("step %d: through the window claim %v %v; counted %v %v", step, pv.Claims, kv, pp.Claims, kp)
