@@ -149,12 +149,12 @@ func TestServiceStopCancelsHandlersPastItsDeadline(t *testing.T) {
 // fakeCluster records joins and leaves; its member's lease is set by the
 // test.
 type fakeCluster struct {
-	store *memstore.Store
-	mu    sync.Mutex
+	store   *memstore.Store
+	mu      sync.Mutex
 	nodes   []string
 	members []*fakeMember
 	left    []string
-	lease time.Time
+	lease   time.Time
 }
 
 func (c *fakeCluster) Join(ctx context.Context, node string) (dispatch.Member, error) {
