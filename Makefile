@@ -11,9 +11,9 @@ RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
-.PHONY: test fmt-check vet staticcheck unit test-long outside bench-smoke bench bench-drain bench-steady chaos fuzz tools chart clean browser test-browser
+.PHONY: test fmt-check vet staticcheck unit test-long outside install-check bench-smoke bench bench-drain bench-steady chaos fuzz tools chart clean browser test-browser
 
-test: fmt-check vet staticcheck unit outside bench-smoke
+test: fmt-check vet staticcheck unit outside install-check bench-smoke
 
 tools: $(STATICCHECK)
 
@@ -51,6 +51,10 @@ test-long:
 # a fresh module in a temporary directory on the README's quick start.
 outside:
 	.ci/outside
+
+# The README's install line for outboxctl from a clone, into a temporary GOBIN.
+install-check:
+	.ci/install
 
 # Every benchmark once, to prove they still run.
 bench-smoke:

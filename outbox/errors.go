@@ -98,7 +98,7 @@ type MessageError struct {
 	DispatchKey string // the message's key, possibly invalid itself
 	Field       string // "DispatchKey", "Namespace", "TaskQueue", "Payload", "Priority", "MaxAttempts", "RunAt"
 	Reason      string // what is wrong with the field, e.g. "is empty"
-	Err         error  // the route rule's *backpressure.RouteError, when it decided
+	Err         error  // the route rule's *backpressure.RouteError, when it decided; NewMessage's JSON encoder's error
 }
 
 // Error reads "pkg: Op: msgs[i].Field: Reason", e.g.

@@ -61,6 +61,9 @@ func (o *ox) everyCall(live []outbox.Lease) []namedCall {
 		}},
 		{"PurgeDead", func(ctx context.Context) error { _, err := s.PurgeDead(ctx, o.h.Now().Add(time.Hour), 10); return err }},
 	}
+	if p, ok := s.(outbox.Pinger); ok {
+		calls = append(calls, namedCall{"Ping", p.Ping})
+	}
 	if n, ok := s.(outbox.Notifier); ok {
 		calls = append(calls, namedCall{"Subscribe", func(ctx context.Context) error { _, err := n.Subscribe(ctx); return err }})
 	}

@@ -143,6 +143,8 @@
 // And for [outbox.Notifier], the Notifier area: a subscription receives a
 // value after an Enqueue commits rows, holds at most one, reaches every
 // subscriber, and is closed when its context is done or the store closes.
+// For [outbox.Pinger], the Pinger area: Ping answers nil on an open store
+// and changes nothing; the Closed and Context areas include it.
 //
 // Without Harness.FailNth the suite cannot check that a claim or a batch
 // completion failing part-way (a database error after some rows were
@@ -332,6 +334,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Stats", testStats[R]},
 		{"Operate", testOperate[R]},
 		{"Notifier", testNotifier[R]},
+		{"Pinger", testPinger[R]},
 		{"Closed", testClosed[R]},
 		{"Context", testContext[R]},
 	}
