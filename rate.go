@@ -222,6 +222,46 @@ func (b *Backpressure) SpendTokensAt(started map[string]int, t time.Time) error 
 	return nil
 }
 
+// NextTokenAt returns when namespace's bucket on this node holds a whole
+// token, as seen at t on the Backpressure's clock (Config.Clock): t itself
+// when it holds one at t, else the instant its refill reaches one, if
+// nothing is spent meanwhile. A caller that waits for rate tokens (a
+// dispatcher whose last sweep held the namespace by its rate, see
+// [HeldRate]) sweeps again then, so that a backlogged namespace starts
+// rows at its rate rather than at one burst per poll; waking then spends
+// nothing, so the bound of [Rate] holds as ever. ok is false when the
+// namespace has no rate limit or the node owns no shard (its bucket never
+// refills), or b was not built with [New]. It spends nothing. Cost: O(1).
+func (b *Backpressure) NextTokenAt(namespace string, t time.Time) (due time.Time, ok bool) {
+	if b == nil || b.sem == nil {
+		return time.Time{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.set
+	if st.cfg == nil {
+		return time.Time{}, false
+	}
+	r := st.cfg.rate(namespace)
+	perSecond, _ := nodeRate(r, st.f)
+	if !r.limited() || perSecond <= 0 {
+		return time.Time{}, false
+	}
+	k := b.bucketFor(namespace)
+	at := laterOf(t, k.at)
+	missing := 1 - k.refill(r, st.f, at)
+	if missing <= 0 {
+		return at, true
+	}
+	// Rounded up to the next nanosecond, and one more: at due the refill
+	// holds a whole token despite the float's rounding.
+	wait := math.Ceil(missing/perSecond*1e9) + 1
+	if wait >= float64(math.MaxInt64) {
+		return time.Time{}, false
+	}
+	return at.Add(time.Duration(wait)), true
+}
+
 // spendLocked spends started's tokens at t under the current settings. The
 // caller holds b.mu.
 func (b *Backpressure) spendLocked(started map[string]int, t time.Time) {

@@ -43,16 +43,27 @@ func (c *drainCounter) Completed(e dispatch.CompletionEvent) {
 // rows therefore arrive in chunks of 1,000, each enqueued once the last is
 // drained (its settled rows purged), which also exercises the wake-up: the
 // running dispatcher learns of each chunk from the store's notification.
+// The capped arm drains one namespace at quota 50 with the same 100
+// workers: each sweep fills the quota, and the written results wake the
+// next (a loop that waited for its poll would drain 50 rows a second).
 func BenchmarkDispatch(b *testing.B) {
 	const rows, chunk = 20_000, 1_000
-	for _, namespaces := range []int{10, 1000} {
-		b.Run(fmt.Sprintf("namespaces=%d", namespaces), func(b *testing.B) {
+	for _, c := range []struct {
+		name              string
+		namespaces, quota int
+	}{
+		{"namespaces=10", 10, backpressure.Unlimited},
+		{"namespaces=1000", 1000, backpressure.Unlimited},
+		{"capped/namespaces=1/quota=50", 1, 50},
+	} {
+		namespaces := c.namespaces
+		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			var total time.Duration
 			for b.Loop() {
 				b.StopTimer()
 				s := newStore(b, memstore.Options{})
-				bp := newBP(b, 100, backpressure.Unlimited, nil)
+				bp := newBP(b, 100, c.quota, nil)
 				c := &drainCounter{chunk: chunk, drained: make(chan struct{}, 1)}
 				d, err := dispatch.New(bp, s, noop, dispatch.Options{Workers: 100, Metrics: c, Logger: quietLogger()})
 				if err != nil {

@@ -74,3 +74,20 @@ func TestCoalesceAbovePollInterval(t *testing.T) {
 	require.Equal(t, "Coalesce", oe.Field)
 	require.ErrorIs(t, err, dispatch.ErrInvalidOptions)
 }
+
+// TestCoalesceAboveDefaultPollInterval: with PollInterval left 0, the poll
+// in force is 1s, and a Coalesce above it is refused as one above an
+// explicit PollInterval is; one at it is accepted.
+func TestCoalesceAboveDefaultPollInterval(t *testing.T) {
+	s := newStore(t, memstore.Options{})
+	bp := newBP(t, 10, backpressure.Unlimited, nil)
+	for _, c := range []time.Duration{3 * time.Second, time.Hour} {
+		_, err := dispatch.New(bp, s, noop, dispatch.Options{Workers: 1, Coalesce: c})
+		var oe *dispatch.OptionError
+		require.ErrorAs(t, err, &oe, "Coalesce %v", c)
+		require.Equal(t, "Coalesce", oe.Field)
+		require.ErrorIs(t, err, dispatch.ErrInvalidOptions)
+	}
+	_, err := dispatch.New(bp, s, noop, dispatch.Options{Workers: 1, Coalesce: time.Second})
+	require.NoError(t, err)
+}

@@ -311,6 +311,11 @@ type swept struct {
 	plan  backpressure.Plan
 	err   error
 	took  time.Duration
+	// flushes is the loop's count of written results (r.flushed signals
+	// received) when the sweep before this one started: results written
+	// after it may have freed headroom this sweep's counts did not see
+	// (its counts may have been read ahead, beside that sweep's claim).
+	flushes int
 }
 
 // sweepLoop sweeps until ctx is done: again at once while sweeps come back
@@ -355,6 +360,8 @@ func (r *run) sweepLoop(ctx context.Context) {
 		coalescing         bool // woken while idle, waiting Options.Coalesce (on poll) before sweeping
 		heldAtCeiling      bool // the last sweep held rows at a ceiling, or failed: a written result may free them
 		lastFull           = true
+		flushes            int // r.flushed signals received
+		launchedAt         int // flushes when the last sweep started
 	)
 	for {
 		if ctx.Err() == nil && !idle && inflight < depth && (inflight == 0 || lastFull) {
@@ -373,6 +380,8 @@ func (r *run) sweepLoop(ctx context.Context) {
 				}
 				inflight++
 				reserved += n
+				since := launchedAt
+				launchedAt = flushes
 				go func(n int) {
 					began := time.Now()
 					if r.op != nil {
@@ -382,7 +391,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 					if r.op != nil {
 						r.op.swept(len(rows), plan, err)
 					}
-					results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began)}
+					results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began), flushes: since}
 				}(n)
 				continue
 			}
@@ -438,17 +447,22 @@ func (r *run) sweepLoop(ctx context.Context) {
 			reserved -= s.asked // after hand: the rows now hold the credit
 			r.m.Swept(SweepEvent{Asked: s.asked, Claimed: len(s.rows), Duration: s.took, Plan: s.plan})
 			r.logHeld(ctx, s.plan, time.Now())
-			heldAtCeiling = slices.ContainsFunc(s.plan.Namespaces, func(n backpressure.NamespaceReport) bool {
-				return n.Reason == backpressure.HeldAtCeiling
-			})
+			heldAtCeiling = slices.ContainsFunc(s.plan.Namespaces, atCeiling)
 			if lastFull = len(s.rows) >= s.asked; lastFull {
 				idle = false // full: there may be more
 			} else if !idle {
 				idle = true
 				poll.Reset(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64()))
 			}
+			if heldAtCeiling && flushes > s.flushes {
+				// Results written while it swept: the signal came before
+				// the loop was idle, and it may have freed headroom the
+				// sweep's counts did not see.
+				wakeUp()
+			}
 		case <-r.freed:
 		case <-r.flushed:
+			flushes++
 			// Headroom may be back, and with a queue, credit; otherwise a
 			// written result frees nothing a sweep could claim (a
 			// notification or the poll brings new rows).
@@ -464,6 +478,19 @@ func (r *run) sweepLoop(ctx context.Context) {
 			idle, coalescing = false, false
 		}
 	}
+}
+
+// atCeiling reports whether a sweep left namespace n at its ceiling with
+// rows that may still wait, so that a result written for one of its rows
+// frees headroom a sweep could use: held at the ceiling, or granted all its
+// headroom while its count was capped. Sweep counts a namespace only as
+// deep as its claim can go (its headroom), so a namespace that fills its
+// ceiling reports Held 0 and Reason HeldNone, with Capped set.
+func atCeiling(n backpressure.NamespaceReport) bool {
+	if n.Reason == backpressure.HeldAtCeiling {
+		return true
+	}
+	return n.Headroom != backpressure.Unlimited && n.Granted >= n.Headroom && (n.Capped || n.Held > 0)
 }
 
 // refill returns the credit for the next sweep, n or more: while n is

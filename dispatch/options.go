@@ -89,7 +89,9 @@ type Options struct {
 	// more before it is claimed; at a steady rate r a sweep claims about
 	// r·Coalesce rows. A backlog (sweeps coming back full) is never
 	// delayed. 0 means the default, 2ms; negative means none (sweep at
-	// once on every wake-up: the lowest latency). At most PollInterval.
+	// once on every wake-up: the lowest latency). At most the poll
+	// interval in force (PollInterval, or its default 1s when 0): New
+	// refuses a longer one with an *[OptionError].
 	// The default is the widest of none, 2ms, 10ms and 50ms that kept the
 	// p99 from enqueue to handler start within 10ms at 500 and 2,000
 	// rows/s on pgstore (bench's BenchmarkSteady, 2026-12-01: p99 5.3–5.4ms,
@@ -220,8 +222,8 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("LeaseRenewal", "is NaN; want a fraction in [%v, 0.5], or 0 for the default 1/3", MinLeaseRenewal)
 	case o.LeaseRenewal != 0 && (o.LeaseRenewal < MinLeaseRenewal || o.LeaseRenewal > 0.5):
 		return bad("LeaseRenewal", "is %v, not in [%v, 0.5] (0 means 1/3)", o.LeaseRenewal, MinLeaseRenewal)
-	case o.Coalesce > 0 && o.PollInterval > 0 && o.Coalesce > o.PollInterval:
-		return bad("Coalesce", "is %v, above PollInterval (%v)", o.Coalesce, o.PollInterval)
+	case o.Coalesce > o.pollInForce():
+		return bad("Coalesce", "is %v, above the poll interval in force (PollInterval %v)", o.Coalesce, o.pollInForce())
 	case o.ClaimsInFlight < 0 || o.ClaimsInFlight > MaxClaimsInFlight:
 		return bad("ClaimsInFlight", "is %d, not in [0, %d] (0 means 2)", o.ClaimsInFlight, MaxClaimsInFlight)
 	case o.ShutdownTimeout < 0:
@@ -233,9 +235,7 @@ func (o Options) withDefaults() (Options, error) {
 	if err := o.ErrorBackoff.validate("ErrorBackoff", MinErrorBackoff); err != nil {
 		return o, err
 	}
-	if o.PollInterval == 0 {
-		o.PollInterval = time.Second
-	}
+	o.PollInterval = o.pollInForce()
 	switch {
 	case o.PollJitter == 0:
 		o.PollJitter = 0.2
@@ -282,6 +282,18 @@ func (o Options) withDefaults() (Options, error) {
 		o.Metrics = NopMetrics{}
 	}
 	return o, nil
+}
+
+// defaultPollInterval is Options.PollInterval's default.
+const defaultPollInterval = time.Second
+
+// pollInForce returns the poll interval o runs with: PollInterval, or its
+// default when it is 0.
+func (o Options) pollInForce() time.Duration {
+	if o.PollInterval == 0 {
+		return defaultPollInterval
+	}
+	return o.PollInterval
 }
 
 // jittered returns d spread by ±jitter/2 for u in [0, 1): its mean is d.

@@ -191,7 +191,7 @@ type RowState struct {
 // store that implements only [backpressure.OutboxStore] sets Store and
 // every other field marked required, and
 // the areas of the full outbox contract (Messages, Complete, Extend,
-// DeadLetters, Scheduled, Retention, Stats, Closed, Notifier, Context) are
+// DeadLetters, Scheduled, NextDue, Retention, Stats, Closed, Notifier, Context) are
 // skipped, saying so. An optional func left nil skips the checks that need
 // it (with t.Skip and a reason).
 //
@@ -330,6 +330,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"InvalidKeys", testInvalidKeys[R]},
 		{"DeadLetters", testDeadLetters[R]},
 		{"Scheduled", testScheduled[R]},
+		{"NextDue", testNextDue[R]},
 		{"Retention", testRetention[R]},
 		{"Stats", testStats[R]},
 		{"Operate", testOperate[R]},

@@ -1,0 +1,125 @@
+package dispatchtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/dispatch"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Liveness checks that a [dispatch.Dispatcher] on a store sweeps again
+// when it should without waiting for its poll: every check runs with
+// Options.PollInterval 1h, so a dispatcher that waited for the poll would
+// not finish before the deadline. Each check is a subtest:
+//
+//   - CappedDrain: a namespace held at its quota (50) with more workers
+//     (100) drains 1,000 rows: a written result frees headroom and wakes
+//     the loop.
+//
+// A store's own tests call [Liveness.Run].
+type Liveness struct {
+	// Open returns a fresh, empty store on the real clock, closed by t's
+	// cleanup. Required.
+	Open func(t *testing.T) outbox.Store
+	// Timeout bounds each check, a failsafe far above the time a check
+	// takes; default 60s.
+	Timeout time.Duration
+}
+
+// Run runs every check as a subtest of t.
+func (l Liveness) Run(t *testing.T) {
+	if l.Timeout <= 0 {
+		l.Timeout = 60 * time.Second
+	}
+	t.Run("CappedDrain", l.cappedDrain)
+}
+
+// settleCounter counts settled rows and closes done at want.
+type settleCounter struct {
+	dispatch.NopMetrics
+	mu      sync.Mutex
+	want    int
+	settled int
+	done    chan struct{}
+}
+
+func newSettleCounter(want int) *settleCounter {
+	return &settleCounter{want: want, done: make(chan struct{})}
+}
+
+func (c *settleCounter) Completed(e dispatch.CompletionEvent) {
+	if e.State != outbox.StateSettled {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.settled++; c.settled == c.want {
+		close(c.done)
+	}
+}
+
+func (c *settleCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settled
+}
+
+// drain runs a dispatcher on s with cfg and opts (PollInterval 1h, a quiet
+// logger and m as Metrics) until m reports every row settled, and fails t
+// if that takes longer than l.Timeout.
+func (l Liveness) drain(t *testing.T, s outbox.Store, cfg backpressure.Config, opts dispatch.Options, h dispatch.Handler, m *settleCounter) {
+	t.Helper()
+	bp, err := backpressure.New(cfg, everyShard(t, s.ShardCount()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.PollInterval, opts.Metrics = time.Hour, m
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := dispatch.New(bp, s, h, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	deadline := time.NewTimer(l.Timeout)
+	defer deadline.Stop()
+	select {
+	case <-m.done:
+	case <-deadline.C:
+		t.Errorf("%d of %d rows settled in %v with a 1h poll: the dispatcher waited for the poll", m.count(), m.want, l.Timeout)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+func enqueueRows(t *testing.T, s outbox.Store, msgs []outbox.Message) {
+	t.Helper()
+	n, err := s.Enqueue(context.Background(), msgs)
+	if err != nil || n != len(msgs) {
+		t.Fatalf("Enqueue: %d of %d, %v", n, len(msgs), err)
+	}
+}
+
+func noop(context.Context, outbox.Row) error { return nil }
+
+func (l Liveness) cappedDrain(t *testing.T) {
+	const rows = 1000
+	s := l.Open(t)
+	msgs := make([]outbox.Message, rows)
+	for i := range msgs {
+		msgs[i] = outbox.Message{DispatchKey: fmt.Sprint("capped-", i), Namespace: "capped", TaskQueue: "q"}
+	}
+	enqueueRows(t, s, msgs)
+	m := newSettleCounter(rows)
+	l.drain(t, s, backpressure.Config{BatchSize: 100, DefaultQuota: 50}, dispatch.Options{Workers: 100}, noop, m)
+}
