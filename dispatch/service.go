@@ -106,7 +106,6 @@ type ServiceOptions struct {
 const (
 	defaultPingTimeout     = 5 * time.Second
 	defaultShutdownTimeout = 10 * time.Second // Options.ShutdownTimeout's default
-	defaultPollInterval    = time.Second      // Options.PollInterval's default
 	defaultErrorBackoffMax = 30 * time.Second // Options.ErrorBackoff.Max's default
 	leaveTimeout           = 10 * time.Second // Stop's bound on Member.Leave
 )
