@@ -241,7 +241,9 @@ func (r *run) run(ctx context.Context) error {
 	if o := r.d.operate; o != nil {
 		r.op = newOperator(r, o)
 		if o.SharedSettings {
-			r.op.poll(ctx) // before the first sweep: no claim against a pause
+			// Before the first sweep, and until they are read: no claim
+			// against a pause. If ctx ends first, sweepLoop sweeps nothing.
+			r.op.first(ctx)
 		}
 		operating.Go(func() { r.op.loop(ctx) })
 	}

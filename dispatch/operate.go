@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -23,9 +24,10 @@ import (
 // Paused makes its quota 0 ([outbox.ApplySettings]). A node applies a
 // change within SettingsInterval of its commit, plus one statement: at
 // every interval it reads the settings' version (one index probe), and the
-// settings themselves only when the version moved. Run applies the
-// settings once before its first sweep, so a paused namespace is not
-// claimed at start-up.
+// settings themselves only when the version moved. Run reads and applies
+// the settings before its first sweep, so a paused namespace is not
+// claimed at start-up; while they cannot be read (the store down) Run
+// claims nothing, and retries after Options.ErrorBackoff.
 //
 // Settings are read and applied per namespace, and a setting that cannot
 // be read never loosens a limit. Each namespace's settings are checked
@@ -38,8 +40,8 @@ import (
 // its fault: in the log (Warn), in [SettingsMetrics] when Options.Metrics
 // implements it (SettingsRejected with an [*outbox.SettingsFault]), and in
 // the node's report (BadSettings, summed up in SettingsError). Settings
-// the store cannot list at all (the store failing) change nothing: the
-// node keeps its configuration, reports the error likewise, and reads them
+// the store cannot list at all (the store failing) after Run's first read
+// change nothing: the node keeps its configuration, reports the error likewise, and reads them
 // again at the next interval.
 //
 // A store holds at most [outbox.MaxSettings] namespaces with settings and
@@ -204,37 +206,57 @@ func (p *operator) swept(rows int, plan backpressure.Plan, err error) {
 	p.plan = plan
 }
 
+// first polls the shared settings until one poll has read them, waiting
+// Options.ErrorBackoff between failed reads, before Run's first sweep: a
+// node that has never read the settings knows no pause, so it claims
+// nothing until it has (an unreadable setting never loosens a limit). It
+// returns false if ctx is done first.
+func (p *operator) first(ctx context.Context) bool {
+	for failures := 1; !p.poll(ctx); failures++ {
+		t := time.NewTimer(p.r.o.ErrorBackoff.Delay(failures, rand.Float64()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
 // poll applies the shared settings if their version moved since the last
 // poll (at every poll while the store holds more rows than it returns).
-// It returns only ctx's error; the store's are reported.
-func (p *operator) poll(ctx context.Context) {
+// It reports whether it read them (or found their version unchanged); the
+// store's errors are reported, not returned.
+func (p *operator) poll(ctx context.Context) bool {
 	v, err := p.o.Store.SettingsVersion(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.r.log.Warn("dispatch: reading the shared settings' version failed", "err", err)
 		}
-		return
+		return false
 	}
 	p.mu.Lock()
 	same := v == p.version && !p.truncated
 	p.mu.Unlock()
 	if same {
-		return
+		return true
 	}
 	list, err := p.o.Store.ListSettings(ctx)
 	if ctx.Err() != nil {
-		return
+		return false
 	}
 	truncated := errors.Is(err, outbox.ErrTooManySettings) && len(list) > 0
 	if err != nil && !truncated {
 		p.unread(v, err)
-		return
+		return false
 	}
 	// The list may be newer than v; its own greatest version names it.
 	for _, s := range list {
 		v = max(v, s.Version)
 	}
 	p.apply(ctx, v, list, truncated)
+	return true
 }
 
 // unread reports settings of version v that could not be read (or, should
