@@ -7,7 +7,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/outboxkit/backpressure/dispatch"
+	"github.com/outboxkit/backpressure/dispatch/dispatchtest"
 	"github.com/outboxkit/backpressure/internal/memstore"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // TestCappedDrainWithIdleWorkers: a namespace held at its quota, with more
@@ -40,4 +42,11 @@ func TestCappedDrainWithIdleWorkers(t *testing.T) {
 		}
 		require.True(t, capped, "no sweep found ns-0's headroom below its credit: the test does not test the cap")
 	}
+}
+
+// TestLiveness runs dispatchtest's liveness checks on memstore: with a 1h
+// poll, a capped drain, a retry's backoff, RunAt rows and a rated drain
+// each finish, the loop sweeping for each reason.
+func TestLiveness(t *testing.T) {
+	dispatchtest.Liveness{Open: func(t *testing.T) outbox.Store { return newStore(t, memstore.Options{}) }}.Run(t)
 }
