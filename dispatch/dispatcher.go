@@ -20,9 +20,10 @@ import (
 // calls (through Claimer, as [outbox.Store] has them) and batched
 // completion and lease extension. Every [outbox.Store] is one; a store that
 // also implements [outbox.Notifier] wakes an idle dispatcher when rows are
-// enqueued. [New] calls Claimer once and sweeps through the value it
-// returns. A Dispatcher calls its store from several goroutines at once
-// (completions and extensions beside sweeps, and unless
+// enqueued, and one that implements [outbox.DueProber] when its next
+// delayed or scheduled row is due. [New] calls Claimer once and sweeps
+// through the value it returns. A Dispatcher calls its store from several
+// goroutines at once (completions and extensions beside sweeps, and unless
 // Options.FreshCounts a count read ahead beside a claim), so the store must
 // be safe for concurrent use.
 type Store interface {
