@@ -20,9 +20,10 @@ import (
 // calls (through Claimer, as [outbox.Store] has them) and batched
 // completion and lease extension. Every [outbox.Store] is one; a store that
 // also implements [outbox.Notifier] wakes an idle dispatcher when rows are
-// enqueued. [New] calls Claimer once and sweeps through the value it
-// returns. A Dispatcher calls its store from several goroutines at once
-// (completions and extensions beside sweeps, and unless
+// enqueued, and one that implements [outbox.DueProber] when its next
+// delayed or scheduled row is due. [New] calls Claimer once and sweeps
+// through the value it returns. A Dispatcher calls its store from several
+// goroutines at once (completions and extensions beside sweeps, and unless
 // Options.FreshCounts a count read ahead beside a claim), so the store must
 // be safe for concurrent use.
 type Store interface {
@@ -188,6 +189,9 @@ type run struct {
 	results tally       // results the store applied, for the stop line
 	held    heldLimiter // the sweep loop's Debug lines on held namespaces
 
+	due     *dueRows         // when the next delayed or scheduled row is due (waker.go)
+	bpClock func() time.Time // the Backpressure's clock, for its rate buckets
+
 	op *operator // shared settings and node reports (operate.go); nil when off
 }
 
@@ -211,6 +215,11 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 		jobs:        make(map[outbox.Lease]*job),
 		stopCtx:     ctx,
 		held:        heldLimiter{interval: heldLogInterval},
+		due:         newDueRows(d.store, o),
+		bpClock:     d.bp.Config().Clock,
+	}
+	if r.bpClock == nil {
+		r.bpClock = time.Now
 	}
 	base := context.WithoutCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(base)
@@ -322,11 +331,14 @@ type swept struct {
 
 // sweepLoop sweeps until ctx is done: again at once while sweeps come back
 // full, else when a worker is freed, a notification arrives, a result is
-// written (only while the last sweep held a namespace at its ceiling, or
-// failed, or with a queue: otherwise a written result frees nothing a
-// sweep could claim), or the jittered poll interval passes; a result or a
-// notification that ends such a wait starts the sweep Options.Coalesce
-// later. While sweeps come back
+// written (only while the last sweep left a namespace at its ceiling (see
+// atCeiling), or failed, or with a queue: otherwise a written result frees
+// nothing a sweep could claim; a result written while a sweep was in
+// flight counts when that sweep comes back), or its waker fires: the
+// jittered poll interval, or sooner the next delayed row's due time or a
+// rate-held namespace's next token (armIdle); a result or a notification
+// that ends such a wait starts the sweep Options.Coalesce later. While
+// sweeps come back
 // full it keeps up to Options.ClaimsInFlight sweeps in flight (see
 // backpressure.SweepAhead), each asking for the credit the others have not
 // reserved (a sweep beside others only once that is at least a full
@@ -352,8 +364,11 @@ func (r *run) sweepLoop(ctx context.Context) {
 	if r.o.FreshCounts {
 		sweep, depth = backpressure.SweepN[outbox.Row], 1
 	}
-	poll := time.NewTimer(time.Hour)
-	defer poll.Stop()
+	w := newWaker()
+	defer w.stop()
+	refillTimer := time.NewTimer(time.Hour)
+	refillTimer.Stop()
+	defer refillTimer.Stop()
 	results := make(chan swept, depth)
 	var (
 		inflight, reserved int
@@ -376,7 +391,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 			}
 			if n := r.credit() - reserved; n >= least {
 				if inflight == 0 {
-					if n = r.refill(ctx, n, poll); n <= 0 {
+					if n = r.refill(ctx, n, refillTimer); n <= 0 {
 						return
 					}
 				}
@@ -410,7 +425,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 			done = ctx.Done()
 		}
 		if idle {
-			pollC = poll.C
+			pollC = w.C()
 			if !coalescing {
 				wakeC = wake
 			}
@@ -422,7 +437,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 			case !idle || coalescing:
 			case r.o.Coalesce > 0:
 				coalescing = true
-				poll.Reset(r.o.Coalesce)
+				w.sooner(time.Now(), r.o.Coalesce, wakeCoalesce)
 			default:
 				idle = false
 			}
@@ -441,7 +456,7 @@ func (r *run) sweepLoop(ctx context.Context) {
 				delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
 				r.log.Warn("dispatch: sweep failed", "err", s.err, "failures", failures, "retry_in", delay)
 				idle, lastFull, heldAtCeiling = true, false, true
-				poll.Reset(delay)
+				w.set(time.Now(), delay, wakeBackoff)
 				continue
 			}
 			failures = 0
@@ -452,9 +467,12 @@ func (r *run) sweepLoop(ctx context.Context) {
 			heldAtCeiling = slices.ContainsFunc(s.plan.Namespaces, atCeiling)
 			if lastFull = len(s.rows) >= s.asked; lastFull {
 				idle = false // full: there may be more
-			} else if !idle {
-				idle = true
-				poll.Reset(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64()))
+			} else {
+				if !idle {
+					idle = true
+					w.set(time.Now(), jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64()), wakePoll)
+				}
+				r.armIdle(ctx, w, s.plan)
 			}
 			if heldAtCeiling && flushes > s.flushes {
 				// Results written while it swept: the signal came before
@@ -465,6 +483,15 @@ func (r *run) sweepLoop(ctx context.Context) {
 		case <-r.freed:
 		case <-r.flushed:
 			flushes++
+			if idle {
+				// A retry just written: sweep when it is due.
+				now := time.Now()
+				if r.due.takeRetries(now) {
+					wakeUp()
+				} else if at := r.due.at; !at.IsZero() {
+					w.sooner(now, at.Sub(now), wakeDue)
+				}
+			}
 			// Headroom may be back, and with a queue, credit; otherwise a
 			// written result frees nothing a sweep could claim (a
 			// notification or the poll brings new rows).
@@ -475,8 +502,12 @@ func (r *run) sweepLoop(ctx context.Context) {
 			if !ok {
 				wake = nil // the store closed it: poll from now on
 			}
+			r.due.stale = true // the rows enqueued may be scheduled
 			wakeUp()
 		case <-pollC:
+			if w.reason == wakePoll {
+				r.due.stale = true // rows may have come without a notification
+			}
 			idle, coalescing = false, false
 		}
 	}

@@ -47,9 +47,26 @@
 //     publishes a report of its last plan for outboxctl and the admin
 //     pages; see [Operate].
 //
-// When the store implements [outbox.Notifier], an idle dispatcher sweeps as
-// soon as rows are enqueued; otherwise, and as a fallback for a lost
-// notification, every jittered Options.PollInterval.
+// An idle dispatcher (its last sweep came back short) sweeps again at the
+// first of:
+//
+//   - a notification, when the store implements [outbox.Notifier]: rows
+//     were enqueued (Options.Coalesce later);
+//   - a result written for a namespace the last sweep left at its ceiling,
+//     which frees headroom (Coalesce later): a namespace at its quota with
+//     workers to spare drains at the speed of its handlers;
+//   - the next delayed or scheduled row's due time: a retry the dispatcher
+//     wrote (known without asking the store), or, when the store implements
+//     [outbox.DueProber], the store's answer, asked as the dispatcher goes
+//     idle after rows may have been enqueued (at most every 20ms, or every
+//     PollInterval if shorter);
+//   - the next rate token of a namespace the last sweep held by its rate
+//     ([backpressure.Backpressure.NextTokenAt]; at least Coalesce, and 1ms,
+//     after the sweep), so that a backlogged namespace alone starts rows at
+//     its rate;
+//   - the jittered Options.PollInterval, the fallback for a lost
+//     notification, rows of other processes a store cannot announce, and a
+//     store without DueProber.
 //
 // Logs (Options.Logger). Run logs one Info line when it starts ("dispatch:
 // run started": workers, the store's type, shards owned of the shard

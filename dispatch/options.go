@@ -65,8 +65,10 @@ type Options struct {
 	Queue              int
 	QueueHighWatermark int
 
-	// PollInterval is how long an idle dispatcher waits before sweeping
-	// again when no notification arrives. Default 1s; at least
+	// PollInterval is the longest an idle dispatcher waits before sweeping
+	// again when nothing else wakes it (a notification, a written result
+	// that frees a held namespace's headroom, a delayed row or a rate
+	// token coming due: see the package doc). Default 1s; at least
 	// [MinPollInterval].
 	PollInterval time.Duration
 	// PollJitter is the fraction of PollInterval randomised around it, in

@@ -102,6 +102,10 @@ WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%0
 		// The window of 5 namespaces from ns020: the same counts, over
 		// the namespaces walked only, whose routes it walks over the
 		// counts' own index.
+		// The next due row: per route one seek of the counts' index for
+		// its first entry after now, bounded by the index, never a walk
+		// of the route's claimable rows.
+		{"nextDue", []any{f.now, quarter, false}, []string{"outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at >"},
 		{"countPendingWindow", []any{f.now, quarter, int64(10), "ns020", int64(5), false}, []string{"outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o", "Parallel"}, "claimable_at <="},
 		// Both counts in one statement: the live-lease range and the
 		// pending counts, each over its index as above.

@@ -16,6 +16,7 @@ func Statements(s *Store) map[string]string {
 		"enqueue":            s.sql.enqueue,
 		"countClaimed":       s.sql.countClaimed,
 		"countPending":       s.sql.countPending,
+		"nextDue":            expand(pgx.Identifier{s.schema}.Sanitize(), nextDueSQL),
 		"countPendingWindow": s.sql.countPendingWindow,
 		"sweepCount":         s.sql.sweepCount,
 		"sweepCountWindow":   s.sql.sweepCountWindow,

@@ -2,6 +2,7 @@ package dispatchtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,14 @@ import (
 //   - CappedDrain: a namespace held at its quota (50) with more workers
 //     (100) drains 1,000 rows: a written result frees headroom and wakes
 //     the loop.
+//   - RetryBackoff: a row whose first attempt fails, with a Backoff of
+//     50ms, runs again and is settled: the loop sweeps when the retry is
+//     due.
+//   - RunAt: a row enqueued with RunAt 100ms ahead, before Run and to an
+//     idle dispatcher, runs: the loop sweeps when the store says it is due
+//     ([outbox.DueProber]; a store without it fails this check).
+//   - RatedDrain: 200 rows of a namespace at 200/s, burst 10, drain: after
+//     a sweep held by the rate, the loop sweeps when the next token is due.
 //
 // A store's own tests call [Liveness.Run].
 type Liveness struct {
@@ -39,6 +48,9 @@ func (l Liveness) Run(t *testing.T) {
 		l.Timeout = 60 * time.Second
 	}
 	t.Run("CappedDrain", l.cappedDrain)
+	t.Run("RetryBackoff", l.retryBackoff)
+	t.Run("RunAt", l.runAt)
+	t.Run("RatedDrain", l.ratedDrain)
 }
 
 // settleCounter counts settled rows and closes done at want.
@@ -48,11 +60,15 @@ type settleCounter struct {
 	want    int
 	settled int
 	done    chan struct{}
+	swept   chan struct{} // closed after the first sweep
+	once    sync.Once
 }
 
 func newSettleCounter(want int) *settleCounter {
-	return &settleCounter{want: want, done: make(chan struct{})}
+	return &settleCounter{want: want, done: make(chan struct{}), swept: make(chan struct{})}
 }
+
+func (c *settleCounter) Swept(dispatch.SweepEvent) { c.once.Do(func() { close(c.swept) }) }
 
 func (c *settleCounter) Completed(e dispatch.CompletionEvent) {
 	if e.State != outbox.StateSettled {
@@ -74,7 +90,8 @@ func (c *settleCounter) count() int {
 // drain runs a dispatcher on s with cfg and opts (PollInterval 1h, a quiet
 // logger and m as Metrics) until m reports every row settled, and fails t
 // if that takes longer than l.Timeout.
-func (l Liveness) drain(t *testing.T, s outbox.Store, cfg backpressure.Config, opts dispatch.Options, h dispatch.Handler, m *settleCounter) {
+// After the first sweep, it enqueues later (if any).
+func (l Liveness) drain(t *testing.T, s outbox.Store, cfg backpressure.Config, opts dispatch.Options, h dispatch.Handler, m *settleCounter, later ...outbox.Message) {
 	t.Helper()
 	bp, err := backpressure.New(cfg, everyShard(t, s.ShardCount()))
 	if err != nil {
@@ -91,6 +108,14 @@ func (l Liveness) drain(t *testing.T, s outbox.Store, cfg backpressure.Config, o
 	go func() { ran <- d.Run(ctx) }()
 	deadline := time.NewTimer(l.Timeout)
 	defer deadline.Stop()
+	if len(later) > 0 {
+		select {
+		case <-m.swept:
+			enqueueRows(t, s, later)
+		case <-deadline.C:
+			t.Fatal("no sweep before the deadline")
+		}
+	}
 	select {
 	case <-m.done:
 	case <-deadline.C:
@@ -122,4 +147,47 @@ func (l Liveness) cappedDrain(t *testing.T) {
 	enqueueRows(t, s, msgs)
 	m := newSettleCounter(rows)
 	l.drain(t, s, backpressure.Config{BatchSize: 100, DefaultQuota: 50}, dispatch.Options{Workers: 100}, noop, m)
+}
+
+func (l Liveness) retryBackoff(t *testing.T) {
+	s := l.Open(t)
+	enqueueRows(t, s, []outbox.Message{{DispatchKey: "retried", Namespace: "ns", TaskQueue: "q"}})
+	var mu sync.Mutex
+	attempts := 0
+	h := func(context.Context, outbox.Row) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if attempts++; attempts == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}
+	m := newSettleCounter(1)
+	l.drain(t, s, backpressure.Config{BatchSize: 10, DefaultQuota: backpressure.Unlimited},
+		dispatch.Options{Workers: 2, Backoff: dispatch.Backoff{Base: 50 * time.Millisecond, Jitter: -1}}, h, m)
+}
+
+func (l Liveness) runAt(t *testing.T) {
+	s := l.Open(t)
+	first := outbox.Message{DispatchKey: "before-run", Namespace: "ns", TaskQueue: "q", RunAt: time.Now().Add(100 * time.Millisecond)}
+	enqueueRows(t, s, []outbox.Message{first})
+	m := newSettleCounter(2)
+	// The second is enqueued after the first sweep, to a dispatcher that
+	// has nothing to claim: its RunAt is after the first's.
+	second := outbox.Message{DispatchKey: "while-idle", Namespace: "ns", TaskQueue: "q", RunAt: time.Now().Add(300 * time.Millisecond)}
+	l.drain(t, s, backpressure.Config{BatchSize: 10, DefaultQuota: backpressure.Unlimited}, dispatch.Options{Workers: 2}, noop, m, second)
+}
+
+func (l Liveness) ratedDrain(t *testing.T) {
+	const rows = 200
+	s := l.Open(t)
+	msgs := make([]outbox.Message, rows)
+	for i := range msgs {
+		msgs[i] = outbox.Message{DispatchKey: fmt.Sprint("rated-", i), Namespace: "rated", TaskQueue: "q"}
+	}
+	enqueueRows(t, s, msgs)
+	m := newSettleCounter(rows)
+	cfg := backpressure.Config{BatchSize: 100, DefaultQuota: backpressure.Unlimited,
+		Rates: map[string]backpressure.Rate{"rated": {PerSecond: 200, Burst: 10}}}
+	l.drain(t, s, cfg, dispatch.Options{Workers: 16}, noop, m)
 }
