@@ -179,6 +179,13 @@ func explain(t *testing.T, f *fixture, mode, sql string, args []any) string {
 // statement).
 func explainWith(t *testing.T, f *fixture, mode, options, sql string, args []any) string {
 	t.Helper()
+	return explainAfter(t, f, "", mode, options, sql, args)
+}
+
+// explainAfter is explainWith in a transaction that first runs setup (as
+// the store runs a statement after its own settings), unless setup is "".
+func explainAfter(t *testing.T, f *fixture, setup, mode, options, sql string, args []any) string {
+	t.Helper()
 	conn, err := f.pool.Acquire(f.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +193,15 @@ func explainWith(t *testing.T, f *fixture, mode, options, sql string, args []any
 	defer conn.Release()
 	if _, err := conn.Exec(f.ctx, "SET plan_cache_mode = "+mode); err != nil {
 		t.Fatal(err)
+	}
+	if setup != "" {
+		if _, err := conn.Exec(f.ctx, "BEGIN READ ONLY"); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Exec(context.Background(), "ROLLBACK")
+		if _, err := conn.Exec(f.ctx, setup); err != nil {
+			t.Fatalf("%s: %v", setup, err)
+		}
 	}
 	defer conn.Exec(context.Background(), "RESET plan_cache_mode; DEALLOCATE ALL")
 	if _, err := conn.Exec(f.ctx, "PREPARE explained AS "+sql); err != nil {

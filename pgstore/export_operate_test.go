@@ -11,3 +11,7 @@ func OperateStatements(s *Store) map[string]string {
 		"routes":         s.operateSQL(strings.Replace(routesSQL, "{cmp}", ">=", 1)),
 	}
 }
+
+// IndexRangesOnlySQL is what Namespaces and Routes run in their
+// transaction before the read (see indexRangesOnly).
+const IndexRangesOnlySQL = indexRangesOnlySQL

@@ -72,29 +72,9 @@ func (s *Store) Namespaces(ctx context.Context, p outbox.NamespacesParams) ([]ou
 	var out []outbox.NamespaceState
 	err = s.run(ctx, anyLoss, func() error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var name string
-			var n [6]int64
-			var since *time.Time
-			var now time.Time
-			if err := rows.Scan(&name, &n[0], &n[1], &n[2], &n[3], &n[4], &n[5], &since, &now); err != nil {
-				return err
-			}
-			capN := int64(p.Cap)
-			st := outbox.NamespaceState{Namespace: name, Ready: int(min(n[0]+n[1], capN)), Scheduled: int(n[2]), Claimed: int(n[3]),
-				Dead: int(n[4]), Settled: int(n[5])}
-			st.Capped = n[0]+n[1] >= capN || n[2] >= capN || n[3] >= capN || n[4] >= capN || n[5] >= capN
-			if since != nil {
-				st.ReadySince = since.UTC()
-			}
-			out = append(out, st)
-		}
-		return rows.Err()
+		return s.indexRangesOnly(ctx, q, args, func(rows pgx.Rows) error {
+			return scanNamespaces(rows, p, &out)
+		})
 	})
 	if err != nil {
 		return nil, opError(op, err)
@@ -104,6 +84,55 @@ func (s *Store) Namespaces(ctx context.Context, p outbox.NamespacesParams) ([]ou
 	}
 	return out, nil
 }
+
+// scanNamespaces appends the states of Namespaces' rows to out.
+func scanNamespaces(rows pgx.Rows, p outbox.NamespacesParams, out *[]outbox.NamespaceState) error {
+	for rows.Next() {
+		var name string
+		var n [6]int64
+		var since *time.Time
+		var now time.Time
+		if err := rows.Scan(&name, &n[0], &n[1], &n[2], &n[3], &n[4], &n[5], &since, &now); err != nil {
+			return err
+		}
+		capN := int64(p.Cap)
+		st := outbox.NamespaceState{Namespace: name, Ready: int(min(n[0]+n[1], capN)), Scheduled: int(n[2]), Claimed: int(n[3]),
+			Dead: int(n[4]), Settled: int(n[5])}
+		st.Capped = n[0]+n[1] >= capN || n[2] >= capN || n[3] >= capN || n[4] >= capN || n[5] >= capN
+		if since != nil {
+			st.ReadySince = since.UTC()
+		}
+		*out = append(*out, st)
+	}
+	return rows.Err()
+}
+
+// indexRangesOnly runs the operator read q in a read-only transaction
+// that turns bitmap and sequential scans off, and hands its rows to scan.
+// The statements of Namespaces and Routes read capped index ranges: an
+// index scan under a LIMIT stops at the cap, but a bitmap scan reads the
+// whole range first. Which of the two the planner picks depends on the
+// table's statistics (how much of it the visibility map says is all
+// visible: a long transaction anywhere in the cluster holds that back), so
+// the bound of their docs holds by the plan only with the bitmap scan off.
+// Cost: two more round trips (BEGIN with the settings, COMMIT).
+func (s *Store) indexRangesOnly(ctx context.Context, q string, args []any, scan func(pgx.Rows) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, indexRangesOnlySQL); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		return scan(rows)
+	})
+}
+
+// indexRangesOnlySQL turns bitmap and sequential scans off for the rest
+// of the transaction (see indexRangesOnly).
+const indexRangesOnlySQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
 
 // operateSQL expands a statement of this file for the store's schema.
 func (s *Store) operateSQL(template string) string {
@@ -379,24 +408,26 @@ func (s *Store) Routes(ctx context.Context, p outbox.RoutesParams) ([]outbox.Rou
 	var out []outbox.RouteState
 	err = s.run(ctx, anyLoss, func() error {
 		out = []outbox.RouteState{}
-		rows, err := s.pool.Query(ctx, q, p.Namespace, p.After, int64(p.Limit), int64(p.Cap), s.clock())
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r outbox.RouteState
-			var n [4]int64
-			if err := rows.Scan(&r.TaskQueue, &n[0], &n[1], &n[2], &n[3]); err != nil {
-				return err
-			}
-			r.Ready, r.Scheduled, r.Claimed, r.Capped = int(n[0]), int(n[1]), int(n[2]), n[3] >= int64(p.Cap)
-			out = append(out, r)
-		}
-		return rows.Err()
+		return s.indexRangesOnly(ctx, q, []any{p.Namespace, p.After, int64(p.Limit), int64(p.Cap), s.clock()}, func(rows pgx.Rows) error {
+			return scanRoutes(rows, p.Cap, &out)
+		})
 	})
 	if err != nil {
 		return nil, opError(op, err)
 	}
 	return out, nil
+}
+
+// scanRoutes appends the states of Routes' rows to out; capN is the cap.
+func scanRoutes(rows pgx.Rows, capN int, out *[]outbox.RouteState) error {
+	for rows.Next() {
+		var r outbox.RouteState
+		var n [4]int64
+		if err := rows.Scan(&r.TaskQueue, &n[0], &n[1], &n[2], &n[3]); err != nil {
+			return err
+		}
+		r.Ready, r.Scheduled, r.Claimed, r.Capped = int(n[0]), int(n[1]), int(n[2]), n[3] >= int64(capN)
+		*out = append(*out, r)
+	}
+	return rows.Err()
 }

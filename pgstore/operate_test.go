@@ -1,6 +1,7 @@
 package pgstore_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -34,6 +35,23 @@ func TestNamespacesUseIndexes(t *testing.T) {
 		f.enqueue(batch...)
 	}
 	q := pgx.Identifier{f.schema}.Sanitize()
+	// A transaction elsewhere in the cluster whose snapshot predates the
+	// UPDATE (another test, a long report) keeps VACUUM from marking the
+	// updated pages all visible: the planner then prices an index-only
+	// scan as an index scan with heap fetches and, without the store's
+	// settings, picked a bitmap scan of the whole range. The bound must
+	// hold then too.
+	holder, err := adminPool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(context.Background())
+	if _, err := holder.Exec(f.ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(f.ctx, "SELECT count(*) FROM "+q+".outbox"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := adminPool.Exec(f.ctx, `
 UPDATE `+q+`.outbox SET
 	state = CASE id % 10 WHEN 0 THEN 'pending' WHEN 1 THEN 'claimed' WHEN 2 THEN 'dead' ELSE 'settled' END,
@@ -58,7 +76,7 @@ WHERE id % 2 = 0`, f.now); err != nil {
 		{"routes", "outbox_route_claimable_idx", []any{"ns007", "", int64(10), int64(capN), f.now}},
 	} {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-			plan := explainWith(t, f, mode, "ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF", sql[c.name], c.args)
+			plan := explainAfter(t, f, pgstore.IndexRangesOnlySQL, mode, "ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF, BUFFERS OFF", sql[c.name], c.args)
 			if strings.Contains(plan, "Seq Scan on outbox") || strings.Contains(plan, "Bitmap Heap Scan on outbox") {
 				t.Errorf("%s (%s) reads the outbox beyond an index range:\n%s", c.name, mode, plan)
 			}
