@@ -6,25 +6,6 @@ import (
 	"sync/atomic"
 )
 
-// SweepAhead is [SweepN] for a caller that sweeps again at once while
-// sweeps come back full (a dispatcher draining a backlog), possibly from
-// several goroutines. It reads the next sweep's counts beside a full
-// sweep's claim, and the next SweepAhead within the last one's duration
-// plans from them, corrected by every grant since the read
-// (K′ = K + Σg, P′ = min(max(0, P − Σg), c)). And it lets the next plan
-// start while its claim is in flight; that plan counts the grants in flight
-// as claimed and no longer pending. Plans stay one at a time, in order.
-//
-// Every ceiling and the budget per plan hold as with [Sweep], given shard
-// ownership that never overlaps; rows enqueued since a read wait a few
-// sweeps. The store must be safe for concurrent use, and ctx should outlive
-// the call (a read-ahead runs under it). Errors are as for Sweep, but a
-// failed claim leaves the rotation to a plan made meanwhile, if any.
-// docs/engine.md has the mechanism.
-func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
-	return sweepN(ctx, b, store, n, sweepMode{readAhead: true, overlap: true})
-}
-
 // ahead is the next sweep's counts, read while a SweepAhead's claim runs.
 // The fields above done are set before the read starts; those below it by
 // the read, before done is closed (and never changed after); claims and
@@ -201,23 +182,4 @@ func (a *ahead) passOn(plan Plan, budget int) bool {
 	}
 	a.claims = append(a.claims, plan.Claims...)
 	return true
-}
-
-// addSat is a + b for b ≥ 0, saturating at the largest int.
-func addSat(a, b int) int {
-	s, _ := addOver(a, b, false)
-	return s
-}
-
-// firstParams returns the first count a sweep with budget asks of a
-// Counter, with hints h and the window starting after after: a window of
-// budget + k + 1 namespaces at cap 1 when the last sweep saw at least that
-// many and no namespace is weighted (see windowSize), else full counts at
-// h's first cap (see firstCountCap); the claimed counts with either.
-func firstParams(h *sweepHints, after string, st settings, budget int) CountParams {
-	full := st.fullCap(budget)
-	if n, ok := windowFor(budget, h.nextK); st.cfg.weights == nil && ok && h.seenNamespaces >= n {
-		return CountParams{CapPerRoute: 1, After: after, Namespaces: n, Claimed: true}
-	}
-	return CountParams{CapPerRoute: h.firstCountCap(full), Claimed: true}
 }

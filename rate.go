@@ -1,11 +1,10 @@
 package backpressure
 
 import (
-	"github.com/outboxkit/backpressure/internal/limits"
-
 	"math"
-	"strconv"
 	"time"
+
+	"github.com/outboxkit/backpressure/internal/limits"
 )
 
 // Rate limits how fast a namespace's rows are started (claimed), cluster-wide,
@@ -52,23 +51,6 @@ const (
 
 // limited reports whether r limits anything.
 func (r Rate) limited() bool { return r.PerSecond > 0 }
-
-// checkRate validates a Rates value or DefaultRate.
-func checkRate(field string, r Rate) error {
-	switch {
-	case math.IsNaN(r.PerSecond) || math.IsInf(r.PerSecond, 0):
-		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be finite"}
-	case r.PerSecond < 0 || r.PerSecond > maxRatePerSecond:
-		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be between 0 (no limit) and 1e9"}
-	case r.Burst < 0 || r.Burst > maxBurst:
-		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be between 0 and " + strconv.Itoa(maxBurst)}
-	case r.PerSecond > 0 && r.Burst == 0:
-		return &ConfigError{Field: field + ".Burst", Value: 0, Reason: "must be at least 1 when PerSecond is set: a bucket that holds no whole token never starts a row"}
-	case r.PerSecond == 0 && r.Burst > 0:
-		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be 0 when PerSecond is 0 (no limit)"}
-	}
-	return nil
-}
 
 // rate returns namespace's rate.
 func (c *config) rate(namespace string) Rate {
