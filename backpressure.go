@@ -73,26 +73,11 @@ import (
 // change nothing; on a zero Backpressure the accessors answer for an empty
 // configuration (BatchSize 0, Quota 0, Weight 1, the zero OwnedShards).
 type Backpressure struct {
-	mu  sync.Mutex // guards set
-	set settings
+	mu    sync.Mutex // guards set and rates
+	set   settings
+	rates rateState // token buckets (rate.go)
 
-	// sem serialises sweeps and guards everything below. A channel rather
-	// than a mutex so that Sweep can give up waiting when its ctx is done.
-	sem chan struct{}
-
-	nsCursor    string            // last namespace that got a remainder unit
-	nsCursorSet bool              // whether nsCursor is meaningful
-	nsCursorAt  roundPos          // where in the round nsCursor got it
-	routeCursor map[string]string // namespace → last task queue that got a remainder unit
-	hints       sweepHints        // how the next sweep counts (counts.go)
-	ahead       *ahead            // the next sweep's counts, read ahead (ahead.go)
-	reads       sync.WaitGroup    // read-aheads still running, used or not (for tests)
-	lastEnd     time.Time         // when the last successful sweep returned
-	lastDur     time.Duration     // and how long it took
-	flights     flights           // claims in flight (counts.go); its own lock
-	planSeq     uint64            // plans installed by overlapped sweeps (sweep.go)
-	scratch     scratch
-	rates       rateState // token buckets (rate.go); guarded by mu
+	e engine // the sweep engine (engine.go): rotation, hints, reads ahead, claims in flight
 }
 
 // errNotNew is what Sweep and Plan return for a Backpressure not built by New.
@@ -121,11 +106,8 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backpressure{
-		set:         newSettings(c, f),
-		sem:         make(chan struct{}, 1),
-		routeCursor: make(map[string]string),
-	}
+	b := &Backpressure{set: newSettings(c, f)}
+	b.e = newEngine(b)
 	b.rates.dflt.at = b.rateNow() // every bucket starts empty now
 	return b, nil
 }
@@ -149,7 +131,7 @@ func newAt(cfg Config, f OwnedShardFraction, clock func() time.Time) (*Backpress
 // [BackpressureGate] built from the old batch size (by
 // handoff.WorkerQueueGateSweeps) must be built again.
 func (b *Backpressure) SetConfig(cfg Config) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	return b.SetConfigAt(cfg, b.rateNow())
@@ -159,7 +141,7 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 // [Rate]) refill under the old configuration up to t and under cfg after
 // it; a bucket keeps its tokens, up to cfg's burst.
 func (b *Backpressure) SetConfigAt(cfg Config, t time.Time) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	c, err := newConfig(cfg)
@@ -227,7 +209,7 @@ func (b *Backpressure) OwnedShards() OwnedShardFraction {
 // the zero OwnedShardFraction. On a nil Backpressure, or one not built with
 // [New], it returns an error matching [ErrInvalidConfig], as SetConfig does.
 func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	return b.SetOwnedShardsAt(f, b.rateNow())
@@ -238,7 +220,7 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 // after it, so that a node handing shards to another never lets the two
 // refill for the same shards at once.
 func (b *Backpressure) SetOwnedShardsAt(f OwnedShardFraction, t time.Time) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	if f.ShardCount() < 1 {
@@ -265,7 +247,7 @@ func (b *Backpressure) SetOwnedShardsAt(f OwnedShardFraction, t time.Time) error
 // allocations, the plan's two slices (scratch buffers grow to the largest
 // snapshot seen and are reused).
 func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return Plan{}, errNotNew
 	}
 	return b.PlanAt(s, b.rateNow())
@@ -275,17 +257,8 @@ func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
 // [Rate]) plan with the tokens their buckets hold at t. It spends no token:
 // the rows a claim returns do, through [Backpressure.SpendTokensAt].
 func (b *Backpressure) PlanAt(s Snapshot, t time.Time) (Plan, error) {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return Plan{}, errNotNew
 	}
-	b.sem <- struct{}{}
-	defer func() { <-b.sem }()
-	b.rates.planAt = t
-	defer func() { b.rates.planAt = time.Time{} }()
-	p, err := b.plan(s, b.current())
-	if err != nil {
-		return Plan{}, err
-	}
-	b.advanceCursors(false)
-	return p, nil
+	return b.e.planAt(s, t)
 }

@@ -73,7 +73,7 @@ func (b *Backpressure) pendingCountCap() int {
 // routes: sweepOn checks), so the plan is max-min fair at level 0: one row
 // each to the first B active namespaces after the rotation cursor, all
 // inside the window. It reports false when n would overflow.
-func (b *Backpressure) windowSize(claimed map[string]int, st settings, budget int) (int, bool) {
+func windowSize(claimed map[string]int, st settings, budget int) (int, bool) {
 	k := st.zeroCeilings
 	for ns, c := range claimed {
 		if atCeiling(st.cfg.ceiling(st.f, ns), c) {
@@ -112,30 +112,6 @@ func guessK(p Plan, st settings) int {
 		}
 	}
 	return k
-}
-
-// after returns where the next window starts: the rotation cursor, or ""
-// before the first remainder unit. A window is counted only when no
-// namespace is weighted, and then a cursor left inside a round by weights
-// set before (see roundPos) starts the next round at the first namespace.
-func (b *Backpressure) after() string {
-	if b.nsCursorSet && b.nsCursorAt.num == 0 {
-		return b.nsCursor
-	}
-	return ""
-}
-
-// afterAdvance returns what after will return once the last plan's cursor
-// moves are installed (advanceCursors): where the next sweep's window
-// starts, for a read-ahead.
-func (b *Backpressure) afterAdvance() string {
-	if sc := &b.scratch; sc.nsCursorMove {
-		if sc.nsCursorAt.num == 0 {
-			return sc.nsCursor
-		}
-		return ""
-	}
-	return b.after()
 }
 
 // addGrants returns claimed (not changed) plus grants per namespace:

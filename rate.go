@@ -100,7 +100,6 @@ func (k bucket) refill(r Rate, f OwnedShardFraction, t time.Time) float64 {
 type rateState struct {
 	buckets map[string]bucket
 	dflt    bucket
-	planAt  time.Time // the time PlanAt plans at; zero: the clock. Guarded by sem.
 }
 
 // rateNow is the clock rates read when no time is given: b's clock
@@ -175,7 +174,7 @@ func (b *Backpressure) tokensAt(ns []nsWork, st settings, t time.Time) {
 
 // SpendTokens is SpendTokensAt with the Backpressure's clock.
 func (b *Backpressure) SpendTokens(started map[string]int) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	return b.SpendTokensAt(started, b.rateNow())
@@ -190,7 +189,7 @@ func (b *Backpressure) SpendTokens(started map[string]int) error {
 // rate limit are ignored. It returns an error matching [ErrInvalidSnapshot],
 // and spends nothing, if a count is negative. Cost: O(len(started)).
 func (b *Backpressure) SpendTokensAt(started map[string]int, t time.Time) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	for ns, n := range started {
@@ -215,7 +214,7 @@ func (b *Backpressure) SpendTokensAt(started map[string]int, t time.Time) error 
 // namespace has no rate limit or the node owns no shard (its bucket never
 // refills), or b was not built with [New]. It spends nothing. Cost: O(1).
 func (b *Backpressure) NextTokenAt(namespace string, t time.Time) (due time.Time, ok bool) {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return time.Time{}, false
 	}
 	b.mu.Lock()
