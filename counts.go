@@ -9,7 +9,8 @@ import (
 
 // sweepHints is what one sweep learns for the next: how deep and how wide
 // to count. It never changes a plan, only the reads that lead to it (see
-// sweepOn); the rotation cursors, which do change plans, are Backpressure's.
+// sweeper.read); the rotation cursors, which do change plans, are the
+// engine's (rotation).
 type sweepHints struct {
 	seenNamespaces int  // namespaces with pending rows at the last sweep (MaxInt: more than its window)
 	lastMaxLimit   int  // the largest route limit of the last sweep
@@ -21,7 +22,7 @@ type sweepHints struct {
 // c = min(full, 2·m + 1) for m the largest route limit of the last sweep (0
 // if it claimed nothing), and full for the first sweep. A plan from counts
 // capped at c is the plan full counts give unless some route is granted c
-// (see sweepOn), so c only has to pass the grants a sweep is likely to
+// (then sweeper.planFull counts again at full), so c only has to pass the grants a sweep is likely to
 // make: the last sweep's, with room to double.
 func (h *sweepHints) firstCountCap(full int) int {
 	if !h.sweptOnce || h.lastMaxLimit >= full/2 {
@@ -40,7 +41,8 @@ func (h *sweepHints) record(out sweepResult) {
 }
 
 // pendingCountCap returns the deepest bound Sweep passes to
-// CountPendingOutboxRows (a sweep often counts shallower first: see sweepOn):
+// CountPendingOutboxRows (a sweep often counts shallower first: see
+// sweeper.planFull):
 //
 //	cap = max(1, min(B′, max_q Ceiling(q)))
 //
@@ -70,7 +72,7 @@ func (b *Backpressure) pendingCountCap() int {
 // (DefaultQuota is ≥ 1 or Unlimited), or from owning no shards, when no row
 // is claimable and k does not matter. Among any n namespaces with claimable
 // rows at least B + 1 are then active (unless some have only invalid
-// routes: sweepOn checks), so the plan is max-min fair at level 0: one row
+// routes: sweeper.planWindow checks), so the plan is max-min fair at level 0: one row
 // each to the first B active namespaces after the rotation cursor, all
 // inside the window. It reports false when n would overflow.
 func windowSize(claimed map[string]int, st settings, budget int) (int, bool) {
