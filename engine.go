@@ -351,10 +351,10 @@ type sweeper[R any] struct {
 	counter   Counter // store's, nil if it is none
 	readAhead bool    // back to back with the last sweep: counts read ahead may serve (SweepAhead)
 
-	// The grants of claims in flight on b when the sweep began (overlapped
-	// sweeps'). A count may or may not see them, so every count is read
-	// deeper and wider by them and corrected as counts read ahead are
-	// (see docs/engine.md): K + g for claimed, min(max(0, P − g), c) for
+	// The grants of claims in flight on the engine when the sweep began
+	// (overlapped sweeps'). A count may or may not see them, so every count
+	// is read deeper and wider by them and corrected as counts read ahead
+	// are (see docs/engine.md): K + g for claimed, min(max(0, P − g), c) for
 	// pending.
 	inflight []ScopedClaim
 	deeper   int // the largest Σ g over one route
