@@ -6,25 +6,6 @@ import (
 	"sync/atomic"
 )
 
-// SweepAhead is [SweepN] for a caller that sweeps again at once while
-// sweeps come back full (a dispatcher draining a backlog), possibly from
-// several goroutines. It reads the next sweep's counts beside a full
-// sweep's claim, and the next SweepAhead within the last one's duration
-// plans from them, corrected by every grant since the read
-// (K′ = K + Σg, P′ = min(max(0, P − Σg), c)). And it lets the next plan
-// start while its claim is in flight; that plan counts the grants in flight
-// as claimed and no longer pending. Plans stay one at a time, in order.
-//
-// Every ceiling and the budget per plan hold as with [Sweep], given shard
-// ownership that never overlaps; rows enqueued since a read wait a few
-// sweeps. The store must be safe for concurrent use, and ctx should outlive
-// the call (a read-ahead runs under it). Errors are as for Sweep, but a
-// failed claim leaves the rotation to a plan made meanwhile, if any.
-// docs/engine.md has the mechanism.
-func SweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R], n int) ([]R, Plan, error) {
-	return sweepN(ctx, b, store, n, sweepMode{readAhead: true, overlap: true})
-}
-
 // ahead is the next sweep's counts, read while a SweepAhead's claim runs.
 // The fields above done are set before the read starts; those below it by
 // the read, before done is closed (and never changed after); claims and
@@ -53,7 +34,7 @@ type ahead struct {
 const aheadHops = 4
 
 // noExpiry turns off the back-to-back test that decides whether a sweep
-// reads ahead and may use counts read ahead (see sweepN), for tests that need a read-ahead
+// reads ahead and may use counts read ahead (see sweepAhead), for tests that need a read-ahead
 // started and used whatever the machine's pace.
 var noExpiry = false
 
@@ -62,13 +43,14 @@ var noExpiry = false
 // grants in flight when it starts (out's own among them) and by those of
 // every sweep that plans from it, so it counts deeper by them, and by the
 // grants of aheadHops − 1 more sweeps like this one. ctx is the sweep's.
-func startReadAhead[R any](ctx context.Context, b *Backpressure, s *sweeper[R], out sweepResult) *ahead {
-	h := b.hints
+func startReadAhead[R any](ctx context.Context, s *sweeper[R], out sweepResult) *ahead {
+	e := s.e
+	h := e.hints
 	h.record(out)
-	want := firstParams(&h, b.afterAdvance(), s.st, s.budget)
+	want := firstParams(&h, e.rot.after(out.moves), s.st, s.budget)
 	// The grants are copied: the plan's Claims are the caller's, who may
 	// change them before the next sweep corrects the counts by them.
-	a := &ahead{gen: s.st.gen, want: want, claims: b.flights.grants(), done: make(chan struct{})}
+	a := &ahead{gen: s.st.gen, want: want, claims: e.flights.grants(), done: make(chan struct{})}
 	ask := want
 	if want.Namespaces == 0 {
 		// Deep enough that a route counted to c before the claims in flight
@@ -85,14 +67,44 @@ func startReadAhead[R any](ctx context.Context, b *Backpressure, s *sweeper[R], 
 	}
 	var rctx context.Context
 	rctx, a.cancel = context.WithCancel(ctx)
-	b.reads.Add(1)
+	e.reads.Add(1)
 	counter := s.counter
 	go func() {
-		defer b.reads.Done()
+		defer e.reads.Done()
 		defer close(a.done)
 		a.claimed, a.pending, a.err = counter.CountOutboxRows(rctx, s.st.f, ask)
 	}()
 	return a
+}
+
+// takeAhead returns the counts carried from a read-ahead, corrected, if
+// they serve the sweep s (take) would ask its Counter for (firstParams).
+// It always releases carried.
+func takeAhead[R any](ctx context.Context, s *sweeper[R], carried *ahead) (counts, bool) {
+	if s.counter == nil {
+		return counts{}, false
+	}
+	p := firstParams(&s.e.hints, s.e.rot.after(moves{}), s.st, s.budget)
+	claimed, pending, want, ok := carried.take(ctx, s.st, s.store, p)
+	if !ok {
+		return counts{}, false
+	}
+	return counts{claimed: claimed, pending: pending, p: want, claimedToo: true, ahead: true}, true
+}
+
+// nextAhead returns the next sweep's counts after a full plan out (one
+// that used the whole budget: the next sweep may come at once): the counts
+// out was planned from, if they serve once more (passOn), else counts read
+// while this claim runs (startReadAhead). Otherwise, or when s is not back
+// to back with the last sweep or its store is no Counter, nil.
+func nextAhead[R any](ctx context.Context, s *sweeper[R], carried *ahead, out sweepResult) *ahead {
+	if !s.readAhead || s.counter == nil || sumLimits(out.plan.Claims) != s.budget {
+		return nil
+	}
+	if out.reused && carried.passOn(out.plan, s.budget) {
+		return carried
+	}
+	return startReadAhead(ctx, s, out)
 }
 
 // markShort makes a unusable: the claim of the sweep that read it came
@@ -111,7 +123,7 @@ func (a *ahead) drop() {
 }
 
 // take returns the corrected counts of a, if a is usable for a sweep on
-// store with st that would ask p (see SweepAhead; sweepN has already
+// store with st that would ask p (see SweepAhead; sweepAhead has already
 // dropped a read-ahead too old to use), and false otherwise. It waits for
 // the read to finish, or for ctx. It always releases a.
 func (a *ahead) take(ctx context.Context, st settings, store any, p CountParams) (map[string]int, []RouteCount, CountParams, bool) {
@@ -201,23 +213,4 @@ func (a *ahead) passOn(plan Plan, budget int) bool {
 	}
 	a.claims = append(a.claims, plan.Claims...)
 	return true
-}
-
-// addSat is a + b for b ≥ 0, saturating at the largest int.
-func addSat(a, b int) int {
-	s, _ := addOver(a, b, false)
-	return s
-}
-
-// firstParams returns the first count a sweep with budget asks of a
-// Counter, with hints h and the window starting after after: a window of
-// budget + k + 1 namespaces at cap 1 when the last sweep saw at least that
-// many and no namespace is weighted (see windowSize), else full counts at
-// h's first cap (see firstCountCap); the claimed counts with either.
-func firstParams(h *sweepHints, after string, st settings, budget int) CountParams {
-	full := st.fullCap(budget)
-	if n, ok := windowFor(budget, h.nextK); st.cfg.weights == nil && ok && h.seenNamespaces >= n {
-		return CountParams{CapPerRoute: 1, After: after, Namespaces: n, Claimed: true}
-	}
-	return CountParams{CapPerRoute: h.firstCountCap(full), Claimed: true}
 }

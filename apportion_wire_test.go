@@ -151,7 +151,7 @@ func TestSharesCountCapAndWindow(t *testing.T) {
 			}
 		}
 		want, _ := windowFor(w.cfg.BatchSize, k)
-		if n, _ := b.windowSize(w.snap.Claimed, st, w.cfg.BatchSize); n != want {
+		if n, _ := windowSize(w.snap.Claimed, st, w.cfg.BatchSize); n != want {
 			t.Fatalf("windowSize = %d, want B + k + 1 = %d with k = %d from the plan", n, want, k)
 		}
 	})

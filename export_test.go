@@ -20,14 +20,14 @@ func SetAheadNoExpiry() (restore func()) {
 
 // WaitAhead waits until every read-ahead b started has finished, used or
 // not, so that a test can change its store without racing a read.
-func WaitAhead(b *Backpressure) { b.reads.Wait() }
+func WaitAhead(b *Backpressure) { b.e.reads.Wait() }
 
 // AheadPending reports whether b holds counts read ahead for its next
 // SweepAhead.
 func AheadPending(b *Backpressure) bool {
-	b.sem <- struct{}{}
-	defer func() { <-b.sem }()
-	return b.ahead != nil
+	b.e.sem <- struct{}{}
+	defer b.e.unlock()
+	return b.e.ahead != nil
 }
 
 // NewAt is New with the clock rates read when no time is given.

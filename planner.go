@@ -265,6 +265,29 @@ func (p Plan) LogValue() slog.Value {
 // is 0 while every weight is 1.
 type roundPos struct{ num, den int }
 
+// rotation is where the remainder units stand between plans: the planner's
+// only state. A plan reads it and returns the moves that advance it; the
+// caller installs them (advance) once the plan's claim succeeds.
+type rotation struct {
+	nsCursor    string            // last namespace that got a remainder unit
+	nsCursorSet bool              // whether nsCursor is meaningful
+	nsCursorAt  roundPos          // where in the round nsCursor got it
+	routeCursor map[string]string // namespace → last task queue that got a remainder unit
+}
+
+// moves is what one plan moves the rotation by: the namespace cursor, if
+// ns, to nsCursor at nsAt, and the route cursors of routes. routes is the
+// planner's scratch, valid until the next plan.
+type moves struct {
+	ns       bool
+	nsCursor string
+	nsAt     roundPos
+	routes   []routeCursorUpdate
+}
+
+// routeCursorUpdate is a route cursor to install when the plan commits.
+type routeCursorUpdate struct{ namespace, taskQueue string }
+
 // nsWork is a namespace's report while planning, with its routes'
 // range [lo, hi) in scratch.routes, and whether its Pending saturated.
 // Until the reports are finished, Pending counts the valid routes' rows
@@ -277,71 +300,81 @@ type nsWork struct {
 	validName   bool // the namespace passes Route.Validate
 }
 
-// routeCursorUpdate is a route cursor to install when the plan commits.
-type routeCursorUpdate struct{ namespace, taskQueue string }
-
-// scratch holds the buffers Plan reuses from sweep to sweep, and the cursor
-// moves of the last plan, applied by advanceCursors.
+// scratch holds the buffers the planner reuses from plan to plan.
 type scratch struct {
-	routes  []RouteCount
-	ns      []nsWork
-	active  []int // indices into ns of namespaces with demand
-	caps    []int
-	grants  []int
-	weights []int // parallel to active, for a weighted fill
-	turns   []int // scratch of fillWeighted, parallel to active
-	cands   []int // scratch of fillWeighted
-	limits  []int // per route, parallel to routes
-
-	nsCursor     string
-	nsCursorAt   roundPos
-	nsCursorMove bool
-	routeMoves   []routeCursorUpdate
+	routes     []RouteCount
+	ns         []nsWork
+	active     []int // indices into ns of namespaces with demand
+	caps       []int
+	grants     []int
+	weights    []int // parallel to active, for a weighted fill
+	turns      []int // scratch of fillWeighted, parallel to active
+	cands      []int // scratch of fillWeighted
+	limits     []int // per route, parallel to routes
+	routeMoves []routeCursorUpdate
 }
 
 // cmpRoute orders route counts by route (see [Route.Compare]).
 func cmpRoute(a, b RouteCount) int { return a.Route.Compare(b.Route) }
 
-// plan computes the plan for s with st without changing b's cursors;
-// advanceCursors installs the cursor moves it recorded. The caller holds
-// b.sem.
-func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
-	sc := &b.scratch
-	sc.nsCursorMove = false
-	sc.routeMoves = sc.routeMoves[:0]
-	cfg := st.cfg
-
-	budget := cfg.batchSize
+// prepare is the planner's first step: it validates s and groups its
+// routes and claimed counts by namespace into sc.ns, and returns the
+// plan's budget and s's routes, ordered. Without rates every namespace's
+// tokens are Unlimited; with them the caller fills them in (tokensAt)
+// before decide.
+func (sc *scratch) prepare(s Snapshot, st settings) (int, []RouteCount, error) {
+	budget := st.cfg.batchSize
 	if s.Budget < 0 {
-		return Plan{}, &SnapshotError{Count: s.Budget, Reason: "negative budget"}
+		return 0, nil, &SnapshotError{Count: s.Budget, Reason: "negative budget"}
 	} else if s.Budget > 0 {
 		budget = min(budget, s.Budget)
 	}
+	routes, err := sc.group(s.Pending)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := sc.placeClaimed(s.Claimed); err != nil {
+		return 0, nil, err
+	}
+	if !st.cfg.hasRates() {
+		for i := range sc.ns {
+			sc.ns[i].tokens = Unlimited
+		}
+	}
+	return budget, routes, nil
+}
 
-	// Validate and group the routes in one pass over the caller's slice,
-	// which is used in place (never written) when it is already ordered,
-	// as stores return it. Otherwise copy, order and group again.
-	routes := s.Pending
+// group validates and groups pending by namespace into sc.ns in one pass
+// over the caller's slice, which is used in place (never written) when it
+// is already ordered, as stores return it. Otherwise it copies, orders and
+// groups again. It returns the routes, ordered.
+func (sc *scratch) group(pending []RouteCount) ([]RouteCount, error) {
+	routes := pending
 	ns, sorted, err := groupRoutes(sc.ns[:0], routes, true)
 	if err != nil {
-		return Plan{}, err
+		return nil, err
 	}
 	if !sorted {
-		routes = append(sc.routes[:0], s.Pending...)
+		routes = append(sc.routes[:0], pending...)
 		slices.SortFunc(routes, cmpRoute)
 		sc.routes = routes
 		if ns, _, err = groupRoutes(ns[:0], routes, false); err != nil {
-			return Plan{}, err
+			return nil, err
 		}
 	}
-	nPending := len(ns)
+	sc.ns = ns
+	return routes, nil
+}
 
-	// Claimed counts: validate all, and report namespaces that have claimed
-	// rows but nothing pending.
+// placeClaimed validates claimed and sets the Claimed of each namespace of
+// sc.ns, adding, in order, those with claimed rows and nothing pending.
+func (sc *scratch) placeClaimed(claimed map[string]int) error {
+	ns := sc.ns
+	nPending := len(ns)
 	found, negative := 0, false
-	if len(s.Claimed) > 0 {
+	if len(claimed) > 0 {
 		for i := range ns {
-			if c, ok := s.Claimed[ns[i].Namespace]; ok {
+			if c, ok := claimed[ns[i].Namespace]; ok {
 				ns[i].Claimed = c
 				found++
 				negative = negative || c < 0
@@ -349,12 +382,12 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 		}
 	}
 	extra := false
-	if found < len(s.Claimed) || negative { // else every count is checked and placed
-		for name, c := range s.Claimed {
+	if found < len(claimed) || negative { // else every count is checked and placed
+		for name, c := range claimed {
 			if c < 0 {
-				return Plan{}, &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
+				return &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
 			}
-			if found == len(s.Claimed) || c == 0 {
+			if found == len(claimed) || c == 0 {
 				continue
 			}
 			if _, ok := slices.BinarySearchFunc(ns[:nPending], name, func(w nsWork, name string) int {
@@ -369,26 +402,33 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 		slices.SortFunc(ns, func(a, b nsWork) int { return strings.Compare(a.Namespace, b.Namespace) })
 	}
 	sc.ns = ns
+	return nil
+}
 
-	// Ceilings, tokens, headroom and demand.
-	if cfg.hasRates() {
-		t := b.rates.planAt
-		if t.IsZero() {
-			t = b.rateNow()
-		}
-		b.tokensAt(ns, st, t)
-	} else {
-		for i := range ns {
-			ns[i].tokens = Unlimited
-		}
-	}
+// decide is the planner's second step, a pure function of what prepare
+// grouped (with tokens), st and the rotation r, which it only reads: the
+// demands, the grants across namespaces, their split over routes, and the
+// plan with the moves that advance r.
+func (sc *scratch) decide(st settings, r *rotation, budget int, routes []RouteCount) (Plan, moves) {
+	sc.routeMoves = sc.routeMoves[:0]
+	total, over, maxWeight := sc.demand(st)
+	m := sc.grant(r, budget, total, over, maxWeight)
+	nClaims := sc.split(routes, r)
+	m.routes = sc.routeMoves
+	return sc.report(budget, routes, nClaims), m
+}
+
+// demand fills in each namespace's quota, ceiling, weight, headroom and
+// demand, lists those with demand in sc.active, and returns Σ d_n (over:
+// it passed math.MaxInt) and their largest weight.
+func (sc *scratch) demand(st settings) (total int, over bool, maxWeight int) {
+	cfg, ns := st.cfg, sc.ns
 	active := sc.active[:0]
-	totalDemand, demandOver := 0, false // demandOver: Σ d_n passed math.MaxInt
-	maxWeight := 1                      // over the namespaces with demand
+	maxWeight = 1
 	for i := range ns {
 		w := &ns[i]
 		w.Quota = cfg.quota(w.Namespace)
-		w.Ceiling = st.f.CeilingFor(w.Namespace, w.Quota, st.cfg.apportion)
+		w.Ceiling = st.f.CeilingFor(w.Namespace, w.Quota, cfg.apportion)
 		w.Weight = 1
 		if cfg.weights != nil {
 			w.Weight = cfg.weight(w.Namespace)
@@ -405,86 +445,106 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 		}
 		if w.Demand > 0 {
 			active = append(active, i)
-			totalDemand, demandOver = addOver(totalDemand, w.Demand, demandOver)
+			total, over = addOver(total, w.Demand, over)
 			maxWeight = max(maxWeight, w.Weight)
 		}
 	}
 	sc.active = active
+	return total, over, maxWeight
+}
 
-	// Grants across namespaces.
-	if !demandOver && totalDemand <= budget {
+// grant shares budget over the active namespaces' demands: each its whole
+// demand when they fit, else max-min fairly (by weight) from the cursor of
+// r. It returns the namespace cursor's move.
+func (sc *scratch) grant(r *rotation, budget, total int, over bool, maxWeight int) moves {
+	ns, active := sc.ns, sc.active
+	if !over && total <= budget {
 		for _, i := range active {
 			ns[i].Granted = ns[i].Demand
 		}
-	} else {
-		caps := sc.caps[:0]
-		for _, i := range active {
-			caps = append(caps, ns[i].Demand)
-		}
-		start := 0
-		if b.nsCursorSet {
-			start, _ = slices.BinarySearchFunc(active, b.nsCursor, func(i int, name string) int {
-				return strings.Compare(ns[i].Namespace, name)
-			})
-			if start < len(active) && ns[active[start]].Namespace == b.nsCursor {
-				start++
-			}
-		}
-		grants := growInts(sc.grants, len(caps))
-		last, at := -1, roundPos{}
-		if maxWeight == 1 {
-			// Every turn is at position 0 of its round, so a cursor
-			// inside a round (left by weights set before) is at the
-			// round's end: the next round starts at the first namespace.
-			if b.nsCursorAt.num != 0 {
-				start = 0
-			}
-			last = fill(caps, grants, budget, start)
-		} else {
-			weights := sc.weights[:0]
-			for _, i := range active {
-				weights = append(weights, ns[i].Weight)
-			}
-			sc.weights = weights
-			sc.turns = growInts(sc.turns, len(caps))
-			last, at, sc.cands = fillWeighted(caps, weights, grants, sc.turns, budget, start, b.nsCursorAt, sc.cands[:0])
-		}
-		if last >= 0 {
-			sc.nsCursor, sc.nsCursorAt, sc.nsCursorMove = ns[active[last]].Namespace, at, true
-		}
-		for k, i := range active {
-			ns[i].Granted = grants[k]
-		}
-		sc.caps, sc.grants = caps, grants
+		return moves{}
 	}
+	caps := sc.caps[:0]
+	for _, i := range active {
+		caps = append(caps, ns[i].Demand)
+	}
+	start := 0
+	if r.nsCursorSet {
+		start, _ = slices.BinarySearchFunc(active, r.nsCursor, func(i int, name string) int {
+			return strings.Compare(ns[i].Namespace, name)
+		})
+		if start < len(active) && ns[active[start]].Namespace == r.nsCursor {
+			start++
+		}
+	}
+	grants := growInts(sc.grants, len(caps))
+	last, at := -1, roundPos{}
+	if maxWeight == 1 {
+		// Every turn is at position 0 of its round, so a cursor inside a
+		// round (left by weights set before) is at the round's end: the
+		// next round starts at the first namespace.
+		if r.nsCursorAt.num != 0 {
+			start = 0
+		}
+		last = fill(caps, grants, budget, start)
+	} else {
+		weights := sc.weights[:0]
+		for _, i := range active {
+			weights = append(weights, ns[i].Weight)
+		}
+		sc.weights = weights
+		sc.turns = growInts(sc.turns, len(caps))
+		last, at, sc.cands = fillWeighted(caps, weights, grants, sc.turns, budget, start, r.nsCursorAt, sc.cands[:0])
+	}
+	for k, i := range active {
+		ns[i].Granted = grants[k]
+	}
+	sc.caps, sc.grants = caps, grants
+	if last < 0 {
+		return moves{}
+	}
+	return moves{ns: true, nsCursor: ns[active[last]].Namespace, nsAt: at}
+}
 
-	// Split each grant over the namespace's routes, and finish the reports.
+// split splits each granted namespace's grant over its routes into
+// sc.limits (recording route cursor moves), finishes every report's
+// Pending, Held and Reason, and returns the number of claims.
+func (sc *scratch) split(routes []RouteCount, r *rotation) int {
 	limits := growInts(sc.limits, len(routes)) // written only in granted namespaces' ranges
+	sc.limits = limits
 	nClaims := 0
-	for i := range ns {
-		w := &ns[i]
+	for i := range sc.ns {
+		w := &sc.ns[i]
 		if w.Granted > 0 {
-			nClaims += b.splitRoutes(w, routes, limits)
+			nClaims += sc.splitRoutes(w, routes, limits, r)
 		}
 		w.Pending, _ = addOver(w.Pending, w.Invalid, w.pendingOver)
 		w.Held = w.Pending - w.Granted
-		switch {
-		case w.Held == 0:
-			w.Reason = HeldNone
-		case w.Invalid > 0:
-			w.Reason = HeldInvalidRoute
-		case w.Quota == 0:
-			w.Reason = HeldPaused
-		case w.Granted < w.Demand:
-			w.Reason = HeldBudget
-		case w.tokens != Unlimited && w.tokens == w.Demand && (w.Headroom == Unlimited || w.tokens < w.Headroom):
-			w.Reason = HeldRate
-		default:
-			w.Reason = HeldAtCeiling
-		}
+		w.Reason = w.holdReason()
 	}
-	sc.limits = limits
+	return nClaims
+}
 
+// holdReason is why w's rows were held, once it is granted.
+func (w *nsWork) holdReason() HoldReason {
+	switch {
+	case w.Held == 0:
+		return HeldNone
+	case w.Invalid > 0:
+		return HeldInvalidRoute
+	case w.Quota == 0:
+		return HeldPaused
+	case w.Granted < w.Demand:
+		return HeldBudget
+	case w.tokens != Unlimited && w.tokens == w.Demand && (w.Headroom == Unlimited || w.tokens < w.Headroom):
+		return HeldRate
+	}
+	return HeldAtCeiling
+}
+
+// report builds the plan from the finished reports and route limits.
+func (sc *scratch) report(budget int, routes []RouteCount, nClaims int) Plan {
+	ns, limits := sc.ns, sc.limits
 	p := Plan{
 		Budget:     budget,
 		Namespaces: make([]NamespaceReport, len(ns)),
@@ -494,7 +554,7 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 	}
 	if nClaims > 0 {
 		p.Claims = make([]ScopedClaim, 0, nClaims)
-		for _, i := range active {
+		for _, i := range sc.active {
 			if w := &ns[i]; w.Granted > 0 {
 				for j := w.lo; j < w.hi; j++ {
 					if limits[j] > 0 {
@@ -504,7 +564,7 @@ func (b *Backpressure) plan(s Snapshot, st settings) (Plan, error) {
 			}
 		}
 	}
-	return p, nil
+	return p
 }
 
 // groupRoutes validates routes and appends one nsWork per namespace with
@@ -602,9 +662,9 @@ func first8(s string) uint64 {
 		uint64(s[4])<<24 | uint64(s[5])<<16 | uint64(s[6])<<8 | uint64(s[7])
 }
 
-// splitRoutes splits w.Granted over w's routes into limits and returns the
-// number of routes that got a limit.
-func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int) int {
+// splitRoutes splits w.Granted over w's routes into limits, from the route
+// cursor of r, and returns the number of routes that got a limit.
+func (sc *scratch) splitRoutes(w *nsWork, routes []RouteCount, limits []int, r *rotation) int {
 	rs := routes[w.lo:w.hi]
 	ls := limits[w.lo:w.hi]
 	if w.Granted == w.Pending && !w.pendingOver && w.Invalid == 0 {
@@ -617,7 +677,6 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 		}
 		return n
 	}
-	sc := &b.scratch
 	caps := sc.caps[:0]
 	for _, r := range rs {
 		if w.Invalid > 0 && r.Route.Validate() != nil {
@@ -628,7 +687,7 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	}
 	sc.caps = caps
 	start := 0
-	if cur, ok := b.routeCursor[w.Namespace]; ok {
+	if cur, ok := r.routeCursor[w.Namespace]; ok {
 		start, _ = slices.BinarySearchFunc(rs, cur, func(r RouteCount, tq string) int {
 			return strings.Compare(r.Route.TaskQueue, tq)
 		})
@@ -648,30 +707,79 @@ func (b *Backpressure) splitRoutes(w *nsWork, routes []RouteCount, limits []int)
 	return n
 }
 
-// advanceCursors installs the cursor moves of the last plan; windowed says
-// the plan's snapshot covered only a window of the namespaces. The caller
-// holds b.sem.
-func (b *Backpressure) advanceCursors(windowed bool) {
-	sc := &b.scratch
-	if sc.nsCursorMove {
-		b.nsCursor, b.nsCursorAt, b.nsCursorSet = sc.nsCursor, sc.nsCursorAt, true
+// advance installs a plan's moves m; live are the plan's reports, and
+// windowed says its snapshot covered only a window of the namespaces.
+func (r *rotation) advance(m moves, live []NamespaceReport, windowed bool) {
+	if m.ns {
+		r.nsCursor, r.nsCursorAt, r.nsCursorSet = m.nsCursor, m.nsAt, true
 	}
-	for _, m := range sc.routeMoves {
-		b.routeCursor[m.namespace] = m.taskQueue
+	for _, u := range m.routes {
+		r.routeCursor[u.namespace] = u.taskQueue
 	}
 	// Forget the cursors of namespaces that went away, so memory follows
 	// the live namespaces rather than every namespace ever seen. Only a
 	// full count says which went away: after a windowed one, the
 	// namespaces beyond the window are still there, and their cursors are
 	// still needed when the rotation reaches them.
-	if !windowed && len(b.routeCursor) > 2*len(sc.ns)+64 {
-		keep := make(map[string]string, len(sc.ns))
-		for _, w := range sc.ns {
-			if tq, ok := b.routeCursor[w.Namespace]; ok {
+	if !windowed && len(r.routeCursor) > 2*len(live)+64 {
+		keep := make(map[string]string, len(live))
+		for _, w := range live {
+			if tq, ok := r.routeCursor[w.Namespace]; ok {
 				keep[w.Namespace] = tq
 			}
 		}
-		b.routeCursor = keep
+		r.routeCursor = keep
+	}
+}
+
+// after returns where the next window starts once m is installed (no
+// moves: where it starts now): the namespace cursor, or "" before the
+// first remainder unit. A window is counted only when no namespace is
+// weighted, and then a cursor left inside a round by weights set before
+// (see roundPos) starts the next round at the first namespace.
+func (r *rotation) after(m moves) string {
+	cursor, at, set := r.nsCursor, r.nsCursorAt, r.nsCursorSet
+	if m.ns {
+		cursor, at, set = m.nsCursor, m.nsAt, true
+	}
+	if set && at.num == 0 {
+		return cursor
+	}
+	return ""
+}
+
+// rotationUndo is the rotation as it was before a plan's moves.
+type rotationUndo struct {
+	nsCursor    string
+	nsCursorSet bool
+	nsCursorAt  roundPos
+	routes      []routeUndo
+}
+
+type routeUndo struct {
+	namespace, taskQueue string
+	present              bool
+}
+
+// undoOf returns what undoes m once installed on r as it is now.
+func (r *rotation) undoOf(m moves) rotationUndo {
+	u := rotationUndo{nsCursor: r.nsCursor, nsCursorSet: r.nsCursorSet, nsCursorAt: r.nsCursorAt}
+	for _, mv := range m.routes {
+		tq, ok := r.routeCursor[mv.namespace]
+		u.routes = append(u.routes, routeUndo{mv.namespace, tq, ok})
+	}
+	return u
+}
+
+// undo restores the rotation u saved. No moves have been installed since.
+func (r *rotation) undo(u rotationUndo) {
+	r.nsCursor, r.nsCursorSet, r.nsCursorAt = u.nsCursor, u.nsCursorSet, u.nsCursorAt
+	for _, ru := range slices.Backward(u.routes) {
+		if ru.present {
+			r.routeCursor[ru.namespace] = ru.taskQueue
+		} else {
+			delete(r.routeCursor, ru.namespace)
+		}
 	}
 }
 
@@ -762,18 +870,42 @@ func fill(caps, grants []int, budget, start int) int {
 // Cost: O(len(caps)·(log budget + log W)), plus O(k log k) to sort the k
 // turns of step 3.
 func fillWeighted(caps, weights, grants, turns []int, budget, start int, at roundPos, cands []int) (int, roundPos, []int) {
-	p, q := at.num, max(at.den, 1)
-	for i, w := range weights {
-		// The first turn at or after at: a turn exactly at at comes
-		// after the cursor only for a namespace after the cursor's.
+	wk := weightedWalk{caps: caps, weights: weights, grants: grants, turns: turns, p: at.num, q: max(at.den, 1)}
+	wk.firstTurns(start)
+	rem := wk.wholeRounds(budget)
+	if rem == 0 {
+		return -1, roundPos{}, cands
+	}
+	x := wk.withinRound(rem)
+	return wk.lastTurns(x, rem, cands)
+}
+
+// weightedWalk is fillWeighted's state: its arguments, the cursor's
+// position p/q, and W (wmax), the largest weight of an index below its cap
+// after whole rounds.
+type weightedWalk struct {
+	caps, weights, grants, turns []int
+	p, q, wmax                   int
+}
+
+// firstTurns sets each index's first turn at or after the cursor: a turn
+// exactly at it comes after the cursor only for a namespace after the
+// cursor's (index ≥ start).
+func (wk *weightedWalk) firstTurns(start int) {
+	p, q := wk.p, wk.q
+	for i, w := range wk.weights {
 		j := p * w / q
 		if p*w%q != 0 || i < start {
 			j++
 		}
-		turns[i] = j
+		wk.turns[i] = j
 	}
+}
 
-	// 1. Whole rounds.
+// wholeRounds is step 1: it grants the most whole rounds that fit budget
+// and returns the units left, R.
+func (wk *weightedWalk) wholeRounds(budget int) int {
+	caps, weights := wk.caps, wk.weights
 	share := func(i, m int) int { // min(caps[i], m·weights[i]), without overflow
 		if c, w := caps[i], weights[i]; m > (c-1)/w {
 			return c
@@ -804,32 +936,35 @@ func fillWeighted(caps, weights, grants, turns []int, budget, start int, at roun
 		}
 	}
 	rem := budget
-	wmax := 1
+	wk.wmax = 1
 	for i := range caps {
-		grants[i] = share(i, lo)
-		rem -= grants[i]
-		if grants[i] < caps[i] {
-			wmax = max(wmax, weights[i])
+		wk.grants[i] = share(i, lo)
+		rem -= wk.grants[i]
+		if wk.grants[i] < caps[i] {
+			wk.wmax = max(wk.wmax, weights[i])
 		}
 	}
-	if rem == 0 {
-		return -1, roundPos{}, cands
-	}
+	return rem
+}
 
-	// 2. Within the next round: turns of index i at positions ≤ at + x/W,
-	// among the first min(caps[i] − grants[i], weights[i]).
-	upTo := func(i, x int) int {
-		if x < 0 {
-			return 0
-		}
-		w := weights[i]
-		k := (p*wmax+x*q)*w/(q*wmax) - turns[i] + 1
-		return max(0, min(k, caps[i]-grants[i], w))
+// upTo counts the turns of index i in the next round at positions
+// ≤ at + x/W, among its first min(caps[i] − grants[i], weights[i]).
+func (wk *weightedWalk) upTo(i, x int) int {
+	if x < 0 {
+		return 0
 	}
+	w := wk.weights[i]
+	k := (wk.p*wk.wmax+x*wk.q)*w/(wk.q*wk.wmax) - wk.turns[i] + 1
+	return max(0, min(k, wk.caps[i]-wk.grants[i], w))
+}
+
+// withinRound is step 2: the last x whose turns up to at + x/W number
+// fewer than rem (-1 if none).
+func (wk *weightedWalk) withinRound(rem int) int {
 	count := func(x int) int { // < rem when it returns early
 		n := 0
-		for i := range caps {
-			if n += upTo(i, x); n >= rem {
+		for i := range wk.caps {
+			if n += wk.upTo(i, x); n >= rem {
 				break
 			}
 		}
@@ -837,7 +972,7 @@ func fillWeighted(caps, weights, grants, turns []int, budget, start int, at roun
 	}
 	// count(lo) < rem ≤ count(hi); count(wmax) = Σ min(caps[i] − grants[i],
 	// weights[i]) > rem, or whole rounds would have fit one more.
-	lo, hi = -1, wmax
+	lo, hi := -1, wk.wmax
 	for hi-lo > 1 {
 		if mid := lo + (hi-lo)/2; count(mid) < rem {
 			lo = mid
@@ -845,11 +980,18 @@ func fillWeighted(caps, weights, grants, turns []int, budget, start int, at roun
 			hi = mid
 		}
 	}
+	return lo
+}
 
-	// 3. The turns in (at + lo/W, at + (lo+1)/W].
-	for i := range caps {
-		a, b := upTo(i, lo), upTo(i, lo+1)
-		grants[i] += a
+// lastTurns is step 3: it grants the turns up to at + x/W, then the rem
+// still left to the turns in (at + x/W, at + (x+1)/W] in (position, index)
+// order, and returns the index given the last unit and its turn's
+// position.
+func (wk *weightedWalk) lastTurns(x, rem int, cands []int) (int, roundPos, []int) {
+	turns, weights := wk.turns, wk.weights
+	for i := range wk.caps {
+		a, b := wk.upTo(i, x), wk.upTo(i, x+1)
+		wk.grants[i] += a
 		rem -= a
 		if b > a {
 			turns[i] += a // the turn's number
@@ -863,7 +1005,7 @@ func fillWeighted(caps, weights, grants, turns []int, budget, start int, at roun
 		return a - b
 	})
 	for _, i := range cands[:rem] {
-		grants[i]++
+		wk.grants[i]++
 	}
 	last := cands[rem-1]
 	return last, roundPos{turns[last] % weights[last], weights[last]}, cands

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -692,18 +693,18 @@ func TestShallowCountExact(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p2, err := shallow.plan(cs, shallow.current())
+			p2, m, err := shallow.e.plan(cs, shallow.current(), time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if maxLimit(p2.Claims) >= c {
-				if p2, err = shallow.plan(w.snap, shallow.current()); err != nil {
+				if p2, m, err = shallow.e.plan(w.snap, shallow.current(), time.Time{}); err != nil {
 					t.Fatal(err)
 				}
 			} else if deeper {
 				shallowExact++
 			}
-			shallow.advanceCursors(false)
+			shallow.e.rot.advance(m, p2.Namespaces, false)
 			if !slices.Equal(p1.Claims, p2.Claims) {
 				t.Fatalf("sweep %d, cap %d: claims differ:\nuncapped %v\nshallow  %v", s, c, p1.Claims, p2.Claims)
 			}

@@ -1,11 +1,10 @@
 package backpressure
 
 import (
-	"github.com/outboxkit/backpressure/internal/limits"
-
 	"math"
-	"strconv"
 	"time"
+
+	"github.com/outboxkit/backpressure/internal/limits"
 )
 
 // Rate limits how fast a namespace's rows are started (claimed), cluster-wide,
@@ -52,23 +51,6 @@ const (
 
 // limited reports whether r limits anything.
 func (r Rate) limited() bool { return r.PerSecond > 0 }
-
-// checkRate validates a Rates value or DefaultRate.
-func checkRate(field string, r Rate) error {
-	switch {
-	case math.IsNaN(r.PerSecond) || math.IsInf(r.PerSecond, 0):
-		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be finite"}
-	case r.PerSecond < 0 || r.PerSecond > maxRatePerSecond:
-		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be between 0 (no limit) and 1e9"}
-	case r.Burst < 0 || r.Burst > maxBurst:
-		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be between 0 and " + strconv.Itoa(maxBurst)}
-	case r.PerSecond > 0 && r.Burst == 0:
-		return &ConfigError{Field: field + ".Burst", Value: 0, Reason: "must be at least 1 when PerSecond is set: a bucket that holds no whole token never starts a row"}
-	case r.PerSecond == 0 && r.Burst > 0:
-		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be 0 when PerSecond is 0 (no limit)"}
-	}
-	return nil
-}
 
 // rate returns namespace's rate.
 func (c *config) rate(namespace string) Rate {
@@ -118,7 +100,6 @@ func (k bucket) refill(r Rate, f OwnedShardFraction, t time.Time) float64 {
 type rateState struct {
 	buckets map[string]bucket
 	dflt    bucket
-	planAt  time.Time // the time PlanAt plans at; zero: the clock. Guarded by sem.
 }
 
 // rateNow is the clock rates read when no time is given: b's clock
@@ -193,7 +174,7 @@ func (b *Backpressure) tokensAt(ns []nsWork, st settings, t time.Time) {
 
 // SpendTokens is SpendTokensAt with the Backpressure's clock.
 func (b *Backpressure) SpendTokens(started map[string]int) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	return b.SpendTokensAt(started, b.rateNow())
@@ -208,7 +189,7 @@ func (b *Backpressure) SpendTokens(started map[string]int) error {
 // rate limit are ignored. It returns an error matching [ErrInvalidSnapshot],
 // and spends nothing, if a count is negative. Cost: O(len(started)).
 func (b *Backpressure) SpendTokensAt(started map[string]int, t time.Time) error {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	for ns, n := range started {
@@ -233,7 +214,7 @@ func (b *Backpressure) SpendTokensAt(started map[string]int, t time.Time) error 
 // namespace has no rate limit or the node owns no shard (its bucket never
 // refills), or b was not built with [New]. It spends nothing. Cost: O(1).
 func (b *Backpressure) NextTokenAt(namespace string, t time.Time) (due time.Time, ok bool) {
-	if b == nil || b.sem == nil {
+	if b == nil || b.e.sem == nil {
 		return time.Time{}, false
 	}
 	b.mu.Lock()

@@ -37,10 +37,10 @@ func (s *sweeper[R]) windowClaimer() windowClaimer[R] {
 	return wc
 }
 
-// windowClaim builds the window rule for claimed counts: after the
-// rotation cursor, budget namespaces, skipping those without headroom.
-// It only reads b.
-func (b *Backpressure) windowClaim(claimed map[string]int, st settings, budget int) windowClaim {
+// newWindowClaim builds the window rule for claimed counts: after the
+// cursor of r, budget namespaces, skipping those without headroom. It only
+// reads r.
+func newWindowClaim(r *rotation, claimed map[string]int, st settings, budget int) windowClaim {
 	skip := slices.Clone(st.paused)
 	for ns, c := range claimed {
 		if atCeiling(st.cfg.ceiling(st.f, ns), c) {
@@ -49,9 +49,9 @@ func (b *Backpressure) windowClaim(claimed map[string]int, st settings, budget i
 	}
 	slices.Sort(skip)
 	return windowClaim{
-		window:     CountParams{CapPerRoute: 1, After: b.after(), Namespaces: budget},
+		window:     CountParams{CapPerRoute: 1, After: r.after(moves{}), Namespaces: budget},
 		skip:       slices.Compact(skip),
-		routeAfter: b.routeCursor,
+		routeAfter: r.routeCursor,
 	}
 }
 
@@ -59,25 +59,25 @@ func (b *Backpressure) windowClaim(claimed map[string]int, st settings, budget i
 // the plan a counted window gives, when the store found more than the
 // budget's namespaces with demand (ok), with its rows in s.won. It reports
 // false, having claimed nothing, when the store found fewer or declined.
-func (s *sweeper[R]) claimWindow(ctx context.Context, c *counts) (Plan, bool, error) {
-	w := s.b.windowClaim(c.claimed, s.st, s.budget)
+func (s *sweeper[R]) claimWindow(ctx context.Context, c *counts) (Plan, moves, bool, error) {
+	w := newWindowClaim(&s.e.rot, c.claimed, s.st, s.budget)
 	rows, grants, err := s.wc.ClaimOutboxWindow(ctx, s.st.f, w.window, w.skip, w.routeAfter)
 	if errors.Is(err, ErrNotSupported) {
 		s.wc = nil
-		return Plan{}, false, nil
+		return Plan{}, moves{}, false, nil
 	}
 	if err != nil {
-		return Plan{}, false, &StoreError{Op: "ClaimOutboxWindow", Err: err}
+		return Plan{}, moves{}, false, &StoreError{Op: "ClaimOutboxWindow", Err: err}
 	}
 	if len(grants) == 0 && len(rows) == 0 {
-		return Plan{}, false, nil
+		return Plan{}, moves{}, false, nil
 	}
-	plan, err := s.b.planClaimedWindow(c, grants, len(rows), w, s.st, s.budget)
+	plan, m, err := planClaimedWindow(&s.e.scratch, &s.e.rot, c, grants, len(rows), w, s.st, s.budget)
 	if err != nil {
-		return Plan{}, false, err
+		return Plan{}, moves{}, false, err
 	}
 	s.won, s.byWindow = rows, true
-	return plan, true, nil
+	return plan, m, true, nil
 }
 
 // planClaimedWindow is the plan of a window the store claimed: one row to
@@ -89,42 +89,43 @@ func (s *sweeper[R]) claimWindow(ctx context.Context, c *counts) (Plan, bool, er
 // (more than the window's namespaces, out of order, a namespace twice or
 // skipped, an invalid route, a count other than 1 or 2, not one row each)
 // are a *SnapshotError; the rows stay claimed until their leases expire.
-func (b *Backpressure) planClaimedWindow(c *counts, grants []RouteCount, rows int, w windowClaim, st settings, budget int) (Plan, error) {
+func planClaimedWindow(sc *scratch, r *rotation, c *counts, grants []RouteCount, rows int, w windowClaim, st settings, budget int) (Plan, moves, error) {
 	bad := func(g RouteCount, reason string) error {
 		return &SnapshotError{Namespace: g.Route.Namespace, TaskQueue: g.Route.TaskQueue, Count: 1, Reason: "window claim: " + reason}
 	}
 	if len(grants) > w.window.Namespaces || rows != len(grants) {
-		return Plan{}, &SnapshotError{Count: len(grants), Reason: "window claim: not one row for each namespace served"}
+		return Plan{}, moves{}, &SnapshotError{Count: len(grants), Reason: "window claim: not one row for each namespace served"}
 	}
 	pending := make([]RouteCount, len(grants))
 	for i, g := range grants {
 		switch {
 		case i > 0 && grants[i-1].Route.Namespace >= g.Route.Namespace:
-			return Plan{}, bad(g, "grants out of order or a namespace twice")
+			return Plan{}, moves{}, bad(g, "grants out of order or a namespace twice")
 		case g.Route.Validate() != nil:
-			return Plan{}, bad(g, "invalid route")
+			return Plan{}, moves{}, bad(g, "invalid route")
 		case g.Count != 1 && g.Count != 2:
-			return Plan{}, bad(g, "a route count other than 1 or 2")
+			return Plan{}, moves{}, bad(g, "a route count other than 1 or 2")
 		}
 		if _, skipped := slices.BinarySearch(w.skip, g.Route.Namespace); skipped {
-			return Plan{}, bad(g, "a skipped namespace")
+			return Plan{}, moves{}, bad(g, "a skipped namespace")
 		}
 		pending[i] = RouteCount{Route: g.Route, Count: 1}
 	}
 	// Every namespace of pending has demand 1 and the budget covers them
-	// all: the plan grants each its row and moves no cursor.
-	plan, err := b.plan(Snapshot{Claimed: c.claimed, Pending: pending, Budget: budget}, st)
+	// all: the plan grants each its row and moves no cursor. The window
+	// claim runs without rates, so the planner needs no tokens.
+	budget, routes, err := sc.prepare(Snapshot{Claimed: c.claimed, Pending: pending, Budget: budget}, st)
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, moves{}, err
 	}
+	plan, m := sc.decide(st, r, budget, routes)
 	if plan.Granted() != len(grants) {
-		return Plan{}, &SnapshotError{Count: len(grants), Reason: "window claim: a namespace without headroom got a row"}
+		return Plan{}, moves{}, &SnapshotError{Count: len(grants), Reason: "window claim: a namespace without headroom got a row"}
 	}
 	// The moves a counted window makes: the rotation cursor to the last
 	// namespace served in the walk (the largest at or before After, if any,
 	// else the largest), and the route cursors of namespaces whose grant
 	// was split over more than one claimable route.
-	sc := &b.scratch
 	last := len(grants) - 1
 	after := w.window.After
 	if i, _ := slices.BinarySearchFunc(grants, after, func(g RouteCount, after string) int {
@@ -134,13 +135,14 @@ func (b *Backpressure) planClaimedWindow(c *counts, grants []RouteCount, rows in
 	} else if i > 0 {
 		last = i - 1
 	}
-	sc.nsCursor, sc.nsCursorAt, sc.nsCursorMove = grants[last].Route.Namespace, roundPos{}, true
+	m.ns, m.nsCursor, m.nsAt = true, grants[last].Route.Namespace, roundPos{}
 	for _, g := range grants {
 		if g.Count > 1 {
-			sc.routeMoves = append(sc.routeMoves, routeCursorUpdate{g.Route.Namespace, g.Route.TaskQueue})
+			m.routes = append(m.routes, routeCursorUpdate{g.Route.Namespace, g.Route.TaskQueue})
 		}
 	}
+	sc.routeMoves = m.routes
 	plan.Windowed, plan.countCap = true, 1
 	c.pending, c.p = pending, w.window
-	return plan, nil
+	return plan, m, nil
 }
