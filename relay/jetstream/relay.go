@@ -303,8 +303,9 @@ func (r *Relay) Message(row outbox.Row) (*nats.Msg, error) {
 //
 //   - the stream full under its limits: a *[PublishError] matching
 //     [ErrStreamFull], retried;
-//   - no stream bound to the subject, or another stream than
-//     Options.Stream: Permanent(*PublishError matching [ErrNoStream]);
+//   - no stream bound to the subject (no responders, after the client's
+//     two retries 250ms apart), or another stream than Options.Stream:
+//     Permanent(*PublishError matching [ErrNoStream]);
 //   - a message larger than the stream takes, a bad subject or header,
 //     any other refusal the stream answers with a 4xx code:
 //     Permanent(*PublishError), or Permanent of the Subject function's
@@ -318,9 +319,10 @@ func (r *Relay) Handle(ctx context.Context, row outbox.Row) error {
 	if err != nil {
 		return dispatch.Permanent(err)
 	}
-	// No client-side retries on no responders: the dispatcher retries,
-	// and a subject no stream listens on is reported at once.
-	_, err = r.js.PublishMsg(ctx, m, jetstream.WithRetryAttempts(0))
+	// The client's defaults: no responders is tried twice more, 250ms
+	// apart, to ride out a stream leader's election, before it is
+	// reported (and the row dead-lettered).
+	_, err = r.js.PublishMsg(ctx, m)
 	if err == nil {
 		return nil
 	}
