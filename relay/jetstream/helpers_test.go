@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/dispatch"
 	"github.com/outboxkit/backpressure/outbox"
-	"github.com/outboxkit/backpressure/sqlitestore"
 )
 
 // natsURL is the broker the tests use: NATS_URL, or the local one.
@@ -81,18 +79,6 @@ func newStream(tb testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig
 	return s, prefix
 }
 
-// openStore opens a fresh sqlitestore in the test's directory, with a
-// short lease so that a row whose handler was lost comes back soon.
-func openStore(tb testing.TB) *sqlitestore.Store {
-	tb.Helper()
-	store, err := sqlitestore.Open(context.Background(), filepath.Join(tb.TempDir(), "outbox.db"), sqlitestore.Options{Lease: 2 * time.Second})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = store.Close() })
-	return store
-}
-
 // messages returns n messages over three namespaces and two task queues.
 func messages(n int, key string) []outbox.Message {
 	msgs := make([]outbox.Message, n)
@@ -109,7 +95,7 @@ func messages(n int, key string) []outbox.Message {
 
 // drain runs a dispatcher with handle over store until every one of its
 // total rows is settled or dead, and returns the store's stats.
-func drain(tb testing.TB, store *sqlitestore.Store, handle dispatch.Handler, total int) outbox.Stats {
+func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int) outbox.Stats {
 	tb.Helper()
 	shards, err := backpressure.AllShards(store.ShardCount())
 	if err != nil {

@@ -99,47 +99,49 @@ func TestDefaultSubject(t *testing.T) {
 // Rows enqueued on sqlitestore and dispatched through the relay reach a
 // consumer once each, on their subject, with their headers and payload.
 func TestRelayThroughDispatch(t *testing.T) {
-	_, js := connect(t)
-	s, prefix := newStream(t, js, jetstream.StreamConfig{Duplicates: time.Hour})
-	r, err := jsrelay.New(context.Background(), js, jsrelay.Options{Stream: s.CachedInfo().Config.Name, Prefix: prefix, Horizon: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := openStore(t)
-	const n = 60
-	msgs := messages(n, "order")
-	if _, err := store.Enqueue(context.Background(), msgs); err != nil {
-		t.Fatal(err)
-	}
-	if st := drain(t, store, r.Handle, n); st.Settled != n {
-		t.Fatalf("stats after the drain: %+v, want %d settled", st, n)
-	}
-	got := consume(t, s)
-	if len(got) != n {
-		t.Fatalf("consumer saw %d messages, want %d", len(got), n)
-	}
-	want := make(map[string]outbox.Message, n)
-	for _, m := range msgs {
-		want[m.DispatchKey] = m
-	}
-	for _, m := range got {
-		h := m.Headers()
-		key := h.Get(jetstream.MsgIDHeader)
-		w, ok := want[key]
-		if !ok {
-			t.Fatalf("message %q: not a row's key, or seen twice", key)
+	eachStore(t, func(t *testing.T, ts testStore) {
+		_, js := connect(t)
+		s, prefix := newStream(t, js, jetstream.StreamConfig{Duplicates: time.Hour})
+		r, err := jsrelay.New(context.Background(), js, jsrelay.Options{Stream: s.CachedInfo().Config.Name, Prefix: prefix, Horizon: time.Hour})
+		if err != nil {
+			t.Fatal(err)
 		}
-		delete(want, key)
-		tq := w.TaskQueue
-		if tq == "" {
-			tq = "_"
+		store := ts.openStore(t)
+		const n = 60
+		msgs := messages(n, "order")
+		if _, err := store.Enqueue(context.Background(), msgs); err != nil {
+			t.Fatal(err)
 		}
-		if m.Subject() != prefix+"."+w.Namespace+"."+tq || string(m.Data()) != string(w.Payload) ||
-			h.Get(jsrelay.HeaderNamespace) != w.Namespace || h.Get(jsrelay.HeaderTaskQueue) != w.TaskQueue ||
-			h.Get(jsrelay.HeaderDispatchKey) != key || h.Get(jsrelay.HeaderAttempt) != "1" {
-			t.Errorf("message %q: subject %q, data %q, headers %v; want the row %+v on attempt 1", key, m.Subject(), m.Data(), h, w)
+		if st := drain(t, store, r.Handle, n); st.Settled != n {
+			t.Fatalf("stats after the drain: %+v, want %d settled", st, n)
 		}
-	}
+		got := consume(t, s)
+		if len(got) != n {
+			t.Fatalf("consumer saw %d messages, want %d", len(got), n)
+		}
+		want := make(map[string]outbox.Message, n)
+		for _, m := range msgs {
+			want[m.DispatchKey] = m
+		}
+		for _, m := range got {
+			h := m.Headers()
+			key := h.Get(jetstream.MsgIDHeader)
+			w, ok := want[key]
+			if !ok {
+				t.Fatalf("message %q: not a row's key, or seen twice", key)
+			}
+			delete(want, key)
+			tq := w.TaskQueue
+			if tq == "" {
+				tq = "_"
+			}
+			if m.Subject() != prefix+"."+w.Namespace+"."+tq || string(m.Data()) != string(w.Payload) ||
+				h.Get(jsrelay.HeaderNamespace) != w.Namespace || h.Get(jsrelay.HeaderTaskQueue) != w.TaskQueue ||
+				h.Get(jsrelay.HeaderDispatchKey) != key || h.Get(jsrelay.HeaderAttempt) != "1" {
+				t.Errorf("message %q: subject %q, data %q, headers %v; want the row %+v on attempt 1", key, m.Subject(), m.Data(), h, w)
+			}
+		}
+	})
 }
 
 // A row published twice (a dispatcher that crashed after the ack, before
@@ -197,19 +199,21 @@ func TestNoStreamDeadLetters(t *testing.T) {
 		}
 	}
 
-	store := openStore(t)
-	if _, err := store.Enqueue(context.Background(), []outbox.Message{
-		{DispatchKey: "lost-1", Namespace: "lost"}, {DispatchKey: "ok-1", Namespace: "fine"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if st := drain(t, store, r.Handle, 2); st.Settled != 1 || st.Dead != 1 {
-		t.Fatalf("stats: %+v, want 1 settled and 1 dead", st)
-	}
-	dead, err := store.Get(context.Background(), "lost-1")
-	if err != nil || dead.State != outbox.StateDead || dead.Attempts != 1 || !strings.Contains(dead.LastError, "no responders") {
-		t.Fatalf("the unroutable row: %+v, %v; want dead on its first attempt with the broker's reason", dead, err)
-	}
+	eachStore(t, func(t *testing.T, ts testStore) {
+		store := ts.openStore(t)
+		if _, err := store.Enqueue(context.Background(), []outbox.Message{
+			{DispatchKey: "lost-1", Namespace: "lost"}, {DispatchKey: "ok-1", Namespace: "fine"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if st := drain(t, store, r.Handle, 2); st.Settled != 1 || st.Dead != 1 {
+			t.Fatalf("stats: %+v, want 1 settled and 1 dead", st)
+		}
+		dead, err := store.Get(context.Background(), "lost-1")
+		if err != nil || dead.State != outbox.StateDead || dead.Attempts != 1 || !strings.Contains(dead.LastError, "no responders") {
+			t.Fatalf("the unroutable row: %+v, %v; want dead on its first attempt with the broker's reason", dead, err)
+		}
+	})
 }
 
 // A full stream with discard-new refuses a publish: an error the

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/dispatch"
 	"github.com/outboxkit/backpressure/outbox"
-	"github.com/outboxkit/backpressure/sqlitestore"
 )
 
 // amqpURL is the broker the tests use: RABBITMQ_URL, or the local one.
@@ -119,21 +117,9 @@ func messages(n int, key string) []outbox.Message {
 	return msgs
 }
 
-// openStore opens a fresh sqlitestore in the test's directory, with a
-// short lease so that a row whose handler was lost comes back soon.
-func openStore(tb testing.TB) *sqlitestore.Store {
-	tb.Helper()
-	store, err := sqlitestore.Open(context.Background(), filepath.Join(tb.TempDir(), "outbox.db"), sqlitestore.Options{Lease: 2 * time.Second})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = store.Close() })
-	return store
-}
-
 // drain runs a dispatcher with handle over store until every one of its
 // total rows is settled or dead, and returns the store's stats.
-func drain(tb testing.TB, store *sqlitestore.Store, handle dispatch.Handler, total int) outbox.Stats {
+func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int) outbox.Stats {
 	tb.Helper()
 	shards, err := backpressure.AllShards(store.ShardCount())
 	if err != nil {

@@ -61,45 +61,47 @@ func newRelay(tb testing.TB, conn *amqp.Connection, top topology, opts rabbitmq.
 // consumer once each, persistent, with their routing key, message_id,
 // headers and payload.
 func TestRelayThroughDispatch(t *testing.T) {
-	conn := connect(t)
-	top := newTopology(t, conn, nil)
-	r := newRelay(t, conn, top, rabbitmq.Options{ContentType: "application/json", Channels: 4})
-	store := openStore(t)
-	const n = 60
-	msgs := messages(n, "order")
-	if _, err := store.Enqueue(context.Background(), msgs); err != nil {
-		t.Fatal(err)
-	}
-	if st := drain(t, store, r.Handle, n); st.Settled != n {
-		t.Fatalf("stats after the drain: %+v, want %d settled", st, n)
-	}
-	got := top.consume(t)
-	if len(got) != n {
-		t.Fatalf("consumer saw %d messages, want %d", len(got), n)
-	}
-	want := make(map[string]outbox.Message, n)
-	for _, m := range msgs {
-		want[m.DispatchKey] = m
-	}
-	for _, d := range got {
-		w, ok := want[d.MessageId]
-		if !ok {
-			t.Fatalf("message %q: not a row's key, or seen twice", d.MessageId)
+	eachStore(t, func(t *testing.T, ts testStore) {
+		conn := connect(t)
+		top := newTopology(t, conn, nil)
+		r := newRelay(t, conn, top, rabbitmq.Options{ContentType: "application/json", Channels: 4})
+		store := ts.openStore(t)
+		const n = 60
+		msgs := messages(n, "order")
+		if _, err := store.Enqueue(context.Background(), msgs); err != nil {
+			t.Fatal(err)
 		}
-		delete(want, d.MessageId)
-		tq := w.TaskQueue
-		if tq == "" {
-			tq = "_"
+		if st := drain(t, store, r.Handle, n); st.Settled != n {
+			t.Fatalf("stats after the drain: %+v, want %d settled", st, n)
 		}
-		h := d.Headers
-		if d.RoutingKey != top.prefix+"."+w.Namespace+"."+tq || string(d.Body) != string(w.Payload) ||
-			d.DeliveryMode != amqp.Persistent || d.ContentType != "application/json" || d.Timestamp.IsZero() ||
-			h[rabbitmq.HeaderNamespace] != w.Namespace || h[rabbitmq.HeaderTaskQueue] != w.TaskQueue ||
-			h[rabbitmq.HeaderDispatchKey] != w.DispatchKey || h[rabbitmq.HeaderAttempt] != int32(1) {
-			t.Errorf("message %q: key %q, body %q, mode %d, type %q, headers %v; want the row %+v on attempt 1",
-				d.MessageId, d.RoutingKey, d.Body, d.DeliveryMode, d.ContentType, h, w)
+		got := top.consume(t)
+		if len(got) != n {
+			t.Fatalf("consumer saw %d messages, want %d", len(got), n)
 		}
-	}
+		want := make(map[string]outbox.Message, n)
+		for _, m := range msgs {
+			want[m.DispatchKey] = m
+		}
+		for _, d := range got {
+			w, ok := want[d.MessageId]
+			if !ok {
+				t.Fatalf("message %q: not a row's key, or seen twice", d.MessageId)
+			}
+			delete(want, d.MessageId)
+			tq := w.TaskQueue
+			if tq == "" {
+				tq = "_"
+			}
+			h := d.Headers
+			if d.RoutingKey != top.prefix+"."+w.Namespace+"."+tq || string(d.Body) != string(w.Payload) ||
+				d.DeliveryMode != amqp.Persistent || d.ContentType != "application/json" || d.Timestamp.IsZero() ||
+				h[rabbitmq.HeaderNamespace] != w.Namespace || h[rabbitmq.HeaderTaskQueue] != w.TaskQueue ||
+				h[rabbitmq.HeaderDispatchKey] != w.DispatchKey || h[rabbitmq.HeaderAttempt] != int32(1) {
+				t.Errorf("message %q: key %q, body %q, mode %d, type %q, headers %v; want the row %+v on attempt 1",
+					d.MessageId, d.RoutingKey, d.Body, d.DeliveryMode, d.ContentType, h, w)
+			}
+		}
+	})
 }
 
 // A row published twice (a dispatcher that crashed after the confirm,
@@ -159,19 +161,21 @@ func TestUnroutableDeadLetters(t *testing.T) {
 		t.Errorf("queue holds %d messages, want the 3 routable ones", len(got))
 	}
 
-	store := openStore(t)
-	if _, err := store.Enqueue(ctx, []outbox.Message{
-		{DispatchKey: "lost-1", Namespace: "lost"}, {DispatchKey: "ok-1", Namespace: "fine"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if st := drain(t, store, r.Handle, 2); st.Settled != 1 || st.Dead != 1 {
-		t.Fatalf("stats: %+v, want 1 settled and 1 dead", st)
-	}
-	dead, err := store.Get(ctx, "lost-1")
-	if err != nil || dead.State != outbox.StateDead || dead.Attempts != 1 || !strings.Contains(dead.LastError, "312 NO_ROUTE") {
-		t.Fatalf("the unroutable row: %+v, %v; want dead on its first attempt with the broker's reason", dead, err)
-	}
+	eachStore(t, func(t *testing.T, ts testStore) {
+		store := ts.openStore(t)
+		if _, err := store.Enqueue(ctx, []outbox.Message{
+			{DispatchKey: "lost-1", Namespace: "lost"}, {DispatchKey: "ok-1", Namespace: "fine"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if st := drain(t, store, r.Handle, 2); st.Settled != 1 || st.Dead != 1 {
+			t.Fatalf("stats: %+v, want 1 settled and 1 dead", st)
+		}
+		dead, err := store.Get(ctx, "lost-1")
+		if err != nil || dead.State != outbox.StateDead || dead.Attempts != 1 || !strings.Contains(dead.LastError, "312 NO_ROUTE") {
+			t.Fatalf("the unroutable row: %+v, %v; want dead on its first attempt with the broker's reason", dead, err)
+		}
+	})
 }
 
 // Concurrent publishes, routable and not, each get their own result: a
