@@ -97,6 +97,14 @@ func messages(n int, key string) []outbox.Message {
 // total rows is settled or dead, and returns the store's stats.
 func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int) outbox.Stats {
 	tb.Helper()
+	return runUntil(tb, store, handle, func(st outbox.Stats) bool { return st.Settled+st.Dead == total })
+}
+
+// runUntil runs a dispatcher with handle over store until done reports
+// true of the store's stats (and of whatever else it reads), and returns
+// the last stats.
+func runUntil(tb testing.TB, store outbox.Store, handle dispatch.Handler, done func(outbox.Stats) bool) outbox.Stats {
+	tb.Helper()
 	shards, err := backpressure.AllShards(store.ShardCount())
 	if err != nil {
 		tb.Fatal(err)
@@ -114,8 +122,8 @@ func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
 	var st outbox.Stats
 	for {
 		st, err = store.Stats(context.Background())
@@ -123,17 +131,17 @@ func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int
 			cancel()
 			tb.Fatal(err)
 		}
-		if st.Settled+st.Dead == total {
+		if done(st) {
 			break
 		}
 		select {
-		case err := <-done:
+		case err := <-ran:
 			tb.Fatalf("Run returned early: %v (stats %+v)", err, st)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := <-ran; err != nil {
 		tb.Fatalf("Run: %v", err)
 	}
 	return st

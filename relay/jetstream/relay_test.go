@@ -275,3 +275,71 @@ func TestUnmappableRowIsPermanent(t *testing.T) {
 		t.Fatalf("stream after the refusals: %v, %v; want empty", info, err)
 	}
 }
+
+// A stream full for one tenant (its subject at MaxMsgsPerSubject, with
+// discard-new per subject) holds that tenant's refused rows in retry,
+// not dead, while every other tenant's rows settle; once there is room
+// the held rows go through.
+func TestFullStreamHoldsThatTenantOnly(t *testing.T) {
+	eachStore(t, func(t *testing.T, ts testStore) {
+		_, js := connect(t)
+		s, prefix := newStream(t, js, jetstream.StreamConfig{MaxMsgsPerSubject: 3, Discard: jetstream.DiscardNew, DiscardNewPerSubject: true})
+		r, err := jsrelay.New(context.Background(), js, jsrelay.Options{Stream: s.CachedInfo().Config.Name, Horizon: time.Minute,
+			Subject: func(row outbox.Row) (string, error) {
+				if row.Namespace == "full" {
+					return prefix + ".full", nil // every row of the tenant on one subject, which takes 3
+				}
+				return prefix + "." + row.Namespace + "." + row.DispatchKey, nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := ts.openStore(t)
+		var msgs []outbox.Message
+		for i := range 6 {
+			for _, ns := range []string{"full", "calm", "quiet"} {
+				msgs = append(msgs, outbox.Message{DispatchKey: ns + "-" + strconv.Itoa(i), Namespace: ns, MaxAttempts: 10_000})
+			}
+		}
+		if _, err := store.Enqueue(context.Background(), msgs); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		// Until the others settled and every row of "full" past the
+		// subject's 3 was refused at least twice.
+		var held []outbox.Row
+		st := runUntil(t, store, r.Handle, func(st outbox.Stats) bool {
+			if st.Settled < 15 {
+				return false
+			}
+			held = held[:0]
+			for i := range 6 {
+				row, err := store.Get(ctx, "full-"+strconv.Itoa(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if row.State != outbox.StateSettled {
+					if row.Attempts < 3 {
+						return false
+					}
+					held = append(held, row)
+				}
+			}
+			return true
+		})
+		if st.Settled != 15 || st.Dead != 0 || len(held) != 3 {
+			t.Fatalf("stats %+v, %d rows of the full tenant held; want 15 settled (calm, quiet and 3 of full) and 3 held", st, len(held))
+		}
+		for _, row := range held {
+			if row.State == outbox.StateDead || !strings.Contains(row.LastError, "maximum messages per subject exceeded") {
+				t.Errorf("held row %s: %s, last error %q; want retried with the broker's reason", row.DispatchKey, row.State, row.LastError)
+			}
+		}
+		if err := s.Purge(ctx, jetstream.WithPurgeSubject(prefix+".full")); err != nil {
+			t.Fatal(err)
+		}
+		if st := drain(t, store, r.Handle, 18); st.Settled != 18 {
+			t.Fatalf("stats once the subject has room: %+v, want all 18 settled", st)
+		}
+	})
+}
