@@ -105,11 +105,18 @@ func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int
 // the last stats.
 func runUntil(tb testing.TB, store outbox.Store, handle dispatch.Handler, done func(outbox.Stats) bool) outbox.Stats {
 	tb.Helper()
+	return runQuota(tb, store, handle, 20, done)
+}
+
+// runQuota is runUntil with quota as every namespace's quota: the most
+// rows of a namespace claimed at once.
+func runQuota(tb testing.TB, store outbox.Store, handle dispatch.Handler, quota int, done func(outbox.Stats) bool) outbox.Stats {
+	tb.Helper()
 	shards, err := backpressure.AllShards(store.ShardCount())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	bp, err := backpressure.New(backpressure.Config{BatchSize: 50, DefaultQuota: 20}, shards)
+	bp, err := backpressure.New(backpressure.Config{BatchSize: 50, DefaultQuota: quota}, shards)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -121,11 +121,26 @@ func messages(n int, key string) []outbox.Message {
 // total rows is settled or dead, and returns the store's stats.
 func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int) outbox.Stats {
 	tb.Helper()
+	return runUntil(tb, store, handle, func(st outbox.Stats) bool { return st.Settled+st.Dead == total })
+}
+
+// runUntil runs a dispatcher with handle over store until done reports
+// true of the store's stats (and of whatever else it reads), and returns
+// the last stats.
+func runUntil(tb testing.TB, store outbox.Store, handle dispatch.Handler, done func(outbox.Stats) bool) outbox.Stats {
+	tb.Helper()
+	return runQuota(tb, store, handle, 20, done)
+}
+
+// runQuota is runUntil with quota as every namespace's quota: the most
+// rows of a namespace claimed at once.
+func runQuota(tb testing.TB, store outbox.Store, handle dispatch.Handler, quota int, done func(outbox.Stats) bool) outbox.Stats {
+	tb.Helper()
 	shards, err := backpressure.AllShards(store.ShardCount())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	bp, err := backpressure.New(backpressure.Config{BatchSize: 50, DefaultQuota: 20}, shards)
+	bp, err := backpressure.New(backpressure.Config{BatchSize: 50, DefaultQuota: quota}, shards)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -138,8 +153,8 @@ func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
 	var st outbox.Stats
 	for {
 		st, err = store.Stats(context.Background())
@@ -147,17 +162,17 @@ func drain(tb testing.TB, store outbox.Store, handle dispatch.Handler, total int
 			cancel()
 			tb.Fatal(err)
 		}
-		if st.Settled+st.Dead == total {
+		if done(st) {
 			break
 		}
 		select {
-		case err := <-done:
+		case err := <-ran:
 			tb.Fatalf("Run returned early: %v (stats %+v)", err, st)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := <-ran; err != nil {
 		tb.Fatalf("Run: %v", err)
 	}
 	return st
