@@ -131,6 +131,10 @@ var (
 	// ErrInvalidSubject reports a row the default subject cannot name. The
 	// typed error is *[SubjectError].
 	ErrInvalidSubject = errors.New("jetstream relay: invalid subject")
+	// ErrInvalidHeader reports a row whose namespace, task queue or
+	// dispatch key cannot be a header value (it holds CR or LF). The typed
+	// error is *[HeaderError].
+	ErrInvalidHeader = errors.New("jetstream relay: invalid header value")
 )
 
 // OptionError names the option New refuses. It matches [ErrInvalidOptions].
@@ -178,6 +182,21 @@ func (e *SubjectError) Error() string {
 
 // Is reports whether target is [ErrInvalidSubject].
 func (e *SubjectError) Is(target error) bool { return target == ErrInvalidSubject }
+
+// HeaderError reports a value NATS headers cannot carry: it holds CR or
+// LF. It matches [ErrInvalidHeader].
+type HeaderError struct {
+	Header string // HeaderNamespace, HeaderTaskQueue or HeaderDispatchKey
+	Value  string
+}
+
+// Error names the header and its value.
+func (e *HeaderError) Error() string {
+	return fmt.Sprintf("jetstream relay: header %s cannot carry %q: it holds CR or LF", e.Header, e.Value)
+}
+
+// Is reports whether target is [ErrInvalidHeader].
+func (e *HeaderError) Is(target error) bool { return target == ErrInvalidHeader }
 
 // PublishError is a publish the broker refused, with its reason. It
 // matches [ErrStreamFull] or [ErrNoStream] by its kind, and unwraps to the
@@ -285,14 +304,18 @@ func isToken(s string) bool {
 // Message returns the message [Relay.Handle] publishes for row: on its
 // subject, the payload as data, and the headers Header* name plus
 // Nats-Msg-Id (the dispatch key) and Nats-Expected-Stream. An error is the
-// Subject function's, or a *[SubjectError].
+// Subject function's, a *[SubjectError], or a *[HeaderError].
 func (r *Relay) Message(row outbox.Row) (*nats.Msg, error) {
 	subj, err := r.subject(row)
 	if err != nil {
 		return nil, err
 	}
-	if strings.ContainsAny(row.DispatchKey, "\r\n") {
-		return nil, &SubjectError{Field: "dispatch key", Value: row.DispatchKey}
+	for _, f := range [...]struct{ header, value string }{
+		{HeaderNamespace, row.Namespace}, {HeaderTaskQueue, row.TaskQueue}, {HeaderDispatchKey, row.DispatchKey},
+	} {
+		if strings.ContainsAny(f.value, "\r\n") {
+			return nil, &HeaderError{Header: f.header, Value: f.value}
+		}
 	}
 	h := make(nats.Header, 6)
 	h[jetstream.MsgIDHeader] = []string{row.DispatchKey}

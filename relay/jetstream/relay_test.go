@@ -254,8 +254,9 @@ func TestFullStreamRetries(t *testing.T) {
 	}
 }
 
-// A row whose default subject cannot be formed, or whose dispatch key
-// cannot be a header, is dead-lettered without a publish.
+// A row whose default subject cannot be formed, or whose namespace, task
+// queue or dispatch key cannot be a header value, is dead-lettered
+// without a publish.
 func TestUnmappableRowIsPermanent(t *testing.T) {
 	_, js := connect(t)
 	s, prefix := newStream(t, js, jetstream.StreamConfig{})
@@ -263,12 +264,26 @@ func TestUnmappableRowIsPermanent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, row := range []outbox.Row{
-		{DispatchKey: "k", Namespace: "a.b"},
-		{DispatchKey: "k\r\nX-Evil: 1", Namespace: "acme"},
+	if err := r.Handle(context.Background(), outbox.Row{DispatchKey: "k", Namespace: "a.b"}); !dispatch.IsPermanent(err) || !errors.Is(err, jsrelay.ErrInvalidSubject) {
+		t.Errorf("Handle on namespace a.b: %v, want Permanent(*SubjectError)", err)
+	}
+	custom, err := jsrelay.New(context.Background(), js, jsrelay.Options{Stream: s.CachedInfo().Config.Name, Horizon: time.Minute,
+		Subject: func(outbox.Row) (string, error) { return prefix + ".any", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		row    outbox.Row
+		header string
+	}{
+		{outbox.Row{DispatchKey: "k\r\nX-Evil: 1", Namespace: "acme"}, jsrelay.HeaderDispatchKey},
+		{outbox.Row{DispatchKey: "k", Namespace: "ac\nme"}, jsrelay.HeaderNamespace},
+		{outbox.Row{DispatchKey: "k", Namespace: "acme", TaskQueue: "q\r"}, jsrelay.HeaderTaskQueue},
 	} {
-		if err := r.Handle(context.Background(), row); !dispatch.IsPermanent(err) || !errors.Is(err, jsrelay.ErrInvalidSubject) {
-			t.Errorf("step %d: Handle(%+v) = %v, want Permanent(*SubjectError)", i, row, err)
+		err := custom.Handle(context.Background(), tc.row)
+		var he *jsrelay.HeaderError
+		if !dispatch.IsPermanent(err) || !errors.Is(err, jsrelay.ErrInvalidHeader) || !errors.As(err, &he) || he.Header != tc.header {
+			t.Errorf("step %d: Handle(%+v) = %v, want Permanent(*HeaderError) for %s", i, tc.row, err, tc.header)
 		}
 	}
 	if info, err := s.Info(context.Background()); err != nil || info.State.Msgs != 0 {

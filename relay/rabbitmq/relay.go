@@ -253,7 +253,9 @@ type pubChannel struct {
 // New checks opts and the exchange (one channel opened, used for a
 // passive exchange.declare and kept in the pool), watches the
 // connection's connection.blocked and .unblocked for as long as conn is
-// open, and returns a Relay. Errors: an *OptionError for a nil conn or a
+// open, and returns a Relay. The Relay does not reconnect: once conn is
+// closed every Handle fails (retried), so build a new Relay on a new
+// connection. Errors: an *OptionError for a nil conn or a
 // negative Channels, BlockedWait or Timeout; the broker's *amqp.Error when
 // the exchange does not exist (code 404) or a channel cannot be opened.
 func New(ctx context.Context, conn *amqp.Connection, opts Options) (*Relay, error) {
@@ -437,20 +439,25 @@ func (r *Relay) Handle(ctx context.Context, row outbox.Row) error {
 		if pc.ch.IsClosed() {
 			return amqp.ErrClosed
 		}
-		r.put(pc)
-		return &NackError{Exchange: r.exchange, RoutingKey: key, DispatchKey: row.DispatchKey}
 	}
-	// The broker sends a message's basic.return before its basic.ack,
-	// and the client hands the return over before it resolves the
-	// confirm, so a return is in pc.returns by now.
+	// The broker sends a message's basic.return before its confirm, and
+	// the client hands the return over before it resolves the confirm, so
+	// a return is in pc.returns by now; taking it here, nacked or not,
+	// leaves none for the channel's next publish.
+	var returned error
 	select {
 	case ret := <-pc.returns:
-		r.put(pc)
-		return dispatch.Permanent(&ReturnedError{Exchange: ret.Exchange, RoutingKey: ret.RoutingKey,
+		returned = dispatch.Permanent(&ReturnedError{Exchange: ret.Exchange, RoutingKey: ret.RoutingKey,
 			DispatchKey: ret.MessageId, ReplyCode: ret.ReplyCode, ReplyText: ret.ReplyText})
 	default:
 	}
 	r.put(pc)
+	switch {
+	case returned != nil:
+		return returned
+	case !acked:
+		return &NackError{Exchange: r.exchange, RoutingKey: key, DispatchKey: row.DispatchKey}
+	}
 	return nil
 }
 
