@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -27,30 +28,59 @@ func natsURL() string {
 	return "nats://127.0.0.1:4222"
 }
 
-// connect returns a JetStream client, or skips the test (fails it with
-// RELAY_REQUIRE=1) when the broker is not reachable.
+// brokerErr is why the broker was not reachable when the tests started;
+// nil when it was.
+var brokerErr error
+
+// TestMain probes the broker once. Without it the tests that need it skip,
+// after one line saying how to run them, unless RELAY_REQUIRE=1 (set by
+// .ci/run), which makes the same condition a failure.
+func TestMain(m *testing.M) {
+	nc, _, err := dial()
+	if err == nil {
+		nc.Close()
+	} else {
+		if os.Getenv("RELAY_REQUIRE") == "1" {
+			fmt.Fprintf(os.Stderr, "relay/jetstream: NATS JetStream is required (RELAY_REQUIRE=1) but not reachable at %s: %v\n", natsURL(), err)
+			os.Exit(1)
+		}
+		fmt.Printf("relay/jetstream: NATS JetStream not reachable at %s (%v); skipping the broker tests: start nats-server -js (or set NATS_URL) to run them, RELAY_REQUIRE=1 to fail instead\n", natsURL(), err)
+		brokerErr = err
+	}
+	os.Exit(m.Run())
+}
+
+func dial() (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(natsURL(), nats.Timeout(2*time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = js.AccountInfo(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// connect returns a JetStream client, closed at tb's end, or skips tb when
+// the broker was not reachable (TestMain said so).
 func connect(tb testing.TB) (*nats.Conn, jetstream.JetStream) {
 	tb.Helper()
-	nc, err := nats.Connect(natsURL(), nats.Timeout(2*time.Second))
-	if err == nil {
-		var js jetstream.JetStream
-		js, err = jetstream.New(nc)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err = js.AccountInfo(ctx)
-		}
-		if err == nil {
-			tb.Cleanup(nc.Close)
-			return nc, js
-		}
-		nc.Close()
+	if brokerErr != nil {
+		tb.Skipf("NATS JetStream not reachable: %v", brokerErr)
 	}
-	if os.Getenv("RELAY_REQUIRE") == "1" {
-		tb.Fatalf("NATS JetStream not reachable at %s (RELAY_REQUIRE=1): %v", natsURL(), err)
+	nc, js, err := dial()
+	if err != nil {
+		tb.Fatalf("NATS JetStream at %s: %v", natsURL(), err)
 	}
-	tb.Skipf("NATS JetStream not reachable at %s: start nats-server -js (or set NATS_URL) to run, RELAY_REQUIRE=1 to fail instead: %v", natsURL(), err)
-	return nil, nil
+	tb.Cleanup(nc.Close)
+	return nc, js
 }
 
 // unique returns a name no other test (or run) uses: for streams and

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"testing"
@@ -25,21 +27,53 @@ func amqpURL() string {
 	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
-// connect returns a connection to the broker, closed at the test's end,
-// or skips the test (fails it with RELAY_REQUIRE=1) when the broker is not
-// reachable.
+// brokerErr is why the broker was not reachable when the tests started;
+// nil when it was.
+var brokerErr error
+
+// TestMain probes the broker once. Without it the tests that need it skip,
+// after one line saying how to run them, unless RELAY_REQUIRE=1 (set by
+// .ci/run), which makes the same condition a failure.
+func TestMain(m *testing.M) {
+	conn, err := dial()
+	if err == nil {
+		_ = conn.Close()
+	} else {
+		if os.Getenv("RELAY_REQUIRE") == "1" {
+			fmt.Fprintf(os.Stderr, "relay/rabbitmq: RabbitMQ is required (RELAY_REQUIRE=1) but not reachable at %s: %v\n", redact(amqpURL()), err)
+			os.Exit(1)
+		}
+		fmt.Printf("relay/rabbitmq: RabbitMQ not reachable at %s (%v); skipping the broker tests: start rabbitmq-server (or set RABBITMQ_URL) to run them, RELAY_REQUIRE=1 to fail instead\n", redact(amqpURL()), err)
+		brokerErr = err
+	}
+	os.Exit(m.Run())
+}
+
+func dial() (*amqp.Connection, error) {
+	return amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+}
+
+// redact hides a password in a URL, so that it can be printed.
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
+		return u.Redacted()
+	}
+	return s
+}
+
+// connect returns a connection to the broker, closed at tb's end, or
+// skips tb when the broker was not reachable (TestMain said so).
 func connect(tb testing.TB) *amqp.Connection {
 	tb.Helper()
-	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
-	if err == nil {
-		tb.Cleanup(func() { _ = conn.Close() })
-		return conn
+	if brokerErr != nil {
+		tb.Skipf("RabbitMQ not reachable: %v", brokerErr)
 	}
-	if os.Getenv("RELAY_REQUIRE") == "1" {
-		tb.Fatalf("RabbitMQ not reachable at %s (RELAY_REQUIRE=1): %v", amqpURL(), err)
+	conn, err := dial()
+	if err != nil {
+		tb.Fatalf("RabbitMQ at %s: %v", redact(amqpURL()), err)
 	}
-	tb.Skipf("RabbitMQ not reachable at %s: start rabbitmq-server (or set RABBITMQ_URL) to run, RELAY_REQUIRE=1 to fail instead: %v", amqpURL(), err)
-	return nil
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 // unique returns a name no other test (or run) uses.
