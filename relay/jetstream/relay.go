@@ -50,7 +50,9 @@
 // after its backoff. Today that retry spends one of the row's attempts
 // (the dispatcher has no snooze yet; "Ready to run" adds one). A slow ack
 // holds the handler, and with it one of the dispatcher's workers, until
-// the ack or the handler's ctx. No stream bound to the subject, or a
+// the ack, the handler's ctx, or the client's timeout
+// (jetstream.WithDefaultTimeout, 5s by default) when ctx has no deadline:
+// then an error, retried. No stream bound to the subject, or a
 // message the stream can never take, dead-letters the row at once with the
 // broker's reason.
 package jetstream
