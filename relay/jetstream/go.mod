@@ -3,8 +3,8 @@ module github.com/outboxkit/backpressure/relay/jetstream
 go 1.26.0
 
 require (
-	github.com/nats-io/nats.go v1.55.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.55.0
 	github.com/outboxkit/backpressure v0.1.0
 	github.com/outboxkit/backpressure/pgstore v0.1.0
 	github.com/outboxkit/backpressure/sqlitestore v0.1.0
