@@ -57,6 +57,21 @@ type Crash struct {
 	Seed       uint64
 	// Timeout bounds the whole test, a failsafe; default 5 minutes.
 	Timeout time.Duration
+
+	// Handler, when not nil, is called once in each child to build the
+	// handler under test (a relay to a broker, say): each row's handler
+	// journals its run, fails the first attempt of about one key in five
+	// (so that retries run through the crashes too), and otherwise returns
+	// what Handler's handler returns. Nil: the rows' handler does nothing
+	// more. The handler's ctx ends when the child stops cleanly.
+	Handler func(ctx context.Context) (dispatch.Handler, error)
+}
+
+// CrashResult is what a parent's [Crash.Run] saw; a child's is zero.
+type CrashResult struct {
+	Rows   int // rows enqueued, and settled
+	Kills  int // children SIGKILLed
+	Reruns int // handler runs repeated after a crash: beyond each row's first run, and its planned retry
 }
 
 func (c *Crash) defaults() {
@@ -85,13 +100,16 @@ func IsChild() bool { return os.Getenv(childEnv) != "" }
 // in the child); in the child it runs the dispatcher instead, until the
 // parent kills it or closes its stdin. It fails t if a row is not settled
 // in the end, or was settled twice.
-func (c Crash) Run(t *testing.T) {
+//
+// A test that checks more after Run (what a broker received, say) checks
+// it only where [IsChild] is false, from the CrashResult Run returns.
+func (c Crash) Run(t *testing.T) CrashResult {
 	c.defaults()
 	if journal := os.Getenv(childEnv); journal != "" {
 		c.child(t, journal)
-		return
+		return CrashResult{}
 	}
-	c.parent(t)
+	return c.parent(t)
 }
 
 // The journal: one line per event, appended by the child in one write.
@@ -142,10 +160,19 @@ func (c Crash) child(t *testing.T, journal string) {
 	if err != nil {
 		t.Fatalf("child: %v", err)
 	}
+	var under dispatch.Handler
+	if c.Handler != nil {
+		if under, err = c.Handler(ctx); err != nil {
+			t.Fatalf("child: Handler: %v", err)
+		}
+	}
 	handler := func(ctx context.Context, row outbox.Row) error {
 		record("%s %s %d", evRun, row.DispatchKey, row.Attempts)
 		if row.Attempts == 1 && failsOnce(row.DispatchKey) {
 			return errors.New("dispatchtest: first attempt fails")
+		}
+		if under != nil {
+			return under(ctx, row)
 		}
 		return nil
 	}
@@ -247,7 +274,7 @@ func journalCounts(t *testing.T, path string) (settles, runs map[string]int) {
 	return settles, runs
 }
 
-func (c Crash) parent(t *testing.T) {
+func (c Crash) parent(t *testing.T) CrashResult {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
 	dir := t.TempDir()
@@ -357,4 +384,5 @@ func (c Crash) parent(t *testing.T) {
 		reruns += max(0, runs[key]-want)
 	}
 	t.Logf("%d rows settled through %d kills; %d handler runs repeated after a crash", c.Rows, c.Kills, reruns)
+	return CrashResult{Rows: c.Rows, Kills: c.Kills, Reruns: reruns}
 }

@@ -1,0 +1,19 @@
+module github.com/outboxkit/backpressure/relay/jetstream
+
+go 1.26.0
+
+require (
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.55.0
+	github.com/outboxkit/backpressure v0.1.0
+	github.com/outboxkit/backpressure/pgstore v0.1.0
+	github.com/outboxkit/backpressure/sqlitestore v0.1.0
+)
+
+require (
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
