@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // arrival is one row of the workload: when it is enqueued and how long a
@@ -157,4 +159,9 @@ func indexWorkload(all []arrival, tenants int) *workload {
 		lo = hi
 	}
 	return w
+}
+
+// message is arrival a as the producer enqueues it.
+func (a arrival) message(s Scenario) outbox.Message {
+	return outbox.Message{DispatchKey: a.key, Namespace: s.Tenants[a.tenant].Name, TaskQueue: a.queue, Priority: a.priority}
 }
