@@ -14,7 +14,7 @@ type statements struct {
 	enqueueTx, identity                                      string // see enqueue.go
 
 	// The claims of a Membership's store (see fenced), and the
-	// membership's own statements (see membership.go).
+	// membership's own statements (see membership_sql.go).
 	claimScopedFenced, claimUnscopedFenced string
 	claimWindow, claimWindowFenced         string // see window_claim.go
 	membership                             membershipStatements
