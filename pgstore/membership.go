@@ -162,71 +162,13 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 	if s.fence != nil {
 		return nil, argError(op, "Store", "is a Membership's store")
 	}
-	if opts.Node == "" {
-		opts.Node = defaultNode()
+	opts, err := s.membershipOptions(ctx, op, opts)
+	if err != nil {
+		return nil, err
 	}
-	switch reason := validate.Text(opts.Node); {
-	case reason != "":
-		return nil, argError(op, "MembershipOptions.Node", "%s", reason)
-	case len(opts.Node) > MaxNodeBytes:
-		return nil, argError(op, "MembershipOptions.Node", "%d bytes, above %d", len(opts.Node), MaxNodeBytes)
-	}
-	switch {
-	case opts.Lease == 0:
-		opts.Lease = min(s.lease*3/2, outbox.MaxLease)
-	case opts.Lease < outbox.MinLease:
-		return nil, argError(op, "MembershipOptions.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
-	case opts.Lease > outbox.MaxLease:
-		return nil, argError(op, "MembershipOptions.Lease", "%v is above outbox.MaxLease (%v): a dead node's shards would not move for that long", opts.Lease, outbox.MaxLease)
-	}
-	switch {
-	case opts.Heartbeat == 0:
-		opts.Heartbeat = max(opts.Lease/4, MinHeartbeat) // ≤ Lease/2: Lease ≥ outbox.MinLease
-	case opts.Heartbeat < MinHeartbeat || opts.Heartbeat > opts.Lease/2:
-		return nil, argError(op, "MembershipOptions.Heartbeat", "%v is not in [MinHeartbeat = %v, Lease/2 = %v]", opts.Heartbeat, MinHeartbeat, opts.Lease/2)
-	}
-	// The tests' manual memberships may lapse while claims live, to show
-	// that fencing alone stops the claims; a real one may not.
-	if opts.Lease < s.lease+opts.Heartbeat && !joinManual(ctx) {
-		return nil, argError(op, "MembershipOptions.Lease", "%v is below the claim lease (%v) plus the heartbeat (%v): a dead node's claimed rows would outlive its ownership, uncounted by the next owner's ceiling", opts.Lease, s.lease, opts.Heartbeat)
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	none, err := backpressure.NewOwnedShardFraction(nil, s.shardCount)
-	if err != nil { // New bounds the shard count; a zero Store has none
-		return nil, fmt.Errorf("pgstore: %s: %w", op, err)
-	}
-	var inc [16]byte
-	_, _ = rand.Read(inc[:])
-	m := &Membership{
-		store:       s,
-		node:        opts.Node,
-		incarnation: hex.EncodeToString(inc[:]),
-		lease:       opts.Lease,
-		heartbeat:   opts.Heartbeat,
-		logger:      opts.Logger,
-		manual:      joinManual(ctx),
-		held:        map[int32]int64{},
-		owned:       none,
-		none:        none,
-		changes:     make(chan backpressure.OwnedShardFraction, 1),
-		beating:     make(chan struct{}, 1),
-		done:        make(chan struct{}),
-	}
-	m.view = &Store{
-		pool:        s.pool,
-		schema:      s.schema,
-		shardCount:  s.shardCount,
-		lease:       s.lease,
-		maxAttempts: s.maxAttempts,
-		caps:        s.caps,
-		now:         s.now,
-		windowClaim: s.windowClaim,
-		sql:         s.sql,
-		channel:     s.channel,
-		identity:    s.identity,
-		fence:       m,
+	m, err := s.newMembership(op, opts, joinManual(ctx))
+	if err != nil {
+		return nil, err
 	}
 	if _, err := s.pool.Exec(ctx, s.sql.membership.seed, int32(s.shardCount)); err != nil {
 		return nil, opError(op, err)
@@ -247,6 +189,85 @@ func (s *Store) Join(ctx context.Context, opts MembershipOptions) (*Membership, 
 		close(m.done)
 	} else {
 		go m.loop(bg)
+	}
+	return m, nil
+}
+
+// membershipOptions is Join's validation of opts, with its defaults
+// filled in: a node name, and a lease and heartbeat derived from the
+// store's claim lease.
+func (s *Store) membershipOptions(ctx context.Context, op string, opts MembershipOptions) (MembershipOptions, error) {
+	if opts.Node == "" {
+		opts.Node = defaultNode()
+	}
+	switch reason := validate.Text(opts.Node); {
+	case reason != "":
+		return opts, argError(op, "MembershipOptions.Node", "%s", reason)
+	case len(opts.Node) > MaxNodeBytes:
+		return opts, argError(op, "MembershipOptions.Node", "%d bytes, above %d", len(opts.Node), MaxNodeBytes)
+	}
+	switch {
+	case opts.Lease == 0:
+		opts.Lease = min(s.lease*3/2, outbox.MaxLease)
+	case opts.Lease < outbox.MinLease:
+		return opts, argError(op, "MembershipOptions.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
+	case opts.Lease > outbox.MaxLease:
+		return opts, argError(op, "MembershipOptions.Lease", "%v is above outbox.MaxLease (%v): a dead node's shards would not move for that long", opts.Lease, outbox.MaxLease)
+	}
+	switch {
+	case opts.Heartbeat == 0:
+		opts.Heartbeat = max(opts.Lease/4, MinHeartbeat) // ≤ Lease/2: Lease ≥ outbox.MinLease
+	case opts.Heartbeat < MinHeartbeat || opts.Heartbeat > opts.Lease/2:
+		return opts, argError(op, "MembershipOptions.Heartbeat", "%v is not in [MinHeartbeat = %v, Lease/2 = %v]", opts.Heartbeat, MinHeartbeat, opts.Lease/2)
+	}
+	// The tests' manual memberships may lapse while claims live, to show
+	// that fencing alone stops the claims; a real one may not.
+	if opts.Lease < s.lease+opts.Heartbeat && !joinManual(ctx) {
+		return opts, argError(op, "MembershipOptions.Lease", "%v is below the claim lease (%v) plus the heartbeat (%v): a dead node's claimed rows would outlive its ownership, uncounted by the next owner's ceiling", opts.Lease, s.lease, opts.Heartbeat)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return opts, nil
+}
+
+// newMembership is the Membership Join returns, not yet seeded nor
+// running: its state, and its fenced view of s.
+func (s *Store) newMembership(op string, opts MembershipOptions, manual bool) (*Membership, error) {
+	none, err := backpressure.NewOwnedShardFraction(nil, s.shardCount)
+	if err != nil { // New bounds the shard count; a zero Store has none
+		return nil, fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	var inc [16]byte
+	_, _ = rand.Read(inc[:])
+	m := &Membership{
+		store:       s,
+		node:        opts.Node,
+		incarnation: hex.EncodeToString(inc[:]),
+		lease:       opts.Lease,
+		heartbeat:   opts.Heartbeat,
+		logger:      opts.Logger,
+		manual:      manual,
+		held:        map[int32]int64{},
+		owned:       none,
+		none:        none,
+		changes:     make(chan backpressure.OwnedShardFraction, 1),
+		beating:     make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	m.view = &Store{
+		pool:        s.pool,
+		schema:      s.schema,
+		shardCount:  s.shardCount,
+		lease:       s.lease,
+		maxAttempts: s.maxAttempts,
+		caps:        s.caps,
+		now:         s.now,
+		windowClaim: s.windowClaim,
+		sql:         s.sql,
+		channel:     s.channel,
+		identity:    s.identity,
+		fence:       m,
 	}
 	return m, nil
 }
@@ -661,110 +682,6 @@ func weight(seed uint64, shard int) uint64 {
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	return z ^ z>>31
-}
-
-// membershipStatements are the membership's SQL.
-type membershipStatements struct {
-	seed, renew, lock, rebalance, leave string
-}
-
-func prepareMembership(x func(string) string) membershipStatements {
-	return membershipStatements{
-		// $1: shard count. One ownership row per shard, unowned.
-		seed: x(`
-INSERT INTO {schema}.shard_owners (shard)
-SELECT generate_series(0, $1::int4 - 1)
-ON CONFLICT (shard) DO NOTHING`),
-
-		// $1: node, $2: lease µs, $3: incarnation. Renews (or starts) the
-		// node's member lease, a rejoin after it lapsed counting as a new
-		// join, and returns the live members, the node included. Another
-		// incarnation's row is taken over only once its member lease and
-		// every ownership lease under the name have lapsed (so its fenced
-		// claims have stopped, and every shard it held is taken at a new
-		// epoch); until then nothing is written and the node is not
-		// among the rows returned. Members whose lease lapsed over an hour
-		// ago are deleted, so crashed nodes' rows do not pile up.
-		renew: x(`
-WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
-gone AS (
-	DELETE FROM {schema}.members m USING t
-	WHERE m.lease_expires_at < t.now - interval '1 hour' AND m.node <> $1::text
-),
-me AS (
-	INSERT INTO {schema}.members AS m (node, joined_at, lease_expires_at, incarnation)
-	SELECT $1::text, t.now, t.now + $2::bigint * interval '1 microsecond', $3::text FROM t
-	ON CONFLICT (node) DO UPDATE SET
-		lease_expires_at = excluded.lease_expires_at,
-		joined_at = CASE WHEN m.lease_expires_at <= excluded.joined_at OR m.incarnation <> excluded.incarnation
-			THEN excluded.joined_at ELSE m.joined_at END,
-		incarnation = excluded.incarnation
-	WHERE m.incarnation = excluded.incarnation
-		OR m.lease_expires_at <= excluded.joined_at AND NOT EXISTS (
-			SELECT FROM {schema}.shard_owners s
-			WHERE s.owner = excluded.node AND s.lease_expires_at > excluded.joined_at)
-	RETURNING m.node
-)
-SELECT m.node FROM {schema}.members m, t WHERE m.lease_expires_at > t.now AND m.node <> $1::text
-UNION ALL
-SELECT me.node FROM me`),
-
-		// $1: node, $2: assigned shards. Locks, in shard order, the
-		// ownership rows rebalance may update.
-		lock: x(`
-SELECT s.shard FROM {schema}.shard_owners s
-WHERE s.shard = ANY ($2::int4[]) OR s.owner = $1::text
-ORDER BY s.shard
-FOR UPDATE`),
-
-		// $1: node, $2: assigned shards, $3: lease µs, $4: the shards the
-		// node drained since the last heartbeat. Releases what the node
-		// owns but is not assigned, except the shards it owns under a live
-		// lease that it starts draining now (not assigned, not in $4),
-		// whose leases it renews one more time; renews what it owns under
-		// a live lease (same epoch); takes what is assigned and free —
-		// unowned, or its owner's lease expired, this node's own lapsed
-		// lease included — with the epoch incremented, recording the
-		// acquisition in shard_epochs. Returns the shards held, their
-		// epochs, and whether each is one drained (kept, not assigned).
-		rebalance: x(`
-WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
-released AS (
-	UPDATE {schema}.shard_owners s SET owner = NULL, lease_expires_at = t.now
-	FROM t
-	WHERE s.owner = $1::text AND NOT (s.shard = ANY ($2::int4[]))
-		AND (s.shard = ANY ($4::int4[]) OR s.lease_expires_at <= t.now)
-	RETURNING s.shard
-),
-held AS (
-	UPDATE {schema}.shard_owners s SET
-		epoch = CASE WHEN s.owner = $1::text AND s.lease_expires_at > t.now THEN s.epoch ELSE s.epoch + 1 END,
-		owner = $1::text,
-		lease_expires_at = t.now + $3::bigint * interval '1 microsecond'
-	FROM t
-	WHERE s.shard = ANY ($2::int4[])
-			AND (s.owner = $1::text OR s.owner IS NULL OR s.lease_expires_at <= t.now)
-		OR s.owner = $1::text AND s.lease_expires_at > t.now
-			AND NOT (s.shard = ANY ($2::int4[])) AND NOT (s.shard = ANY ($4::int4[]))
-	RETURNING s.shard, s.epoch, NOT (s.shard = ANY ($2::int4[])) AS keeping
-),
-logged AS (
-	INSERT INTO {schema}.shard_epochs (shard, epoch, owner, acquired_at)
-	SELECT h.shard, h.epoch, $1::text, t.now FROM held h, t
-	ON CONFLICT (shard, epoch) DO NOTHING
-)
-SELECT h.shard, h.epoch, h.keeping FROM held h ORDER BY h.shard`),
-
-		// $1: node, $2: incarnation. Releases the node's shards and
-		// removes it, unless another incarnation holds the name now.
-		leave: x(`
-WITH me AS (
-	DELETE FROM {schema}.members m WHERE m.node = $1::text AND m.incarnation = $2::text
-	RETURNING m.node
-)
-UPDATE {schema}.shard_owners s SET owner = NULL, lease_expires_at = clock_timestamp()
-FROM me WHERE s.owner = me.node`),
-	}
 }
 
 // manualKey, in Join's ctx, makes a Membership without background

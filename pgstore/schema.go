@@ -29,13 +29,6 @@ func validateSchema(op, name string) error {
 	return nil
 }
 
-// expand replaces {schema} in a statement template with the quoted schema
-// identifier. The schema name is the only text ever pasted into SQL, and only
-// after validateSchema accepted it; every value travels as a parameter.
-func expand(quotedSchema, template string) string {
-	return strings.ReplaceAll(template, "{schema}", quotedSchema)
-}
-
 // migrations are applied in order, each once, in one transaction under an
 // advisory lock, and recorded in {schema}.schema_version. Never edit a
 // released migration; append a new one.

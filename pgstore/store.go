@@ -128,7 +128,7 @@ type Store struct {
 	shardCount  int
 	lease       time.Duration
 	maxAttempts int
-	caps        outbox.PendingCaps // see pendingcap.go
+	caps        outbox.PendingCaps // see enqueue.go
 	windowClaim bool               // Options.WindowClaims
 	now         func() time.Time
 	closed      atomic.Bool
@@ -186,57 +186,13 @@ func newStore(ctx context.Context, op string, pool *pgxpool.Pool, opts Options) 
 	if err := ctx.Err(); err != nil {
 		return nil, opError(op, err)
 	}
-	if opts.Schema == "" {
-		opts.Schema = DefaultSchema
-	}
-	if err := validateSchema(op, opts.Schema); err != nil {
+	opts, err := withDefaults(op, opts)
+	if err != nil {
 		return nil, err
 	}
-	switch {
-	case opts.ShardCount < 0:
-		return nil, argError(op, "Options.ShardCount", "%d is negative", opts.ShardCount)
-	case opts.ShardCount > backpressure.MaxShardCount:
-		return nil, argError(op, "Options.ShardCount", "%d is above backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount)
-	}
-	switch {
-	case opts.Lease == 0:
-		opts.Lease = outbox.DefaultLease
-	case opts.Lease < outbox.MinLease:
-		return nil, argError(op, "Options.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
-	case opts.Lease > outbox.MaxLease:
-		return nil, argError(op, "Options.Lease", "%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease)
-	}
-	switch {
-	case opts.MaxAttempts == 0:
-		opts.MaxAttempts = outbox.DefaultMaxAttempts
-	case opts.MaxAttempts < 0:
-		return nil, argError(op, "Options.MaxAttempts", "%d is negative", opts.MaxAttempts)
-	case int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
-		return nil, argError(op, "Options.MaxAttempts", "%d is above outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit)
-	}
-	if err := opts.PendingCaps.Validate(op, "Options.PendingCaps"); err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
-	}
-	quoted := pgx.Identifier{opts.Schema}.Sanitize()
-	shardCount, err := open(ctx, pool, opts.Schema, quoted, opts.ShardCount, opts.MustExist)
-	var (
-		shardErr   *outbox.ShardCountError
-		versionErr *outbox.SchemaVersionError
-		missing    *outbox.NotExistError
-		foreignErr *outbox.ForeignSchemaError
-	)
-	switch {
-	case errors.As(err, &missing), errors.As(err, &foreignErr):
+	quoted, shardCount, err := openSchema(ctx, op, pool, opts)
+	if err != nil {
 		return nil, err
-	case errors.As(err, &shardErr), errors.As(err, &versionErr):
-		return nil, fmt.Errorf("pgstore: %s: schema %s: %w", op, quoted, err)
-	case err != nil:
-		return nil, opError(op+": open schema "+quoted, err)
-	}
-	// A count recorded by an older version, before New bounded it, can
-	// exceed MaxShardCount: no owned-shard fraction could describe it.
-	if _, err := backpressure.NewOwnedShardFraction(nil, shardCount); err != nil {
-		return nil, fmt.Errorf("pgstore: %s: schema %s records an unusable shard count: %w", op, quoted, err)
 	}
 	sql := prepare(quoted)
 	var id identity
@@ -256,6 +212,69 @@ func newStore(ctx context.Context, op string, pool *pgxpool.Pool, opts Options) 
 		channel:     channelName(opts.Schema),
 		identity:    id,
 	}, nil
+}
+
+// withDefaults is New's validation of opts, with its defaults filled in.
+func withDefaults(op string, opts Options) (Options, error) {
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if err := validateSchema(op, opts.Schema); err != nil {
+		return opts, err
+	}
+	switch {
+	case opts.ShardCount < 0:
+		return opts, argError(op, "Options.ShardCount", "%d is negative", opts.ShardCount)
+	case opts.ShardCount > backpressure.MaxShardCount:
+		return opts, argError(op, "Options.ShardCount", "%d is above backpressure.MaxShardCount (%d)", opts.ShardCount, backpressure.MaxShardCount)
+	}
+	switch {
+	case opts.Lease == 0:
+		opts.Lease = outbox.DefaultLease
+	case opts.Lease < outbox.MinLease:
+		return opts, argError(op, "Options.Lease", "%v is below the floor of %v", opts.Lease, outbox.MinLease)
+	case opts.Lease > outbox.MaxLease:
+		return opts, argError(op, "Options.Lease", "%v is above outbox.MaxLease (%v)", opts.Lease, outbox.MaxLease)
+	}
+	switch {
+	case opts.MaxAttempts == 0:
+		opts.MaxAttempts = outbox.DefaultMaxAttempts
+	case opts.MaxAttempts < 0:
+		return opts, argError(op, "Options.MaxAttempts", "%d is negative", opts.MaxAttempts)
+	case int64(opts.MaxAttempts) > outbox.MaxAttemptsLimit:
+		return opts, argError(op, "Options.MaxAttempts", "%d is above outbox.MaxAttemptsLimit (%d)", opts.MaxAttempts, outbox.MaxAttemptsLimit)
+	}
+	if err := opts.PendingCaps.Validate(op, "Options.PendingCaps"); err != nil {
+		return opts, fmt.Errorf("pgstore: %w", err)
+	}
+	return opts, nil
+}
+
+// openSchema opens, creates or migrates the schema opts names (see
+// open), returning its quoted name and its shard count.
+func openSchema(ctx context.Context, op string, pool *pgxpool.Pool, opts Options) (quoted string, shardCount int, err error) {
+	quoted = pgx.Identifier{opts.Schema}.Sanitize()
+	shardCount, err = open(ctx, pool, opts.Schema, quoted, opts.ShardCount, opts.MustExist)
+	var (
+		shardErr   *outbox.ShardCountError
+		versionErr *outbox.SchemaVersionError
+		missing    *outbox.NotExistError
+		foreignErr *outbox.ForeignSchemaError
+	)
+	switch {
+	case errors.As(err, &missing), errors.As(err, &foreignErr):
+		return "", 0, err
+	case errors.As(err, &shardErr), errors.As(err, &versionErr):
+		return "", 0, fmt.Errorf("pgstore: %s: schema %s: %w", op, quoted, err)
+	case err != nil:
+		return "", 0, opError(op+": open schema "+quoted, err)
+	}
+	// A count recorded by an older version, before New bounded it, can
+	// exceed MaxShardCount: no owned-shard fraction could describe it.
+	if _, err := backpressure.NewOwnedShardFraction(nil, shardCount); err != nil {
+		return "", 0, fmt.Errorf("pgstore: %s: schema %s records an unusable shard count: %w", op, quoted, err)
+	}
+	return quoted, shardCount, nil
 }
 
 // identity tells the store's database and schema from any other: the
@@ -375,51 +394,4 @@ func (s *Store) Lease() time.Duration {
 		return 0
 	}
 	return s.lease
-}
-
-// begin is called first by every method: it refuses a closed store (a
-// fenced view whose parent store is closed included) and a done context,
-// so neither reaches the database.
-func (s *Store) begin(ctx context.Context, op string) error {
-	if s == nil || s.pool == nil || s.closed.Load() || s.fence != nil && s.fence.store.closed.Load() {
-		return closedError(op)
-	}
-	if ctx == nil {
-		return argError(op, "ctx", "nil context")
-	}
-	if err := ctx.Err(); err != nil {
-		return opError(op, err)
-	}
-	return nil
-}
-
-// clock returns the statement time parameter: the injected clock's time, or
-// nil so that SQL's coalesce($n, now()) takes the database's clock.
-func (s *Store) clock() any {
-	if s.now == nil {
-		return nil
-	}
-	return s.now()
-}
-
-// ownedShards checks the fraction against the store's shard count and
-// returns the parameters of the statements' shard filter,
-// ($all OR shard = ANY ($ids)): all is true when every shard is owned, so
-// the filter costs one test per statement rather than an array search per
-// row; else ids lists the owned shards. A filter given all = false and no
-// ids matches nothing: it fails closed. none reports that no shard is
-// owned.
-func (s *Store) ownedShards(op string, shards backpressure.OwnedShardFraction) (ids []int32, all, none bool, err error) {
-	if shards.ShardCount() != s.shardCount {
-		return nil, false, false, fmt.Errorf("pgstore: %s: %w", op, &outbox.ShardCountError{Store: s.shardCount, Given: shards.ShardCount()})
-	}
-	owned := shards.Owned()
-	if len(owned) == s.shardCount {
-		return []int32{}, true, false, nil
-	}
-	ids = make([]int32, len(owned))
-	for i, id := range owned {
-		ids[i] = int32(id) // < ShardCount ≤ MaxShardCount, which New enforces
-	}
-	return ids, false, len(owned) == 0, nil
 }

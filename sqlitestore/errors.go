@@ -128,3 +128,31 @@ func (s *Store) fail(op string, err error) error {
 	}
 	return fmt.Errorf("sqlitestore: %s: %w", op, err)
 }
+
+// openError prefixes an error of Open or New, leaving the outbox
+// package's typed errors as they are, and typing SQLite's errors about
+// the file (path) itself as a *FileError.
+func openError(what string, err error) error {
+	if fe := fileError(what, err); fe != nil {
+		return fe
+	}
+	var (
+		file    *FileError
+		arg     *outbox.ArgumentError
+		shard   *outbox.ShardCountError
+		ver     *outbox.SchemaVersionError
+		foreign *outbox.ForeignSchemaError
+	)
+	if errors.As(err, &file) || errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) || errors.As(err, &foreign) {
+		return err
+	}
+	return fmt.Errorf("sqlitestore: open %q: %w", what, err)
+}
+
+// pathOf returns the store's file, "" for a nil store or in memory.
+func (s *Store) pathOf() string {
+	if s == nil {
+		return ""
+	}
+	return s.path
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -378,26 +377,6 @@ func isModernc(d any) bool {
 	return ok
 }
 
-// openError prefixes an error of Open or New, leaving the outbox
-// package's typed errors as they are, and typing SQLite's errors about
-// the file (path) itself as a *FileError.
-func openError(what string, err error) error {
-	if fe := fileError(what, err); fe != nil {
-		return fe
-	}
-	var (
-		file    *FileError
-		arg     *outbox.ArgumentError
-		shard   *outbox.ShardCountError
-		ver     *outbox.SchemaVersionError
-		foreign *outbox.ForeignSchemaError
-	)
-	if errors.As(err, &file) || errors.As(err, &arg) || errors.As(err, &shard) || errors.As(err, &ver) || errors.As(err, &foreign) {
-		return err
-	}
-	return fmt.Errorf("sqlitestore: open %q: %w", what, err)
-}
-
 // newStore applies the defaults of opts.
 func newStore(opts Options) *Store {
 	s := &Store{lease: opts.Lease, maxAttempts: opts.MaxAttempts, now: opts.Now, poll: opts.PollInterval,
@@ -453,111 +432,6 @@ func validate(op, path string, opts Options) error {
 	return opts.PendingCaps.Validate("Open", "Options.PendingCaps")
 }
 
-// pathOf returns the store's file, "" for a nil store or in memory.
-func (s *Store) pathOf() string {
-	if s == nil {
-		return ""
-	}
-	return s.path
-}
-
-// ready returns outbox.ErrClosed for a nil, zero or closed store.
-func (s *Store) ready() error {
-	if s == nil || s.writer == nil || s.closed.Load() {
-		return outbox.ErrClosed
-	}
-	return nil
-}
-
-// writable is ready, and ErrReadOnly for a read-only store.
-func (s *Store) writable() error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if s.readOnly {
-		return ErrReadOnly
-	}
-	return nil
-}
-
-// stmtKey is a hot statement: its text and the database it runs on.
-type stmtKey struct {
-	db *sql.DB
-	q  string
-}
-
-// hotStatements lists the statements every sweep runs, each with and
-// without the shard filter, with the database each runs on.
-func (s *Store) hotStatements() []stmtKey {
-	var out []stmtKey
-	for _, cond := range []string{"", ownedCond(2)} {
-		out = append(out, stmtKey{s.reader, countClaimedSQL(cond)})
-		if !s.readOnly { // the writer's, for InSweepTx
-			out = append(out, stmtKey{s.writer, countClaimedSQL(cond)})
-		}
-	}
-	for _, cond := range []string{"", ownedCond(3)} {
-		out = append(out, stmtKey{s.reader, countPendingSQL(cond)})
-		for _, part := range []string{windowAfter, windowUpTo, windowRestOf} {
-			out = append(out, stmtKey{s.reader, countPendingWindowSQL(cond, part, countOnly)})
-		}
-		if s.readOnly {
-			continue
-		}
-		for _, m := range []countMode{countIDs, countFirstID} {
-			out = append(out, stmtKey{s.writer, routeCountsSQL(cond, "", m)})
-			for _, part := range []string{windowAfter, windowUpTo, windowRestOf} {
-				out = append(out, stmtKey{s.writer, countPendingWindowSQL(cond, part, m)})
-			}
-		}
-	}
-	if s.readOnly {
-		return out
-	}
-	for _, cond := range []string{"", ownedCond(7)} {
-		out = append(out, stmtKey{s.writer, scopedClaimSQL(cond)}, stmtKey{s.writer, unscopedClaimSQL(cond)},
-			stmtKey{s.writer, claimByIDSQL(cond)})
-	}
-	return append(out, stmtKey{s.writer, nextTokenSQL}, stmtKey{s.writer, completeSQL}, stmtKey{s.writer, pruneRoutesSQL})
-}
-
-// prepare prepares the hot statements, once, at Open. SQLite would
-// otherwise parse and plan each of them again on every call, which costs
-// about as much as running them. They are prepared up front, not on first
-// use, because a first use can come inside a transaction that holds the
-// writer's only connection.
-func (s *Store) prepare(ctx context.Context) error {
-	s.stmts = map[stmtKey]*sql.Stmt{}
-	for _, k := range s.hotStatements() {
-		if _, dup := s.stmts[k]; dup { // in memory, reader is writer
-			continue
-		}
-		st, err := k.db.PrepareContext(ctx, k.q)
-		if err != nil {
-			return err
-		}
-		s.stmts[k] = st
-	}
-	return nil
-}
-
-// query runs q with args in tx, a transaction on db, or on db itself when
-// tx is nil, through its prepared statement when q is a hot one. database/sql
-// keeps one prepared copy per connection, and prepares one on a connection
-// that does not have it yet.
-func (s *Store) query(ctx context.Context, db *sql.DB, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
-	st, ok := s.stmts[stmtKey{db, q}]
-	switch {
-	case !ok && tx == nil:
-		return db.QueryContext(ctx, q, args...)
-	case !ok:
-		return tx.QueryContext(ctx, q, args...)
-	case tx == nil:
-		return st.QueryContext(ctx, args...)
-	}
-	return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
-}
-
 // Close releases the store: its subscriptions' channels are closed and
 // every later call returns an error matching outbox.ErrClosed. A store
 // from Open closes its database (an in-memory one is gone afterwards); a
@@ -580,12 +454,6 @@ func (s *Store) Close() error {
 		err = errors.Join(err, s.reader.Close())
 	}
 	return err
-}
-
-func (s *Store) closeStmts() {
-	for _, st := range s.stmts {
-		_ = st.Close()
-	}
 }
 
 // ShardCount returns the shard count the store places rows with; 0 for a
@@ -614,115 +482,4 @@ func (s *Store) roundTrips() int64 {
 		return 0
 	}
 	return s.trips.Load()
-}
-
-// errInjected is the failure the test hook injects.
-var errInjected = errors.New("sqlitestore: injected fault")
-
-// step runs before every statement: it honours ctx between the statements
-// of a transaction and fires the test hook's injected failure.
-func (s *Store) step(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.failNth.Load() > 0 && s.failNth.Add(-1) == 0 {
-		return errInjected
-	}
-	return nil
-}
-
-// lockSQL takes the write lock at the start of a transaction that did not
-// begin IMMEDIATE (a store from New): an UPDATE takes the lock when it
-// starts, waiting with the busy timeout, even when it changes no row, and
-// a transaction that holds it can never fail to upgrade a stale snapshot.
-const lockSQL = `UPDATE outbox_meta SET value = value WHERE key = 'write_lock'`
-
-// write runs fn in one write transaction (it holds the write lock from its
-// first statement) counting one round trip; fn's error, a failed commit, or
-// a panic in fn rolls it back (a panic is then re-raised), so the writer's
-// connection is never left inside a transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
-	if err := s.writable(); err != nil {
-		return err
-	}
-	if err := s.step(ctx); err != nil {
-		return err
-	}
-	s.trips.Add(1)
-	tx, err := s.writer.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			_ = tx.Rollback()
-		}
-	}()
-	if !s.immediate {
-		if _, err := tx.ExecContext(ctx, lockSQL); err != nil {
-			return err
-		}
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := s.step(ctx); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	committed = true
-	s.commits.Add(1)
-	return nil
-}
-
-// read counts a round trip of a read-only call, once the store is ready
-// and ctx live.
-func (s *Store) read(ctx context.Context) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	if err := s.step(ctx); err != nil {
-		return err
-	}
-	s.trips.Add(1)
-	return nil
-}
-
-// nanos converts a time to the stored form; the zero time is 0. A time
-// after the largest stored time (2262-04-11T23:47:16.854775807Z) is that
-// time, and one before 1970 is 1ns after the epoch, so that no time wraps.
-func nanos(t time.Time) int64 {
-	switch {
-	case t.IsZero():
-		return 0
-	case t.After(maxTime):
-		return math.MaxInt64
-	case !t.After(time.Unix(0, 0)):
-		return 1
-	}
-	return t.UnixNano()
-}
-
-var maxTime = time.Unix(0, math.MaxInt64)
-
-// fromNanos converts a stored time back; 0 is the zero time.
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
-// addNanos returns the stored time t plus d (d ≥ 0), clamped to the largest
-// stored time, math.MaxInt64 (2262-04-11T23:47:16.854775807Z), rather than
-// wrapping around to the past: a lease or retry delay too long to represent
-// ends then, so a huge duration means "not for centuries", never "now".
-func addNanos(t int64, d time.Duration) int64 {
-	if d > 0 && t > math.MaxInt64-int64(d) {
-		return math.MaxInt64
-	}
-	return t + int64(d)
 }

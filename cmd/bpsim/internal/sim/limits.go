@@ -164,11 +164,6 @@ func priorityWaits(rows map[int]int, waits map[int][]time.Duration) []PriorityWa
 	return out
 }
 
-// message is arrival a as the producer enqueues it.
-func (a arrival) message(s Scenario) outbox.Message {
-	return outbox.Message{DispatchKey: a.key, Namespace: s.Tenants[a.tenant].Name, TaskQueue: a.queue, Priority: a.priority}
-}
-
 // enqueueCapped enqueues a tick's arrivals when some tenant has a pending
 // cap: each tenant is a producer of its own, which enqueues its rows of the
 // tick in one call and, when the store refuses the batch over the cap,

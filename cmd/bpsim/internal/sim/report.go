@@ -422,19 +422,6 @@ func peakMark(p Policy, t TenantReport) string {
 	return "  "
 }
 
-// fmtWait prints a simulated duration compactly: "0s", "300ms", "12.4s".
-func fmtWait(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d < time.Second:
-		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
-	case d < 100*time.Second:
-		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
-	}
-	return strconv.FormatFloat(d.Seconds(), 'f', 0, 64) + "s"
-}
-
 // WriteTables writes every policy's table, then a comparison of the quiet
 // tenants' waits and the verdict.
 func (r *Report) WriteTables(w io.Writer) error {

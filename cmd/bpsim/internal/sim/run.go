@@ -69,12 +69,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 // can run a scenario Validate rejects, such as a lease shorter than the
 // service time, and see the audit fail.
 func runValidated(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
-	s := cfg.Scenario
-	policies := cfg.Policies
-	if policies == nil {
-		policies = Policies
-	}
-	w := newWorkload(s, cfg.Seed)
+	w := newWorkload(cfg.Scenario, cfg.Seed)
 	if len(w.arrivals) == 0 {
 		return nil, &ScenarioError{Field: "tenants", Problem: fmt.Sprintf("the arrivals draw no rows with seed %d: raise a perSecond, widen from/until or add a burst", cfg.Seed)}
 	}
@@ -95,6 +90,39 @@ func runValidated(ctx context.Context, cfg Config, stdout io.Writer) (*Report, e
 		}
 	}()
 
+	rep, err := simulate(ctx, cfg, w)
+	if err != nil {
+		return nil, err
+	}
+	if err := printResults(stdout, cfg.Quiet, rep); err != nil {
+		return nil, err
+	}
+	if out != nil {
+		committed = true
+		paths, err := writeOutputs(out, rep)
+		if err != nil {
+			out.abort()
+			return nil, err
+		}
+		rep.Files = paths
+		fmt.Fprintln(stdout)
+		for _, path := range paths {
+			fmt.Fprintf(stdout, "wrote %s\n", path)
+		}
+	}
+	if !rep.ExactlyOnce() {
+		return rep, ErrExactlyOnce
+	}
+	return rep, nil
+}
+
+// simulate runs w under each of cfg's policies (every policy when it
+// names none), one after the other on one database, which it closes.
+func simulate(ctx context.Context, cfg Config, w *workload) (*Report, error) {
+	policies := cfg.Policies
+	if policies == nil {
+		policies = Policies
+	}
 	var db database
 	var err error
 	kind := "sqlite"
@@ -117,12 +145,12 @@ func runValidated(ctx context.Context, cfg Config, stdout io.Writer) (*Report, e
 	}
 	defer closeDB()
 
-	rep := &Report{Scenario: s, Seed: cfg.Seed, Database: kind, Rows: len(w.arrivals)}
+	rep := &Report{Scenario: cfg.Scenario, Seed: cfg.Seed, Database: kind, Rows: len(w.arrivals)}
 	pr := &progress{w: cfg.Progress, terminal: cfg.Terminal, now: time.Now}
 	for i, p := range policies {
 		pr.start(p, i+1, len(policies), len(w.arrivals))
 		began := time.Now()
-		r, err := runPolicy(ctx, s, w, p, db, pr.tick)
+		r, err := runPolicy(ctx, cfg.Scenario, w, p, db, pr.tick)
 		if err != nil {
 			// Clear a status line, so the caller's error starts a line.
 			pr.abort()
@@ -135,33 +163,22 @@ func runValidated(ctx context.Context, cfg Config, stdout io.Writer) (*Report, e
 	if err := closeDB(); err != nil {
 		return nil, prefix(err)
 	}
+	return rep, nil
+}
 
-	if !cfg.Quiet {
+// printResults writes the tables (unless quiet) and each policy's
+// exactly-once verdict.
+func printResults(stdout io.Writer, quiet bool, rep *Report) error {
+	if !quiet {
 		if err := rep.WriteTables(stdout); err != nil {
-			return nil, err
+			return err
 		}
 		fmt.Fprintln(stdout)
 	}
 	for _, p := range rep.Policies {
 		fmt.Fprintf(stdout, "%-13s %s\n", string(p.Policy)+":", p.Audit)
 	}
-	if out != nil {
-		committed = true
-		paths, err := writeOutputs(out, rep)
-		if err != nil {
-			out.abort()
-			return nil, err
-		}
-		rep.Files = paths
-		fmt.Fprintln(stdout)
-		for _, path := range paths {
-			fmt.Fprintf(stdout, "wrote %s\n", path)
-		}
-	}
-	if !rep.ExactlyOnce() {
-		return rep, ErrExactlyOnce
-	}
-	return rep, nil
+	return nil
 }
 
 // prefix makes sure an error reads "bpsim: …".

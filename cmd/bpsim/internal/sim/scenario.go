@@ -484,12 +484,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 		"membershipLease": stringField(&j.MembershipLease),
 		"apportionment":   stringField(&j.Apportionment),
 		"changes": arrayField(func(raw json.RawMessage, at string) error {
-			var c changeJSON
-			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
-				"at":      stringField(&c.At),
-				"quotas":  intMapField(&c.Quotas),
-				"weights": intMapField(&c.Weights),
-			})
+			c, err := decodeChange(raw, at)
 			j.Changes = append(j.Changes, c)
 			return err
 		}, func() { j.Changes = []changeJSON{} }),
@@ -502,48 +497,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 		"serviceTime":    serviceTimeField(&j.ServiceTime),
 		"pendingCap":     intField(&j.PendingCap),
 		"tenants": arrayField(func(raw json.RawMessage, at string) error {
-			var t tenantJSON
-			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
-				"name":        stringField(&t.Name),
-				"quota":       intField(&t.Quota),
-				"weight":      intField(&t.Weight),
-				"queues":      intField(&t.Queues),
-				"serviceTime": serviceTimeField(&t.ServiceTime),
-				"arrivals": arrayField(func(raw json.RawMessage, at string) error {
-					var a arrivalJSON
-					err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
-						"pattern":   stringField(&a.Pattern),
-						"rows":      intField(&a.Rows),
-						"at":        stringField(&a.At),
-						"perSecond": floatField(&a.PerSecond),
-						"from":      stringField(&a.From),
-						"until":     stringField(&a.Until),
-					})
-					t.Arrivals = append(t.Arrivals, a)
-					return err
-				}, func() { t.Arrivals = []arrivalJSON{} }),
-				"rate": func(raw json.RawMessage, at string) error {
-					var r rateJSON
-					if err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
-						"perSecond": floatField(&r.PerSecond),
-						"burst":     intField(&r.Burst),
-					}); err != nil {
-						return err
-					}
-					t.Rate = &r
-					return nil
-				},
-				"priorities": arrayField(func(raw json.RawMessage, at string) error {
-					var p priorityJSON
-					err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
-						"priority": intField(&p.Priority),
-						"fraction": floatField(&p.Fraction),
-					})
-					t.Priorities = append(t.Priorities, p)
-					return err
-				}, func() { t.Priorities = []priorityJSON{} }),
-				"pendingCap": intField(&t.PendingCap),
-			})
+			t, err := decodeTenant(raw, at)
 			j.Tenants = append(j.Tenants, t)
 			return err
 		}, func() { j.Tenants = []tenantJSON{} }),
@@ -561,6 +515,70 @@ func DecodeScenario(data []byte) (Scenario, error) {
 		s.Nodes = *nodes
 	}
 	return s, nil
+}
+
+// decodeChange decodes one element of "changes".
+func decodeChange(raw json.RawMessage, at string) (changeJSON, error) {
+	var c changeJSON
+	err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+		"at":      stringField(&c.At),
+		"quotas":  intMapField(&c.Quotas),
+		"weights": intMapField(&c.Weights),
+	})
+	return c, err
+}
+
+// decodeTenant decodes one element of "tenants".
+func decodeTenant(raw json.RawMessage, at string) (tenantJSON, error) {
+	var t tenantJSON
+	err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+		"name":        stringField(&t.Name),
+		"quota":       intField(&t.Quota),
+		"weight":      intField(&t.Weight),
+		"queues":      intField(&t.Queues),
+		"serviceTime": serviceTimeField(&t.ServiceTime),
+		"arrivals": arrayField(func(raw json.RawMessage, at string) error {
+			a, err := decodeArrival(raw, at)
+			t.Arrivals = append(t.Arrivals, a)
+			return err
+		}, func() { t.Arrivals = []arrivalJSON{} }),
+		"rate": func(raw json.RawMessage, at string) error {
+			var r rateJSON
+			if err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+				"perSecond": floatField(&r.PerSecond),
+				"burst":     intField(&r.Burst),
+			}); err != nil {
+				return err
+			}
+			t.Rate = &r
+			return nil
+		},
+		"priorities": arrayField(func(raw json.RawMessage, at string) error {
+			var p priorityJSON
+			err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+				"priority": intField(&p.Priority),
+				"fraction": floatField(&p.Fraction),
+			})
+			t.Priorities = append(t.Priorities, p)
+			return err
+		}, func() { t.Priorities = []priorityJSON{} }),
+		"pendingCap": intField(&t.PendingCap),
+	})
+	return t, err
+}
+
+// decodeArrival decodes one element of a tenant's "arrivals".
+func decodeArrival(raw json.RawMessage, at string) (arrivalJSON, error) {
+	var a arrivalJSON
+	err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+		"pattern":   stringField(&a.Pattern),
+		"rows":      intField(&a.Rows),
+		"at":        stringField(&a.At),
+		"perSecond": floatField(&a.PerSecond),
+		"from":      stringField(&a.From),
+		"until":     stringField(&a.Until),
+	})
+	return a, err
 }
 
 // decodeNode decodes one element of "nodes" given as an array.
@@ -858,74 +876,91 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 		return Scenario{}, &ScenarioError{Field: "tenants", Problem: "missing: want at least one tenant"}
 	}
 	for i, tj := range j.Tenants {
-		at := fmt.Sprintf("tenants[%d]", i)
-		t := Tenant{Queues: orInt(tj.Queues, 1)}
-		if tj.Name != nil {
-			t.Name = *tj.Name
-		}
-		if tj.Quota == nil {
-			return Scenario{}, &ScenarioError{Field: at + ".quota", Problem: "missing: want ≥ 1, or -1 for unlimited"}
-		}
-		t.Quota = *tj.Quota
-		t.Weight = orInt(tj.Weight, 0)
-		if tj.ServiceTime != nil {
-			st, err := tj.ServiceTime.serviceTime(at + ".serviceTime")
-			if err != nil {
-				return Scenario{}, err
-			}
-			t.ServiceTime = &st
-		}
-		for k, aj := range tj.Arrivals {
-			aat := fmt.Sprintf("%s.arrivals[%d]", at, k)
-			a := Arrival{Rows: orInt(aj.Rows, 0)}
-			if aj.Pattern != nil {
-				a.Pattern = *aj.Pattern
-			}
-			if aj.PerSecond != nil {
-				a.PerSecond = *aj.PerSecond
-			}
-			if a.At, err = parseDuration(aat+".at", aj.At, 0); err != nil {
-				return Scenario{}, err
-			}
-			if a.From, err = parseDuration(aat+".from", aj.From, 0); err != nil {
-				return Scenario{}, err
-			}
-			if a.Until, err = parseDuration(aat+".until", aj.Until, 0); err != nil {
-				return Scenario{}, err
-			}
-			t.Arrivals = append(t.Arrivals, a)
-		}
-		if tj.Rate != nil {
-			if tj.Rate.PerSecond == nil {
-				return Scenario{}, &ScenarioError{Field: at + ".rate.perSecond", Problem: "missing: want the rows started per second, > 0"}
-			}
-			if tj.Rate.Burst == nil {
-				return Scenario{}, &ScenarioError{Field: at + ".rate.burst", Problem: "missing: want the most rows started at once, ≥ 1"}
-			}
-			t.Rate = backpressure.Rate{PerSecond: *tj.Rate.PerSecond, Burst: *tj.Rate.Burst}
-			if t.Rate.PerSecond == 0 {
-				return Scenario{}, &ScenarioError{Field: at + ".rate.perSecond", Problem: "0: want a rate > 0, or leave \"rate\" out for none"}
-			}
-		}
-		for k, pj := range tj.Priorities {
-			pat := fmt.Sprintf("%s.priorities[%d]", at, k)
-			if pj.Priority == nil {
-				return Scenario{}, &ScenarioError{Field: pat + ".priority", Problem: fmt.Sprintf("missing: want a priority in %d..%d, not 0", outbox.MinPriority, outbox.MaxPriority)}
-			}
-			if pj.Fraction == nil {
-				return Scenario{}, &ScenarioError{Field: pat + ".fraction", Problem: "missing: want the fraction of the tenant's rows, in (0, 1]"}
-			}
-			t.Priorities = append(t.Priorities, PriorityShare{Priority: *pj.Priority, Fraction: *pj.Fraction})
-		}
-		if tj.PendingCap != nil {
-			t.PendingCap = *tj.PendingCap
-			if t.PendingCap == 0 {
-				return Scenario{}, &ScenarioError{Field: at + ".pendingCap", Problem: "0: want ≥ 1, or -1 for no cap; leave it out for the scenario's pendingCap"}
-			}
+		t, err := tj.tenant(fmt.Sprintf("tenants[%d]", i))
+		if err != nil {
+			return Scenario{}, err
 		}
 		s.Tenants = append(s.Tenants, t)
 	}
 	return s, nil
+}
+
+// tenant is the Tenant tj describes, at its path at.
+func (tj tenantJSON) tenant(at string) (Tenant, error) {
+	t := Tenant{Queues: orInt(tj.Queues, 1)}
+	if tj.Name != nil {
+		t.Name = *tj.Name
+	}
+	if tj.Quota == nil {
+		return Tenant{}, &ScenarioError{Field: at + ".quota", Problem: "missing: want ≥ 1, or -1 for unlimited"}
+	}
+	t.Quota = *tj.Quota
+	t.Weight = orInt(tj.Weight, 0)
+	if tj.ServiceTime != nil {
+		st, err := tj.ServiceTime.serviceTime(at + ".serviceTime")
+		if err != nil {
+			return Tenant{}, err
+		}
+		t.ServiceTime = &st
+	}
+	for k, aj := range tj.Arrivals {
+		a, err := aj.arrival(fmt.Sprintf("%s.arrivals[%d]", at, k))
+		if err != nil {
+			return Tenant{}, err
+		}
+		t.Arrivals = append(t.Arrivals, a)
+	}
+	if tj.Rate != nil {
+		if tj.Rate.PerSecond == nil {
+			return Tenant{}, &ScenarioError{Field: at + ".rate.perSecond", Problem: "missing: want the rows started per second, > 0"}
+		}
+		if tj.Rate.Burst == nil {
+			return Tenant{}, &ScenarioError{Field: at + ".rate.burst", Problem: "missing: want the most rows started at once, ≥ 1"}
+		}
+		t.Rate = backpressure.Rate{PerSecond: *tj.Rate.PerSecond, Burst: *tj.Rate.Burst}
+		if t.Rate.PerSecond == 0 {
+			return Tenant{}, &ScenarioError{Field: at + ".rate.perSecond", Problem: "0: want a rate > 0, or leave \"rate\" out for none"}
+		}
+	}
+	for k, pj := range tj.Priorities {
+		pat := fmt.Sprintf("%s.priorities[%d]", at, k)
+		if pj.Priority == nil {
+			return Tenant{}, &ScenarioError{Field: pat + ".priority", Problem: fmt.Sprintf("missing: want a priority in %d..%d, not 0", outbox.MinPriority, outbox.MaxPriority)}
+		}
+		if pj.Fraction == nil {
+			return Tenant{}, &ScenarioError{Field: pat + ".fraction", Problem: "missing: want the fraction of the tenant's rows, in (0, 1]"}
+		}
+		t.Priorities = append(t.Priorities, PriorityShare{Priority: *pj.Priority, Fraction: *pj.Fraction})
+	}
+	if tj.PendingCap != nil {
+		t.PendingCap = *tj.PendingCap
+		if t.PendingCap == 0 {
+			return Tenant{}, &ScenarioError{Field: at + ".pendingCap", Problem: "0: want ≥ 1, or -1 for no cap; leave it out for the scenario's pendingCap"}
+		}
+	}
+	return t, nil
+}
+
+// arrival is the Arrival aj describes, at its path at.
+func (aj arrivalJSON) arrival(at string) (Arrival, error) {
+	a := Arrival{Rows: orInt(aj.Rows, 0)}
+	if aj.Pattern != nil {
+		a.Pattern = *aj.Pattern
+	}
+	if aj.PerSecond != nil {
+		a.PerSecond = *aj.PerSecond
+	}
+	var err error
+	if a.At, err = parseDuration(at+".at", aj.At, 0); err != nil {
+		return Arrival{}, err
+	}
+	if a.From, err = parseDuration(at+".from", aj.From, 0); err != nil {
+		return Arrival{}, err
+	}
+	if a.Until, err = parseDuration(at+".until", aj.Until, 0); err != nil {
+		return Arrival{}, err
+	}
+	return a, nil
 }
 
 func (j serviceTimeJSON) serviceTime(field string) (ServiceTime, error) {
@@ -1110,55 +1145,99 @@ func (s Scenario) Validate() error {
 	if err := s.validateNodes(); err != nil {
 		return err
 	}
+	seen, longest, err := s.validateTenants()
+	if err != nil {
+		return err
+	}
+	if err := s.validateChanges(seen); err != nil {
+		return err
+	}
+	if s.Lease <= ceilTicks(longest, s.Tick)*s.Tick {
+		return bad("lease", "%v is not longer than the longest service time %v rounded up to ticks of %v: a running row would be claimed again", s.Lease, longest, s.Tick)
+	}
+	return nil
+}
+
+// validateTenants checks the tenants, and returns each name's index and
+// the longest service time of any.
+func (s Scenario) validateTenants() (seen map[string]int, longest time.Duration, err error) {
+	bad := func(field, format string, args ...any) error {
+		return &ScenarioError{Field: field, Problem: fmt.Sprintf(format, args...)}
+	}
 	if len(s.Tenants) == 0 {
-		return bad("tenants", "empty: want at least one tenant")
+		return nil, 0, bad("tenants", "empty: want at least one tenant")
 	}
 	if len(s.Tenants) > maxTenants {
-		return bad("tenants", "%d tenants: want at most %d", len(s.Tenants), maxTenants)
+		return nil, 0, bad("tenants", "%d tenants: want at most %d", len(s.Tenants), maxTenants)
 	}
-	longest := s.ServiceTime.Max
-	seen := make(map[string]int, len(s.Tenants))
+	longest = s.ServiceTime.Max
+	seen = make(map[string]int, len(s.Tenants))
 	rows := 0.0
 	for i, t := range s.Tenants {
 		at := fmt.Sprintf("tenants[%d]", i)
 		if err := validName(t.Name); err != nil {
-			return bad(at+".name", "%q: %v", t.Name, err)
+			return nil, 0, bad(at+".name", "%q: %v", t.Name, err)
 		}
 		if j, dup := seen[t.Name]; dup {
-			return bad(at+".name", "%q is also the name of tenants[%d]: names must be unique", t.Name, j)
+			return nil, 0, bad(at+".name", "%q is also the name of tenants[%d]: names must be unique", t.Name, j)
 		}
 		seen[t.Name] = i
-		switch {
-		case t.Quota < 0 && t.Quota != backpressure.Unlimited:
-			return bad(at+".quota", "%d: want ≥ 0 (0 pauses), or -1 for unlimited", t.Quota)
-		case t.Weight < 0 || t.Weight > limits.Weight:
-			return bad(at+".weight", "%d is out of range: want 1..%d (0 or left out: 1)", t.Weight, limits.Weight)
-		case t.Queues < 1 || t.Queues > maxQueues:
-			return bad(at+".queues", "%d is out of range: want 1..%d", t.Queues, maxQueues)
-		}
-		if err := t.validateLimits(at); err != nil {
-			return err
+		n, err := t.validate(at, s.Duration)
+		if err != nil {
+			return nil, 0, err
 		}
 		if t.ServiceTime != nil {
-			if err := t.ServiceTime.validate(at + ".serviceTime"); err != nil {
-				return err
-			}
 			longest = max(longest, t.ServiceTime.Max)
 		}
-		if len(t.Arrivals) == 0 {
-			return bad(at+".arrivals", "empty: want at least one arrival pattern")
-		}
-		for k, a := range t.Arrivals {
-			aat := fmt.Sprintf("%s.arrivals[%d]", at, k)
-			n, err := a.validate(aat, s.Duration)
-			if err != nil {
-				return err
-			}
-			rows += n
-		}
+		rows += n
 	}
 	if rows > maxRows {
-		return bad("tenants", "the arrivals add up to about %.0f rows: want at most %d", rows, maxRows)
+		return nil, 0, bad("tenants", "the arrivals add up to about %.0f rows: want at most %d", rows, maxRows)
+	}
+	return seen, longest, nil
+}
+
+// validate checks tenant t, at path at, whose arrivals fall in the window
+// [0, window), and returns about how many rows its arrivals draw.
+func (t Tenant) validate(at string, window time.Duration) (float64, error) {
+	bad := func(field, format string, args ...any) error {
+		return &ScenarioError{Field: field, Problem: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case t.Quota < 0 && t.Quota != backpressure.Unlimited:
+		return 0, bad(at+".quota", "%d: want ≥ 0 (0 pauses), or -1 for unlimited", t.Quota)
+	case t.Weight < 0 || t.Weight > limits.Weight:
+		return 0, bad(at+".weight", "%d is out of range: want 1..%d (0 or left out: 1)", t.Weight, limits.Weight)
+	case t.Queues < 1 || t.Queues > maxQueues:
+		return 0, bad(at+".queues", "%d is out of range: want 1..%d", t.Queues, maxQueues)
+	}
+	if err := t.validateLimits(at); err != nil {
+		return 0, err
+	}
+	if t.ServiceTime != nil {
+		if err := t.ServiceTime.validate(at + ".serviceTime"); err != nil {
+			return 0, err
+		}
+	}
+	if len(t.Arrivals) == 0 {
+		return 0, bad(at+".arrivals", "empty: want at least one arrival pattern")
+	}
+	rows := 0.0
+	for k, a := range t.Arrivals {
+		aat := fmt.Sprintf("%s.arrivals[%d]", at, k)
+		n, err := a.validate(aat, window)
+		if err != nil {
+			return 0, err
+		}
+		rows += n
+	}
+	return rows, nil
+}
+
+// validateChanges checks the changes against the tenants' names, seen.
+func (s Scenario) validateChanges(seen map[string]int) error {
+	bad := func(field, format string, args ...any) error {
+		return &ScenarioError{Field: field, Problem: fmt.Sprintf(format, args...)}
 	}
 	for i, c := range s.Changes {
 		at := fmt.Sprintf("changes[%d]", i)
@@ -1189,9 +1268,6 @@ func (s Scenario) Validate() error {
 				return bad(at+".weights."+name, "%d is out of range: want 1..%d", w, limits.Weight)
 			}
 		}
-	}
-	if s.Lease <= ceilTicks(longest, s.Tick)*s.Tick {
-		return bad("lease", "%v is not longer than the longest service time %v rounded up to ticks of %v: a running row would be claimed again", s.Lease, longest, s.Tick)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -144,4 +145,17 @@ func waterFill(idx []int, caps []float64, weights []int, capacity float64, bound
 		left -= caps[i]
 		wsum -= float64(weights[i])
 	}
+}
+
+// fmtWait prints a simulated duration compactly: "0s", "300ms", "12.4s".
+func fmtWait(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < 100*time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 0, 64) + "s"
 }

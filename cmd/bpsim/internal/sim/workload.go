@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // arrival is one row of the workload: when it is enqueued and how long a
@@ -48,6 +50,17 @@ func queueName(i int) string { return fmt.Sprintf("q%02d", i) }
 // always give the same workload.
 func newWorkload(s Scenario, seed int64) *workload {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6270_7369_6d00_0001))
+	all := drawArrivals(s, rng)
+	drawPriorities(s, seed, all)
+	// Stable: rows of one tick keep the order they were drawn in, which is
+	// the order they are enqueued and so their oldest-first order.
+	slices.SortStableFunc(all, func(a, b arrival) int { return a.tick - b.tick })
+	return indexWorkload(all, len(s.Tenants))
+}
+
+// drawArrivals draws the rows of every tenant's arrivals, with their
+// service times, from rng, tenant by tenant.
+func drawArrivals(s Scenario, rng *rand.Rand) []arrival {
 	var all []arrival
 	seq := make([]int, len(s.Tenants))
 	for ti, t := range s.Tenants {
@@ -95,6 +108,12 @@ func newWorkload(s Scenario, seed int64) *workload {
 			}
 		}
 	}
+	return all
+}
+
+// drawPriorities gives the rows of tenants with priority classes their
+// priorities.
+func drawPriorities(s Scenario, seed int64, all []arrival) {
 	// Priorities come from a stream of their own, drawn in the order the
 	// rows were drawn, so that they change no arrival nor service time.
 	prng := rand.New(rand.NewPCG(uint64(seed), 0x6270_7369_6d00_0002))
@@ -112,15 +131,15 @@ func newWorkload(s Scenario, seed int64) *workload {
 			u -= c.Fraction
 		}
 	}
+}
 
-	// Stable: rows of one tick keep the order they were drawn in, which is
-	// the order they are enqueued and so their oldest-first order.
-	slices.SortStableFunc(all, func(a, b arrival) int { return a.tick - b.tick })
-
+// indexWorkload is the workload of the rows all, sorted by tick, of
+// tenants tenants.
+func indexWorkload(all []arrival, tenants int) *workload {
 	w := &workload{
 		arrivals:  all,
 		byKey:     make(map[string]int, len(all)),
-		perTenant: make([]int, len(s.Tenants)),
+		perTenant: make([]int, tenants),
 	}
 	if n := len(all); n > 0 {
 		w.firstTick, w.lastTick = all[0].tick, all[n-1].tick
@@ -140,4 +159,9 @@ func newWorkload(s Scenario, seed int64) *workload {
 		lo = hi
 	}
 	return w
+}
+
+// message is arrival a as the producer enqueues it.
+func (a arrival) message(s Scenario) outbox.Message {
+	return outbox.Message{DispatchKey: a.key, Namespace: s.Tenants[a.tenant].Name, TaskQueue: a.queue, Priority: a.priority}
 }

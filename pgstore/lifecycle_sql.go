@@ -1,0 +1,165 @@
+package pgstore
+
+// The statements of a row's life outside the claims: enqueue, complete
+// and extend, inspection, requeue and purge.
+
+// enqueueSQL is Enqueue's statement (EnqueueTx's is enqueueTxSQL). $2..$8 and $10: parallel arrays of the messages, in batch order (a NULL
+// run-at is the statement's time; $10 the priorities), $9: the schema's
+// channel. Ids are drawn in batch order, so a batch is claimed oldest first
+// in the order it was given, but rows are inserted in dispatch-key order:
+// concurrent batches that share keys then wait on each other's in-progress
+// inserts in one global order and cannot deadlock. When it inserted rows,
+// the statement notifies the channel: delivered at commit, and one
+// notification per transaction however many statements send it (PostgreSQL
+// folds identical ones).
+const enqueueSQL = `
+WITH ins AS (
+	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority)
+	SELECT m.id, m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), m.max_attempts,
+		t.now, coalesce(m.run_at, t.now), m.priority
+	FROM (
+		SELECT nextval('{schema}.outbox_id_seq') AS id, u.*
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[], $10::int2[])
+			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, priority, ord)
+		ORDER BY u.ord
+	) m,
+		(SELECT coalesce($1::timestamptz, now()) AS now) t
+	ORDER BY m.dispatch_key
+	ON CONFLICT (dispatch_key) DO NOTHING
+	RETURNING 1
+)
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL
+FROM (SELECT count(*) AS n FROM ins) c`
+
+// completeSQL is Complete's statement. $2..$6: the completions as parallel
+// arrays (dispatch key, token, outcome 1 settle / 2 retry / 3 dead-letter,
+// retry delay µs, error). One UPDATE … FROM the arrays, through the dispatch
+// key's unique index. The fence — token, state claimed, live lease — is on
+// the updated table itself, so a concurrent re-claim is rechecked against
+// the row's newest version (READ COMMITTED's EvalPlanQual) and the
+// completion loses. A retry of a row that has had max_attempts claims (0: no
+// limit) is a dead-letter. The keys are distinct (Complete checks), so each
+// entry updates at most its row, and the final join reports, in argument
+// order, each entry's new state, or NULL for a lost lease. The update walks
+// the entries in dispatch-key order (a nested loop over the sorted entries,
+// each through the unique index), so it locks rows in that order: two calls
+// over the same rows — a completer and a heartbeat's ExtendLeases, entries
+// in any order — wait for each other rather than deadlock.
+const completeSQL = `
+WITH c AS (
+	SELECT *
+	FROM unnest($2::text[], $3::int8[], $4::int4[], $5::int8[], $6::text[])
+		WITH ORDINALITY AS c (dispatch_key, token, outcome, delay_us, error, ord)
+), t AS (
+	SELECT coalesce($1::timestamptz, now()) AS now
+), done AS (
+	UPDATE {schema}.outbox o SET
+		state = CASE
+			WHEN c.outcome = 1 THEN 'settled'
+			WHEN c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN 'dead'
+			ELSE 'pending' END,
+		finished_at = CASE
+			WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN t.now
+			END,
+		visible_at = CASE
+			WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN o.visible_at
+			ELSE t.now + c.delay_us * interval '1 microsecond' END,
+		last_error = CASE WHEN c.outcome = 1 THEN o.last_error ELSE c.error END
+	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
+	WHERE o.dispatch_key = c.dispatch_key
+		AND o.token = c.token
+		AND o.state = 'claimed'
+		AND o.lease_expires_at > t.now
+	RETURNING o.dispatch_key, o.state
+)
+SELECT d.state
+FROM c
+LEFT JOIN done d ON d.dispatch_key = c.dispatch_key
+ORDER BY c.ord`
+
+// extendSQL is ExtendLeases' statement. $2: lease µs, $3, $4: the leases as
+// parallel arrays (dispatch key, token). Fenced as completeSQL is; reports
+// each entry's new lease end, or NULL for a lost lease, in argument order.
+const extendSQL = `
+WITH c AS (
+	SELECT *
+	FROM unnest($3::text[], $4::int8[]) WITH ORDINALITY AS c (dispatch_key, token, ord)
+), t AS (
+	SELECT coalesce($1::timestamptz, now()) AS now
+), done AS (
+	UPDATE {schema}.outbox o SET
+		lease_expires_at = t.now + $2::bigint * interval '1 microsecond'
+	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
+	WHERE o.dispatch_key = c.dispatch_key
+		AND o.token = c.token
+		AND o.state = 'claimed'
+		AND o.lease_expires_at > t.now
+	RETURNING o.dispatch_key, o.lease_expires_at
+)
+SELECT d.lease_expires_at
+FROM c
+LEFT JOIN done d ON d.dispatch_key = c.dispatch_key
+ORDER BY c.ord`
+
+// getSQL is Get's statement. $1: dispatch key (no clock: inspection reads no
+// time).
+const getSQL = `SELECT ` + rowColumns + ` FROM {schema}.outbox o WHERE o.dispatch_key = $1`
+
+// statsSQL is Stats' statement. One pass over the table.
+const statsSQL = `
+SELECT
+	count(*) FILTER (WHERE o.state = 'pending' AND o.visible_at <= t.now),
+	count(*) FILTER (WHERE o.state = 'pending' AND o.visible_at > t.now),
+	count(*) FILTER (WHERE o.state = 'claimed' AND o.lease_expires_at > t.now),
+	count(*) FILTER (WHERE o.state = 'claimed' AND o.lease_expires_at <= t.now),
+	count(*) FILTER (WHERE o.state = 'settled'),
+	count(*) FILTER (WHERE o.state = 'dead'),
+	count(*)
+FROM {schema}.outbox o, (SELECT coalesce($1::timestamptz, now()) AS now) t`
+
+// listDeadSQL is ListDead's statement. $1: namespace ("" for all), $2:
+// after, $3: limit. Dispatch keys in byte order, served by
+// outbox_dead_key_idx.
+const listDeadSQL = `
+SELECT ` + rowColumns + `
+FROM {schema}.outbox o
+WHERE o.state = 'dead'
+	AND ($1::text = '' OR o.namespace = $1::text)
+	AND o.dispatch_key COLLATE "C" > $2::text
+ORDER BY o.dispatch_key COLLATE "C"
+LIMIT $3::int8`
+
+// requeueSQL is Requeue's statement. $2: dispatch keys, $3: the schema's
+// channel: requeued rows are claimable, so subscribers are told, as for an
+// enqueue.
+const requeueSQL = `
+WITH moved AS (
+	UPDATE {schema}.outbox o SET
+		state       = 'pending',
+		attempts    = 0,
+		visible_at  = coalesce($1::timestamptz, now()),
+		finished_at = NULL
+	WHERE o.dispatch_key = ANY ($2::text[])
+		AND o.state = 'dead'
+	RETURNING 1
+)
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($3::text, '') END) IS NULL
+FROM (SELECT count(*) AS n FROM moved) c`
+
+// purge is the statement that deletes up to $2 rows in state that
+// finished before $1, oldest first: PurgeSettled's, served by
+// outbox_settled_idx, and PurgeDead's, by outbox_finished_dead_idx, then
+// the primary key: an id array, not a join, so that no plan can hash the
+// whole table to find the rows.
+func purge(state string) string {
+	return `
+DELETE FROM {schema}.outbox o
+WHERE o.id = ANY (ARRAY(
+	SELECT p.id
+	FROM {schema}.outbox p
+	WHERE p.state = '` + state + `' AND p.finished_at < $1
+	ORDER BY p.finished_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+))`
+}
