@@ -522,16 +522,9 @@ func oneLine(s string, n int) string {
 
 func deadAction(ctx context.Context, c Config, s admin.Store, a *cmdArgs, done string,
 	act func(context.Context, admin.Store, admin.DeadSelection) (int, error)) error {
+	// checkArgs (checkSelection) has refused a selection that is not
+	// exactly one of keys, -namespace and -all.
 	sel := admin.DeadSelection{Keys: a.rest, Namespace: a.namespace, All: a.all, DryRun: a.dryRun}
-	given := 0
-	for _, b := range []bool{len(sel.Keys) > 0, sel.Namespace != "", sel.All} {
-		if b {
-			given++
-		}
-	}
-	if given != 1 {
-		return usagef("give dispatch keys, -namespace N or -all (exactly one)")
-	}
 	n, err := act(ctx, s, sel)
 	if err != nil {
 		return fmt.Errorf("%s %d before: %w", done, n, err)
