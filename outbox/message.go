@@ -89,6 +89,13 @@ type Message struct {
 	// tenant gains no share by raising it. MinPriority to MaxPriority; the
 	// zero value is the default priority.
 	Priority int
+
+	// Headers are small metadata the store keeps beside the payload and
+	// hands back on the claimed [Row] (a trace context, a content type):
+	// at most [MaxHeaders] entries, keys of ASCII letters, digits, '-',
+	// '_' and '.' (1 to [MaxHeaderKeyBytes] bytes), values of UTF-8
+	// without NUL, [MaxHeaderBytes] in all. Nil or empty: none.
+	Headers map[string]string
 }
 
 // The range of Message.Priority.
@@ -156,6 +163,11 @@ func (m *Message) validate(index int) error {
 	}
 	if m.RunAt.After(MaxTime) {
 		return fail("RunAt", fmt.Sprintf("%v is after outbox.MaxTime (%v)", m.RunAt, MaxTime), nil)
+	}
+	if len(m.Headers) > 0 {
+		if reason := validateHeaders(m.Headers); reason != "" {
+			return fail("Headers", reason, nil)
+		}
 	}
 	return nil
 }

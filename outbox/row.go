@@ -64,6 +64,11 @@ type Row struct {
 	LeaseExpiresAt time.Time // when the current (or last) claim's lease ends; zero if never claimed
 	FinishedAt     time.Time // when the row was settled or dead-lettered; zero otherwise
 	LastError      string    // the error of the last Retry or DeadLetter, "" if none
+
+	// Headers are the message's [Message.Headers] as enqueued; nil if it
+	// had none. A claim's rows share no map with the store: a handler may
+	// keep or change it.
+	Headers map[string]string
 }
 
 // Route returns the row's route.

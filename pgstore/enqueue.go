@@ -131,24 +131,24 @@ func (s *Store) enqueueTxRows(ctx context.Context, q pgx.Tx, op string, args []a
 	return int(n), nil
 }
 
-// enqueueTxSQL is the enqueue statement with EnqueueTx's guard: $11 the
-// database's name, $12 the settings table's oid, $13 the store id, as New
+// enqueueTxSQL is the enqueue statement with EnqueueTx's guard: $12 the
+// database's name, $13 the settings table's oid, $14 the store id, as New
 // read them (identitySQL). On another database's copy of the schema it
 // inserts nothing, notifies nothing, and says so in its third column.
 const enqueueTxSQL = `
 WITH same AS MATERIALIZED (
 	SELECT coalesce((
-		SELECT current_database() = $11::text AND s.tableoid = $12::oid AND s.store_id = $13::text
+		SELECT current_database() = $12::text AND s.tableoid = $13::oid AND s.store_id = $14::text
 		FROM {schema}.settings s), false) AS ok
 ),
 ins AS (
-	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority)
+	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority, headers)
 	SELECT m.id, m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), m.max_attempts,
-		t.now, coalesce(m.run_at, t.now), m.priority
+		t.now, coalesce(m.run_at, t.now), m.priority, m.headers
 	FROM same, (
 		SELECT nextval('{schema}.outbox_id_seq') AS id, u.*
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[], $10::int2[])
-			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, priority, ord)
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[], $10::int2[], $11::jsonb[])
+			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, priority, headers, ord)
 		WHERE (SELECT ok FROM same)
 		ORDER BY u.ord
 	) m,
@@ -183,6 +183,7 @@ func (s *Store) enqueueArgs(op string, msgs []outbox.Message) ([]any, error) {
 		runAts   = make([]*time.Time, 0, len(msgs))
 		attempts = make([]int32, 0, len(msgs))
 		prios    = make([]int16, 0, len(msgs))
+		headers  = make([][]byte, 0, len(msgs))
 		seen     = make(map[string]struct{}, len(msgs))
 	)
 	for i := range msgs {
@@ -206,9 +207,10 @@ func (s *Store) enqueueArgs(op string, msgs []outbox.Message) ([]any, error) {
 			maxAttempts = m.MaxAttempts // ≤ outbox.MaxAttemptsLimit: validated
 		}
 		attempts = append(attempts, int32(maxAttempts))
-		prios = append(prios, int16(m.Priority)) // MinPriority..MaxPriority: validated
+		prios = append(prios, int16(m.Priority))                   // MinPriority..MaxPriority: validated
+		headers = append(headers, outbox.EncodeHeaders(m.Headers)) // nil: NULL
 	}
-	return []any{s.clock(), keys, spaces, queues, shards, payloads, runAts, attempts, s.channel, prios}, nil
+	return []any{s.clock(), keys, spaces, queues, shards, payloads, runAts, attempts, s.channel, prios, headers}, nil
 }
 
 // scanEnqueue reads the enqueue statement's count.

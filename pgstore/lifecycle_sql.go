@@ -3,9 +3,10 @@ package pgstore
 // The statements of a row's life outside the claims: enqueue, complete
 // and extend, inspection, requeue and purge.
 
-// enqueueSQL is Enqueue's statement (EnqueueTx's is enqueueTxSQL). $2..$8 and $10: parallel arrays of the messages, in batch order (a NULL
-// run-at is the statement's time; $10 the priorities), $9: the schema's
-// channel. Ids are drawn in batch order, so a batch is claimed oldest first
+// enqueueSQL is Enqueue's statement (EnqueueTx's is enqueueTxSQL). $2..$8,
+// $10 and $11: parallel arrays of the messages, in batch order (a NULL
+// run-at is the statement's time; $10 the priorities, $11 the headers, NULL
+// for none), $9: the schema's channel. Ids are drawn in batch order, so a batch is claimed oldest first
 // in the order it was given, but rows are inserted in dispatch-key order:
 // concurrent batches that share keys then wait on each other's in-progress
 // inserts in one global order and cannot deadlock. When it inserted rows,
@@ -14,13 +15,13 @@ package pgstore
 // folds identical ones).
 const enqueueSQL = `
 WITH ins AS (
-	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority)
+	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority, headers)
 	SELECT m.id, m.dispatch_key, m.namespace, m.task_queue, m.shard, coalesce(m.payload, '\x'::bytea), m.max_attempts,
-		t.now, coalesce(m.run_at, t.now), m.priority
+		t.now, coalesce(m.run_at, t.now), m.priority, m.headers
 	FROM (
 		SELECT nextval('{schema}.outbox_id_seq') AS id, u.*
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[], $10::int2[])
-			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, priority, ord)
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::bytea[], $7::timestamptz[], $8::int4[], $10::int2[], $11::jsonb[])
+			WITH ORDINALITY AS u (dispatch_key, namespace, task_queue, shard, payload, run_at, max_attempts, priority, headers, ord)
 		ORDER BY u.ord
 	) m,
 		(SELECT coalesce($1::timestamptz, now()) AS now) t

@@ -265,11 +265,18 @@ CREATE TABLE {schema}.node_reports (
 	expires_at  timestamptz NOT NULL
 );
 `,
+
+	// 9: a message's headers (outbox.Message.Headers), a JSON object of
+	// strings; NULL for none, as most rows have. Adding a nullable column
+	// without a default rewrites nothing.
+	`
+ALTER TABLE {schema}.outbox ADD COLUMN headers jsonb;
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 8
+const SchemaVersion = 9
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

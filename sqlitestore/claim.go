@@ -239,7 +239,7 @@ const (
 	claimSet = `UPDATE outbox SET state = 1, attempts = attempts + 1, token = ?1,
 	claimed_at = ?2, lease_expires_at = ?3, ready_at = ?3`
 	claimReturning = ` RETURNING id, dispatch_key, namespace, task_queue, shard, payload, attempts, enqueued_at,
-	max_attempts, run_at, last_error, -claim_rank`
+	max_attempts, run_at, last_error, -claim_rank, headers`
 )
 
 // ClaimOutboxRowsScoped claims, in one write transaction (all or nothing),
@@ -446,11 +446,19 @@ func collect(out []outbox.Row, rows *sql.Rows, token int64, now, leaseEnd time.T
 	for rows.Next() {
 		r := outbox.Row{State: outbox.StateClaimed, Token: token, ClaimedAt: now, LeaseExpiresAt: leaseEnd}
 		var enqueued, runAt int64
+		var headers []byte
 		if err := rows.Scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &r.Attempts, &enqueued,
-			&r.MaxAttempts, &runAt, &r.LastError, &r.Priority); err != nil {
+			&r.MaxAttempts, &runAt, &r.LastError, &r.Priority, &headers); err != nil {
 			return out, err
 		}
 		r.EnqueuedAt, r.RunAt = fromNanos(enqueued), fromNanos(runAt)
+		if len(headers) > 0 {
+			h, err := outbox.DecodeHeaders(headers)
+			if err != nil {
+				return out, err
+			}
+			r.Headers = h
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -146,8 +146,8 @@ func (s *Store) enqueueIn(ctx context.Context, tx *sql.Tx, op string, msgs []out
 	}
 	now := nanos(s.now())
 	insert, err := tx.PrepareContext(ctx, `
-INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, run_at, ready_at, max_attempts, claim_rank)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9)
+INSERT INTO outbox (dispatch_key, namespace, task_queue, shard, payload, enqueued_at, run_at, ready_at, max_attempts, claim_rank, headers)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?10)
 ON CONFLICT (dispatch_key) DO NOTHING`)
 	if err != nil {
 		return 0, 0, err
@@ -173,7 +173,7 @@ ON CONFLICT (dispatch_key) DO NOTHING`)
 			limit = s.maxAttempts
 		}
 		res, err := insert.ExecContext(ctx, m.DispatchKey, m.Namespace, m.TaskQueue,
-			backpressure.ShardFor(m.DispatchKey, s.shardCount), payload, now, runAt, limit, -m.Priority)
+			backpressure.ShardFor(m.DispatchKey, s.shardCount), payload, now, runAt, limit, -m.Priority, headersArg(m.Headers))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -197,4 +197,13 @@ ON CONFLICT (dispatch_key) DO NOTHING`)
 		return 0, 0, err
 	}
 	return inserted, seq, nil
+}
+
+// headersArg is a message's headers as the headers column holds them: JSON
+// text, or NULL for none.
+func headersArg(h map[string]string) any {
+	if b := outbox.EncodeHeaders(h); b != nil {
+		return string(b)
+	}
+	return nil
 }

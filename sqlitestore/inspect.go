@@ -13,15 +13,19 @@ import (
 
 // rowColumns are the columns scanRow reads, in its order.
 const rowColumns = `id, dispatch_key, namespace, task_queue, shard, payload, state, attempts, max_attempts, token,
-	enqueued_at, run_at, claimed_at, lease_expires_at, finished_at, last_error, -claim_rank`
+	enqueued_at, run_at, claimed_at, lease_expires_at, finished_at, last_error, -claim_rank, headers`
 
 // scanRow scans rowColumns.
 func scanRow(scan func(...any) error) (outbox.Row, error) {
 	var r outbox.Row
 	var state int
 	var enqueued, runAt, claimed, leaseEnd, finished int64
+	var headers []byte
 	err := scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &state, &r.Attempts, &r.MaxAttempts,
-		&r.Token, &enqueued, &runAt, &claimed, &leaseEnd, &finished, &r.LastError, &r.Priority)
+		&r.Token, &enqueued, &runAt, &claimed, &leaseEnd, &finished, &r.LastError, &r.Priority, &headers)
+	if err == nil && len(headers) > 0 {
+		r.Headers, err = outbox.DecodeHeaders(headers)
+	}
 	r.State = stateOf(state)
 	if r.Payload == nil {
 		r.Payload = []byte{} // nil is stored as empty; SQLite reads an empty blob back as NULL

@@ -119,6 +119,12 @@ CREATE TABLE node_reports (
 ) STRICT, WITHOUT ROWID;
 INSERT INTO outbox_meta (key, value) VALUES ('settings_version', 0);
 `,
+
+	// 5: a message's headers (outbox.Message.Headers), JSON text; NULL for
+	// none, as most rows have.
+	`
+ALTER TABLE outbox ADD COLUMN headers TEXT;
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.

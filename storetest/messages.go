@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +41,13 @@ func testMessages[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) 
 			{"TaskQueue", outbox.Message{DispatchKey: "k", Namespace: "a", TaskQueue: "q\x00"}},
 			{"Payload", outbox.Message{DispatchKey: "k", Namespace: "a", Payload: make([]byte, outbox.MaxPayloadBytes+1)}},
 			{"MaxAttempts", outbox.Message{DispatchKey: "k", Namespace: "a", MaxAttempts: -1}},
+			{"Headers", outbox.Message{DispatchKey: "k", Namespace: "a", Headers: map[string]string{"": "v"}}},
+			{"Headers", outbox.Message{DispatchKey: "k", Namespace: "a", Headers: map[string]string{"a b": "v"}}},
+			{"Headers", outbox.Message{DispatchKey: "k", Namespace: "a", Headers: map[string]string{long(outbox.MaxHeaderKeyBytes + 1): "v"}}},
+			{"Headers", outbox.Message{DispatchKey: "k", Namespace: "a", Headers: map[string]string{"k": "v\x00"}}},
+			{"Headers", outbox.Message{DispatchKey: "k", Namespace: "a", Headers: map[string]string{"k": "\xff"}}},
+			{"Headers", outbox.Message{DispatchKey: "k", Namespace: "a", Headers: map[string]string{"k": long(outbox.MaxHeaderBytes)}}},
+			{"Headers", outbox.Message{DispatchKey: "k", Namespace: "a", Headers: manyHeaders(outbox.MaxHeaders + 1)}},
 		} {
 			batch := []outbox.Message{msg("a", "q", "before"), c.m, msg("a", "q", "after")}
 			n, err := o.h.Enqueue(o.ctx, batch)
@@ -66,18 +75,20 @@ func testMessages[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) 
 		key := strings.Repeat("é", outbox.MaxDispatchKeyBytes/2)
 		ns := strings.Repeat("x", outbox.MaxNamespaceBytes)
 		tq := strings.Repeat("€", outbox.MaxTaskQueueBytes/3)
+		headers := manyHeaders(outbox.MaxHeaders)
+		headers["h00"] = strings.Repeat("v", outbox.MaxHeaderBytes-headerBytes(headers)+len(headers["h00"]))
 		ms := []outbox.Message{
-			{DispatchKey: key, Namespace: ns, TaskQueue: tq, MaxAttempts: 1},
+			{DispatchKey: key, Namespace: ns, TaskQueue: tq, MaxAttempts: 1, Headers: headers},
 			{DispatchKey: "nil payload", Namespace: "a"},
 		}
 		if n := o.enqueue(ms...); n != 2 {
 			t.Fatalf("Enqueue at the limits inserted %d, want 2", n)
 		}
-		if g := o.get(key); g.Namespace != ns || g.TaskQueue != tq || g.MaxAttempts != 1 {
-			t.Errorf("row at the limits stored on %q/%q with MaxAttempts %d", g.Namespace, g.TaskQueue, g.MaxAttempts)
+		if g := o.get(key); g.Namespace != ns || g.TaskQueue != tq || g.MaxAttempts != 1 || !maps.Equal(g.Headers, headers) {
+			t.Errorf("row at the limits stored on %q/%q with MaxAttempts %d and %d headers", g.Namespace, g.TaskQueue, g.MaxAttempts, len(g.Headers))
 		}
-		if g := o.get("nil payload"); g.Payload == nil || len(g.Payload) != 0 || g.TaskQueue != "" {
-			t.Errorf("a nil payload is stored as %#v on task queue %q, want empty, non-nil, on \"\"", g.Payload, g.TaskQueue)
+		if g := o.get("nil payload"); g.Payload == nil || len(g.Payload) != 0 || g.TaskQueue != "" || g.Headers != nil {
+			t.Errorf("a nil payload is stored as %#v on task queue %q with headers %v, want empty, non-nil, on \"\", none", g.Payload, g.TaskQueue, g.Headers)
 		}
 		rows := o.claimN("claim both", 2, scope(ns, tq, 1), scope("a", "", 1))
 		if got := rowKeys(rows); !slices.Contains(got, key) {
@@ -136,6 +147,8 @@ func testMessages[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) 
 						rt.Fatalf("sweep %d claimed %+q a second time", sweep, r.DispatchKey)
 					case r.Namespace != m.Namespace || r.TaskQueue != m.TaskQueue || string(r.Payload) != string(m.Payload):
 						rt.Fatalf("row %+q claimed as %+q/%+q %q, enqueued as %+q/%+q %q", r.DispatchKey, r.Namespace, r.TaskQueue, r.Payload, m.Namespace, m.TaskQueue, m.Payload)
+					case !maps.Equal(r.Headers, m.Headers) || (r.Headers != nil && len(r.Headers) == 0):
+						rt.Fatalf("row %+q claimed with headers %q, enqueued with %q (none must read back as nil)", r.DispatchKey, r.Headers, m.Headers)
 					}
 					claimed[r.DispatchKey] = true
 					cs[i] = outbox.SettleRow(r)
@@ -200,8 +213,29 @@ func genMessage(prefix string) *rapid.Generator[outbox.Message] {
 		if rapid.Bool().Draw(t, "repeat route") {
 			m.Namespace, m.TaskQueue = "common", ""
 		}
+		if rapid.Bool().Draw(t, "headers") {
+			m.Headers = rapid.MapOfN(rapid.StringMatching(`[A-Za-z0-9._-]{1,12}`), genText(20, false), 0, 4).Draw(t, "headers")
+		}
 		return m
 	})
+}
+
+// manyHeaders returns n headers h00, h01, … with short values.
+func manyHeaders(n int) map[string]string {
+	h := make(map[string]string, n)
+	for i := range n {
+		h[fmt.Sprintf("h%02d", i)] = "v"
+	}
+	return h
+}
+
+// headerBytes is the size outbox.MaxHeaderBytes bounds.
+func headerBytes(h map[string]string) int {
+	n := 0
+	for k, v := range h {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // settleEverything expires every lease and settles every row left

@@ -42,6 +42,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 			State:       outbox.StatePending,
 			MaxAttempts: m.MaxAttempts,
 			Priority:    m.Priority,
+			Headers:     cloneHeaders(m.Headers),
 			EnqueuedAt:  now,
 			RunAt:       now,
 		}

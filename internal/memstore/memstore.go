@@ -262,7 +262,17 @@ func copyRow(r outbox.Row) outbox.Row {
 	if r.Payload == nil {
 		r.Payload = []byte{}
 	}
+	r.Headers = cloneHeaders(r.Headers)
 	return r
+}
+
+// cloneHeaders returns a copy of h, nil for none (as the stores read them
+// back).
+func cloneHeaders(h map[string]string) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	return maps.Clone(h)
 }
 
 // Claimer returns s itself: the reference store keeps its planner calls on
