@@ -226,11 +226,11 @@ func (r *run) completeBatch(ctx context.Context, batch []*job) ([]outbox.Result,
 		err = errors.New("dispatch: store's Complete returned " + itoa(len(res)) + " results for " + itoa(len(cs)) + " completions")
 	}
 	if err == nil {
-		// The sweep loop learns when the retried rows are due without
+		// The sweep loop learns when the retried and snoozed rows are due without
 		// asking the store (before applied signals it).
 		written := time.Now()
 		for i, c := range cs {
-			if c.Outcome == outbox.Retry && res[i].Err == nil && res[i].State == outbox.StatePending {
+			if (c.Outcome == outbox.Retry || c.Outcome == outbox.Snooze) && res[i].Err == nil && res[i].State == outbox.StatePending {
 				r.due.retried(written, c.Delay)
 			}
 		}

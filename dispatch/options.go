@@ -158,6 +158,16 @@ type Options struct {
 	// 1s, Max 1h (or Base, if longer), Jitter 0.2. Max is at most
 	// [outbox.MaxDelay], the longest retry delay a store takes.
 	Backoff Backoff
+	// RetryPolicies overrides Backoff for the rows of the task queues it
+	// names (key: Row.TaskQueue, "" the default task queue), each policy's
+	// zero fields defaulted as Backoff's are. At most [MaxRetryPolicies]
+	// entries. A handler's [RetryAt] overrides both.
+	RetryPolicies map[string]Backoff
+	// MaxSnoozes bounds the snoozes of a row (see [Snooze]): a handler's
+	// snooze of a row already snoozed MaxSnoozes times is a failure
+	// instead, retried after the backoff, spending an attempt. 0 means
+	// 100; at most [MaxSnoozesLimit].
+	MaxSnoozes int
 	// ErrorBackoff is the delay before a failed store call (a sweep, a
 	// Complete, an ExtendLeases) is tried again, by consecutive failures.
 	// Zero fields default to Base 100ms, Max 30s (or Base, if longer),
@@ -235,6 +245,9 @@ func (o Options) withDefaults() (Options, error) {
 		return o, err
 	}
 	if err := o.ErrorBackoff.validate("ErrorBackoff", MinErrorBackoff); err != nil {
+		return o, err
+	}
+	if err := o.resultDefaults(); err != nil {
 		return o, err
 	}
 	o.PollInterval = o.pollInForce()

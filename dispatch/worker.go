@@ -2,8 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -124,27 +122,6 @@ func (r *run) call(ctx context.Context, row outbox.Row) (err error) {
 		}
 	}()
 	return r.d.handler(ctx, row)
-}
-
-// completionFor turns a handler's result into the row's completion.
-func (r *run) completionFor(row outbox.Row, err error) outbox.Completion {
-	switch {
-	case err == nil:
-		return outbox.SettleRow(row)
-	case IsPermanent(err):
-		c := outbox.DeadLetterRow(row, err)
-		c.Error = outbox.TruncateError(c.Error)
-		return c
-	}
-	delay := r.o.Backoff.Delay(row.Attempts, rand.Float64())
-	c := outbox.RetryRow(row, delay, err)
-	c.Error = outbox.TruncateError(c.Error)
-	var pe *PanicError
-	if !errors.As(err, &pe) {
-		r.log.Debug("dispatch: handler failed; retrying", "dispatch_key", row.DispatchKey, "namespace", row.Namespace,
-			"attempt", row.Attempts, "retry_in", delay, "err", err)
-	}
-	return c
 }
 
 // abandonRunning marks every job still active as abandoned, past the

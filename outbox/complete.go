@@ -28,10 +28,19 @@ const (
 	Retry
 	// DeadLetter moves the row to dead at once, recording Error.
 	DeadLetter
+	// Snooze puts the row back to pending, claimable after Delay,
+	// without spending an attempt: the claim's attempt is given back
+	// (Attempts is one less than the claim's, so a row at its
+	// MaxAttempts is never dead-lettered by a snooze), Snoozes counts
+	// one more, and Error, if not empty, is recorded as the row's
+	// LastError. The row keeps its place in its route (its priority and
+	// enqueue order). Bounding snoozes is the caller's: a dispatcher reads
+	// Row.Snoozes (see dispatch.Options.MaxSnoozes).
+	Snooze
 )
 
-// String returns "settle", "retry" or "dead-letter", and "Outcome(n)" for
-// any other value.
+// String returns "settle", "retry", "dead-letter" or "snooze", and
+// "Outcome(n)" for any other value.
 func (o Outcome) String() string {
 	switch o {
 	case Settle:
@@ -40,6 +49,8 @@ func (o Outcome) String() string {
 		return "retry"
 	case DeadLetter:
 		return "dead-letter"
+	case Snooze:
+		return "snooze"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -49,8 +60,8 @@ func (o Outcome) String() string {
 type Completion struct {
 	Lease
 	Outcome Outcome
-	Delay   time.Duration // Retry only: how long the row stays invisible (≥ 0)
-	Error   string        // Retry and DeadLetter: the error to record (truncated to MaxErrorBytes)
+	Delay   time.Duration // Retry and Snooze: how long the row stays invisible (0 to MaxDelay)
+	Error   string        // Retry, DeadLetter and Snooze: the error to record (truncated to MaxErrorBytes); "" keeps a snoozed row's last error
 }
 
 // SettleRow builds the completion that settles the claimed row r.
@@ -64,6 +75,12 @@ func RetryRow(r Row, delay time.Duration, err error) Completion {
 // DeadLetterRow builds the completion that dead-letters r, recording err.
 func DeadLetterRow(r Row, err error) Completion {
 	return Completion{Lease: r.Lease(), Outcome: DeadLetter, Error: errText(err)}
+}
+
+// SnoozeRow builds the completion that snoozes r for delay, recording
+// reason (nil: none) as its last error.
+func SnoozeRow(r Row, delay time.Duration, reason error) Completion {
+	return Completion{Lease: r.Lease(), Outcome: Snooze, Delay: delay, Error: errText(reason)}
 }
 
 func errText(err error) string {
@@ -82,7 +99,7 @@ type Result struct {
 	Err error
 
 	// State is the row's state after the call: for a completion that took
-	// effect, settled, pending (a retry) or dead (a dead-letter, or a retry
+	// effect, settled, pending (a retry or a snooze) or dead (a dead-letter, or a retry
 	// past MaxAttempts); for an extension, claimed. "" when Err is set.
 	State State
 

@@ -12,7 +12,9 @@
 //
 //	Enqueue ──► pending ──claim──► claimed ──Settle──► settled ──PurgeSettled──► gone
 //	              ▲  ▲                │  │
-//	              │  └──Retry (delay)─┘  └──DeadLetter, or Retry past MaxAttempts──► dead
+//	              │  ├──Retry (delay)─┤  └──DeadLetter, or Retry past MaxAttempts──► dead
+//	              │  └──Snooze (delay,┘                                          │
+//	              │     attempt given back)                                      │
 //	              │                                                              │
 //	              └──────────────────────────Requeue─────────────────────────────┘
 //
@@ -24,7 +26,7 @@
 // What is exported, and why: this is the vocabulary every store and the
 // dispatcher share, so that backends cannot drift apart. [Message] and
 // [Row] with its [State] are what goes in and comes out; a [Completion]
-// (built by [SettleRow], [RetryRow] or [DeadLetterRow]) with its [Outcome]
+// (built by [SettleRow], [RetryRow], [DeadLetterRow] or [SnoozeRow]) with its [Outcome]
 // is how a row finishes, and [Result] what a batched call did to each row;
 // [Lease] names one claim, the fence of every completion, and [MinLease]
 // and [DefaultLease] bound lease durations; [Store], [Completer] and

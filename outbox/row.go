@@ -38,8 +38,13 @@ type Row struct {
 	State       State
 
 	// Attempts counts the claims of this row so far, including the
-	// current one: 1 on the first claim. Requeue resets it to 0.
+	// current one: 1 on the first claim, less the claims a Snooze gave
+	// back. Requeue resets it to 0.
 	Attempts int
+
+	// Snoozes counts the completions that snoozed this row (see
+	// [Snooze]): claims that spent no attempt. Requeue keeps it.
+	Snoozes int
 
 	// MaxAttempts is the most claims the row gets: a Retry once Attempts
 	// ≥ MaxAttempts dead-letters it. 0 means no limit.
@@ -63,7 +68,7 @@ type Row struct {
 	ClaimedAt      time.Time // when the current (or last) claim was taken; zero if never claimed
 	LeaseExpiresAt time.Time // when the current (or last) claim's lease ends; zero if never claimed
 	FinishedAt     time.Time // when the row was settled or dead-lettered; zero otherwise
-	LastError      string    // the error of the last Retry or DeadLetter, "" if none
+	LastError      string    // the error of the last Retry or DeadLetter (or Snooze that gave one), "" if none
 
 	// Headers are the message's [Message.Headers] as enqueued; nil if it
 	// had none. A claim's rows share no map with the store: a handler may

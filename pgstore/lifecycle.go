@@ -16,7 +16,10 @@ import (
 // live (by the store's clock). Settle marks the row settled; Retry puts it
 // back to pending, claimable after Delay, recording Error — or, if the row
 // has had its MaxAttempts claims (0: no limit), moves it to dead instead;
-// DeadLetter moves it to dead, recording Error. Error texts are cut with
+// DeadLetter moves it to dead, recording Error; Snooze puts it back to
+// pending, claimable after Delay, giving the claim's attempt back and
+// counting a snooze (never dead, whatever MaxAttempts says), recording
+// Error if it is not empty. Error texts are cut with
 // [outbox.TruncateError].
 //
 // It returns one [outbox.Result] per completion, at the same index: the
@@ -27,7 +30,7 @@ import (
 // others. The whole batch is one statement, one round trip and one commit.
 //
 // A call with an invalid entry — a dispatch key that is empty or not
-// storable text, one key twice, an Outcome other than the three, a
+// storable text, one key twice, an Outcome other than the four, a
 // Delay outside 0 to [outbox.MaxDelay] — is an [*outbox.ArgumentError] before the database is
 // touched; any error means nothing was applied. An empty batch returns no
 // results (an empty, non-nil slice) without a round trip. Cost:

@@ -33,8 +33,9 @@ SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL
 FROM (SELECT count(*) AS n FROM ins) c`
 
 // completeSQL is Complete's statement. $2..$6: the completions as parallel
-// arrays (dispatch key, token, outcome 1 settle / 2 retry / 3 dead-letter,
-// retry delay µs, error). One UPDATE … FROM the arrays, through the dispatch
+// arrays (dispatch key, token, outcome 1 settle / 2 retry / 3 dead-letter /
+// 4 snooze, retry or snooze delay µs, error). A snooze gives the claim's
+// attempt back, counts a snooze, and records its error only if it has one. One UPDATE … FROM the arrays, through the dispatch
 // key's unique index. The fence — token, state claimed, live lease — is on
 // the updated table itself, so a concurrent re-claim is rechecked against
 // the row's newest version (READ COMMITTED's EvalPlanQual) and the
@@ -57,15 +58,20 @@ WITH c AS (
 	UPDATE {schema}.outbox o SET
 		state = CASE
 			WHEN c.outcome = 1 THEN 'settled'
+			WHEN c.outcome = 4 THEN 'pending'
 			WHEN c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN 'dead'
 			ELSE 'pending' END,
 		finished_at = CASE
+			WHEN c.outcome = 4 THEN NULL
 			WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN t.now
 			END,
 		visible_at = CASE
+			WHEN c.outcome = 4 THEN t.now + c.delay_us * interval '1 microsecond'
 			WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN o.visible_at
 			ELSE t.now + c.delay_us * interval '1 microsecond' END,
-		last_error = CASE WHEN c.outcome = 1 THEN o.last_error ELSE c.error END
+		last_error = CASE WHEN c.outcome = 1 OR (c.outcome = 4 AND c.error = '') THEN o.last_error ELSE c.error END,
+		attempts = CASE WHEN c.outcome = 4 THEN o.attempts - 1 ELSE o.attempts END,
+		snoozes = CASE WHEN c.outcome = 4 THEN o.snoozes + 1 ELSE o.snoozes END
 	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
 	WHERE o.dispatch_key = c.dispatch_key
 		AND o.token = c.token

@@ -272,11 +272,17 @@ CREATE TABLE {schema}.node_reports (
 	`
 ALTER TABLE {schema}.outbox ADD COLUMN headers jsonb;
 `,
+
+	// 10: the snoozes of each row (outbox.Snooze, outbox.Row.Snoozes). A
+	// constant default is kept in the catalogue: no rewrite.
+	`
+ALTER TABLE {schema}.outbox ADD COLUMN snoozes integer NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 9
+const SchemaVersion = 10
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

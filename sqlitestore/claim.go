@@ -239,7 +239,7 @@ const (
 	claimSet = `UPDATE outbox SET state = 1, attempts = attempts + 1, token = ?1,
 	claimed_at = ?2, lease_expires_at = ?3, ready_at = ?3`
 	claimReturning = ` RETURNING id, dispatch_key, namespace, task_queue, shard, payload, attempts, enqueued_at,
-	max_attempts, run_at, last_error, -claim_rank, headers`
+	max_attempts, run_at, last_error, -claim_rank, headers, snoozes`
 )
 
 // ClaimOutboxRowsScoped claims, in one write transaction (all or nothing),
@@ -448,7 +448,7 @@ func collect(out []outbox.Row, rows *sql.Rows, token int64, now, leaseEnd time.T
 		var enqueued, runAt int64
 		var headers []byte
 		if err := rows.Scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &r.Attempts, &enqueued,
-			&r.MaxAttempts, &runAt, &r.LastError, &r.Priority, &headers); err != nil {
+			&r.MaxAttempts, &runAt, &r.LastError, &r.Priority, &headers, &r.Snoozes); err != nil {
 			return out, err
 		}
 		r.EnqueuedAt, r.RunAt = fromNanos(enqueued), fromNanos(runAt)

@@ -35,6 +35,8 @@ func stateOf(n int) outbox.State {
 
 // completeSQL applies a batch of completions in one statement: ?1 the
 // batch as a JSON array of [key, token, outcome, retry end, error], ?2 now.
+// A snooze (outcome 4) is a retry that gives the claim's attempt back,
+// counts a snooze, is never dead and records its error only if it has one.
 // Each entry is fenced like a claim's lease: its row must be claimed, with
 // that token, under a live lease (ready_at > now); a row that is not is
 // left alone and missing from RETURNING. A retry of a row that has had
@@ -45,7 +47,7 @@ WITH c(key, token, outcome, retry_end, err) AS (
 	SELECT value->>0, value->>1, value->>2, value->>3, value->>4 FROM json_each(?1)),
 f(id, outcome, retry_end, err, next) AS (
 	SELECT o.id, c.outcome, c.retry_end, c.err,
-		CASE c.outcome WHEN 1 THEN 2 WHEN 3 THEN 3
+		CASE c.outcome WHEN 1 THEN 2 WHEN 3 THEN 3 WHEN 4 THEN 0
 			ELSE CASE WHEN o.max_attempts > 0 AND o.attempts >= o.max_attempts THEN 3 ELSE 0 END END
 	FROM c JOIN outbox o ON o.dispatch_key = c.key
 	WHERE o.state = 1 AND o.token = c.token AND o.ready_at > ?2)
@@ -54,7 +56,9 @@ UPDATE outbox SET
 	finished_at = CASE WHEN f.next >= 2 THEN ?2 ELSE outbox.finished_at END,
 	run_at = CASE WHEN f.next = 0 THEN f.retry_end ELSE outbox.run_at END,
 	ready_at = CASE WHEN f.next = 0 THEN f.retry_end ELSE outbox.ready_at END,
-	last_error = CASE WHEN f.outcome = 1 THEN outbox.last_error ELSE f.err END
+	last_error = CASE WHEN f.outcome = 1 OR (f.outcome = 4 AND f.err = '') THEN outbox.last_error ELSE f.err END,
+	attempts = CASE WHEN f.outcome = 4 THEN outbox.attempts - 1 ELSE outbox.attempts END,
+	snoozes = CASE WHEN f.outcome = 4 THEN outbox.snoozes + 1 ELSE outbox.snoozes END
 FROM f WHERE outbox.id = f.id
 RETURNING dispatch_key, state, namespace, task_queue`
 
@@ -82,12 +86,16 @@ WHERE (namespace, task_queue) IN (SELECT value->>0, value->>1 FROM json_each(?1)
 //     keeping its attempts, its place in its route and Error as LastError;
 //     a row that has had its MaxAttempts claims is dead instead.
 //   - DeadLetter: the row is dead at once, with Error as LastError.
+//   - Snooze: the row is pending again, claimable after Delay, with the
+//     claim's attempt given back (never dead, whatever MaxAttempts says),
+//     one more Snoozes, its place in its route, and Error as LastError
+//     if it is not empty.
 //
 // An entry whose lease is not the row's current live claim (completed
 // already, expired, claimed again, purged, never claimed, or no such key)
 // gets a *outbox.LeaseLostError in its Result and leaves its row unchanged;
-// the others still apply. A call with an invalid Outcome, a Retry with a
-// Delay outside 0 to outbox.MaxDelay, or a dispatch key that is empty, not valid UTF-8, holds a
+// the others still apply. A call with an invalid Outcome, a Retry or
+// Snooze with a Delay outside 0 to outbox.MaxDelay, or a dispatch key that is empty, not valid UTF-8, holds a
 // NUL byte or is named twice fails with an *outbox.ArgumentError and
 // applies nothing; so does any other error. An empty batch returns no
 // results (an empty, non-nil slice) without touching the database. Cost:

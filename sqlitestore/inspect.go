@@ -13,7 +13,7 @@ import (
 
 // rowColumns are the columns scanRow reads, in its order.
 const rowColumns = `id, dispatch_key, namespace, task_queue, shard, payload, state, attempts, max_attempts, token,
-	enqueued_at, run_at, claimed_at, lease_expires_at, finished_at, last_error, -claim_rank, headers`
+	enqueued_at, run_at, claimed_at, lease_expires_at, finished_at, last_error, -claim_rank, headers, snoozes`
 
 // scanRow scans rowColumns.
 func scanRow(scan func(...any) error) (outbox.Row, error) {
@@ -22,7 +22,7 @@ func scanRow(scan func(...any) error) (outbox.Row, error) {
 	var enqueued, runAt, claimed, leaseEnd, finished int64
 	var headers []byte
 	err := scan(&r.ID, &r.DispatchKey, &r.Namespace, &r.TaskQueue, &r.Shard, &r.Payload, &state, &r.Attempts, &r.MaxAttempts,
-		&r.Token, &enqueued, &runAt, &claimed, &leaseEnd, &finished, &r.LastError, &r.Priority, &headers)
+		&r.Token, &enqueued, &runAt, &claimed, &leaseEnd, &finished, &r.LastError, &r.Priority, &headers, &r.Snoozes)
 	if err == nil && len(headers) > 0 {
 		r.Headers, err = outbox.DecodeHeaders(headers)
 	}

@@ -125,6 +125,11 @@ INSERT INTO outbox_meta (key, value) VALUES ('settings_version', 0);
 	`
 ALTER TABLE outbox ADD COLUMN headers TEXT;
 `,
+
+	// 6: the snoozes of each row (outbox.Snooze, outbox.Row.Snoozes).
+	`
+ALTER TABLE outbox ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.

@@ -40,7 +40,7 @@
 // (every limit of [outbox.Message.Validate] refused whole with a
 // [*outbox.MessageError], and a property test: any batch Enqueue accepts,
 // odd text and "" task queues included, is claimed in full, each row once,
-// by repeated [backpressure.Sweep]s), Limits (see below), Complete, Extend, DeadLetters,
+// by repeated [backpressure.Sweep]s), Limits (see below), Complete, Snooze (a snooze gives the claim's attempt back), Extend, DeadLetters,
 // Scheduled, Retention, Stats, Notifier, Closed and Context check the rest
 // of [outbox.Store]; Operate checks the optional [outbox.Operator]
 // (Namespaces against a naive reference over every row, after random
@@ -326,6 +326,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Messages", testMessages[R]},
 		{"Limits", testLimits[R]},
 		{"Complete", testComplete[R]},
+		{"Snooze", testSnooze[R]},
 		{"Extend", testExtend[R]},
 		{"InvalidKeys", testInvalidKeys[R]},
 		{"DeadLetters", testDeadLetters[R]},

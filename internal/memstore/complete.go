@@ -10,7 +10,7 @@ import (
 // Complete applies each completion to its row, fenced by its lease: one
 // whose lease is not the row's current live claim is reported in its
 // [outbox.Result] as a [*outbox.LeaseLostError] and changes nothing; the
-// others take effect together. An invalid Outcome, a Retry with a Delay
+// others take effect together. An invalid Outcome, a Retry or Snooze with a Delay
 // outside 0 to [outbox.MaxDelay], a dispatch key no row can have (empty, not valid UTF-8, holding a
 // NUL byte) or one named twice is an [*outbox.ArgumentError], and then
 // nothing is applied.
@@ -39,6 +39,14 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		case c.Outcome == outbox.Settle:
 			r.State = outbox.StateSettled
 			r.FinishedAt = now
+		case c.Outcome == outbox.Snooze:
+			r.State = outbox.StatePending
+			r.RunAt = now.Add(c.Delay)
+			r.Attempts--
+			r.Snoozes++
+			if c.Error != "" {
+				r.LastError = outbox.TruncateError(c.Error)
+			}
 		case c.Outcome == outbox.Retry && (r.MaxAttempts == 0 || r.Attempts < r.MaxAttempts):
 			r.State = outbox.StatePending
 			r.RunAt = now.Add(c.Delay)

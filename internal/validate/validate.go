@@ -208,15 +208,15 @@ func WindowRoute(route backpressure.Route, others bool) backpressure.RouteCount 
 	return backpressure.RouteCount{Route: route, Count: 1}
 }
 
-// Completions checks a batch for Complete: a valid Outcome, a Retry's
-// Delay not negative, and every dispatch key a valid key named once.
+// Completions checks a batch for Complete: a valid Outcome, a Retry's or
+// Snooze's Delay within 0 to MaxDelay, and every dispatch key a valid key named once.
 func (c Call) Completions(cs []outbox.Completion) error {
 	for i, cm := range cs {
 		at := fmt.Sprintf("completions[%d].", i)
 		switch {
-		case cm.Outcome != outbox.Settle && cm.Outcome != outbox.Retry && cm.Outcome != outbox.DeadLetter:
-			return c.Argf(at+"Outcome", "%v is not Settle, Retry or DeadLetter", cm.Outcome)
-		case cm.Outcome == outbox.Retry && (cm.Delay < 0 || cm.Delay > outbox.MaxDelay):
+		case cm.Outcome != outbox.Settle && cm.Outcome != outbox.Retry && cm.Outcome != outbox.DeadLetter && cm.Outcome != outbox.Snooze:
+			return c.Argf(at+"Outcome", "%v is not Settle, Retry, DeadLetter or Snooze", cm.Outcome)
+		case (cm.Outcome == outbox.Retry || cm.Outcome == outbox.Snooze) && (cm.Delay < 0 || cm.Delay > outbox.MaxDelay):
 			return c.Argf(at+"Delay", "%v is outside 0 to outbox.MaxDelay (%v)", cm.Delay, outbox.MaxDelay)
 		}
 	}

@@ -45,10 +45,11 @@
 // # Backpressure
 //
 // A stream with limits (MaxMsgs, MaxBytes, MaxMsgsPerSubject) and
-// DiscardNew refuses a publish when full: [Relay.Handle] returns a
-// *[PublishError] matching [ErrStreamFull], which the dispatcher retries
-// after its backoff. Today that retry spends one of the row's attempts
-// (the dispatcher has no snooze yet; "Ready to run" adds one). A slow ack
+// DiscardNew refuses a publish when full: [Relay.Handle] snoozes the row
+// (dispatch.Snooze of a *[PublishError] matching [ErrStreamFull]) for
+// Options.FullSnooze, spending no attempt, so a full stream holds rows
+// back instead of dead-lettering them, up to the dispatcher's
+// Options.MaxSnoozes. A slow ack
 // holds the handler, and with it one of the dispatcher's workers, until
 // the ack, the handler's ctx, or the client's timeout
 // (jetstream.WithDefaultTimeout, 5s by default) when ctx has no deadline:
@@ -58,6 +59,7 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,7 +116,18 @@ type Options struct {
 	// Logger receives New's warning for a short window. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// FullSnooze is how long a row waits, spending no attempt, when the
+	// stream is full under its limits (discard-new): Handle returns
+	// dispatch.Snooze(FullSnooze, *PublishError), so a full stream holds
+	// rows back rather than dead-letters them (after Options.MaxSnoozes
+	// of the dispatcher, a snooze is a failure). Horizon must cover the
+	// snoozes too. 0 means [DefaultFullSnooze]; at most outbox.MaxDelay.
+	FullSnooze time.Duration
 }
+
+// DefaultFullSnooze is Options.FullSnooze's default.
+const DefaultFullSnooze = time.Second
 
 // Errors of the package. Match them with [errors.Is].
 var (
@@ -234,6 +247,7 @@ type Relay struct {
 	stream  string
 	window  time.Duration
 	subject func(outbox.Row) (string, error)
+	full    time.Duration // Options.FullSnooze
 }
 
 // New checks opts and the stream: it reads the stream's configuration
@@ -250,6 +264,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Relay, err
 		return nil, &OptionError{Field: "Stream", Reason: "is empty"}
 	case opts.Horizon <= 0:
 		return nil, &OptionError{Field: "Horizon", Reason: fmt.Sprintf("is %v, not > 0", opts.Horizon)}
+	case opts.FullSnooze < 0 || opts.FullSnooze > outbox.MaxDelay:
+		return nil, &OptionError{Field: "FullSnooze", Reason: fmt.Sprintf("is %v, not in [0, outbox.MaxDelay]", opts.FullSnooze)}
 	}
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -276,7 +292,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Relay, err
 		log.Warn("jetstream relay: duplicate window shorter than the horizon: rows re-published after it are delivered twice",
 			"stream", opts.Stream, "window", window, "horizon", opts.Horizon)
 	}
-	return &Relay{js: js, stream: opts.Stream, window: window, subject: subject}, nil
+	return &Relay{js: js, stream: opts.Stream, window: window, subject: subject, full: cmp.Or(opts.FullSnooze, DefaultFullSnooze)}, nil
 }
 
 // Window returns the stream's duplicate window, as New read it.
@@ -334,8 +350,9 @@ func (r *Relay) Message(row outbox.Row) (*nats.Msg, error) {
 // stream acked the message, a duplicate included (the stream had it
 // already: a re-run after a crash). Otherwise:
 //
-//   - the stream full under its limits: a *[PublishError] matching
-//     [ErrStreamFull], retried;
+//   - the stream full under its limits: dispatch.Snooze(FullSnooze,
+//     *[PublishError] matching [ErrStreamFull]): back after FullSnooze,
+//     no attempt spent;
 //   - no stream bound to the subject (no responders, after the client's
 //     two retries 250ms apart), or another stream than Options.Stream:
 //     Permanent(*PublishError matching [ErrNoStream]);
@@ -384,7 +401,9 @@ func (r *Relay) classify(subject, key string, err error) error {
 			pe.none = true
 			return dispatch.Permanent(pe)
 		case ae.ErrorCode == codeStoreFailed:
-			pe.full = strings.HasPrefix(ae.Description, "maximum")
+			if pe.full = strings.HasPrefix(ae.Description, "maximum"); pe.full {
+				return dispatch.Snooze(r.full, pe)
+			}
 			return pe
 		case ae.ErrorCode == codeMessageTooLarge || (ae.Code >= 400 && ae.Code < 500):
 			return dispatch.Permanent(pe)

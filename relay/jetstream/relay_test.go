@@ -216,8 +216,8 @@ func TestNoStreamDeadLetters(t *testing.T) {
 	})
 }
 
-// A full stream with discard-new refuses a publish: an error the
-// dispatcher retries, matching ErrStreamFull, with the broker's reason;
+// A full stream with discard-new refuses a publish: a snooze (no attempt
+// spent) of an error matching ErrStreamFull, with the broker's reason;
 // once there is room the row goes through. A message larger than the
 // stream takes is dead-lettered.
 func TestFullStreamRetries(t *testing.T) {
@@ -236,8 +236,10 @@ func TestFullStreamRetries(t *testing.T) {
 	}
 	err = r.Handle(ctx, row("b", 1))
 	var pe *jsrelay.PublishError
-	if dispatch.IsPermanent(err) || !errors.Is(err, jsrelay.ErrStreamFull) || !errors.As(err, &pe) || pe.Reason != "maximum messages exceeded" || pe.DispatchKey != "b" {
-		t.Fatalf("publish to a full stream: %v; want a retried *PublishError matching ErrStreamFull", err)
+	var se *dispatch.SnoozeError
+	if dispatch.IsPermanent(err) || !errors.Is(err, jsrelay.ErrStreamFull) || !errors.As(err, &pe) || pe.Reason != "maximum messages exceeded" || pe.DispatchKey != "b" ||
+		!errors.As(err, &se) || se.Delay != jsrelay.DefaultFullSnooze {
+		t.Fatalf("publish to a full stream: %v; want a *PublishError matching ErrStreamFull, snoozed for DefaultFullSnooze", err)
 	}
 	if err := s.Purge(ctx); err != nil {
 		t.Fatal(err)

@@ -42,18 +42,18 @@
 //
 // # Backpressure
 //
-// A nack (the broker could not take the message) is a *[NackError], which
-// the dispatcher retries after its backoff. Under a memory or disk alarm
-// the broker sends connection.blocked and stops reading publishes: a
-// Handle that starts while the connection is blocked waits up to
-// Options.BlockedWait for connection.unblocked, then returns a
-// *[BlockedError], retried; a publish already sent waits for its confirm.
-// Today each such retry spends one of the row's attempts (the dispatcher
-// has no snooze yet; "Ready to run" adds one), so size MaxAttempts and the
-// backoff for the alarms you expect.
+// A nack (the broker could not take the message) snoozes the row
+// (dispatch.Snooze of a *[NackError]) for Options.RefusedSnooze, spending
+// no attempt. Under a memory or disk alarm the broker sends
+// connection.blocked and stops reading publishes: a Handle that starts
+// while the connection is blocked waits up to Options.BlockedWait for
+// connection.unblocked, then snoozes the row likewise (a *[BlockedError]);
+// a publish already sent waits for its confirm. Rows so held back are not
+// dead-lettered by an alarm, up to the dispatcher's Options.MaxSnoozes.
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,7 +116,18 @@ type Options struct {
 	// Timeout bounds one publish and its confirm; past it Handle returns
 	// context.DeadlineExceeded, retried. Default [DefaultTimeout].
 	Timeout time.Duration
+
+	// RefusedSnooze is how long a row waits, spending no attempt, when
+	// the broker refused it for want of room: a nack, or the connection
+	// blocked past BlockedWait. Handle then returns
+	// dispatch.Snooze(RefusedSnooze, the *NackError or *BlockedError);
+	// after Options.MaxSnoozes of the dispatcher a snooze is a failure.
+	// Default [DefaultRefusedSnooze]; at most outbox.MaxDelay.
+	RefusedSnooze time.Duration
 }
+
+// DefaultRefusedSnooze is Options.RefusedSnooze's default.
+const DefaultRefusedSnooze = time.Second
 
 // Errors of the package. Match them with [errors.Is].
 var (
@@ -227,6 +238,7 @@ type Relay struct {
 	ctype    string
 	wait     time.Duration
 	timeout  time.Duration
+	refused  time.Duration    // Options.RefusedSnooze
 	idle     chan *pubChannel // the pool: at most Options.Channels idle channels
 
 	mu      sync.Mutex
@@ -256,7 +268,8 @@ type pubChannel struct {
 // open, and returns a Relay. The Relay does not reconnect: once conn is
 // closed every Handle fails (retried), so build a new Relay on a new
 // connection. Errors: an *OptionError for a nil conn or a
-// negative Channels, BlockedWait or Timeout; the broker's *amqp.Error when
+// negative Channels, BlockedWait, Timeout or RefusedSnooze (or one above
+// outbox.MaxDelay); the broker's *amqp.Error when
 // the exchange does not exist (code 404) or a channel cannot be opened.
 func New(ctx context.Context, conn *amqp.Connection, opts Options) (*Relay, error) {
 	if conn == nil {
@@ -268,13 +281,16 @@ func New(ctx context.Context, conn *amqp.Connection, opts Options) (*Relay, erro
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{{"BlockedWait", opts.BlockedWait}, {"Timeout", opts.Timeout}} {
+	}{{"BlockedWait", opts.BlockedWait}, {"Timeout", opts.Timeout}, {"RefusedSnooze", opts.RefusedSnooze}} {
 		if d.v < 0 {
 			return nil, &OptionError{Field: d.field, Reason: fmt.Sprintf("is %v, negative", d.v)}
 		}
 	}
+	if opts.RefusedSnooze > outbox.MaxDelay {
+		return nil, &OptionError{Field: "RefusedSnooze", Reason: fmt.Sprintf("is %v, above outbox.MaxDelay", opts.RefusedSnooze)}
+	}
 	r := &Relay{conn: conn, exchange: opts.Exchange, key: opts.RoutingKey, ctype: opts.ContentType,
-		wait: opts.BlockedWait, timeout: opts.Timeout}
+		wait: opts.BlockedWait, timeout: opts.Timeout, refused: cmp.Or(opts.RefusedSnooze, DefaultRefusedSnooze)}
 	if r.key == nil {
 		prefix := opts.Prefix
 		if prefix == "" {
@@ -456,7 +472,7 @@ func (r *Relay) Handle(ctx context.Context, row outbox.Row) error {
 	case returned != nil:
 		return returned
 	case !acked:
-		return &NackError{Exchange: r.exchange, RoutingKey: key, DispatchKey: row.DispatchKey}
+		return dispatch.Snooze(r.refused, &NackError{Exchange: r.exchange, RoutingKey: key, DispatchKey: row.DispatchKey})
 	}
 	return nil
 }
@@ -489,7 +505,7 @@ func (r *Relay) waitUnblocked(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return &BlockedError{Reason: b.reason, Waited: r.wait}
+		return dispatch.Snooze(r.refused, &BlockedError{Reason: b.reason, Waited: r.wait})
 	}
 }
 

@@ -231,8 +231,10 @@ func TestNackRetries(t *testing.T) {
 	}
 	err := r.Handle(ctx, row("b"))
 	var ne *rabbitmq.NackError
-	if dispatch.IsPermanent(err) || !errors.Is(err, rabbitmq.ErrNacked) || !errors.As(err, &ne) || ne.DispatchKey != "b" {
-		t.Fatalf("publish to a full queue: %v; want a retried *NackError", err)
+	var se *dispatch.SnoozeError
+	if dispatch.IsPermanent(err) || !errors.Is(err, rabbitmq.ErrNacked) || !errors.As(err, &ne) || ne.DispatchKey != "b" ||
+		!errors.As(err, &se) || se.Delay != rabbitmq.DefaultRefusedSnooze {
+		t.Fatalf("publish to a full queue: %v; want a *NackError, snoozed for DefaultRefusedSnooze", err)
 	}
 	if _, err := top.ch.QueuePurge(top.queue, false); err != nil {
 		t.Fatal(err)
