@@ -149,6 +149,9 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if len(dispatchKeys) == 0 {
 		return 0, nil
 	}
+	if err := outbox.CheckOperation(ctx, op); err != nil {
+		return 0, err
+	}
 	arg, err := json.Marshal(dispatchKeys)
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -185,7 +188,7 @@ RETURNING namespace, task_queue`, string(arg), now)
 		}
 		moved = len(routes)
 		if moved == 0 {
-			return nil
+			return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, 0))
 		}
 		routeArg, err := json.Marshal(routes)
 		if err != nil {
@@ -203,7 +206,10 @@ ON CONFLICT DO NOTHING`, string(routeArg)); err != nil {
 		if err := s.step(ctx); err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, bumpSeqSQL, s.dbID).Scan(&seq)
+		if err := tx.QueryRowContext(ctx, bumpSeqSQL, s.dbID).Scan(&seq); err != nil {
+			return err
+		}
+		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, moved))
 	})
 	if err != nil {
 		return 0, s.fail(op, err)
