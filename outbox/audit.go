@@ -166,9 +166,17 @@ func CheckOperation(ctx context.Context, op string) error {
 
 // SettingsAudit is the entry of a PutSettings of after over the row
 // before (its stored body; "" when the namespace had none), made with
-// ctx. The store sets ID and At.
+// ctx. A before row that decodes is spelled as [EncodeSettings] spells
+// it, whatever the store kept (so stores agree); one that does not is
+// kept as it was. The store sets ID and At.
 func SettingsAudit(ctx context.Context, before string, after NamespaceSettings) AuditEntry {
 	op := OperationFrom(ctx)
+	if before != "" {
+		was := NamespaceSettings{Namespace: after.Namespace}
+		if DecodeSettings(&was, []byte(before)); was.Fault == "" {
+			before = string(EncodeSettings(was))
+		}
+	}
 	e := AuditEntry{Operator: op.Operator, Action: op.Action, Namespace: after.Namespace, Before: before,
 		After: string(EncodeSettings(after)), Detail: op.Detail}
 	if e.Action == "" {
@@ -206,7 +214,11 @@ func MigrationAudit(ctx context.Context, from, to int) AuditEntry {
 func keysText(keys []string) string {
 	const shown = 10
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d keys: ", len(keys))
+	if len(keys) == 1 {
+		b.WriteString("1 key: ")
+	} else {
+		fmt.Fprintf(&b, "%d keys: ", len(keys))
+	}
 	for i, k := range keys {
 		if i == shown {
 			fmt.Fprintf(&b, " (+%d more)", len(keys)-shown)

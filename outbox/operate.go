@@ -343,13 +343,18 @@ type PlanEntry struct {
 	Held      int
 	Reason    string `json:",omitempty"` // "at-ceiling", "budget", "rate", "paused", "invalid-route" (backpressure.HoldReason.String); "" when nothing is held
 	Capped    bool   `json:",omitempty"` // Pending and Held are lower bounds
+	// Rate is the namespace's cluster-wide rate limit the node applied
+	// (the zero Rate: none), and Tokens the whole tokens its bucket held
+	// on the node when the plan was made.
+	Rate   backpressure.Rate `json:",omitzero"`
+	Tokens int               `json:",omitempty"`
 }
 
 // PlanEntryOf returns the PlanEntry of r.
 func PlanEntryOf(r backpressure.NamespaceReport) PlanEntry {
 	return PlanEntry{
 		Namespace: r.Namespace, Quota: r.Quota, Weight: r.Weight, Ceiling: r.Ceiling, Claimed: r.Claimed,
-		Pending: r.Pending, Granted: r.Granted, Held: r.Held, Reason: r.Reason.String(), Capped: r.Capped,
+		Pending: r.Pending, Granted: r.Granted, Held: r.Held, Reason: r.Reason.String(), Capped: r.Capped, Rate: r.Rate, Tokens: r.Tokens,
 	}
 }
 

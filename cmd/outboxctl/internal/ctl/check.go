@@ -61,6 +61,14 @@ func checkArgs(cmd string, a *cmdArgs) error {
 		return checkSelection(cmd, a)
 	case "set quota", "set weight":
 		return checkValue(cmd, a.rest[0], a.rest[1])
+	case "set rate":
+		_, err := parseRateArgs(a.rest)
+		return err
+	case "audit":
+		if a.before < 0 {
+			return usagef("audit: -before %d is negative", a.before)
+		}
+		return checkLimit(cmd, a.limit, outbox.MaxAuditPage)
 	case "serve":
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return usagef("serve: -addr %s: %v", display(a.addr), err)
