@@ -83,7 +83,7 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return strings.Join(parts, ", ")
 	},
-	"rate": RateText,
+	"rate":   RateText,
 	"lastid": func(es []outbox.AuditEntry) int64 { return es[len(es)-1].ID },
 }).ParseFS(templateFS, "templates/*.html"))
 
