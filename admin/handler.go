@@ -83,8 +83,9 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return strings.Join(parts, ", ")
 	},
-	"rate":   RateText,
-	"lastid": func(es []outbox.AuditEntry) int64 { return es[len(es)-1].ID },
+	"rate":     RateText,
+	"lastid":   func(es []outbox.AuditEntry) int64 { return es[len(es)-1].ID },
+	"maxaudit": func() int { return outbox.MaxAuditEntries },
 }).ParseFS(templateFS, "templates/*.html"))
 
 // handler is the http.Handler of NewHandler.

@@ -186,10 +186,16 @@ func SettingsAudit(ctx context.Context, before string, after NamespaceSettings) 
 }
 
 // RowsAudit is the entry of a dead-letter action (ActionRequeue or
-// ActionPurge) over keys that changed rows rows, made with ctx.
-func RowsAudit(ctx context.Context, action string, keys []string, rows int) AuditEntry {
+// ActionPurge) over keys that changed rows rows, made with ctx; namespace
+// is the namespace of every row changed when they share one ("" when
+// none changed or they are of several), recorded unless ctx's Operation
+// names the namespace selected.
+func RowsAudit(ctx context.Context, action string, keys []string, rows int, namespace string) AuditEntry {
 	op := OperationFrom(ctx)
-	e := AuditEntry{Operator: op.Operator, Action: action, Namespace: op.Namespace, Before: "dead", Rows: rows, Detail: op.Detail}
+	if op.Namespace != "" {
+		namespace = op.Namespace
+	}
+	e := AuditEntry{Operator: op.Operator, Action: action, Namespace: namespace, Before: "dead", Rows: rows, Detail: op.Detail}
 	if action == ActionRequeue {
 		e.After = "pending"
 	}

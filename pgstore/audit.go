@@ -38,20 +38,26 @@ func recordAuditTx(ctx context.Context, tx pgx.Tx, quoted string, e outbox.Audit
 
 // auditedRows runs change (a dead-letter action over keys: requeue or
 // purge) and records its entry in one transaction; change returns how
-// many rows it changed.
-func (s *Store) auditedRows(ctx context.Context, action string, keys []string, change func(pgx.Tx) (int, error)) (int, error) {
+// many rows it changed and their namespace when they share one.
+func (s *Store) auditedRows(ctx context.Context, action string, keys []string, change func(pgx.Tx) (int, string, error)) (int, error) {
 	var n int
 	err := s.run(ctx, unsent, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var ns string
 			var err error
-			if n, err = change(tx); err != nil {
+			if n, ns, err = change(tx); err != nil {
 				return err
 			}
-			return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, action, keys, n))
+			return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, action, keys, n, ns))
 		})
 	})
 	return n, err
 }
+
+// soleNamespaceSQL is the select list of a statement over the CTE
+// changed(namespace): how many rows, and their namespace when they share
+// one ('' otherwise).
+const soleNamespaceSQL = `count(*), CASE WHEN count(DISTINCT namespace) = 1 THEN min(namespace) ELSE '' END`
 
 // auditAllSQL and auditNamespaceSQL are Audit's statements: the entries
 // below ID $1, newest first, at most $2, of namespace $3 for the second.

@@ -295,8 +295,12 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if err := outbox.CheckOperation(ctx, op); err != nil {
 		return 0, err
 	}
-	moved, err := s.auditedRows(ctx, outbox.ActionRequeue, dispatchKeys, func(tx pgx.Tx) (int, error) {
-		return scanEnqueue(tx.QueryRow(ctx, s.sql.requeue, s.clock(), dispatchKeys, s.channel))
+	moved, err := s.auditedRows(ctx, outbox.ActionRequeue, dispatchKeys, func(tx pgx.Tx) (int, string, error) {
+		var n int64
+		var notified bool
+		var ns string
+		err := tx.QueryRow(ctx, s.sql.requeue, s.clock(), dispatchKeys, s.channel).Scan(&n, &notified, &ns)
+		return int(n), ns, err
 	})
 	if err != nil {
 		return 0, opError(op, err)

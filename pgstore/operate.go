@@ -163,9 +163,13 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 	if err := outbox.CheckOperation(ctx, op); err != nil {
 		return 0, err
 	}
-	n, err := s.auditedRows(ctx, outbox.ActionPurge, dispatchKeys, func(tx pgx.Tx) (int, error) {
-		tag, err := tx.Exec(ctx, s.operateSQL(`DELETE FROM {schema}.outbox WHERE dispatch_key = ANY ($1::text[]) AND state = 'dead'`), dispatchKeys)
-		return int(tag.RowsAffected()), err
+	n, err := s.auditedRows(ctx, outbox.ActionPurge, dispatchKeys, func(tx pgx.Tx) (int, string, error) {
+		var n int64
+		var ns string
+		err := tx.QueryRow(ctx, s.operateSQL(`
+WITH changed AS (DELETE FROM {schema}.outbox WHERE dispatch_key = ANY ($1::text[]) AND state = 'dead' RETURNING namespace)
+SELECT `+soleNamespaceSQL+` FROM changed`), dispatchKeys).Scan(&n, &ns)
+		return int(n), ns, err
 	})
 	if err != nil {
 		return 0, opError(op, err)

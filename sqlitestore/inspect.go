@@ -188,7 +188,7 @@ RETURNING namespace, task_queue`, string(arg), now)
 		}
 		moved = len(routes)
 		if moved == 0 {
-			return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, 0))
+			return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, 0, ""))
 		}
 		routeArg, err := json.Marshal(routes)
 		if err != nil {
@@ -209,7 +209,13 @@ ON CONFLICT DO NOTHING`, string(routeArg)); err != nil {
 		if err := tx.QueryRowContext(ctx, bumpSeqSQL, s.dbID).Scan(&seq); err != nil {
 			return err
 		}
-		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, moved))
+		ns := routes[0][0]
+		for _, r := range routes {
+			if r[0] != ns {
+				ns = ""
+			}
+		}
+		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, moved, ns))
 	})
 	if err != nil {
 		return 0, s.fail(op, err)

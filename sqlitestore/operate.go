@@ -144,6 +144,12 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 		if err := s.step(ctx); err != nil {
 			return err
 		}
+		var ns string
+		if err := tx.QueryRowContext(ctx, `
+WITH changed AS (SELECT namespace FROM outbox WHERE dispatch_key IN (SELECT value FROM json_each(?1)) AND state = 3)
+SELECT count(*), CASE WHEN count(DISTINCT namespace) = 1 THEN min(namespace) ELSE '' END FROM changed`, string(arg)).Scan(&n, &ns); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE dispatch_key IN (SELECT value FROM json_each(?1)) AND state = 3`, string(arg))
 		if err != nil {
 			return err
@@ -151,7 +157,7 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionPurge, dispatchKeys, int(n)))
+		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionPurge, dispatchKeys, int(n), ns))
 	})
 	if err != nil {
 		return 0, s.fail(op, err)

@@ -181,8 +181,24 @@ func testAudit[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 		if err != nil || len(got) != 1 {
 			t.Fatalf("Audit(Limit 1) = %+v, %v", got, err)
 		}
-		if e := got[0]; e.Operator != "" || e.Action != "requeue" || e.Rows != 2 || !strings.Contains(e.Detail, `"k1"`) || !strings.Contains(e.Detail, "3 keys") {
-			t.Errorf("unnamed requeue's entry = %+v; want operator \"\", requeue, 2 rows, detail naming 3 keys with \"k1\"", e)
+		if e := got[0]; e.Operator != "" || e.Action != "requeue" || e.Rows != 2 || e.Namespace != "a" || !strings.Contains(e.Detail, `"k1"`) || !strings.Contains(e.Detail, "3 keys") {
+			t.Errorf("unnamed requeue's entry = %+v; want operator \"\", requeue, namespace a (its rows'), 2 rows, detail naming 3 keys with \"k1\"", e)
+		}
+		// Dead rows of two namespaces: the entry names none.
+		o.enqueue(msg("b", "q", "k3"))
+		for _, ns := range []string{"a", "a", "b"} {
+			r := o.claimN("claim", 1, scope(ns, "q", 1))[0]
+			o.complete("dead-letter", outbox.DeadLetterRow(r, errors.New("poison")))
+		}
+		if n, err := op.DeleteDead(o.ctx, []string{"k1", "k2", "k3"}); err != nil || n != 3 {
+			t.Fatalf("DeleteDead = %d, %v; want 3", n, err)
+		}
+		got, err = au.Audit(o.ctx, outbox.AuditParams{Limit: 1})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("Audit(Limit 1) = %+v, %v", got, err)
+		}
+		if e := got[0]; e.Action != "purge" || e.Rows != 3 || e.Namespace != "" || e.Before != "dead" || e.After != "" {
+			t.Errorf("purge of two namespaces' rows: entry %+v; want purge, 3 rows, no namespace, dead → \"\"", e)
 		}
 	})
 
