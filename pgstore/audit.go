@@ -23,7 +23,7 @@ DELETE FROM {schema}.audit_log d USING e WHERE d.id <= e.id - $9::bigint`
 
 // recordAudit writes e in tx: in the transaction of the change it records.
 func (s *Store) recordAudit(ctx context.Context, tx pgx.Tx, e outbox.AuditEntry) error {
-	_, err := tx.Exec(ctx, s.operateSQL(recordAuditSQL), s.clock(), e.Operator, e.Action, e.Namespace, e.Before, e.After,
+	_, err := tx.Exec(ctx, expand(pgx.Identifier{s.schema}.Sanitize(), recordAuditSQL), s.clock(), e.Operator, e.Action, e.Namespace, e.Before, e.After,
 		int64(e.Rows), e.Detail, int64(outbox.MaxAuditEntries))
 	return err
 }
@@ -94,7 +94,7 @@ func (s *Store) Audit(ctx context.Context, p outbox.AuditParams) ([]outbox.Audit
 	var out []outbox.AuditEntry
 	err = s.run(ctx, anyLoss, func() error {
 		out = []outbox.AuditEntry{}
-		rows, err := s.pool.Query(ctx, s.operateSQL(q), args...)
+		rows, err := s.pool.Query(ctx, expand(pgx.Identifier{s.schema}.Sanitize(), q), args...)
 		if err != nil {
 			return err
 		}

@@ -77,3 +77,17 @@ func (s *Store) Audit(ctx context.Context, p outbox.AuditParams) ([]outbox.Audit
 	}
 	return out, nil
 }
+
+// soleNamespace is the namespace of every route of routes ((namespace,
+// task queue) pairs) when they share one, else "".
+func soleNamespace(routes [][2]string) string {
+	if len(routes) == 0 {
+		return ""
+	}
+	for _, r := range routes {
+		if r[0] != routes[0][0] {
+			return ""
+		}
+	}
+	return routes[0][0]
+}

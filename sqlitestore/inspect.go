@@ -171,19 +171,8 @@ RETURNING namespace, task_queue`, string(arg), now)
 		if err != nil {
 			return err
 		}
-		var routes [][2]string
-		for rows.Next() {
-			var r [2]string
-			if err := rows.Scan(&r[0], &r[1]); err != nil {
-				rows.Close()
-				return err
-			}
-			routes = append(routes, r)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
+		routes, err := movedRoutes(rows)
+		if err != nil {
 			return err
 		}
 		moved = len(routes)
@@ -209,13 +198,7 @@ ON CONFLICT DO NOTHING`, string(routeArg)); err != nil {
 		if err := tx.QueryRowContext(ctx, bumpSeqSQL, s.dbID).Scan(&seq); err != nil {
 			return err
 		}
-		ns := routes[0][0]
-		for _, r := range routes {
-			if r[0] != ns {
-				ns = ""
-			}
-		}
-		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, moved, ns))
+		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, moved, soleNamespace(routes)))
 	})
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -224,6 +207,24 @@ ON CONFLICT DO NOTHING`, string(routeArg)); err != nil {
 		s.subs.committed(seq)
 	}
 	return moved, nil
+}
+
+// movedRoutes reads the (namespace, task queue) of each row rows returns,
+// and closes rows.
+func movedRoutes(rows *sql.Rows) ([][2]string, error) {
+	defer rows.Close()
+	var routes [][2]string
+	for rows.Next() {
+		var r [2]string
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			return nil, err
+		}
+		routes = append(routes, r)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	return routes, rows.Err()
 }
 
 // PurgeSettled deletes up to limit rows settled before before, oldest

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -75,13 +76,6 @@ control characters are printed quoted ("a\x1b[0m").
 
 Global flags:
 `
-
-// usageError is bad usage: Run prints it and exits with ExitUsage.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
 // Run runs outboxctl with args (without the program name) and returns its
 // exit status.
@@ -653,4 +647,80 @@ func nodes(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 			r.SweepsPerSecond, r.RowsPerSecond, settings, admin.Age(now, r.ReportedAt))
 	}
 	return w.Flush()
+}
+
+// osUser is -as's default: the OS user running outboxctl, or $USER, or
+// "" when neither is known.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
+
+// setRate is set rate NAMESPACE (RATE [burst N] | none | default).
+func setRate(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	set, err := parseRateArgs(a.rest)
+	if err != nil {
+		return err
+	}
+	return setting(ctx, c, s, set)
+}
+
+// audit prints the audit trail, newest first.
+func audit(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	es, err := s.Audit(ctx, outbox.AuditParams{Namespace: a.namespace, Before: a.before, Limit: a.limit})
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return c.json(es)
+	}
+	if len(es) == 0 {
+		_, err := fmt.Fprintln(c.Stdout, "no change recorded")
+		return err
+	}
+	w := table(c.Stdout)
+	fmt.Fprintln(w, "ID\tWHEN\tOPERATOR\tACTION\tNAMESPACE\tBEFORE\tAFTER\tROWS\tDETAIL")
+	now := c.now()
+	for _, e := range es {
+		who, ns, rows := display(e.Operator), display(e.Namespace), "-"
+		if who == "" {
+			who = "(unnamed)"
+		}
+		if ns == "" {
+			ns = "-"
+		}
+		if e.Action == outbox.ActionRequeue || e.Action == outbox.ActionPurge {
+			rows = strconv.Itoa(e.Rows)
+		}
+		fmt.Fprintf(w, "%d\t%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, admin.Age(now, e.At), who, display(e.Action), ns,
+			auditValue(e.Namespace, e.Before), auditValue(e.Namespace, e.After), rows, orDash(displayText(oneLine(e.Detail, 60))))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(es) == a.limit {
+		_, err = fmt.Fprintf(c.Stdout, "(more: outboxctl audit -before %d)\n", es[len(es)-1].ID)
+	}
+	return err
+}
+
+// auditValue is an entry's Before or After for a table: a settings row
+// as the SETTINGS column of tenants shows it, other values as they are.
+func auditValue(ns, v string) string {
+	if strings.HasPrefix(v, "{") {
+		set := outbox.NamespaceSettings{Namespace: ns}
+		if outbox.DecodeSettings(&set, []byte(v)); set.Fault == "" {
+			return settingsText(set)
+		}
+	}
+	return orDash(displayText(oneLine(v, 40)))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure/admin"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // The environment variables serve reads credentials from when no file
@@ -219,3 +220,6 @@ func serve(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		return srv.Shutdown(shut)
 	}
 }
+
+// asOf is the operator ctx names (-as).
+func asOf(ctx context.Context) string { return outbox.OperationFrom(ctx).Operator }
