@@ -27,8 +27,9 @@ import (
 // that refreshes its tenants page every 5s.
 type Options struct {
 	// Actions enables the POST actions: requeue and purge dead letters,
-	// pause and resume a namespace, set its quota. Off (the default), the
-	// pages show no action and every POST is refused with 403.
+	// pause and resume a namespace, set its quota or rate, reset it. Off
+	// (the default), the pages show no action and every POST is refused
+	// with 403.
 	Actions bool
 	// Refresh is how often the tenants and tenant pages reload themselves
 	// (a meta refresh): 1s to 1h. 0 means 5s; negative turns it off.

@@ -250,3 +250,42 @@ func TestSharedRateReachesNode(t *testing.T) {
 	}
 	eventually("r drained once its rate is lifted", func() bool { return startedOf("r") == 30 })
 }
+
+// TestAuditRetention records more than outbox.MaxAuditEntries changes
+// (purges that find no dead row: one entry each) and checks that the store
+// keeps the newest MaxAuditEntries, the oldest pruned: the trail is
+// bounded.
+func TestAuditRetention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("records 10,000 changes")
+	}
+	s, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "outbox.db"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const extra = 5
+	for i := range outbox.MaxAuditEntries + extra {
+		ctx := outbox.WithOperation(t.Context(), outbox.Operation{Operator: fmt.Sprint("op", i)})
+		if _, err := s.DeleteDead(ctx, []string{"none"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var kept []outbox.AuditEntry
+	for before := int64(0); ; {
+		page, err := s.Audit(t.Context(), outbox.AuditParams{Before: before, Limit: outbox.MaxAuditPage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, page...)
+		if len(page) < outbox.MaxAuditPage {
+			break
+		}
+		before = page[len(page)-1].ID
+	}
+	newest, oldest := kept[0], kept[len(kept)-1]
+	if len(kept) != outbox.MaxAuditEntries || newest.Operator != fmt.Sprint("op", outbox.MaxAuditEntries+extra-1) || oldest.Operator != fmt.Sprint("op", extra) {
+		t.Errorf("after %d entries (and the migration's) the store keeps %d, newest %q, oldest %q; want %d, op%d to op%d",
+			outbox.MaxAuditEntries+extra, len(kept), newest.Operator, oldest.Operator, outbox.MaxAuditEntries, extra, outbox.MaxAuditEntries+extra-1)
+	}
+}

@@ -254,3 +254,23 @@ func noRedirect(t *testing.T, u string) *http.Response {
 	res.Body.Close()
 	return res
 }
+
+// TestMigrateRecorded: outboxctl migrate of a new outbox records the
+// migration in the audit trail under -as, on both stores, and a migrate
+// with nothing to do records nothing.
+func TestMigrateRecorded(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+			for range 2 {
+				if code, _, errOut := run(t, b, c, "-shards", "16", "migrate"); code != ExitOK {
+					t.Fatalf("migrate: exit %d: %s", code, errOut)
+				}
+			}
+			es, err := b.open(t, c.Now).Audit(t.Context(), outbox.AuditParams{})
+			if err != nil || len(es) != 1 || es[0].Operator != "tester" || es[0].Action != outbox.ActionMigrate || es[0].Before != "schema version 0" {
+				t.Errorf("the trail after two migrates of a new outbox = %+v, %v; want tester's one migration from version 0", es, err)
+			}
+		})
+	}
+}
