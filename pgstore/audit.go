@@ -56,7 +56,7 @@ func (s *Store) auditedRows(ctx context.Context, action string, keys []string, c
 
 // soleNamespaceSQL is the select list of a statement over the CTE
 // changed(namespace): how many rows, and their namespace when they share
-// one (” otherwise).
+// one (the empty string otherwise).
 const soleNamespaceSQL = `count(*), CASE WHEN count(DISTINCT namespace) = 1 THEN min(namespace) ELSE '' END`
 
 // auditAllSQL and auditNamespaceSQL are Audit's statements: the entries
