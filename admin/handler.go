@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -26,8 +27,9 @@ import (
 // that refreshes its tenants page every 5s.
 type Options struct {
 	// Actions enables the POST actions: requeue and purge dead letters,
-	// pause and resume a namespace, set its quota. Off (the default), the
-	// pages show no action and every POST is refused with 403.
+	// pause and resume a namespace, set its quota or rate, reset it. Off
+	// (the default), the pages show no action and every POST is refused
+	// with 403.
 	Actions bool
 	// Refresh is how often the tenants and tenant pages reload themselves
 	// (a meta refresh): 1s to 1h. 0 means 5s; negative turns it off.
@@ -36,6 +38,21 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives failed store calls (warn). Nil means slog.Default().
 	Logger *slog.Logger
+	// Authorize, when not nil, is asked before every request: it names
+	// the operator making r (recorded in the audit trail with each
+	// action), or refuses r with an error, which is answered 401 and
+	// reaches no page or action. Embedding the pages behind a service's
+	// login is one line:
+	//
+	//	Authorize: func(r *http.Request) (string, error) { return myauth.User(r) }
+	//
+	// Nil: every request is served, and actions are recorded with the
+	// operator "" (mount the handler behind the service's authentication).
+	Authorize func(r *http.Request) (operator string, err error)
+	// Challenge is the WWW-Authenticate header of a 401 (such as
+	// `Basic realm="outbox"`, for a browser to ask for a password); ""
+	// sends none.
+	Challenge string
 }
 
 //go:embed templates/*.html
@@ -62,8 +79,14 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 		if s.Weight != nil {
 			parts = append(parts, "weight "+strconv.Itoa(*s.Weight))
 		}
+		if s.Rate != nil {
+			parts = append(parts, "rate "+RateText(*s.Rate))
+		}
 		return strings.Join(parts, ", ")
 	},
+	"rate":     RateText,
+	"lastid":   func(es []outbox.AuditEntry) int64 { return es[len(es)-1].ID },
+	"maxaudit": func() int { return outbox.MaxAuditEntries },
 }).ParseFS(templateFS, "templates/*.html"))
 
 // handler is the http.Handler of NewHandler.
@@ -85,15 +108,19 @@ const csrfCookie = "outbox_admin_csrf"
 // (sortable by any column with ?sort=COLUMN&desc=1, refreshed live),
 // "/tenant?ns=NAMESPACE" one tenant (its rows, shared settings, each live
 // node's report of it, its dead letters), "/dead?ns=NAMESPACE&after=KEY"
-// dead letters, "/nodes" the live nodes. With Options.Actions, POSTs to
-// "/dead/requeue", "/dead/purge", "/pause", "/resume", "/quota" and
-// "/reset" (every override removed: the code's configuration) act,
+// dead letters, "/nodes" the live nodes, "/audit?ns=NAMESPACE&before=ID"
+// the audit trail, newest first. With Options.Actions, POSTs to
+// "/dead/requeue", "/dead/purge", "/pause", "/resume", "/quota", "/rate"
+// and "/reset" (every override removed: the code's configuration) act,
+// each recorded in the store's audit trail with the operator
+// Options.Authorize names,
 // each checked against cross-origin requests and carrying a CSRF token
 // from the page; they answer 303 to the page they came from, 403 for a
 // missing or wrong token or when actions are off, 400 for bad input, and
 // 500 when the store fails. An unknown path is 404, a method a path does
-// not take 405. The handler has no authentication of its own: mount it
-// behind the service's. It is safe for concurrent use.
+// not take 405. With Options.Authorize, a request it refuses is 401 and
+// changes nothing; without it the handler has no authentication of its
+// own: mount it behind the service's. It is safe for concurrent use.
 func NewHandler(s Store, o Options) http.Handler {
 	if o.Refresh == 0 {
 		o.Refresh = 5 * time.Second
@@ -113,12 +140,14 @@ func NewHandler(s Store, o Options) http.Handler {
 	h.mux.HandleFunc("GET /tenant", h.tenant)
 	h.mux.HandleFunc("GET /dead", h.dead)
 	h.mux.HandleFunc("GET /nodes", h.nodes)
+	h.mux.HandleFunc("GET /audit", h.audit)
 	for path, act := range map[string]func(http.ResponseWriter, *http.Request) error{
 		"/dead/requeue": h.deadAction(Requeue),
 		"/dead/purge":   h.deadAction(Purge),
 		"/pause":        h.setting(func(r *http.Request, s *Setting) error { s.Pause = true; return nil }),
 		"/resume":       h.setting(func(r *http.Request, s *Setting) error { s.Resume = true; return nil }),
 		"/quota":        h.setting(parseQuota),
+		"/rate":         h.setting(parseRate),
 		"/reset":        h.setting(func(r *http.Request, s *Setting) error { s.Reset = true; return nil }),
 	} {
 		h.mux.Handle("POST "+path, h.origins.Handler(h.action(act)))
@@ -126,7 +155,20 @@ func NewHandler(s Store, o Options) http.Handler {
 	return h
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.o.Authorize != nil {
+		name, err := h.o.Authorize(r)
+		if err != nil {
+			if h.o.Challenge != "" {
+				w.Header().Set("WWW-Authenticate", h.o.Challenge)
+			}
+			http.Error(w, "admin: not authorised: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		r = r.WithContext(outbox.WithOperation(r.Context(), outbox.Operation{Operator: name}))
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // token returns the request's CSRF token, setting the browser's cookie
 // first if it has none.
@@ -231,6 +273,30 @@ func (h *handler) setting(change func(*http.Request, *Setting) error) func(http.
 	}
 }
 
+// parseRate reads the rate form: rate N/s, N/m, N/h, none, or default
+// (clear the shared rate), and an optional burst.
+func parseRate(r *http.Request, s *Setting) error {
+	v := strings.TrimSpace(r.PostForm.Get("rate"))
+	if v == "default" {
+		s.ClearRate = true
+		return nil
+	}
+	burst := 0
+	if b := strings.TrimSpace(r.PostForm.Get("burst")); b != "" {
+		n, err := strconv.Atoi(b)
+		if err != nil {
+			return &badRequest{fmt.Sprintf("burst %q is not a number", b)}
+		}
+		burst = n
+	}
+	rate, err := ParseRate(v, burst)
+	if err != nil {
+		return err
+	}
+	s.Rate = &rate
+	return nil
+}
+
 func parseQuota(r *http.Request, s *Setting) error {
 	v := strings.TrimSpace(r.PostForm.Get("quota"))
 	switch v {
@@ -294,6 +360,7 @@ var tenantColumns = map[string]func(a, b Tenant) int{
 	"namespace": func(a, b Tenant) int { return cmp.Compare(a.Namespace, b.Namespace) },
 	"quota":     func(a, b Tenant) int { return cmp.Compare(unl(a.Quota), unl(b.Quota)) },
 	"weight":    func(a, b Tenant) int { return cmp.Compare(a.Weight, b.Weight) },
+	"rate":      func(a, b Tenant) int { return cmp.Compare(rateOrder(a.Rate), rateOrder(b.Rate)) },
 	"ceiling":   func(a, b Tenant) int { return cmp.Compare(unl(a.Ceiling), unl(b.Ceiling)) },
 	"claimed":   func(a, b Tenant) int { return cmp.Compare(a.Rows.Claimed, b.Rows.Claimed) },
 	"ready":     func(a, b Tenant) int { return cmp.Compare(a.Rows.Ready, b.Rows.Ready) },
@@ -310,6 +377,14 @@ func unl(n int) int {
 		return int(^uint(0) >> 1)
 	}
 	return n
+}
+
+// rateOrder orders no rate limit above every rate.
+func rateOrder(r backpressure.Rate) float64 {
+	if r.PerSecond == 0 {
+		return math.Inf(1)
+	}
+	return r.PerSecond
 }
 
 // since orders times with the zero time (nothing ready) last.
@@ -343,7 +418,7 @@ func (h *handler) tenants(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := tenantsData{Page: pg, Sort: q.Get("sort"), Desc: q.Get("desc") == "1", After: p.After,
-		Columns: []string{"namespace", "quota", "weight", "ceiling", "claimed", "ready", "scheduled", "dead", "oldest", "held", "reason"}}
+		Columns: []string{"namespace", "quota", "weight", "rate", "ceiling", "claimed", "ready", "scheduled", "dead", "oldest", "held", "reason"}}
 	by, ok := tenantColumns[d.Sort]
 	if !ok {
 		d.Sort, by = "namespace", tenantColumns["namespace"]
@@ -410,6 +485,33 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 		d.Next = rows[len(rows)-1].DispatchKey
 	}
 	h.render(w, r, "dead.html", "Dead letters", false, d)
+}
+
+type auditData struct {
+	Namespace string
+	Entries   []outbox.AuditEntry
+	More      bool // a next page may follow: ?before= the last ID
+}
+
+const auditPage = 100
+
+func (h *handler) audit(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := outbox.AuditParams{Namespace: q.Get("ns"), Limit: auditPage}
+	if b := q.Get("before"); b != "" {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil {
+			http.Error(w, "admin: before is not a number", http.StatusBadRequest)
+			return
+		}
+		p.Before = n
+	}
+	es, err := h.s.Audit(r.Context(), p)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "audit.html", "Audit trail", false, auditData{Namespace: p.Namespace, Entries: es, More: len(es) == auditPage})
 }
 
 func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {

@@ -26,11 +26,12 @@ import (
 )
 
 // Store is what the admin view needs of an outbox store: the whole
-// [outbox.Store] and its [outbox.Operator] extension. sqlitestore's and
-// pgstore's Stores are both.
+// [outbox.Store], its [outbox.Operator] extension and its audit trail
+// ([outbox.Auditor]). sqlitestore's and pgstore's Stores are all three.
 type Store interface {
 	outbox.Store
 	outbox.Operator
+	outbox.Auditor
 }
 
 // Tenant is one namespace as an operator sees it: its rows from the table,
@@ -57,7 +58,11 @@ type Tenant struct {
 	// name; Mixed is set when nodes disagree, as they do while a change
 	// spreads). Quota is backpressure.Unlimited (-1) for no ceiling.
 	Quota, Weight int
-	Mixed         bool
+	// Rate is the cluster-wide rate limit the nodes apply (the first
+	// node's, like Quota; the zero Rate: none); Mixed is set too when
+	// nodes disagree on it.
+	Rate  backpressure.Rate `json:",omitzero"`
+	Mixed bool
 	// Ceiling is the sum of the nodes' ceilings: the cluster's ceiling on
 	// claimed rows (backpressure.Unlimited when any node has none).
 	Ceiling int
@@ -172,8 +177,8 @@ func Tenants(ctx context.Context, s Store, p TenantsParams) (TenantsPage, error)
 
 func (t *Tenant) addPlan(e outbox.PlanEntry) {
 	if t.Nodes == 0 {
-		t.Quota, t.Weight = e.Quota, e.Weight
-	} else if t.Quota != e.Quota || t.Weight != e.Weight {
+		t.Quota, t.Weight, t.Rate = e.Quota, e.Weight, e.Rate
+	} else if t.Quota != e.Quota || t.Weight != e.Weight || t.Rate != e.Rate {
 		t.Mixed = true
 	}
 	t.Nodes++
@@ -388,15 +393,31 @@ const maxDeadAction = 100_000
 // many (with DryRun, how many it would). A namespace or everything is
 // walked a page of 1,000 keys at a time (ListDead then Store.Requeue), at
 // most 100,000 rows per call; rows dead-lettered meanwhile may or may not
-// be included. An invalid selection is an [*outbox.ArgumentError].
+// be included. Each Store.Requeue records an audit entry (the operator
+// ctx names, [outbox.WithOperation]; the selection; the rows it moved).
+// An invalid selection is an [*outbox.ArgumentError].
 func Requeue(ctx context.Context, s Store, sel DeadSelection) (int, error) {
-	return deadAction(ctx, s, sel, s.Requeue)
+	return deadAction(withAction(ctx, outbox.ActionRequeue, sel), s, sel, s.Requeue)
 }
 
 // Purge deletes the dead rows sel selects, as [Requeue] walks them, with
-// [outbox.Operator.DeleteDead].
+// [outbox.Operator.DeleteDead], each call recording an audit entry.
 func Purge(ctx context.Context, s Store, sel DeadSelection) (int, error) {
-	return deadAction(ctx, s, sel, s.DeleteDead)
+	return deadAction(withAction(ctx, outbox.ActionPurge, sel), s, sel, s.DeleteDead)
+}
+
+// withAction returns ctx with its Operation naming a dead-letter action
+// and sel.
+func withAction(ctx context.Context, action string, sel DeadSelection) context.Context {
+	op := outbox.OperationFrom(ctx)
+	op.Action, op.Namespace, op.Detail = action, sel.Namespace, ""
+	switch {
+	case sel.All:
+		op.Detail = "every dead letter"
+	case sel.Namespace != "":
+		op.Detail = "every dead letter of " + strconv.Quote(sel.Namespace)
+	}
+	return outbox.WithOperation(ctx, op)
 }
 
 func deadAction(ctx context.Context, s Store, sel DeadSelection, act func(context.Context, []string) (int, error)) (int, error) {
@@ -470,6 +491,10 @@ type Setting struct {
 	// ClearWeight remove them (the code's value stands again).
 	Quota, Weight           *int
 	ClearQuota, ClearWeight bool
+	// Rate, when not nil, sets the namespace's rate limit (the zero Rate:
+	// none, whatever the code says); ClearRate removes it.
+	Rate      *backpressure.Rate
+	ClearRate bool
 	// Reset removes every override first: the namespace runs on the
 	// code's configuration (the row stays, empty, so its version shows
 	// the change).
@@ -478,11 +503,16 @@ type Setting struct {
 
 // Apply reads namespace's shared settings, changes them as c says, checks
 // that the result validates whole ([outbox.CheckSettings]: a quota of -5
-// is refused, paused or not), and stores it. A row the store could not
-// read (Fault set) is overwritten: the change starts from no settings.
-// A change that does not validate is an error matching
-// [backpressure.ErrInvalidConfig] and stores nothing.
+// is refused, paused or not), and stores it, recording an audit entry
+// with the operator ctx names ([outbox.WithOperation]) and the action
+// ([Setting.Action]). A row the store could not read (Fault set) is
+// overwritten: the change starts from no settings. A change that does
+// not validate is an error matching [backpressure.ErrInvalidConfig] and
+// stores nothing.
 func Apply(ctx context.Context, s Store, c Setting) (outbox.NamespaceSettings, error) {
+	op := outbox.OperationFrom(ctx)
+	op.Action, op.Namespace = c.Action(), c.Namespace
+	ctx = outbox.WithOperation(ctx, op)
 	if err := (backpressure.Route{Namespace: c.Namespace}).Validate(); err != nil {
 		return outbox.NamespaceSettings{}, err
 	}
@@ -525,5 +555,26 @@ func (c Setting) change(cur outbox.NamespaceSettings) outbox.NamespaceSettings {
 	if c.ClearWeight {
 		cur.Weight = nil
 	}
+	if c.Rate != nil {
+		r := *c.Rate
+		cur.Rate = &r
+	}
+	if c.ClearRate {
+		cur.Rate = nil
+	}
 	return cur
+}
+
+// Action names c for the audit trail: outbox.ActionReset, ActionPause,
+// ActionResume, or ActionSet for a change of values.
+func (c Setting) Action() string {
+	switch {
+	case c.Reset:
+		return outbox.ActionReset
+	case c.Pause:
+		return outbox.ActionPause
+	case c.Resume:
+		return outbox.ActionResume
+	}
+	return outbox.ActionSet
 }

@@ -207,12 +207,17 @@ type NamespaceSettings struct {
 	// Paused holds every row of the namespace (the effective quota is
 	// 0) whatever Quota says, until cleared.
 	Paused bool `json:",omitempty"`
+	// Rate overrides Config.Rates[Namespace]: rows started per second
+	// cluster-wide, with a burst, validated as [backpressure.Rate] is
+	// (PerSecond above 0 to 1e9 with Burst 1 to 2^30; the zero Rate lifts
+	// the limit for the namespace).
+	Rate *backpressure.Rate `json:",omitempty"`
 
 	// Fault, set only by ListSettings, says why the namespace's row
 	// cannot be applied: it is not a JSON object of these fields (JSON
 	// null, an array, a field of the wrong type or null) or its values
-	// do not validate ([CheckSettings]). Quota, Weight and Paused are
-	// then unset and mean nothing. A dispatcher never loosens a limit
+	// do not validate ([CheckSettings]). Quota, Weight, Paused and Rate
+	// are then unset and mean nothing. A dispatcher never loosens a limit
 	// for such a row: it keeps the namespace's last good settings, or
 	// holds its rows (as paused) when it has none. A PutSettings of the
 	// namespace overwrites the row.
@@ -225,12 +230,12 @@ type NamespaceSettings struct {
 
 // Empty reports whether s sets nothing (a faulty row is not empty).
 func (s NamespaceSettings) Empty() bool {
-	return s.Quota == nil && s.Weight == nil && !s.Paused && s.Fault == ""
+	return s.Quota == nil && s.Weight == nil && !s.Paused && s.Rate == nil && s.Fault == ""
 }
 
 // ApplySettings returns base with settings applied: for each namespace,
-// a set Quota or Weight replaces base's entry, and Paused sets its quota
-// to 0. A setting with Fault set holds its namespace (quota 0), as a
+// a set Quota, Weight or Rate replaces base's entry (Rates), and Paused
+// sets its quota to 0. A setting with Fault set holds its namespace (quota 0), as a
 // pause does: a setting that cannot be read never loosens a limit (a
 // dispatcher puts the namespace's last good settings in its place when it
 // has them). base's maps are not modified. The result is what a dispatcher
@@ -245,6 +250,10 @@ func ApplySettings(base backpressure.Config, settings []NamespaceSettings) backp
 	for k, v := range base.Weights {
 		cfg.Weights[k] = v
 	}
+	cfg.Rates = make(map[string]backpressure.Rate, len(base.Rates))
+	for k, v := range base.Rates {
+		cfg.Rates[k] = v
+	}
 	for _, s := range settings {
 		if s.Quota != nil {
 			cfg.Quotas[s.Namespace] = *s.Quota
@@ -254,6 +263,9 @@ func ApplySettings(base backpressure.Config, settings []NamespaceSettings) backp
 		}
 		if s.Weight != nil {
 			cfg.Weights[s.Namespace] = *s.Weight
+		}
+		if s.Rate != nil {
+			cfg.Rates[s.Namespace] = *s.Rate
 		}
 	}
 	return cfg
@@ -331,13 +343,18 @@ type PlanEntry struct {
 	Held      int
 	Reason    string `json:",omitempty"` // "at-ceiling", "budget", "rate", "paused", "invalid-route" (backpressure.HoldReason.String); "" when nothing is held
 	Capped    bool   `json:",omitempty"` // Pending and Held are lower bounds
+	// Rate is the namespace's cluster-wide rate limit the node applied
+	// (the zero Rate: none), and Tokens the whole tokens its bucket held
+	// on the node when the plan was made.
+	Rate   backpressure.Rate `json:",omitzero"`
+	Tokens int               `json:",omitempty"`
 }
 
 // PlanEntryOf returns the PlanEntry of r.
 func PlanEntryOf(r backpressure.NamespaceReport) PlanEntry {
 	return PlanEntry{
 		Namespace: r.Namespace, Quota: r.Quota, Weight: r.Weight, Ceiling: r.Ceiling, Claimed: r.Claimed,
-		Pending: r.Pending, Granted: r.Granted, Held: r.Held, Reason: r.Reason.String(), Capped: r.Capped,
+		Pending: r.Pending, Granted: r.Granted, Held: r.Held, Reason: r.Reason.String(), Capped: r.Capped, Rate: r.Rate, Tokens: r.Tokens,
 	}
 }
 

@@ -4,14 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/outboxkit/backpressure"
 )
 
 // CheckSettings reports whether s can be stored and applied, whole: nil,
-// or an error matching [backpressure.ErrInvalidConfig] for a Quota or
-// Weight that [backpressure.Backpressure.SetConfig] would refuse
+// or an error matching [backpressure.ErrInvalidConfig] for a Quota,
+// Weight or Rate that [backpressure.Backpressure.SetConfig] would refuse
 // (checked whether or not s is paused, so a pause cannot hide a quota of
 // -5), or a [*SettingsFault] for a setting with Fault set. The values'
 // rules do not depend on the rest of the configuration, so a setting
@@ -26,8 +27,9 @@ func CheckSettings(s NamespaceSettings) error {
 }
 
 // EncodeSettings returns the JSON object sqlitestore and pgstore keep as a
-// namespace's settings row: {"quota":n,"weight":n,"paused":true}, unset
-// fields left out. Another store may keep its own format.
+// namespace's settings row:
+// {"quota":n,"weight":n,"paused":true,"rate":{"per_second":f,"burst":n}},
+// unset fields left out. Another store may keep its own format.
 func EncodeSettings(s NamespaceSettings) []byte {
 	var b bytes.Buffer
 	b.WriteByte('{')
@@ -46,20 +48,25 @@ func EncodeSettings(s NamespaceSettings) []byte {
 	if s.Paused {
 		add("paused", "true")
 	}
+	if s.Rate != nil {
+		add("rate", fmt.Sprintf(`{"per_second":%s,"burst":%d}`, strconv.FormatFloat(s.Rate.PerSecond, 'g', -1, 64), s.Rate.Burst))
+	}
 	b.WriteByte('}')
 	return b.Bytes()
 }
 
-// DecodeSettings sets s's Quota, Weight and Paused from body, a row of
-// [EncodeSettings]' format, and checks them ([CheckSettings]). When body
-// is not a JSON object (JSON null, an array, a number, text), when one of
-// its keys has JSON null or a value of the wrong type, when a key is
+// DecodeSettings sets s's Quota, Weight, Paused and Rate from body, a row
+// of [EncodeSettings]' format, and checks them ([CheckSettings]). When
+// body is not a JSON object (JSON null, an array, a number, text), when
+// one of its keys has JSON null or a value of the wrong type (a rate that
+// is not an object of a number per_second and an integer burst, both
+// given), when a key is
 // given twice (keys match regardless of case, as encoding/json's do), or
 // when the values do not validate, it leaves them unset and sets
 // s.Fault to why instead. Keys it does not know (a newer version's) are
 // ignored.
 func DecodeSettings(s *NamespaceSettings, body []byte) {
-	s.Quota, s.Weight, s.Paused, s.Fault = nil, nil, false, ""
+	s.Quota, s.Weight, s.Paused, s.Rate, s.Fault = nil, nil, false, nil, ""
 	got, fault := decodeSettingsBody(body)
 	if fault == "" {
 		got.Namespace = s.Namespace
@@ -71,13 +78,14 @@ func DecodeSettings(s *NamespaceSettings, body []byte) {
 		s.Fault = fault
 		return
 	}
-	s.Quota, s.Weight, s.Paused = got.Quota, got.Weight, got.Paused
+	s.Quota, s.Weight, s.Paused, s.Rate = got.Quota, got.Weight, got.Paused, got.Rate
 }
 
 // decodeSettingsBody reads body's known keys, or says why it cannot.
 func decodeSettingsBody(body []byte) (NamespaceSettings, string) {
 	var s NamespaceSettings
 	var obj map[string]json.RawMessage
+	var rawRate json.RawMessage
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return s, fmt.Sprintf("the row is not a JSON object: %.40q", body)
 	}
@@ -97,6 +105,8 @@ func decodeSettingsBody(body []byte) (NamespaceSettings, string) {
 			dst = s.Weight
 		case "paused":
 			dst = &s.Paused
+		case "rate":
+			dst = &rawRate
 		default:
 			continue
 		}
@@ -111,7 +121,40 @@ func decodeSettingsBody(body []byte) (NamespaceSettings, string) {
 			return s, fmt.Sprintf("%q: %v", key, err)
 		}
 	}
+	if rawRate != nil {
+		r, fault := decodeRate(rawRate)
+		if fault != "" {
+			return s, fault
+		}
+		s.Rate = &r
+	}
 	return s, ""
+}
+
+// decodeRate reads a settings row's rate: an object of a number
+// per_second and an integer burst, both given and not null.
+func decodeRate(body json.RawMessage) (backpressure.Rate, string) {
+	var r backpressure.Rate
+	var obj map[string]json.RawMessage
+	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
+		return r, fmt.Sprintf(`"rate" is not a JSON object: %.40q`, body)
+	}
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return r, fmt.Sprintf(`"rate": %v`, err)
+	}
+	for _, f := range []struct {
+		key string
+		dst any
+	}{{"per_second", &r.PerSecond}, {"burst", &r.Burst}} {
+		v, ok := obj[f.key]
+		if !ok || string(bytes.TrimSpace(v)) == "null" {
+			return r, fmt.Sprintf(`"rate": %q is missing or null`, f.key)
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			return r, fmt.Sprintf(`"rate": %q: %v`, f.key, err)
+		}
+	}
+	return r, ""
 }
 
 // DecodeNodeReport returns the report of node kept as body (JSON of

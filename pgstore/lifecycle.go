@@ -281,7 +281,9 @@ func (s *Store) ListDead(ctx context.Context, p outbox.ListDeadParams) ([]outbox
 // and returns how many it moved; keys of rows that are not dead, or of no
 // row, are left alone. Subscribers are woken when rows moved. Keys no row
 // can have are an [*outbox.ArgumentError]. An empty list returns 0 without
-// a round trip. Cost: O(len(dispatchKeys) × log n).
+// a round trip. The requeue is recorded in the audit trail in its
+// transaction, with how many rows it moved ([outbox.RowsAudit]; who from
+// ctx, [outbox.WithOperation]). Cost: O(len(dispatchKeys) × log n).
 func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error) {
 	const op = "Requeue"
 	if err := s.begin(ctx, op); err != nil {
@@ -293,11 +295,15 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if len(dispatchKeys) == 0 {
 		return 0, nil
 	}
-	var moved int
-	err := s.run(ctx, unsent, func() error {
-		var err error
-		moved, err = scanEnqueue(s.pool.QueryRow(ctx, s.sql.requeue, s.clock(), dispatchKeys, s.channel))
-		return err
+	if err := outbox.CheckOperation(ctx, op); err != nil {
+		return 0, err
+	}
+	moved, err := s.auditedRows(ctx, outbox.ActionRequeue, dispatchKeys, func(tx pgx.Tx) (int, string, error) {
+		var n int64
+		var notified bool
+		var ns string
+		err := tx.QueryRow(ctx, s.sql.requeue, s.clock(), dispatchKeys, s.channel).Scan(&n, &notified, &ns)
+		return int(n), ns, err
 	})
 	if err != nil {
 		return 0, opError(op, err)

@@ -138,7 +138,8 @@ LIMIT $3::int8`
 
 // requeueSQL is Requeue's statement. $2: dispatch keys, $3: the schema's
 // channel: requeued rows are claimable, so subscribers are told, as for an
-// enqueue.
+// enqueue. It returns how many rows moved, whether it notified, and the
+// rows' namespace when they share one (for the audit trail).
 const requeueSQL = `
 WITH moved AS (
 	UPDATE {schema}.outbox o SET
@@ -148,10 +149,10 @@ WITH moved AS (
 		finished_at = NULL
 	WHERE o.dispatch_key = ANY ($2::text[])
 		AND o.state = 'dead'
-	RETURNING 1
+	RETURNING o.namespace
 )
-SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($3::text, '') END) IS NULL
-FROM (SELECT count(*) AS n FROM moved) c`
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($3::text, '') END) IS NULL, c.ns
+FROM (SELECT count(*) AS n, CASE WHEN count(DISTINCT namespace) = 1 THEN min(namespace) ELSE '' END AS ns FROM moved) c`
 
 // purge is the statement that deletes up to $2 rows in state that
 // finished before $1, oldest first: PurgeSettled's, served by

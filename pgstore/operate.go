@@ -143,7 +143,9 @@ func (s *Store) operateSQL(template string) string {
 // [outbox.MaxKeys]) in one statement and returns how many it deleted;
 // other keys are left alone. Keys no row can have are an
 // [*outbox.ArgumentError]; an empty list returns 0 without a round trip.
-// Cost: O(len(dispatchKeys) × log n).
+// The deletion is recorded in the audit trail in its transaction, with
+// how many rows it deleted ([outbox.RowsAudit]). Cost:
+// O(len(dispatchKeys) × log n).
 func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, error) {
 	const op = "DeleteDead"
 	if err := s.begin(ctx, op); err != nil {
@@ -158,16 +160,21 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 	if len(dispatchKeys) == 0 {
 		return 0, nil
 	}
-	var n int64
-	err := s.run(ctx, unsent, func() error {
-		tag, err := s.pool.Exec(ctx, s.operateSQL(`DELETE FROM {schema}.outbox WHERE dispatch_key = ANY ($1::text[]) AND state = 'dead'`), dispatchKeys)
-		n = tag.RowsAffected()
-		return err
+	if err := outbox.CheckOperation(ctx, op); err != nil {
+		return 0, err
+	}
+	n, err := s.auditedRows(ctx, outbox.ActionPurge, dispatchKeys, func(tx pgx.Tx) (int, string, error) {
+		var n int64
+		var ns string
+		err := tx.QueryRow(ctx, s.operateSQL(`
+WITH changed AS (DELETE FROM {schema}.outbox WHERE dispatch_key = ANY ($1::text[]) AND state = 'dead' RETURNING namespace)
+SELECT `+soleNamespaceSQL+` FROM changed`), dispatchKeys).Scan(&n, &ns)
+		return int(n), ns, err
 	})
 	if err != nil {
 		return 0, opError(op, err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // ErrBadSettings matches [outbox.ErrBadSettings]. ListSettings no longer
@@ -185,8 +192,10 @@ var ErrBadSettings = outbox.ErrBadSettings
 // [outbox.CheckSettings] refuses (also matching
 // backpressure.ErrInvalidConfig), or a new namespace beyond
 // [outbox.MaxSettings] (also matching [outbox.ErrTooManySettings]) is an
-// [*outbox.ArgumentError]. Cost: three statements, O(log settings), plus a
-// count of the settings when the namespace is new.
+// [*outbox.ArgumentError]. The change is recorded in the audit trail in
+// the same transaction (see [Store.Audit]): who from ctx
+// ([outbox.WithOperation]), the row before and after. Cost: four
+// statements, O(log settings), plus a count of the settings.
 func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (outbox.NamespaceSettings, error) {
 	const op = "PutSettings"
 	if err := s.begin(ctx, op); err != nil {
@@ -198,6 +207,9 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 	if err := outbox.CheckPutSettings("pgstore", op, set); err != nil {
 		return outbox.NamespaceSettings{}, err
 	}
+	if err := outbox.CheckOperation(ctx, op); err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
 	body := outbox.EncodeSettings(set)
 	out := set
 	err := s.run(ctx, unsent, func() error {
@@ -205,19 +217,26 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 			if err := tx.QueryRow(ctx, s.operateSQL(`UPDATE {schema}.settings_clock SET version = version + 1 RETURNING version`)).Scan(&out.Version); err != nil {
 				return err
 			}
-			var known bool
+			var before *string
 			var count int
-			if err := tx.QueryRow(ctx, s.operateSQL(`SELECT EXISTS (SELECT FROM {schema}.namespace_settings WHERE namespace = $1), (SELECT count(*) FROM {schema}.namespace_settings)`),
-				set.Namespace).Scan(&known, &count); err != nil {
+			if err := tx.QueryRow(ctx, s.operateSQL(`SELECT (SELECT body::text FROM {schema}.namespace_settings WHERE namespace = $1), (SELECT count(*) FROM {schema}.namespace_settings)`),
+				set.Namespace).Scan(&before, &count); err != nil {
 				return err
 			}
-			if !known && count >= outbox.MaxSettings {
+			if before == nil && count >= outbox.MaxSettings {
 				return outbox.SettingsCapError("pgstore", op, set.Namespace)
 			}
-			return tx.QueryRow(ctx, s.operateSQL(`
+			if err := tx.QueryRow(ctx, s.operateSQL(`
 INSERT INTO {schema}.namespace_settings (namespace, body, version, updated_at) VALUES ($1, $2, $3, coalesce($4::timestamptz, now()))
 ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.version, updated_at = excluded.updated_at
-RETURNING updated_at`), set.Namespace, string(body), out.Version, s.clock()).Scan(&out.UpdatedAt)
+RETURNING updated_at`), set.Namespace, string(body), out.Version, s.clock()).Scan(&out.UpdatedAt); err != nil {
+				return err
+			}
+			was := ""
+			if before != nil {
+				was = *before
+			}
+			return s.recordAudit(ctx, tx, outbox.SettingsAudit(ctx, was, set))
 		})
 	})
 	var arg *outbox.ArgumentError

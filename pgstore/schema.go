@@ -278,11 +278,31 @@ ALTER TABLE {schema}.outbox ADD COLUMN headers jsonb;
 	`
 ALTER TABLE {schema}.outbox ADD COLUMN snoozes integer NOT NULL DEFAULT 0;
 `,
+
+	// 11: the audit trail (audit.go): one row per change an operator made,
+	// written in the transaction of the change. IDs order the entries;
+	// each insert deletes those outbox.MaxAuditEntries or more below it
+	// (a range of the primary key). audit_log_namespace_idx serves the
+	// listing of one namespace, newest first.
+	`
+CREATE TABLE {schema}.audit_log (
+	id        bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	at        timestamptz NOT NULL,
+	operator  text        NOT NULL,
+	action    text        NOT NULL,
+	namespace text        NOT NULL COLLATE "C",
+	before    text        NOT NULL,
+	after     text        NOT NULL,
+	rows      bigint      NOT NULL,
+	detail    text        NOT NULL
+);
+CREATE INDEX audit_log_namespace_idx ON {schema}.audit_log (namespace, id);
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 10
+const SchemaVersion = 11
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`
@@ -362,7 +382,8 @@ func readSchema(ctx context.Context, pool *pgxpool.Pool, quoted string) (version
 // recorded yet. It is idempotent and safe to run from many processes at
 // once: a transaction-scoped advisory lock, keyed by the schema name,
 // serialises concurrent migrators, each migration is recorded in the same
-// transaction that applies it, and the schema itself is created only if it
+// transaction that applies it (in schema_version, and in the audit trail
+// with who from ctx: [outbox.WithOperation]), and the schema itself is created only if it
 // does not exist (CREATE SCHEMA needs the CREATE privilege on the
 // database, even with IF NOT EXISTS).
 func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, want int) (shardCount int, err error) {
@@ -400,6 +421,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema, quoted string, wan
 			}
 			if _, err := tx.Exec(ctx, expand(quoted, `INSERT INTO {schema}.schema_version (version) VALUES ($1)`), v); err != nil {
 				return fmt.Errorf("migration %d: %w", v, err)
+			}
+		}
+		if current < len(migrations) {
+			if err := recordAuditTx(ctx, tx, quoted, outbox.MigrationAudit(ctx, current, len(migrations))); err != nil {
+				return fmt.Errorf("recording the migration: %w", err)
 			}
 		}
 		record := want

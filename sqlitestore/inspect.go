@@ -153,6 +153,9 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if len(dispatchKeys) == 0 {
 		return 0, nil
 	}
+	if err := outbox.CheckOperation(ctx, op); err != nil {
+		return 0, err
+	}
 	arg, err := json.Marshal(dispatchKeys)
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -172,24 +175,13 @@ RETURNING namespace, task_queue`, string(arg), now)
 		if err != nil {
 			return err
 		}
-		var routes [][2]string
-		for rows.Next() {
-			var r [2]string
-			if err := rows.Scan(&r[0], &r[1]); err != nil {
-				rows.Close()
-				return err
-			}
-			routes = append(routes, r)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
+		routes, err := movedRoutes(rows)
+		if err != nil {
 			return err
 		}
 		moved = len(routes)
 		if moved == 0 {
-			return nil
+			return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, 0, ""))
 		}
 		routeArg, err := json.Marshal(routes)
 		if err != nil {
@@ -207,7 +199,10 @@ ON CONFLICT DO NOTHING`, string(routeArg)); err != nil {
 		if err := s.step(ctx); err != nil {
 			return err
 		}
-		return tx.QueryRowContext(ctx, bumpSeqSQL, s.dbID).Scan(&seq)
+		if err := tx.QueryRowContext(ctx, bumpSeqSQL, s.dbID).Scan(&seq); err != nil {
+			return err
+		}
+		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionRequeue, dispatchKeys, moved, soleNamespace(routes)))
 	})
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -216,6 +211,24 @@ ON CONFLICT DO NOTHING`, string(routeArg)); err != nil {
 		s.subs.committed(seq)
 	}
 	return moved, nil
+}
+
+// movedRoutes reads the (namespace, task queue) of each row rows returns,
+// and closes rows.
+func movedRoutes(rows *sql.Rows) ([][2]string, error) {
+	defer rows.Close()
+	var routes [][2]string
+	for rows.Next() {
+		var r [2]string
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			return nil, err
+		}
+		routes = append(routes, r)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	return routes, rows.Err()
 }
 
 // PurgeSettled deletes up to limit rows settled before before, oldest

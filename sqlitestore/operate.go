@@ -132,6 +132,9 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 	if len(dispatchKeys) == 0 {
 		return 0, nil
 	}
+	if err := outbox.CheckOperation(ctx, op); err != nil {
+		return 0, err
+	}
 	arg, err := json.Marshal(dispatchKeys)
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -141,12 +144,20 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 		if err := s.step(ctx); err != nil {
 			return err
 		}
+		var ns string
+		if err := tx.QueryRowContext(ctx, `
+WITH changed AS (SELECT namespace FROM outbox WHERE dispatch_key IN (SELECT value FROM json_each(?1)) AND state = 3)
+SELECT count(*), CASE WHEN count(DISTINCT namespace) = 1 THEN min(namespace) ELSE '' END FROM changed`, string(arg)).Scan(&n, &ns); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE dispatch_key IN (SELECT value FROM json_each(?1)) AND state = 3`, string(arg))
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return s.recordAudit(ctx, tx, outbox.RowsAudit(ctx, outbox.ActionPurge, dispatchKeys, int(n), ns))
 	})
 	if err != nil {
 		return 0, s.fail(op, err)
@@ -160,8 +171,10 @@ func (s *Store) DeleteDead(ctx context.Context, dispatchKeys []string) (int, err
 // settings [outbox.CheckSettings] refuses (also matching
 // backpressure.ErrInvalidConfig), or a new namespace beyond
 // outbox.MaxSettings (also matching outbox.ErrTooManySettings) is an
-// *outbox.ArgumentError. Cost: O(log settings), plus a count of the
-// settings when the namespace is new.
+// *outbox.ArgumentError. The change is recorded in the audit trail in the
+// same transaction (see [Store.Audit]): who from ctx
+// ([outbox.WithOperation]), the row before and after. Cost: O(log
+// settings), plus a count of the settings.
 func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (outbox.NamespaceSettings, error) {
 	const op = "PutSettings"
 	if err := s.writable(); err != nil {
@@ -176,18 +189,22 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 	if err := outbox.CheckPutSettings("sqlitestore", op, set); err != nil {
 		return outbox.NamespaceSettings{}, err
 	}
+	if err := outbox.CheckOperation(ctx, op); err != nil {
+		return outbox.NamespaceSettings{}, err
+	}
 	body := outbox.EncodeSettings(set)
 	out := set
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.step(ctx); err != nil {
 			return err
 		}
-		var exists, count int
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM namespace_settings WHERE namespace = ?1), (SELECT count(*) FROM namespace_settings)`,
-			set.Namespace).Scan(&exists, &count); err != nil {
+		var before sql.NullString
+		var count int
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT body FROM namespace_settings WHERE namespace = ?1), (SELECT count(*) FROM namespace_settings)`,
+			set.Namespace).Scan(&before, &count); err != nil {
 			return err
 		}
-		if exists == 0 && count >= outbox.MaxSettings {
+		if !before.Valid && count >= outbox.MaxSettings {
 			return outbox.SettingsCapError("sqlitestore", op, set.Namespace)
 		}
 		now := nanos(s.now())
@@ -198,8 +215,11 @@ func (s *Store) PutSettings(ctx context.Context, set outbox.NamespaceSettings) (
 INSERT INTO namespace_settings (namespace, body, version, updated_at) VALUES (?1, ?2, ?3, ?4)
 ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.version, updated_at = excluded.updated_at`,
 			set.Namespace, string(body), out.Version, now)
+		if err != nil {
+			return err
+		}
 		out.UpdatedAt = fromNanos(now)
-		return err
+		return s.recordAudit(ctx, tx, outbox.SettingsAudit(ctx, before.String, set))
 	})
 	if err != nil {
 		return outbox.NamespaceSettings{}, s.fail(op, err)

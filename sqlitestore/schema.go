@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/outbox"
@@ -130,6 +131,26 @@ ALTER TABLE outbox ADD COLUMN headers TEXT;
 	`
 ALTER TABLE outbox ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
 `,
+
+	// 7: the audit trail (audit.go): one row per change an operator made,
+	// written in the transaction of the change. IDs (the rowid, never
+	// reused: AUTOINCREMENT) order the entries; each insert deletes those
+	// outbox.MaxAuditEntries or more below it. audit_log_namespace serves
+	// the listing of one namespace, newest first.
+	`
+CREATE TABLE audit_log (
+	id        INTEGER PRIMARY KEY AUTOINCREMENT,
+	at        INTEGER NOT NULL,
+	operator  TEXT    NOT NULL,
+	action    TEXT    NOT NULL,
+	namespace TEXT    NOT NULL,
+	before    TEXT    NOT NULL,
+	after     TEXT    NOT NULL,
+	rows      INTEGER NOT NULL,
+	detail    TEXT    NOT NULL
+) STRICT;
+CREATE INDEX audit_log_namespace ON audit_log (namespace, id);
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.
@@ -196,7 +217,7 @@ func (s *Store) settleSchema(ctx context.Context, want int) error {
 	if m.version > schemaVersion {
 		return &outbox.SchemaVersionError{Database: m.version, Package: schemaVersion}
 	}
-	if m, err = migrate(ctx, s.writer, s.pathOf(), want, s.maxAttempts); err != nil {
+	if m, err = migrate(ctx, s.writer, s.now, s.pathOf(), want, s.maxAttempts); err != nil {
 		return err
 	}
 	return s.adopt(m, want)
@@ -209,8 +230,9 @@ func (s *Store) settleSchema(ctx context.Context, want int) error {
 // _txlock: a deferred transaction would read the schema before it writes,
 // and could then fail to upgrade a stale snapshot. Under the lock, before
 // any DDL, it refuses a database with foreign objects (checkForeign) of
-// the file at path.
-func migrate(ctx context.Context, db *sql.DB, path string, want, maxAttempts int) (m meta, err error) {
+// the file at path. It records the migration in the audit trail, at now,
+// with who from ctx ([outbox.WithOperation]).
+func migrate(ctx context.Context, db *sql.DB, now func() time.Time, path string, want, maxAttempts int) (m meta, err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return meta{}, fmt.Errorf("migrate: %w", err)
@@ -250,6 +272,11 @@ func migrate(ctx context.Context, db *sql.DB, path string, want, maxAttempts int
 	}
 	if _, err := conn.ExecContext(ctx, `INSERT INTO outbox_meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, schemaVersion); err != nil {
 		return meta{}, fmt.Errorf("migrate: %w", err)
+	}
+	if version < int64(schemaVersion) {
+		if err := recordAudit(ctx, conn, now(), outbox.MigrationAudit(ctx, int(version), schemaVersion)); err != nil {
+			return meta{}, fmt.Errorf("migrate: recording it: %w", err)
+		}
 	}
 	stored, err := metaValue(ctx, conn, "shard_count")
 	if err != nil {

@@ -335,6 +335,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Retention", testRetention[R]},
 		{"Stats", testStats[R]},
 		{"Operate", testOperate[R]},
+		{"Audit", testAudit[R]},
 		{"Notifier", testNotifier[R]},
 		{"Pinger", testPinger[R]},
 		{"Closed", testClosed[R]},

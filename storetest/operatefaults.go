@@ -22,6 +22,7 @@ import (
 func testOperateFaults[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("BadSettingsRows", func(t *testing.T) { checkBadSettingsRows(t, newHarness) })
 	t.Run("PutSettingsValidates", func(t *testing.T) { checkPutSettingsValidates(t, newHarness) })
+	t.Run("RateRoundTrip", func(t *testing.T) { checkRateRoundTrip(t, newHarness) })
 	t.Run("BadNodeReports", func(t *testing.T) { checkBadNodeReports(t, newHarness) })
 	t.Run("SettingsCap", func(t *testing.T) { checkSettingsCap(t, newHarness) })
 }
@@ -51,6 +52,14 @@ var badSettingsBodies = map[string]string{
 	"paused-number": `{"paused": 1}`,
 	"weight-zero":   `{"weight": 0}`,
 	"quota-huge":    `{"quota": 1e30}`,
+	"rate-number":   `{"rate": 20}`,
+	"rate-null":     `{"rate": null}`,
+	"rate-noburst":  `{"rate": {"per_second": 20}}`,
+	"rate-burst0":   `{"rate": {"per_second": 20, "burst": 0}}`,
+	"rate-neg":      `{"rate": {"per_second": -1, "burst": 1}}`,
+	"rate-fracb":    `{"rate": {"per_second": 2, "burst": 1.5}}`,
+	"rate-text":     `{"rate": {"per_second": "20", "burst": 1}}`,
+	"rate-huge":     `{"rate": {"per_second": 1e10, "burst": 1}}`,
 }
 
 func checkBadSettingsRows[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
@@ -114,6 +123,9 @@ func checkPutSettingsValidates[R any](t *testing.T, newHarness func(*testing.T) 
 		{Namespace: "q", Weight: &zero},
 		{Namespace: "q", Weight: &big, Paused: true},
 		{Namespace: "q", Fault: "set by a caller"},
+		{Namespace: "q", Rate: &backpressure.Rate{PerSecond: 20}},           // a rate needs a burst
+		{Namespace: "q", Rate: &backpressure.Rate{PerSecond: -1, Burst: 1}}, // below 0
+		{Namespace: "q", Rate: &backpressure.Rate{Burst: 3}, Paused: true},  // a burst without a rate
 	} {
 		_, err := op.PutSettings(o.ctx, s)
 		var ae *outbox.ArgumentError
@@ -128,6 +140,28 @@ func checkPutSettingsValidates[R any](t *testing.T, newHarness func(*testing.T) 
 	list, _ := op.ListSettings(o.ctx)
 	if len(list) != 1 || !list[0].Paused || list[0].Quota != nil {
 		t.Errorf("ListSettings after refused writes = %+v; want p paused alone", list)
+	}
+}
+
+// checkRateRoundTrip checks that a rate PutSettings stores is what
+// ListSettings returns, fractional per-second values included, and that
+// the zero Rate (no limit for the namespace) is kept as set.
+func checkRateRoundTrip[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
+	o, op := setupOperator(t, newHarness)
+	want := map[string]backpressure.Rate{"r1": {PerSecond: 20, Burst: 10}, "r2": {PerSecond: 0.25, Burst: 1}, "r3": {}}
+	for ns, r := range want {
+		if _, err := op.PutSettings(o.ctx, outbox.NamespaceSettings{Namespace: ns, Rate: &r}); err != nil {
+			t.Fatalf("PutSettings(%s rate %+v): %v", ns, r, err)
+		}
+	}
+	list, err := op.ListSettings(o.ctx)
+	if err != nil || len(list) != len(want) {
+		t.Fatalf("ListSettings = %+v, %v; want %d rows", list, err, len(want))
+	}
+	for _, s := range list {
+		if s.Fault != "" || s.Rate == nil || *s.Rate != want[s.Namespace] {
+			t.Errorf("ListSettings' %s = rate %v fault %q; want rate %+v", s.Namespace, s.Rate, s.Fault, want[s.Namespace])
+		}
 	}
 }
 

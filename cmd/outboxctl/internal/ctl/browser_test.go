@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/admin"
@@ -112,10 +114,17 @@ func TestBrowser(t *testing.T) {
 		return len(st) == 3 && st[1].Dead == 4 && st[2].Settled == 5 && len(reps) == 1 && strings.Contains(fmt.Sprint(reps[0].Plan), "at-ceiling")
 	})
 
-	// Mounted under a prefix, as a service would (behind its own auth).
+	// Mounted under a prefix, as a service would, behind outboxctl serve's
+	// credentials: the token made at start (no credentials given, -actions
+	// on loopback), the operator named by -as.
+	cr, token, err := loadCreds(&cmdArgs{addr: "127.0.0.1:0", actions: true}, true)
+	if err != nil || !cr.made {
+		t.Fatalf("loadCreds for -actions on loopback: made %v, %v; want a token made", cr.made, err)
+	}
+	g := guard{c: cr, as: "browser-op", cookie: "outboxctl_token_test"}
 	mux := http.NewServeMux()
-	mux.Handle("/ops/", http.StripPrefix("/ops", admin.NewHandler(s, admin.Options{Actions: true, Refresh: -1})))
-	srv := httptest.NewServer(mux)
+	mux.Handle("/ops/", http.StripPrefix("/ops", admin.NewHandler(s, admin.Options{Actions: true, Refresh: -1, Authorize: g.authorize})))
+	srv := httptest.NewServer(g.wrap(mux))
 	defer srv.Close()
 	base := srv.URL + "/ops"
 
@@ -161,6 +170,35 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 
+	// Without the token: 401, and the page shows nothing of the outbox.
+	res, err := chromedp.RunResponse(bctx, chromedp.Navigate(base+"/"))
+	if err != nil || res.Status != http.StatusUnauthorized {
+		t.Fatalf("loading the tenants page without the token: %v, %v; want 401", res, err)
+	}
+	if body := text(`body`); strings.Contains(body, "alpha") || !strings.Contains(body, "not authorised") {
+		t.Errorf("the 401 page shows %q; want a refusal and no tenant", body)
+	}
+	// The URL serve prints: the token becomes a cookie and leaves the URL.
+	do("loading the URL with the token", chromedp.Navigate(base+"/?token="+token), chromedp.WaitVisible(chromedp.CSS(`#tenants`)))
+	if loc, err := chromedp.Run(bctx, chromedp.Location()); err != nil || loc != base+"/" {
+		t.Errorf("after the URL with the token, the browser is at %q, %v; want %q, without the token", loc, err, base+"/")
+	}
+	cookies, err := chromedp.Run(bctx, func(ctx context.Context, tg *chromedp.Target) (*network.GetCookiesResult, error) {
+		r, err := cdp.Call(ctx, tg, network.GetCookies, network.GetCookiesParams{})
+		return &r, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range cookies.Cookies {
+		if c.Name == g.cookie {
+			found = c.HTTPOnly && c.SameSite == network.CookieSameSiteStrict
+		}
+	}
+	if !found {
+		t.Errorf("no HttpOnly SameSite=Strict cookie %s among the browser's cookies %+v", g.cookie, cookies.Cookies)
+	}
 	do("loading the tenants page", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(`#tenants`)))
 	if row := text(`tr[data-ns="alpha"]`); !strings.Contains(row, "at-ceiling") {
 		t.Errorf("alpha's row on the tenants page does not show it held at its ceiling: %q", row)
@@ -199,6 +237,14 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("beta's page shows %q ready, want 1", ready)
 	}
 	shot("admin-tenant.png")
+
+	// Both actions are in the audit trail, newest first, with their operator.
+	do("loading the audit trail", chromedp.Navigate(base+"/audit?ns=beta"), chromedp.WaitVisible(chromedp.CSS(`#audit`)))
+	first, second := text(`#audit tr:nth-of-type(2)`), text(`#audit tr:nth-of-type(3)`)
+	if !strings.Contains(first, "browser-op") || !strings.Contains(first, "requeue") || !strings.Contains(second, "browser-op") || !strings.Contains(second, "pause") {
+		t.Errorf("beta's audit trail shows %q then %q; want browser-op's requeue, then browser-op's pause", first, second)
+	}
+	shot("admin-audit.png")
 	t.Logf("screenshots in %s", shots)
 }
 

@@ -15,6 +15,13 @@ import (
 	"github.com/outboxkit/backpressure/outbox"
 )
 
+// usageError is bad usage: Run prints it and exits with ExitUsage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
 // maxDeadList is the most dead letters one dead list prints (the stores'
 // ListDeadParams.Limit bound).
 const maxDeadList = 10_000
@@ -61,6 +68,14 @@ func checkArgs(cmd string, a *cmdArgs) error {
 		return checkSelection(cmd, a)
 	case "set quota", "set weight":
 		return checkValue(cmd, a.rest[0], a.rest[1])
+	case "set rate":
+		_, err := parseRateArgs(a.rest)
+		return err
+	case "audit":
+		if a.before < 0 {
+			return usagef("audit: -before %d is negative", a.before)
+		}
+		return checkLimit(cmd, a.limit, outbox.MaxAuditPage)
 	case "serve":
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			return usagef("serve: -addr %s: %v", display(a.addr), err)
@@ -265,4 +280,42 @@ func jsonText(b []byte) []byte {
 		}
 	}
 	return []byte(out.String())
+}
+
+// parseRateArgs reads set rate's arguments into a Setting, refusing as
+// bad usage what ParseRate refuses and a rate that does not validate on
+// its own.
+func parseRateArgs(rest []string) (admin.Setting, error) {
+	const form = "set rate takes NAMESPACE (RATE [burst N] | none | default)"
+	if len(rest) != 2 && (len(rest) != 4 || rest[2] != "burst") {
+		return admin.Setting{}, usagef(form)
+	}
+	if err := checkNamespace("set rate", rest[0]); err != nil {
+		return admin.Setting{}, err
+	}
+	set := admin.Setting{Namespace: rest[0]}
+	if rest[1] == "default" {
+		if len(rest) == 4 {
+			return admin.Setting{}, usagef("set rate: default takes no burst")
+		}
+		set.ClearRate = true
+		return set, nil
+	}
+	burst := 0
+	if len(rest) == 4 {
+		n, err := strconv.Atoi(rest[3])
+		if err != nil || n < 1 {
+			return admin.Setting{}, usagef("set rate: burst %s is not a number of at least 1", strconv.Quote(rest[3]))
+		}
+		burst = n
+	}
+	r, err := admin.ParseRate(rest[1], burst)
+	if err != nil {
+		return admin.Setting{}, usagef("set rate: %v", err)
+	}
+	if err := outbox.CheckSettings(outbox.NamespaceSettings{Namespace: rest[0], Rate: &r}); err != nil {
+		return admin.Setting{}, usagef("set rate %s %s: %v", display(rest[0]), rest[1], err)
+	}
+	set.Rate = &r
+	return set, nil
 }

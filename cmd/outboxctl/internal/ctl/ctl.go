@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
+	"os/user"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -45,7 +45,7 @@ type Config struct {
 	Listen func(network, addr string) (net.Listener, error)
 }
 
-const usage = `usage: outboxctl (-dsn URL [-schema NAME] | -sqlite FILE) COMMAND [flags] [args]
+const usage = `usage: outboxctl (-dsn URL [-schema NAME] | -sqlite FILE) [-as NAME] COMMAND [flags] [args]
 
 Commands:
   tenants                  one line per namespace: quota, weight, ceiling over live nodes,
@@ -58,26 +58,24 @@ Commands:
   resume NAMESPACE         undo pause
   set quota|weight NAMESPACE VALUE
                            set a shared quota (a number, or unlimited) or weight; VALUE default clears it
+  set rate NAMESPACE RATE [burst N]
+                           set a shared rate limit: 20/s, 300/m, 1000/h or none; default clears it
   reset NAMESPACE          remove every shared override of a namespace (the code's configuration)
   stats                    rows by state, whole outbox
   nodes                    the live dispatcher nodes' reports
   migrate                  apply the schema [-print: print its SQL instead, touching nothing]
-  serve                    serve the admin pages [-addr :8080] [-actions]
+  audit                    the changes made (who, when, what, before, after), newest first [-namespace N]
+  serve                    serve the admin pages [-addr 127.0.0.1:8080] [-actions] [-token-file F | -basic-auth-file F]
 
-Read commands take -json. Every command takes -h. Exit status: 0 ok, 1 failure, 2 bad usage
+Every change (pause, resume, set, reset, requeue, purge, migrate) is recorded in the store's audit
+trail with the operator -as names (default: the OS user). Read commands take -json. Every command
+takes -h. Exit status: 0 ok, 1 failure, 2 bad usage
 (checked before the store is opened). Only migrate creates an outbox: every other command on a
 file or schema that does not hold one fails (exit 1), saying so, and creates nothing. Names with
 control characters are printed quoted ("a\x1b[0m").
 
 Global flags:
 `
-
-// usageError is bad usage: Run prints it and exits with ExitUsage.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
 // Run runs outboxctl with args (without the program name) and returns its
 // exit status.
@@ -99,6 +97,7 @@ func (c Config) Run(ctx context.Context, args []string) int {
 type global struct {
 	dsn, schema, sqlite string
 	shardCount          int
+	as                  string // the operator the audit trail records
 }
 
 func (c Config) run(ctx context.Context, args []string) error {
@@ -109,6 +108,7 @@ func (c Config) run(ctx context.Context, args []string) error {
 	fs.StringVar(&g.schema, "schema", pgstore.DefaultSchema, "PostgreSQL schema of the outbox")
 	fs.StringVar(&g.sqlite, "sqlite", "", "SQLite database file of the outbox")
 	fs.IntVar(&g.shardCount, "shards", 0, "shard count for migrate of a new outbox (0: the store's default, 64)")
+	fs.StringVar(&g.as, "as", osUser(), "the operator the audit trail records for a change (default: the OS user)")
 	fs.Usage = func() { fmt.Fprint(c.Stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -161,6 +161,10 @@ func (c Config) run(ctx context.Context, args []string) error {
 	if err := checkArgs(cmd, a); err != nil {
 		return err
 	}
+	ctx = outbox.WithOperation(ctx, outbox.Operation{Operator: g.as})
+	if err := outbox.CheckOperation(ctx, "outboxctl"); err != nil {
+		return usagef("-as: %v", err)
+	}
 	if cmd == "migrate" && a.print {
 		return openFailure(g, c.printSchema(g))
 	}
@@ -174,7 +178,7 @@ func (c Config) run(ctx context.Context, args []string) error {
 
 var subUsage = map[string]string{
 	"dead": "list, requeue or purge\n",
-	"set":  "quota or weight\n",
+	"set":  "quota, weight or rate\n",
 }
 
 // open opens the store the global flags name; unless create, only an
@@ -239,6 +243,9 @@ type cmdArgs struct {
 	print     bool
 	addr      string
 	actions   bool
+	tokenFile string
+	basicFile string
+	before    int64
 }
 
 type command struct {
@@ -294,18 +301,28 @@ func init() {
 			}},
 		"set quota":  {args: "NAMESPACE (N | unlimited | default)", doc: "Set NAMESPACE's shared quota: N ≥ 0 (0 pauses), unlimited, or default to clear it.", nargs: 2, run: setValue("quota")},
 		"set weight": {args: "NAMESPACE (N | default)", doc: "Set NAMESPACE's shared weight: 1 to 1048576, or default to clear it.", nargs: 2, run: setValue("weight")},
-		"stats":      {args: "[-json]", doc: "Rows by state over the whole outbox (one full count: O(rows)).", nargs: 0, json: true, run: stats},
-		"nodes":      {args: "[-json]", doc: "The live dispatcher nodes' reports.", nargs: 0, json: true, run: nodes},
+		"set rate": {args: "NAMESPACE (RATE [burst N] | none | default)", doc: "Set NAMESPACE's shared rate limit, cluster-wide: RATE is N/s, N/m or N/h (rows started per second, minute, hour),\n" +
+			"burst N the most started at once (default: one second's worth, at least 1); none lifts the limit, default clears the setting.", nargs: -1, run: setRate},
+		"audit": {args: "[-json] [-namespace N] [-limit K] [-before ID]", doc: "The audit trail: every change made through the store (settings, requeue, purge, migrate), newest first.", nargs: 0, json: true,
+			flags: func(a *cmdArgs) {
+				a.fs.StringVar(&a.namespace, "namespace", "", "only this namespace's changes")
+				a.fs.IntVar(&a.limit, "limit", 50, "the most entries (1 to 1000)")
+				a.fs.Int64Var(&a.before, "before", 0, "only entries older than this ID (paging)")
+			}, run: audit},
+		"stats": {args: "[-json]", doc: "Rows by state over the whole outbox (one full count: O(rows)).", nargs: 0, json: true, run: stats},
+		"nodes": {args: "[-json]", doc: "The live dispatcher nodes' reports.", nargs: 0, json: true, run: nodes},
 		"migrate": {args: "[-print]", doc: "Create or migrate the outbox schema to this version. -print prints the SQL that creates it from nothing, touching no database.", nargs: 0,
 			flags: func(a *cmdArgs) { a.fs.BoolVar(&a.print, "print", false, "print the schema's SQL instead") },
 			run: func(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 				_, err := fmt.Fprintln(c.Stdout, "schema is current") // opening the store migrated it
 				return err
 			}},
-		"serve": {args: "[-addr :8080] [-actions]", doc: "Serve the admin pages over HTTP, read-only unless -actions. Put it behind your own authentication.", nargs: 0,
+		"serve": {args: "[-addr 127.0.0.1:8080] [-actions] [-token-file FILE | -basic-auth-file FILE]", doc: serveDoc, nargs: 0,
 			flags: func(a *cmdArgs) {
-				a.fs.StringVar(&a.addr, "addr", ":8080", "listen address")
-				a.fs.BoolVar(&a.actions, "actions", false, "enable requeue, purge, pause, resume and set quota (POSTs with CSRF tokens)")
+				a.fs.StringVar(&a.addr, "addr", "127.0.0.1:8080", "listen address (an address off loopback needs credentials)")
+				a.fs.BoolVar(&a.actions, "actions", false, "enable requeue, purge, pause, resume, set and reset (needs credentials; on loopback a token is made if none is given)")
+				a.fs.StringVar(&a.tokenFile, "token-file", "", "file holding the token (default $"+tokenEnv+")")
+				a.fs.StringVar(&a.basicFile, "basic-auth-file", "", "file holding USER:PASSWORD for basic auth (default $"+basicEnv+")")
 			}, run: serve},
 	}
 }
@@ -343,6 +360,13 @@ func settingsText(s outbox.NamespaceSettings) string {
 	}
 	if s.Weight != nil {
 		parts = append(parts, "weight="+strconv.Itoa(*s.Weight))
+	}
+	if s.Rate != nil {
+		rate := "none"
+		if s.Rate.PerSecond > 0 {
+			rate = shortRate(*s.Rate)
+		}
+		parts = append(parts, "rate="+rate)
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -390,11 +414,11 @@ func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	}
 	now := c.now()
 	w := table(c.Stdout)
-	fmt.Fprintln(w, "NAMESPACE\tQUOTA\tWEIGHT\tCEILING\tCLAIMED\tREADY\tSCHEDULED\tDEAD\tOLDEST\tHELD\tREASON\tSETTINGS")
+	fmt.Fprintln(w, "NAMESPACE\tQUOTA\tWEIGHT\tRATE\tCEILING\tCLAIMED\tREADY\tSCHEDULED\tDEAD\tOLDEST\tHELD\tREASON\tSETTINGS")
 	for _, t := range page.Tenants {
-		quota, weight, ceiling := "-", "-", "-"
+		quota, weight, rate, ceiling := "-", "-", "-", "-"
 		if t.Nodes > 0 {
-			quota, weight, ceiling = admin.Count(t.Quota), strconv.Itoa(t.Weight), admin.Count(t.Ceiling)
+			quota, weight, rate, ceiling = admin.Count(t.Quota), strconv.Itoa(t.Weight), shortRate(t.Rate), admin.Count(t.Ceiling)
 			if t.Mixed {
 				quota += "*"
 			}
@@ -404,7 +428,7 @@ func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 			reason = "-"
 		}
 		r := t.Rows
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(t.Namespace), quota, weight, ceiling,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(t.Namespace), quota, weight, rate, ceiling,
 			capped(r.Claimed, r.Capped), capped(r.Ready, r.Capped), capped(r.Scheduled, r.Capped), capped(r.Dead, r.Capped),
 			admin.Age(now, r.ReadySince), t.Held, reason, tenantSettingsText(t))
 	}
@@ -461,11 +485,11 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		return nil
 	}
 	w := table(c.Stdout)
-	fmt.Fprintln(w, "NODE\tSHARDS\tQUOTA\tCEILING\tCLAIMED\tPENDING\tGRANTED\tHELD\tREASON")
+	fmt.Fprintln(w, "NODE\tSHARDS\tQUOTA\tRATE\tTOKENS\tCEILING\tCLAIMED\tPENDING\tGRANTED\tHELD\tREASON")
 	for _, n := range ex.Nodes {
 		shards := fmt.Sprintf("%d/%d", n.Report.OwnedShards, n.Report.ShardCount)
 		if !n.Planned {
-			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\tnot in its last plan\n", display(n.Report.Node), shards)
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\tnot in its last plan\n", display(n.Report.Node), shards)
 			continue
 		}
 		e := n.Entry
@@ -473,10 +497,23 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		if reason == "" {
 			reason = "-"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", display(n.Report.Node), shards, admin.Count(e.Quota), admin.Count(e.Ceiling),
-			e.Claimed, e.Pending, e.Granted, e.Held, reason)
+		tokens := "-"
+		if e.Rate.PerSecond > 0 {
+			tokens = strconv.Itoa(e.Tokens)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", display(n.Report.Node), shards, admin.Count(e.Quota), shortRate(e.Rate), tokens,
+			admin.Count(e.Ceiling), e.Claimed, e.Pending, e.Granted, e.Held, reason)
 	}
 	return w.Flush()
+}
+
+// shortRate is a rate for a table column: "20/s:10" (rate, burst), or
+// "-" for none.
+func shortRate(r backpressure.Rate) string {
+	if r.PerSecond == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(r.PerSecond, 'g', -1, 64) + "/s:" + strconv.Itoa(r.Burst)
 }
 
 func deadList(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
@@ -612,25 +649,78 @@ func nodes(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	return w.Flush()
 }
 
-func serve(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
-	listen := c.Listen
-	if listen == nil {
-		listen = net.Listen
+// osUser is -as's default: the OS user running outboxctl, or $USER, or
+// "" when neither is known.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
 	}
-	l, err := listen("tcp", a.addr)
+	return os.Getenv("USER")
+}
+
+// setRate is set rate NAMESPACE (RATE [burst N] | none | default).
+func setRate(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	set, err := parseRateArgs(a.rest)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: admin.NewHandler(s, admin.Options{Actions: a.actions, Now: c.Now}), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(c.Stderr, "outboxctl: serving the admin pages on http://%s/ (actions %v)\n", l.Addr(), a.actions)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	select {
-	case err := <-done:
+	return setting(ctx, c, s, set)
+}
+
+// audit prints the audit trail, newest first.
+func audit(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	es, err := s.Audit(ctx, outbox.AuditParams{Namespace: a.namespace, Before: a.before, Limit: a.limit})
+	if err != nil {
 		return err
-	case <-ctx.Done():
-		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(shut)
 	}
+	if a.json {
+		return c.json(es)
+	}
+	if len(es) == 0 {
+		_, err := fmt.Fprintln(c.Stdout, "no change recorded")
+		return err
+	}
+	w := table(c.Stdout)
+	fmt.Fprintln(w, "ID\tWHEN\tOPERATOR\tACTION\tNAMESPACE\tBEFORE\tAFTER\tROWS\tDETAIL")
+	now := c.now()
+	for _, e := range es {
+		who, ns, rows := display(e.Operator), display(e.Namespace), "-"
+		if who == "" {
+			who = "(unnamed)"
+		}
+		if ns == "" {
+			ns = "-"
+		}
+		if e.Action == outbox.ActionRequeue || e.Action == outbox.ActionPurge {
+			rows = strconv.Itoa(e.Rows)
+		}
+		fmt.Fprintf(w, "%d\t%s ago\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.ID, admin.Age(now, e.At), who, display(e.Action), ns,
+			auditValue(e.Namespace, e.Before), auditValue(e.Namespace, e.After), rows, orDash(displayText(oneLine(e.Detail, 60))))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(es) == a.limit {
+		_, err = fmt.Fprintf(c.Stdout, "(more: outboxctl audit -before %d)\n", es[len(es)-1].ID)
+	}
+	return err
+}
+
+// auditValue is an entry's Before or After for a table: a settings row
+// as the SETTINGS column of tenants shows it, other values as they are.
+func auditValue(ns, v string) string {
+	if strings.HasPrefix(v, "{") {
+		set := outbox.NamespaceSettings{Namespace: ns}
+		if outbox.DecodeSettings(&set, []byte(v)); set.Fault == "" {
+			return settingsText(set)
+		}
+	}
+	return orDash(displayText(oneLine(v, 40)))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

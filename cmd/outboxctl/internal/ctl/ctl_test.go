@@ -189,7 +189,7 @@ func golden(t *testing.T, name, got string) {
 func run(t *testing.T, b backend, c *clock, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = Config{Stdout: &out, Stderr: &errb, Now: c.Now}.Run(t.Context(), append(append([]string{}, b.flags...), args...))
+	code = Config{Stdout: &out, Stderr: &errb, Now: c.Now}.Run(t.Context(), append(append(append([]string{}, b.flags...), "-as", "tester"), args...))
 	return code, out.String(), errb.String()
 }
 
@@ -237,6 +237,12 @@ func TestCommands(t *testing.T) {
 			expect(0, "tenants")
 			expect(0, "stats")
 			expect(0, "migrate")
+			expect(0, "set", "rate", "alpha", "20/s", "burst", "10")
+			expect(0, "set", "rate", "beta", "300/m")
+			expect(0, "set", "rate", "gamma", "none")
+			expect(0, "why", "alpha")
+			expect(0, "audit", "-limit", "10")
+			expect(0, "audit", "-namespace", "alpha")
 		})
 	}
 }
@@ -280,7 +286,7 @@ func TestUsage(t *testing.T) {
 	if code, _, errOut := run(t, backend{flags: []string{"-sqlite", filepath.Join(dir, "no", "such", "dir.db")}}, c, "stats"); code != ExitFailure {
 		t.Errorf("outboxctl stats on a file that cannot be opened: exit %d, want 1; %s", code, errOut)
 	}
-	for _, cmd := range []string{"tenants", "why", "dead list", "dead requeue", "dead purge", "pause", "resume", "set quota", "set weight", "stats", "nodes", "migrate", "serve"} {
+	for _, cmd := range []string{"tenants", "why", "dead list", "dead requeue", "dead purge", "pause", "resume", "set quota", "set weight", "set rate", "stats", "nodes", "migrate", "audit", "serve"} {
 		code, _, errOut := run(t, b, c, append(strings.Fields(cmd), "-h")...)
 		if code != ExitOK || !strings.Contains(errOut, "usage: outboxctl "+cmd) {
 			t.Errorf("outboxctl %s -h: exit %d, stderr %q", cmd, code, errOut)
