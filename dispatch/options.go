@@ -168,6 +168,10 @@ type Options struct {
 	// instead, retried after the backoff, spending an attempt. 0 means
 	// 100; at most [MaxSnoozesLimit].
 	MaxSnoozes int
+	// OverloadSnooze is how long a row whose handler returned an
+	// [Overloaded] signal without a Retry-After is snoozed. 0 means 1s;
+	// at most outbox.MaxDelay.
+	OverloadSnooze time.Duration
 	// ErrorBackoff is the delay before a failed store call (a sweep, a
 	// Complete, an ExtendLeases) is tried again, by consecutive failures.
 	// Zero fields default to Base 100ms, Max 30s (or Base, if longer),

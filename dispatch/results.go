@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,7 +15,8 @@ import (
 //
 //   - [Snooze]: the row comes back after a while without spending an
 //     attempt (the downstream said "later"), at most Options.MaxSnoozes
-//     times;
+//     times; [Overloaded] and [OverloadedResponse] (HTTP 429 and 503 with
+//     Retry-After) are snoozes for the wait the downstream asked;
 //   - [Permanent]: the row is dead-lettered now, whatever its attempts
 //     (cancelled: the order was deleted), its error recorded;
 //   - [RetryAt]: a failure retried at the time the handler chose, not
@@ -34,7 +36,10 @@ const (
 	MaxRetryPolicies = 1024
 )
 
-const defaultMaxSnoozes = 100
+const (
+	defaultMaxSnoozes     = 100
+	defaultOverloadSnooze = time.Second
+)
 
 // SnoozeError is the error [Snooze] returns. A handler returning it
 // (wrapped or not) snoozes its row.
@@ -98,6 +103,12 @@ func (o *Options) resultDefaults() error {
 	if o.MaxSnoozes == 0 {
 		o.MaxSnoozes = defaultMaxSnoozes
 	}
+	switch {
+	case o.OverloadSnooze < 0 || o.OverloadSnooze > outbox.MaxDelay:
+		return &OptionError{Field: "OverloadSnooze", Reason: fmt.Sprintf("is %v, not in [0, outbox.MaxDelay]", o.OverloadSnooze)}
+	case o.OverloadSnooze == 0:
+		o.OverloadSnooze = defaultOverloadSnooze
+	}
 	if len(o.RetryPolicies) == 0 {
 		return nil
 	}
@@ -151,7 +162,10 @@ func (r *run) completionFor(row outbox.Row, err error) outbox.Completion {
 // range), or left alone when it is no snooze.
 func (r *run) snooze(row outbox.Row, err *error) (outbox.Completion, bool) {
 	var se *SnoozeError
-	if !errors.As(*err, &se) {
+	if oe := (*OverloadedError)(nil); errors.As(*err, &oe) {
+		// A downstream's "slow down": a snooze for the wait it asked.
+		se = &SnoozeError{Delay: cmp.Or(oe.RetryAfter, r.o.OverloadSnooze), Reason: oe}
+	} else if !errors.As(*err, &se) {
 		return outbox.Completion{}, false
 	}
 	switch {
