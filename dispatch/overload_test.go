@@ -20,9 +20,9 @@ func TestOverloadedResponse(t *testing.T) {
 		return r
 	}
 	for _, c := range []struct {
-		name string
-		resp *http.Response
-		want time.Duration
+		name  string
+		resp  *http.Response
+		want  time.Duration
 		isNil bool
 	}{
 		{"nil", nil, 0, true},
