@@ -73,7 +73,7 @@ type sweeper struct {
 	reserved   int // the credit they asked for, not yet held by rows
 	failures   int // consecutive failed sweeps
 	idle       bool
-	coalescing bool // woken while idle, waiting Options.Coalesce (on the waker) before sweeping
+	coalescing bool // woken while idle, waiting Options.Coalesce (on the waker) before sweeping; only while idle
 	// heldAtCeiling: the last sweep held rows at a ceiling, or failed: a
 	// written result may free them.
 	heldAtCeiling bool
@@ -223,7 +223,7 @@ func (s *sweeper) swept(res swept) {
 	r.logHeld(s.ctx, res.plan, time.Now())
 	s.heldAtCeiling = slices.ContainsFunc(res.plan.Namespaces, atCeiling)
 	if s.lastFull = len(res.rows) >= res.asked; s.lastFull {
-		s.idle = false // full: there may be more
+		s.leaveIdle() // full: there may be more
 	} else {
 		if !s.idle {
 			s.goIdle(jittered(r.o.PollInterval, r.o.PollJitter, rand.Float64()), wakePoll)
@@ -293,14 +293,18 @@ func (s *sweeper) wakeUp() {
 }
 
 // goIdle makes the loop idle (or keeps it so) until its waker fires d from
-// now for reason, or something sooner wakes it.
+// now for reason, or something sooner wakes it. The waker set anew is no
+// longer armed for a coalesced wake-up, so the loop is not coalescing: a
+// notification may end this wait (Coalesce later), as it may any.
 func (s *sweeper) goIdle(d time.Duration, reason wakeReason) {
-	s.idle = true
+	s.idle, s.coalescing = true, false
 	s.w.set(time.Now(), d, reason)
 }
 
-// leaveIdle ends an idle wait, and a coalesced wake-up with it: the loop
-// sweeps.
+// leaveIdle ends an idle wait: the loop sweeps. Leaving idle, however it
+// happens (the waker, a wake-up without Coalesce, a full sweep), always
+// ends a coalesced wake-up too: otherwise the next idle wait would ignore
+// notifications until its waker fired, up to a poll interval late.
 func (s *sweeper) leaveIdle() {
 	s.idle, s.coalescing = false, false
 }
