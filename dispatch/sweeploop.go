@@ -51,14 +51,15 @@ func (r *run) sweepLoop(ctx context.Context) {
 }
 
 // sweeper is the state of one Run's sweep loop, used by that loop alone.
-// It is either sweeping (sweeps in flight or about to start) or idle:
-// waiting, with none in flight that came back short, for its waker (which
-// owns every timed wait: the poll, a failure's backoff, a coalesced
-// wake-up, a due row, a rate token), a notification, or a written result
-// or a freed worker that gives it credit. The waits for credit (a freed
-// worker, and refill's RefillDelay) are not the waker's: they end a wait
-// for workers, not an idle one, and the loop sweeps as soon as credit is
-// back.
+// The loop is sweeping (launch starts sweeps while it has credit) or idle
+// (a sweep came back short or failed): then it waits for its waker, which
+// owns every timed wait (the poll, a failure's backoff, a coalesced
+// wake-up, a due row, a rate token), or for a notification or a written
+// result that wakes it (wakeUp). Each event it waits for has its step:
+// swept (a sweep's result), flushed (a written result), notified, polled
+// (the waker fired). The waits for credit (a freed worker, and refill's
+// RefillDelay) are not the waker's: they are no idle wait, and the loop
+// sweeps as soon as the credit is there.
 type sweeper struct {
 	r           *run
 	ctx         context.Context
@@ -69,10 +70,10 @@ type sweeper struct {
 	refillTimer *time.Timer     // refill's RefillDelay
 	results     chan swept      // the sweeps in flight report here
 
-	inflight   int // sweeps in flight
-	reserved   int // the credit they asked for, not yet held by rows
-	failures   int // consecutive failed sweeps
-	idle       bool
+	inflight   int  // sweeps in flight
+	reserved   int  // the credit they asked for, not yet held by rows
+	failures   int  // consecutive failed sweeps
+	idle       bool // waiting for the waker, a notification or a written result before sweeping
 	coalescing bool // woken while idle, waiting Options.Coalesce (on the waker) before sweeping; only while idle
 	// heldAtCeiling: the last sweep held rows at a ceiling, or failed: a
 	// written result may free them.
