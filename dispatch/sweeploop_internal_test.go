@@ -16,11 +16,9 @@ import (
 	"github.com/outboxkit/backpressure/outbox"
 )
 
-// testSweeper returns the sweep loop's state for a dispatcher over an
-// empty memstore, polling every hour, with its notifications on the
-// channel it returns. Its steps are driven by the test, not by the loop:
-// no sweep runs.
-func testSweeper(t *testing.T, coalesce time.Duration) (*sweeper, chan struct{}) {
+// testDispatcher returns a dispatcher over an empty memstore (owning
+// every shard, batch size 4, no quota) with opts, logging nowhere.
+func testDispatcher(t *testing.T, opts Options) *Dispatcher {
 	t.Helper()
 	store, err := memstore.New(memstore.Options{})
 	require.NoError(t, err)
@@ -33,11 +31,19 @@ func testSweeper(t *testing.T, coalesce time.Duration) (*sweeper, chan struct{})
 	require.NoError(t, err)
 	bp, err := backpressure.New(backpressure.Config{BatchSize: 4, DefaultQuota: backpressure.Unlimited}, shards)
 	require.NoError(t, err)
-	d, err := New(bp, store, func(context.Context, outbox.Row) error { return nil }, Options{
-		Workers: 4, PollInterval: time.Hour, Coalesce: coalesce, ClaimsInFlight: 2,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := New(bp, store, func(context.Context, outbox.Row) error { return nil }, opts)
 	require.NoError(t, err)
+	return d
+}
+
+// testSweeper returns the sweep loop's state for a dispatcher over an
+// empty memstore, polling every hour, with its notifications on the
+// channel it returns. Its steps are driven by the test, not by the loop:
+// no sweep runs.
+func testSweeper(t *testing.T, coalesce time.Duration) (*sweeper, chan struct{}) {
+	t.Helper()
+	d := testDispatcher(t, Options{Workers: 4, PollInterval: time.Hour, Coalesce: coalesce, ClaimsInFlight: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	r := newRun(d, ctx)
