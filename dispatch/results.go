@@ -92,37 +92,6 @@ func (e *RetryAtError) Unwrap() error { return e.Err }
 // ahead is retried after the backoff instead, and says so in LastError.
 func RetryAt(t time.Time, err error) error { return &RetryAtError{At: t, Err: err} }
 
-// resultDefaults validates and defaults the result options.
-func (o *Options) resultDefaults() error {
-	switch {
-	case o.MaxSnoozes < 0 || o.MaxSnoozes > MaxSnoozesLimit:
-		return &OptionError{Field: "MaxSnoozes", Reason: fmt.Sprintf("is %d, not in [0, %d] (0 means %d)", o.MaxSnoozes, MaxSnoozesLimit, defaultMaxSnoozes)}
-	case len(o.RetryPolicies) > MaxRetryPolicies:
-		return &OptionError{Field: "RetryPolicies", Reason: fmt.Sprintf("has %d entries, over the limit of %d", len(o.RetryPolicies), MaxRetryPolicies)}
-	}
-	if o.MaxSnoozes == 0 {
-		o.MaxSnoozes = defaultMaxSnoozes
-	}
-	switch {
-	case o.OverloadSnooze < 0 || o.OverloadSnooze > outbox.MaxDelay:
-		return &OptionError{Field: "OverloadSnooze", Reason: fmt.Sprintf("is %v, not in [0, outbox.MaxDelay]", o.OverloadSnooze)}
-	case o.OverloadSnooze == 0:
-		o.OverloadSnooze = defaultOverloadSnooze
-	}
-	if len(o.RetryPolicies) == 0 {
-		return nil
-	}
-	policies := make(map[string]Backoff, len(o.RetryPolicies)) // the caller's map stays as it is
-	for q, b := range o.RetryPolicies {
-		if err := b.validate(fmt.Sprintf("RetryPolicies[%q]", q), 0); err != nil {
-			return err
-		}
-		policies[q] = b.withDefaults(defaultBackoff)
-	}
-	o.RetryPolicies = policies
-	return nil
-}
-
 // completionFor turns a handler's result into the row's completion.
 func (r *run) completionFor(row outbox.Row, err error) outbox.Completion {
 	switch {
