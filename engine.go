@@ -204,12 +204,46 @@ func (e *engine) reserve(p Plan) reservation {
 // and the tokens of grants the claim did not fill go back.
 func claimRows[R any](ctx context.Context, s *sweeper[R], p Plan, r reservation) ([]R, error) {
 	rows, err := s.store.ClaimOutboxRowsScoped(ctx, s.st.f, p.Claims)
+	if err == nil {
+		err = checkClaimed(p.Claims, rows)
+	}
 	s.e.flights.remove(r.f)
 	releaseTokens(s.e.b, r.reserved, rows)
 	if err != nil {
 		return nil, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
 	return rows, nil
+}
+
+// checkClaimed checks what ClaimOutboxRowsScoped returned for claims
+// against its contract: no more rows than the claims' limits add up to,
+// and, for rows that say their route (as outbox.Row does), grouped by
+// claim in the claims' order, at most Limit of each claim's route and none
+// of a route not asked for. A violation is a *SnapshotError (see
+// [ErrStore]); the rows stay claimed until their leases expire.
+func checkClaimed[R any](claims []ScopedClaim, rows []R) error {
+	if len(rows) > sumLimits(claims) {
+		return &SnapshotError{Count: len(rows), Reason: "claim: more rows than the claims' limits"}
+	}
+	j, n := 0, 0
+	for i := range rows {
+		r, ok := any(rows[i]).(routed)
+		if !ok {
+			return nil
+		}
+		route := r.Route()
+		for j < len(claims) && claims[j].Route != route {
+			j, n = j+1, 0
+		}
+		if j == len(claims) {
+			return &SnapshotError{Namespace: route.Namespace, TaskQueue: route.TaskQueue, Count: 1,
+				Reason: "claim: a row of a route not asked for, or out of the claims' order"}
+		}
+		if n++; n > claims[j].Limit {
+			return &SnapshotError{Namespace: route.Namespace, TaskQueue: route.TaskQueue, Count: n, Reason: "claim: more rows than the route's limit"}
+		}
+	}
+	return nil
 }
 
 // sweepInTx runs a whole sweep, counts and claim, in one transaction of a
@@ -233,13 +267,16 @@ func sweepInTx[R any](ctx context.Context, txs TxSweeper[R], s *sweeper[R], bega
 			rows = ts.won
 			return nil
 		}
-		if rows, err = tx.ClaimOutboxRowsScoped(ctx, ts.st.f, out.plan.Claims); err != nil {
+		if rows, err = tx.ClaimOutboxRowsScoped(ctx, ts.st.f, out.plan.Claims); err == nil {
+			err = checkClaimed(out.plan.Claims, rows)
+		}
+		if err != nil {
 			return &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 		}
 		return nil
 	})
 	// fn's errors are already typed; anything else is the store's own.
-	if err != nil && !errors.As(err, new(*StoreError)) && !errors.As(err, new(*SnapshotError)) {
+	if err != nil && !errors.As(err, new(*StoreError)) {
 		err = &StoreError{Op: "InSweepTx", Err: err}
 	}
 	if err != nil {
@@ -391,6 +428,23 @@ type counts struct {
 	ahead      bool // read ahead for an earlier sweep, corrected since (SweepAhead)
 }
 
+// broken turns a *SnapshotError the planner found in c's counts into the
+// store's contract violation: a *StoreError naming the call that returned
+// the counts, wrapping it. Other errors pass unchanged.
+func (c *counts) broken(err error) error {
+	var se *SnapshotError
+	if !errors.As(err, &se) {
+		return err
+	}
+	op := "CountOutboxRows"
+	if claimed := se.Reason == reasonNegativeClaimed; claimed && !c.claimedToo {
+		op = "CountClaimedOutboxRows"
+	} else if !claimed && c.p.Namespaces == 0 && !c.p.Claimed {
+		op = "CountPendingOutboxRows"
+	}
+	return &StoreError{Op: op, Err: err}
+}
+
 // plan reads and plans (see read and planCounts).
 func (s *sweeper[R]) plan(ctx context.Context) (sweepResult, error) {
 	c, err := s.read(ctx)
@@ -537,7 +591,7 @@ func (s *sweeper[R]) planWindow(ctx context.Context, c *counts, n int) (Plan, mo
 	}
 	plan, m, err := s.e.plan(Snapshot{Claimed: c.claimed, Pending: c.pending, Budget: s.budget}, s.st, time.Time{})
 	if err != nil {
-		return Plan{}, moves{}, false, err
+		return Plan{}, moves{}, false, c.broken(err)
 	}
 	// k does not count a namespace whose every route is invalid (it has
 	// no demand either): the window is exact only if budget + 1 of its
@@ -584,7 +638,7 @@ func (s *sweeper[R]) planFull(ctx context.Context, c *counts) (Plan, moves, erro
 		}
 		plan, m, err := s.e.plan(Snapshot{Claimed: c.claimed, Pending: c.pending, Budget: s.budget}, s.st, time.Time{})
 		if err != nil {
-			return Plan{}, moves{}, err
+			return Plan{}, moves{}, c.broken(err)
 		}
 		plan.countCap = limit
 		if limit >= s.full || maxLimit(plan.Claims) < limit {

@@ -368,6 +368,10 @@ func (sc *scratch) group(pending []RouteCount) ([]RouteCount, error) {
 
 // placeClaimed validates claimed and sets the Claimed of each namespace of
 // sc.ns, adding, in order, those with claimed rows and nothing pending.
+// reasonNegativeClaimed is the Reason of a negative claimed count, the one
+// SnapshotError about Snapshot.Claimed.
+const reasonNegativeClaimed = "negative claimed count"
+
 func (sc *scratch) placeClaimed(claimed map[string]int) error {
 	ns := sc.ns
 	nPending := len(ns)
@@ -385,7 +389,7 @@ func (sc *scratch) placeClaimed(claimed map[string]int) error {
 	if found < len(claimed) || negative { // else every count is checked and placed
 		for name, c := range claimed {
 			if c < 0 {
-				return &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
+				return &SnapshotError{Namespace: name, Count: c, Reason: reasonNegativeClaimed}
 			}
 			if found == len(claimed) || c == 0 {
 				continue
