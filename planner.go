@@ -366,12 +366,12 @@ func (sc *scratch) group(pending []RouteCount) ([]RouteCount, error) {
 	return routes, nil
 }
 
-// placeClaimed validates claimed and sets the Claimed of each namespace of
-// sc.ns, adding, in order, those with claimed rows and nothing pending.
 // reasonNegativeClaimed is the Reason of a negative claimed count, the one
 // SnapshotError about Snapshot.Claimed.
 const reasonNegativeClaimed = "negative claimed count"
 
+// placeClaimed validates claimed and sets the Claimed of each namespace of
+// sc.ns, adding, in order, those with claimed rows and nothing pending.
 func (sc *scratch) placeClaimed(claimed map[string]int) error {
 	ns := sc.ns
 	nPending := len(ns)
