@@ -683,7 +683,7 @@ func (sc *scratch) splitRoutes(w *nsWork, routes []RouteCount, limits []int, r *
 	}
 	caps := sc.caps[:0]
 	for _, r := range rs {
-		if w.Invalid > 0 && r.Route.Validate() != nil {
+		if w.Invalid > 0 && !r.Route.valid() {
 			caps = append(caps, 0) // never granted, as if absent
 		} else {
 			caps = append(caps, r.Count)

@@ -102,7 +102,7 @@ func planClaimedWindow(sc *scratch, r *rotation, c *counts, grants []RouteCount,
 		switch {
 		case i > 0 && grants[i-1].Route.Namespace >= g.Route.Namespace:
 			return Plan{}, moves{}, bad(g, "grants out of order or a namespace twice")
-		case g.Route.Validate() != nil:
+		case !g.Route.valid():
 			return Plan{}, moves{}, bad(g, "invalid route")
 		case g.Count != 1 && g.Count != 2:
 			return Plan{}, moves{}, bad(g, "a route count other than 1 or 2")
