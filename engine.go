@@ -79,7 +79,7 @@ func (e *engine) plan(s Snapshot, st settings, t time.Time) (Plan, moves, error)
 	}
 	if st.cfg.hasRates() {
 		if t.IsZero() {
-			t = e.b.rateNow()
+			t = e.b.now()
 		}
 		e.b.tokensAt(e.scratch.ns, st, t)
 	}
@@ -209,11 +209,8 @@ func settle[R any](e *engine, r reservation, rows []R) {
 // (byWindow), none for a plan without claims, else what
 // ClaimOutboxRowsScoped returns, checked against its contract.
 func claimPlan[R any](ctx context.Context, s *sweeper[R], p Plan) ([]R, error) {
-	switch {
-	case s.byWindow:
-		return s.won, nil
-	case len(p.Claims) == 0:
-		return nil, nil
+	if s.byWindow || len(p.Claims) == 0 {
+		return s.won, nil // nil but after a window claim
 	}
 	rows, err := s.store.ClaimOutboxRowsScoped(ctx, s.st.f, p.Claims)
 	if err == nil {
@@ -225,48 +222,17 @@ func claimPlan[R any](ctx context.Context, s *sweeper[R], p Plan) ([]R, error) {
 	return rows, nil
 }
 
-// checkClaimed checks what ClaimOutboxRowsScoped returned for claims
-// against its contract: no more rows than the claims' limits add up to,
-// and, for rows that say their route (as outbox.Row does), grouped by
-// claim in the claims' order, at most Limit of each claim's route and none
-// of a route not asked for. A violation is a *SnapshotError (see
-// [ErrStore]); the rows stay claimed until their leases expire.
-func checkClaimed[R any](claims []ScopedClaim, rows []R) error {
-	if len(rows) > sumLimits(claims) {
-		return &SnapshotError{Count: len(rows), Reason: "claim: more rows than the claims' limits"}
-	}
-	j, n := 0, 0
-	for i := range rows {
-		r, ok := any(rows[i]).(routed)
-		if !ok {
-			return nil
-		}
-		route := r.Route()
-		for j < len(claims) && claims[j].Route != route {
-			j, n = j+1, 0
-		}
-		if j == len(claims) {
-			return &SnapshotError{Namespace: route.Namespace, TaskQueue: route.TaskQueue, Count: 1,
-				Reason: "claim: a row of a route not asked for, or out of the claims' order"}
-		}
-		if n++; n > claims[j].Limit {
-			return &SnapshotError{Namespace: route.Namespace, TaskQueue: route.TaskQueue, Count: n, Reason: "claim: more rows than the route's limit"}
-		}
-	}
-	return nil
-}
-
 // sweepInTx runs a whole sweep, counts and claim, in one transaction of a
-// TxSweeper, and commits it: nothing is in flight outside it, and nothing
-// is read ahead.
+// TxSweeper, and commits it: nothing is in flight outside it, so the rows'
+// tokens are spent once it succeeded (reserve and settle at once), and
+// nothing is read ahead.
 func sweepInTx[R any](ctx context.Context, txs TxSweeper[R], s *sweeper[R], began time.Time) ([]R, Plan, error) {
 	var (
 		rows []R
 		out  sweepResult
 	)
-	err := txs.InSweepTx(ctx, func(tx OutboxStore[R]) error {
+	err := txs.InSweepTx(ctx, func(tx OutboxStore[R]) (err error) {
 		ts := s.on(tx)
-		var err error
 		if out, err = ts.plan(ctx); err == nil {
 			rows, err = claimPlan(ctx, ts, out.plan)
 		}
@@ -279,8 +245,8 @@ func sweepInTx[R any](ctx context.Context, txs TxSweeper[R], s *sweeper[R], bega
 		}
 		return nil, Plan{}, err
 	}
+	settle(s.e, s.e.reserve(out.plan), rows)
 	s.e.commit(out, began)
-	spendClaimed(s.e.b, out.plan, rows)
 	return rows, out.plan, nil
 }
 
@@ -433,23 +399,6 @@ type counts struct {
 	ahead      bool // read ahead for an earlier sweep, corrected since (SweepAhead)
 }
 
-// broken turns a *SnapshotError the planner found in c's counts into the
-// store's contract violation: a *StoreError naming the call that returned
-// the counts, wrapping it. Other errors pass unchanged.
-func (c *counts) broken(err error) error {
-	var se *SnapshotError
-	if !errors.As(err, &se) {
-		return err
-	}
-	op := "CountOutboxRows"
-	if claimed := se.Reason == reasonNegativeClaimed; claimed && !c.claimedToo {
-		op = "CountClaimedOutboxRows"
-	} else if !claimed && c.p.Namespaces == 0 && !c.p.Claimed {
-		op = "CountPendingOutboxRows"
-	}
-	return &StoreError{Op: op, Err: err}
-}
-
 // plan reads and plans (see read and planCounts).
 func (s *sweeper[R]) plan(ctx context.Context) (sweepResult, error) {
 	c, err := s.read(ctx)
@@ -581,18 +530,16 @@ func (s *sweeper[R]) window(c *counts) (int, bool) {
 // namespaces, or fewer than budget + 1 of them with demand (some have only
 // invalid routes): a plan that may grant more than 1 needs deeper counts.
 func (s *sweeper[R]) planWindow(ctx context.Context, c *counts, n int) (Plan, moves, bool, error) {
+	// A window of more namespaces than needed starts with the window
+	// needed. Counts read ahead lose the namespaces the last claim
+	// emptied; if that leaves the window short, count it now.
 	if c.p.Namespaces >= n {
-		// A window of more namespaces than needed starts with the window
-		// needed. Counts read ahead lose the namespaces the last claim
-		// emptied; if that leaves the window short, count it now.
 		c.pending = firstNamespaces(c.pending, c.p.After, n)
-		if c.ahead && distinctNamespaces(c.pending) < n {
-			if ok, err := s.countWindow(ctx, c, n); !ok || err != nil {
-				return Plan{}, moves{}, false, err
-			}
+	}
+	if c.p.Namespaces < n || (c.ahead && distinctNamespaces(c.pending) < n) {
+		if ok, err := s.countWindow(ctx, c, n); !ok || err != nil {
+			return Plan{}, moves{}, false, err
 		}
-	} else if ok, err := s.countWindow(ctx, c, n); !ok || err != nil {
-		return Plan{}, moves{}, false, err
 	}
 	if distinctNamespaces(c.pending) < n {
 		return Plan{}, moves{}, false, nil

@@ -128,10 +128,9 @@ func planClaimedWindow(sc *scratch, r *rotation, c *counts, grants []RouteCount,
 	// else the largest), and the route cursors of namespaces whose grant
 	// was split over more than one claimable route.
 	last := len(grants) - 1
-	after := w.window.After
-	if i, _ := slices.BinarySearchFunc(grants, after, func(g RouteCount, after string) int {
+	if i, found := slices.BinarySearchFunc(grants, w.window.After, func(g RouteCount, after string) int {
 		return strings.Compare(g.Route.Namespace, after)
-	}); i < len(grants) && grants[i].Route.Namespace == after {
+	}); found {
 		last = i
 	} else if i > 0 {
 		last = i - 1
