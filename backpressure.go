@@ -108,7 +108,7 @@ func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {
 	}
 	b := &Backpressure{set: newSettings(c, f)}
 	b.e = newEngine(b)
-	b.rates.dflt.at = b.rateNow() // every bucket starts empty now
+	b.rates.dflt.at = b.now() // every bucket starts empty now
 	return b, nil
 }
 
@@ -134,7 +134,7 @@ func (b *Backpressure) SetConfig(cfg Config) error {
 	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
-	return b.SetConfigAt(cfg, b.rateNow())
+	return b.SetConfigAt(cfg, b.now())
 }
 
 // SetConfigAt is [Backpressure.SetConfig] at time t: the rate buckets (see
@@ -212,7 +212,7 @@ func (b *Backpressure) SetOwnedShards(f OwnedShardFraction) error {
 	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
-	return b.SetOwnedShardsAt(f, b.rateNow())
+	return b.SetOwnedShardsAt(f, b.now())
 }
 
 // SetOwnedShardsAt is [Backpressure.SetOwnedShards] at time t: the rate
@@ -250,7 +250,7 @@ func (b *Backpressure) Plan(s Snapshot) (Plan, error) {
 	if b == nil || b.e.sem == nil {
 		return Plan{}, errNotNew
 	}
-	return b.PlanAt(s, b.rateNow())
+	return b.PlanAt(s, b.now())
 }
 
 // PlanAt is [Backpressure.Plan] at time t: rate-limited namespaces (see

@@ -204,38 +204,30 @@ func (fs *flights) grants() []ScopedClaim {
 // its first n namespaces in the cyclic order after after: the window
 // [Counter] would have returned for n. It filters in place.
 func firstNamespaces(pending []RouteCount, after string, n int) []RouteCount {
-	above, total := 0, 0
-	for i, rc := range pending {
-		if i == 0 || rc.Route.Namespace != pending[i-1].Route.Namespace {
-			total++
-			if rc.Route.Namespace > after {
-				above++
+	above, _ := slices.BinarySearchFunc(pending, after, func(rc RouteCount, after string) int {
+		if rc.Route.Namespace <= after {
+			return -1
+		}
+		return 1
+	})
+	hi, left := namespacesEnd(pending, above, n)
+	lo, _ := namespacesEnd(pending[:above], 0, left)
+	return append(pending[:lo], pending[above:hi]...)
+}
+
+// namespacesEnd returns where the first n namespaces of routes (sorted by
+// namespace) from i, the first route of a namespace, end; and how many of
+// the n are left when routes ends first.
+func namespacesEnd(routes []RouteCount, i, n int) (int, int) {
+	for ; i < len(routes); i++ {
+		if i == 0 || routes[i].Route.Namespace != routes[i-1].Route.Namespace {
+			if n == 0 {
+				return i, 0
 			}
+			n--
 		}
 	}
-	if total <= n {
-		return pending
-	}
-	keepAbove := min(n, above)
-	keepBelow := n - keepAbove
-	out := pending[:0]
-	prev, seenAbove, seenBelow, keep := "", 0, 0, false
-	for i, rc := range pending {
-		if ns := rc.Route.Namespace; i == 0 || ns != prev {
-			prev = ns
-			if ns > after {
-				seenAbove++
-				keep = seenAbove <= keepAbove
-			} else {
-				seenBelow++
-				keep = seenBelow <= keepBelow
-			}
-		}
-		if keep {
-			out = append(out, rc)
-		}
-	}
-	return out
+	return len(routes), n
 }
 
 // withDemand reports whether at least n of reports have demand.

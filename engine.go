@@ -79,7 +79,7 @@ func (e *engine) plan(s Snapshot, st settings, t time.Time) (Plan, moves, error)
 	}
 	if st.cfg.hasRates() {
 		if t.IsZero() {
-			t = e.b.rateNow()
+			t = e.b.now()
 		}
 		e.b.tokensAt(e.scratch.ns, st, t)
 	}
@@ -167,18 +167,12 @@ func sweepAhead[R any](ctx context.Context, b *Backpressure, store OutboxStore[R
 }
 
 // claim is the claim step of a sweep holding the engine: it claims out's
-// rows (unless its window claim has: byWindow) and commits the plan if
-// the claim succeeded.
+// rows (claimPlan) with their grants in flight and their tokens taken, and
+// commits the plan if the claim succeeded.
 func claim[R any](ctx context.Context, s *sweeper[R], out sweepResult, began time.Time) ([]R, Plan, error) {
-	if s.byWindow {
-		s.e.commit(out, began)
-		return s.won, out.plan, nil
-	}
-	if len(out.plan.Claims) == 0 {
-		s.e.commit(out, began)
-		return nil, out.plan, nil
-	}
-	rows, err := claimRows(ctx, s, out.plan, s.e.reserve(out.plan))
+	r := s.e.reserve(out.plan)
+	rows, err := claimPlan(ctx, s, out.plan)
+	settle(s.e, r, rows)
 	if err != nil {
 		return nil, Plan{}, err
 	}
@@ -195,17 +189,33 @@ type reservation struct {
 
 // reserve puts p's grants in flight and takes their rate tokens, while the
 // engine is held, so that plans made beside the claim see both (rate.go);
-// claimRows settles them.
+// settle ends the reservation. A plan without claims reserves nothing.
 func (e *engine) reserve(p Plan) reservation {
+	if len(p.Claims) == 0 {
+		return reservation{}
+	}
 	return reservation{f: e.flights.add(p.Claims), reserved: e.b.reserveTokens(p)}
 }
 
-// claimRows claims p's rows and settles r: the grants leave the flights,
-// and the tokens of grants the claim did not fill go back.
-func claimRows[R any](ctx context.Context, s *sweeper[R], p Plan, r reservation) ([]R, error) {
+// settle ends r once its claim returned rows (nil if it failed): the
+// grants leave the flights, and the tokens of grants the claim did not
+// fill go back.
+func settle[R any](e *engine, r reservation, rows []R) {
+	e.flights.remove(r.f)
+	releaseTokens(e.b, r.reserved, rows)
+}
+
+// claimPlan claims p's rows on s's store: those its window claim took
+// (byWindow), none for a plan without claims, else what
+// ClaimOutboxRowsScoped returns, checked against its contract.
+func claimPlan[R any](ctx context.Context, s *sweeper[R], p Plan) ([]R, error) {
+	if s.byWindow || len(p.Claims) == 0 {
+		return s.won, nil // nil but after a window claim
+	}
 	rows, err := s.store.ClaimOutboxRowsScoped(ctx, s.st.f, p.Claims)
-	s.e.flights.remove(r.f)
-	releaseTokens(s.e.b, r.reserved, rows)
+	if err == nil {
+		err = checkClaimed(p.Claims, rows)
+	}
 	if err != nil {
 		return nil, &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
 	}
@@ -213,40 +223,30 @@ func claimRows[R any](ctx context.Context, s *sweeper[R], p Plan, r reservation)
 }
 
 // sweepInTx runs a whole sweep, counts and claim, in one transaction of a
-// TxSweeper, and commits it: nothing is in flight outside it, and nothing
-// is read ahead.
+// TxSweeper, and commits it: nothing is in flight outside it, so the rows'
+// tokens are spent once it succeeded (reserve and settle at once), and
+// nothing is read ahead.
 func sweepInTx[R any](ctx context.Context, txs TxSweeper[R], s *sweeper[R], began time.Time) ([]R, Plan, error) {
 	var (
 		rows []R
 		out  sweepResult
 	)
-	err := txs.InSweepTx(ctx, func(tx OutboxStore[R]) error {
-		ts := *s
-		ts.store = tx
-		ts.counter, _ = any(tx).(Counter)
-		ts.wc = ts.windowClaimer()
-		var err error
-		if out, err = ts.plan(ctx); err != nil || len(out.plan.Claims) == 0 {
-			return err
+	err := txs.InSweepTx(ctx, func(tx OutboxStore[R]) (err error) {
+		ts := s.on(tx)
+		if out, err = ts.plan(ctx); err == nil {
+			rows, err = claimPlan(ctx, ts, out.plan)
 		}
-		if ts.byWindow {
-			rows = ts.won
-			return nil
-		}
-		if rows, err = tx.ClaimOutboxRowsScoped(ctx, ts.st.f, out.plan.Claims); err != nil {
-			return &StoreError{Op: "ClaimOutboxRowsScoped", Err: err}
-		}
-		return nil
+		return err
 	})
-	// fn's errors are already typed; anything else is the store's own.
-	if err != nil && !errors.As(err, new(*StoreError)) && !errors.As(err, new(*SnapshotError)) {
-		err = &StoreError{Op: "InSweepTx", Err: err}
-	}
 	if err != nil {
+		// fn's errors are already typed; anything else is the store's own.
+		if !errors.As(err, new(*StoreError)) {
+			err = &StoreError{Op: "InSweepTx", Err: err}
+		}
 		return nil, Plan{}, err
 	}
+	settle(s.e, s.e.reserve(out.plan), rows)
 	s.e.commit(out, began)
-	spendClaimed(s.e.b, out.plan, rows)
 	return rows, out.plan, nil
 }
 
@@ -259,7 +259,8 @@ func sweepInTx[R any](ctx context.Context, txs TxSweeper[R], s *sweeper[R], bega
 // plan (seq counts them) already built on it.
 func claimOverlapped[R any](ctx context.Context, s *sweeper[R], out sweepResult, r reservation, undo rotationUndo, seq uint64, began time.Time) ([]R, Plan, error) {
 	e := s.e
-	rows, err := claimRows(ctx, s, out.plan, r)
+	rows, err := claimPlan(ctx, s, out.plan)
+	settle(e, r, rows)
 	if err != nil {
 		out.ahead.drop()
 		e.sem <- struct{}{}
@@ -370,14 +371,21 @@ type sweeper[R any] struct {
 
 func newSweeper[R any](e *engine, store OutboxStore[R], n int) *sweeper[R] {
 	st := e.b.current()
-	s := &sweeper[R]{e: e, st: st, budget: min(n, st.cfg.batchSize), store: store}
+	s := sweeper[R]{e: e, st: st, budget: min(n, st.cfg.batchSize)}
 	s.full = st.fullCap(s.budget)
-	s.counter, _ = any(store).(Counter)
 	if s.inflight = e.flights.grants(); len(s.inflight) > 0 {
 		s.deeper, s.wider = grantSpread(s.inflight)
 	}
+	return s.on(store)
+}
+
+// on returns a copy of s that reads and claims on store (a TxSweeper's
+// transaction, for one), with store's extensions.
+func (s sweeper[R]) on(store OutboxStore[R]) *sweeper[R] {
+	s.store = store
+	s.counter, _ = any(store).(Counter)
 	s.wc = s.windowClaimer()
-	return s
+	return &s
 }
 
 // counts is what a sweep has read: the claimed counts, and the pending
@@ -462,13 +470,16 @@ func (s *sweeper[R]) read(ctx context.Context) (counts, error) {
 }
 
 // countClaimed reads the claimed counts alone, corrected for the claims in
-// flight.
+// flight (K + g).
 func (s *sweeper[R]) countClaimed(ctx context.Context) (counts, error) {
 	claimed, err := s.store.CountClaimedOutboxRows(ctx, s.st.f)
 	if err != nil {
 		return counts{}, &StoreError{Op: "CountClaimedOutboxRows", Err: err}
 	}
-	return counts{claimed: s.correctClaimed(claimed)}, nil
+	if len(s.inflight) > 0 {
+		claimed = addGrants(claimed, s.inflight)
+	}
+	return counts{claimed: claimed}, nil
 }
 
 // planFrom plans from c, reading more where c cannot give the plan
@@ -519,25 +530,23 @@ func (s *sweeper[R]) window(c *counts) (int, bool) {
 // namespaces, or fewer than budget + 1 of them with demand (some have only
 // invalid routes): a plan that may grant more than 1 needs deeper counts.
 func (s *sweeper[R]) planWindow(ctx context.Context, c *counts, n int) (Plan, moves, bool, error) {
+	// A window of more namespaces than needed starts with the window
+	// needed. Counts read ahead lose the namespaces the last claim
+	// emptied; if that leaves the window short, count it now.
 	if c.p.Namespaces >= n {
-		// A window of more namespaces than needed starts with the window
-		// needed. Counts read ahead lose the namespaces the last claim
-		// emptied; if that leaves the window short, count it now.
 		c.pending = firstNamespaces(c.pending, c.p.After, n)
-		if c.ahead && distinctNamespaces(c.pending) < n {
-			if ok, err := s.countWindow(ctx, c, n); !ok || err != nil {
-				return Plan{}, moves{}, false, err
-			}
+	}
+	if c.p.Namespaces < n || (c.ahead && distinctNamespaces(c.pending) < n) {
+		if ok, err := s.countWindow(ctx, c, n); !ok || err != nil {
+			return Plan{}, moves{}, false, err
 		}
-	} else if ok, err := s.countWindow(ctx, c, n); !ok || err != nil {
-		return Plan{}, moves{}, false, err
 	}
 	if distinctNamespaces(c.pending) < n {
 		return Plan{}, moves{}, false, nil
 	}
 	plan, m, err := s.e.plan(Snapshot{Claimed: c.claimed, Pending: c.pending, Budget: s.budget}, s.st, time.Time{})
 	if err != nil {
-		return Plan{}, moves{}, false, err
+		return Plan{}, moves{}, false, c.broken(err)
 	}
 	// k does not count a namespace whose every route is invalid (it has
 	// no demand either): the window is exact only if budget + 1 of its
@@ -584,7 +593,7 @@ func (s *sweeper[R]) planFull(ctx context.Context, c *counts) (Plan, moves, erro
 		}
 		plan, m, err := s.e.plan(Snapshot{Claimed: c.claimed, Pending: c.pending, Budget: s.budget}, s.st, time.Time{})
 		if err != nil {
-			return Plan{}, moves{}, err
+			return Plan{}, moves{}, c.broken(err)
 		}
 		plan.countCap = limit
 		if limit >= s.full || maxLimit(plan.Claims) < limit {
@@ -630,12 +639,4 @@ func (s *sweeper[R]) countPending(ctx context.Context, capPerRoute int) ([]Route
 		return pending, err
 	}
 	return subtractGrants(pending, s.inflight, capPerRoute), nil
-}
-
-// correctClaimed corrects claimed counts for the claims in flight.
-func (s *sweeper[R]) correctClaimed(claimed map[string]int) map[string]int {
-	if len(s.inflight) == 0 {
-		return claimed
-	}
-	return addGrants(claimed, s.inflight)
 }

@@ -15,7 +15,9 @@ var (
 	ErrInvalidConfig = errors.New("backpressure: invalid config")
 	// ErrInvalidSnapshot reports a Snapshot that Plan rejects.
 	ErrInvalidSnapshot = errors.New("backpressure: invalid snapshot")
-	// ErrStore wraps every error a store returned during Sweep.
+	// ErrStore wraps every error a store returned during Sweep, and every
+	// answer of a store that breaks its contract (a *StoreError wrapping a
+	// *SnapshotError: see [StoreError]).
 	ErrStore = errors.New("backpressure: store failed")
 	// ErrNotSupported is what a store returns from an optional extension
 	// (see [Counter]) for a request it does not serve; Sweep then does
@@ -91,6 +93,19 @@ func (e *SnapshotError) Is(target error) bool { return target == ErrInvalidSnaps
 // StoreError wraps an error returned by an OutboxStore during Sweep, naming
 // the call that failed. It matches [ErrStore] and unwraps to the store's
 // error, so errors.Is(err, context.Canceled) works through it.
+//
+// A store whose answer breaks its contract is its own kind of failure: a
+// StoreError whose Err is a *[SnapshotError] saying what broke, so that
+// errors.As(err, new(*SnapshotError)) finds it, and it matches both
+// ErrStore and [ErrInvalidSnapshot] (a Snapshot passed to Plan matches
+// only the latter; a store that failed, only the former). Sweep reports
+// so counts that Plan would reject (Op the count call that returned them),
+// a window claim's answer that breaks its rules (Op "ClaimOutboxWindow"),
+// and ClaimOutboxRowsScoped's rows beyond the claims' limits, of a route
+// not asked for or out of the claims' order (Op "ClaimOutboxRowsScoped";
+// a route is checked only on rows with a Route method, as outbox.Row
+// has). Rows a claim returned stay claimed until their leases expire,
+// unless the sweep ran in a TxSweeper's transaction.
 type StoreError struct {
 	Op  string // the failed call: "CountClaimedOutboxRows", "CountPendingOutboxRows", "CountOutboxRows" ([Counter]), "ClaimOutboxRowsScoped" or "InSweepTx" ([TxSweeper])
 	Err error

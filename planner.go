@@ -366,6 +366,10 @@ func (sc *scratch) group(pending []RouteCount) ([]RouteCount, error) {
 	return routes, nil
 }
 
+// reasonNegativeClaimed is the Reason of a negative claimed count, the one
+// SnapshotError about Snapshot.Claimed.
+const reasonNegativeClaimed = "negative claimed count"
+
 // placeClaimed validates claimed and sets the Claimed of each namespace of
 // sc.ns, adding, in order, those with claimed rows and nothing pending.
 func (sc *scratch) placeClaimed(claimed map[string]int) error {
@@ -385,7 +389,7 @@ func (sc *scratch) placeClaimed(claimed map[string]int) error {
 	if found < len(claimed) || negative { // else every count is checked and placed
 		for name, c := range claimed {
 			if c < 0 {
-				return &SnapshotError{Namespace: name, Count: c, Reason: "negative claimed count"}
+				return &SnapshotError{Namespace: name, Count: c, Reason: reasonNegativeClaimed}
 			}
 			if found == len(claimed) || c == 0 {
 				continue
@@ -679,7 +683,7 @@ func (sc *scratch) splitRoutes(w *nsWork, routes []RouteCount, limits []int, r *
 	}
 	caps := sc.caps[:0]
 	for _, r := range rs {
-		if w.Invalid > 0 && r.Route.Validate() != nil {
+		if w.Invalid > 0 && !r.Route.valid() {
 			caps = append(caps, 0) // never granted, as if absent
 		} else {
 			caps = append(caps, r.Count)

@@ -1057,3 +1057,19 @@ func TestNextTaskQueue(t *testing.T) {
 		}
 	})
 }
+
+// TestRouteValid checks Route.valid, the planner's allocation-free check,
+// against Route.Validate, the rule it stands for, on names around eight
+// bytes and both length limits, with NUL, bytes above 0x7f and invalid
+// UTF-8 anywhere.
+func TestRouteValid(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		part := rapid.StringOfN(rapid.SampledFrom([]rune{'a', 'q', 'é', 0, 0x7f, 0x80}), 0, 10, -1)
+		raw := rapid.SampledFrom([]string{"", "\xff", "\xc3", "queue-00", "12345678",
+			strings.Repeat("x", maxNamespaceBytes-4), strings.Repeat("x", maxTaskQueueBytes-4)})
+		r := Route{Namespace: raw.Draw(t, "nsPrefix") + part.Draw(t, "ns"), TaskQueue: raw.Draw(t, "tqPrefix") + part.Draw(t, "tq")}
+		if got, want := r.valid(), r.Validate() == nil; got != want {
+			t.Fatalf("%+v.valid() = %v, but Validate() = %v", r, got, r.Validate())
+		}
+	})
+}

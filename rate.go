@@ -102,10 +102,6 @@ type rateState struct {
 	dflt    bucket
 }
 
-// rateNow is the clock rates read when no time is given: b's clock
-// (Config.Clock). The caller must not hold b.mu.
-func (b *Backpressure) rateNow() time.Time { return b.now() }
-
 // bucketFor returns namespace's bucket. The caller holds b.mu.
 func (b *Backpressure) bucketFor(namespace string) bucket {
 	if k, ok := b.rates.buckets[namespace]; ok {
@@ -177,7 +173,7 @@ func (b *Backpressure) SpendTokens(started map[string]int) error {
 	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
-	return b.SpendTokensAt(started, b.rateNow())
+	return b.SpendTokensAt(started, b.now())
 }
 
 // SpendTokensAt records that started[ns] rows of each namespace ns were
@@ -331,15 +327,6 @@ func releaseTokens[R any](b *Backpressure, taken map[string]int, rows []R) {
 	}
 }
 
-// spendClaimed spends, after a claim that ran with nothing in flight beside
-// it (a TxSweeper's sweep), the tokens of the rows it returned: what
-// reserveTokens and releaseTokens do net, in one step.
-func spendClaimed[R any](b *Backpressure, plan Plan, rows []R) {
-	if taken := b.rateGrants(plan); taken != nil && len(rows) > 0 {
-		b.spend(claimedOf(taken, rows))
-	}
-}
-
 // rateGrants returns plan's grants per rate-limited namespace, nil when it
 // grants none. The caller must not hold b.mu.
 func (b *Backpressure) rateGrants(plan Plan) map[string]int {
@@ -392,7 +379,7 @@ func claimedOf[R any](grants map[string]int, rows []R) map[string]int {
 // spend spends n[ns] tokens of each namespace's bucket now (n[ns] < 0
 // gives tokens back). The caller must not hold b.mu.
 func (b *Backpressure) spend(n map[string]int) {
-	t := b.rateNow()
+	t := b.now()
 	b.mu.Lock()
 	b.spendLocked(n, t)
 	b.mu.Unlock()

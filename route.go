@@ -60,6 +60,12 @@ func (r Route) Validate() error {
 	return nil
 }
 
+// valid reports whether r.Validate() is nil, with the planner's check
+// (validName), which allocates nothing.
+func (r Route) valid() bool {
+	return r.Namespace != "" && validName(r.Namespace, maxNamespaceBytes) && validName(r.TaskQueue, maxTaskQueueBytes)
+}
+
 // validName reports whether checkName(s, max) is "". The planner checks
 // every route of every sweep with it, so it checks eight bytes at a time
 // for the usual case, ASCII without NUL, and leaves the rest to validTail.

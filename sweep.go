@@ -21,8 +21,9 @@ import (
 //
 // On error no row is claimed and b's rotation is unchanged. The error is
 // ctx's if ctx is done before the sweep starts; one matching [ErrStore]
-// (a *[StoreError] naming the failed call) if the store failed; a
-// *[SnapshotError] if the store's counts break its contract; or one
+// (a *[StoreError] naming the failed call) if the store failed, or if its
+// answer broke its contract (the StoreError then wraps a *[SnapshotError]
+// saying how); or one
 // matching [ErrInvalidConfig] if b was not built by [New] or store is nil.
 // How a sweep reads is in docs/engine.md.
 func Sweep[R any](ctx context.Context, b *Backpressure, store OutboxStore[R]) ([]R, Plan, error) {

@@ -88,20 +88,21 @@ func (s *sweeper[R]) claimWindow(ctx context.Context, c *counts) (Plan, moves, b
 // window's namespaces that got no row. Grants that break the contract
 // (more than the window's namespaces, out of order, a namespace twice or
 // skipped, an invalid route, a count other than 1 or 2, not one row each)
-// are a *SnapshotError; the rows stay claimed until their leases expire.
+// break the store's contract (see [ErrStore]); the rows stay claimed until
+// their leases expire.
 func planClaimedWindow(sc *scratch, r *rotation, c *counts, grants []RouteCount, rows int, w windowClaim, st settings, budget int) (Plan, moves, error) {
 	bad := func(g RouteCount, reason string) error {
-		return &SnapshotError{Namespace: g.Route.Namespace, TaskQueue: g.Route.TaskQueue, Count: 1, Reason: "window claim: " + reason}
+		return &StoreError{Op: "ClaimOutboxWindow", Err: &SnapshotError{Namespace: g.Route.Namespace, TaskQueue: g.Route.TaskQueue, Count: g.Count, Reason: "window claim: " + reason}}
 	}
 	if len(grants) > w.window.Namespaces || rows != len(grants) {
-		return Plan{}, moves{}, &SnapshotError{Count: len(grants), Reason: "window claim: not one row for each namespace served"}
+		return Plan{}, moves{}, bad(RouteCount{Count: len(grants)}, "not one row for each namespace served")
 	}
 	pending := make([]RouteCount, len(grants))
 	for i, g := range grants {
 		switch {
 		case i > 0 && grants[i-1].Route.Namespace >= g.Route.Namespace:
 			return Plan{}, moves{}, bad(g, "grants out of order or a namespace twice")
-		case g.Route.Validate() != nil:
+		case !g.Route.valid():
 			return Plan{}, moves{}, bad(g, "invalid route")
 		case g.Count != 1 && g.Count != 2:
 			return Plan{}, moves{}, bad(g, "a route count other than 1 or 2")
@@ -116,21 +117,20 @@ func planClaimedWindow(sc *scratch, r *rotation, c *counts, grants []RouteCount,
 	// claim runs without rates, so the planner needs no tokens.
 	budget, routes, err := sc.prepare(Snapshot{Claimed: c.claimed, Pending: pending, Budget: budget}, st)
 	if err != nil {
-		return Plan{}, moves{}, err
+		return Plan{}, moves{}, c.broken(err) // the claimed counts: the grants are checked
 	}
 	plan, m := sc.decide(st, r, budget, routes)
 	if plan.Granted() != len(grants) {
-		return Plan{}, moves{}, &SnapshotError{Count: len(grants), Reason: "window claim: a namespace without headroom got a row"}
+		return Plan{}, moves{}, bad(RouteCount{Count: len(grants)}, "a namespace without headroom got a row")
 	}
 	// The moves a counted window makes: the rotation cursor to the last
 	// namespace served in the walk (the largest at or before After, if any,
 	// else the largest), and the route cursors of namespaces whose grant
 	// was split over more than one claimable route.
 	last := len(grants) - 1
-	after := w.window.After
-	if i, _ := slices.BinarySearchFunc(grants, after, func(g RouteCount, after string) int {
+	if i, found := slices.BinarySearchFunc(grants, w.window.After, func(g RouteCount, after string) int {
 		return strings.Compare(g.Route.Namespace, after)
-	}); i < len(grants) && grants[i].Route.Namespace == after {
+	}); found {
 		last = i
 	} else if i > 0 {
 		last = i - 1

@@ -1,11 +1,8 @@
 package dispatch
 
 import (
-	"fmt"
 	"math"
 	"time"
-
-	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Backoff is an exponential backoff with jitter. For attempt a ≥ 1 and a
@@ -24,7 +21,8 @@ import (
 type Backoff struct {
 	Base time.Duration // the first delay; must be ≥ 0 (0: the default)
 	// Max is the longest delay: 0 (the default), or Base to
-	// [outbox.MaxDelay]; a Max below a non-zero Base is refused.
+	// [github.com/outboxkit/backpressure/outbox.MaxDelay]; a Max below a
+	// non-zero Base is refused.
 	Max time.Duration
 	// Jitter is the fraction of a delay that is randomised, in [0, 1]; 0
 	// means the default, a negative value means none; NaN is refused.
@@ -82,27 +80,4 @@ func (b Backoff) withDefaults(def Backoff) Backoff {
 		b.Jitter = 0
 	}
 	return b
-}
-
-// validate checks b's fields as given (before defaults); minBase is the
-// shortest non-zero Base.
-func (b Backoff) validate(field string, minBase time.Duration) error {
-	bad := func(f, format string, args ...any) error {
-		return &OptionError{Field: field + "." + f, Reason: fmt.Sprintf(format, args...)}
-	}
-	switch {
-	case b.Base < 0 || b.Base > outbox.MaxDelay:
-		return bad("Base", "is %v, not in [0, outbox.MaxDelay = %v]", b.Base, outbox.MaxDelay)
-	case b.Base > 0 && b.Base < minBase:
-		return bad("Base", "is %v, below %v", b.Base, minBase)
-	case b.Max < 0 || b.Max > outbox.MaxDelay:
-		return bad("Max", "is %v, not in [0, outbox.MaxDelay = %v]", b.Max, outbox.MaxDelay)
-	case b.Max > 0 && b.Max < b.Base:
-		return bad("Max", "is %v, below Base (%v)", b.Max, b.Base)
-	case math.IsNaN(b.Jitter):
-		return bad("Jitter", "is NaN; want a fraction in [0, 1], or negative for none")
-	case b.Jitter > 1:
-		return bad("Jitter", "is %v, above 1", b.Jitter)
-	}
-	return nil
 }

@@ -40,143 +40,194 @@ type written struct {
 // is closed, it has ShutdownTimeout to wait for the calls in flight, take
 // what is left and write it, with a context that outlives Run's; at the
 // deadline that context is cancelled, and every result not known written
-// (including those of calls still in flight) is counted unwritten.
+// (including those of calls still in flight) is counted unwritten. The
+// steps are the batcher's.
 func (r *run) completer(stop <-chan struct{}) flushOutcome {
-	var (
-		buf       []*job
-		collected int // results taken from r.completions
-		failures  int
-		inflight  int  // Complete calls in flight
-		held      int  // results in those calls
-		due       bool // the interval of the oldest buffered result has passed
-		hold      bool // a failed write's backoff is running: write nothing
-	)
-	done := make(chan written, completeWriters)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	armed := false
-	arm := func(d time.Duration) {
-		timer.Reset(d)
-		armed = true
-	}
-	disarm := func() {
-		if armed {
-			timer.Stop()
-			armed = false
+	b := newBatcher(r)
+	for {
+		select {
+		case j := <-b.intake():
+			b.collect(j)
+		case w := <-b.done:
+			b.apply(w)
+		case <-b.timer.C:
+			b.timedOut()
+		case <-stop:
+			return b.shutdown()
 		}
+		b.flush()
 	}
-	// pump starts the writes the buffer, the writers and a backoff allow.
-	pump := func() {
-		for !hold && inflight < completeWriters && len(buf) > 0 && (due || len(buf) >= r.o.CompleteBatch) {
-			batch, rest := splitBatch(buf, r.o.CompleteBatch)
-			buf = rest
-			inflight++
-			held += len(batch)
-			go func() {
-				res, err := r.completeBatch(r.writeCtx, batch)
-				done <- written{batch: batch, res: res, err: err}
-			}()
-		}
-		switch {
-		case hold:
-		case len(buf) == 0:
-			due = false
-			disarm()
-		case !due && !armed:
-			arm(r.o.FlushInterval)
-		}
+}
+
+// batcher is the completer's state, used by the completer alone: the
+// results it holds, and the Complete calls it has in flight.
+type batcher struct {
+	r         *run
+	buf       []*job
+	collected int  // results taken from r.completions
+	failures  int  // consecutive failed Complete calls
+	inflight  int  // Complete calls in flight
+	held      int  // results in those calls
+	due       bool // the interval of the oldest buffered result has passed
+	hold      bool // a failed write's backoff is running: write nothing
+	done      chan written
+	timer     *time.Timer // FlushInterval, or a failed write's backoff
+	armed     bool        // timer is running
+}
+
+func newBatcher(r *run) *batcher {
+	b := &batcher{r: r, done: make(chan written, completeWriters), timer: time.NewTimer(time.Hour)}
+	b.timer.Stop()
+	return b
+}
+
+// intake returns the channel results arrive on, or nil while the buffer
+// and the calls in flight hold CompletionBacklog results: workers then
+// block until the store catches up.
+func (b *batcher) intake() <-chan *job {
+	if len(b.buf)+b.held >= b.r.o.CompletionBacklog {
+		return nil
 	}
-	// settle takes back one call's outcome.
-	settle := func(w written) {
-		inflight--
-		held -= len(w.batch)
-		if w.err == nil {
-			failures = 0
-			r.applied(w.batch, w.res)
+	return b.r.completions
+}
+
+// collect takes one result into the buffer.
+func (b *batcher) collect(j *job) {
+	b.buf = append(b.buf, j)
+	b.collected++
+}
+
+// timedOut takes the timer's firing: the oldest buffered result's
+// FlushInterval, or a failed write's backoff, has passed.
+func (b *batcher) timedOut() {
+	b.armed = false
+	b.hold, b.due = false, true
+}
+
+// flush starts the writes the buffer, the writers and a backoff allow: a
+// full batch at once, a short one once due, and arms the timer for the
+// FlushInterval of a buffer left waiting.
+func (b *batcher) flush() {
+	r := b.r
+	for !b.hold && b.inflight < completeWriters && len(b.buf) > 0 && (b.due || len(b.buf) >= r.o.CompleteBatch) {
+		batch, rest := splitBatch(b.buf, r.o.CompleteBatch)
+		b.buf = rest
+		b.inflight++
+		b.held += len(batch)
+		go func() {
+			res, err := r.completeBatch(r.writeCtx, batch)
+			b.done <- written{batch: batch, res: res, err: err}
+		}()
+	}
+	switch {
+	case b.hold:
+	case len(b.buf) == 0:
+		b.due = false
+		b.disarm()
+	case !b.due && !b.armed:
+		b.arm(r.o.FlushInterval)
+	}
+}
+
+// apply takes back one call's outcome: the results the store applied, or
+// on failure the batch back at the head of the buffer and a backoff during
+// which nothing is written.
+func (b *batcher) apply(w written) {
+	r := b.r
+	b.inflight--
+	b.held -= len(w.batch)
+	if w.err == nil {
+		b.failures = 0
+		r.applied(w.batch, w.res)
+		return
+	}
+	b.buf = append(w.batch, b.buf...)
+	b.failures++
+	delay := r.o.ErrorBackoff.Delay(b.failures, rand.Float64())
+	if r.writeCtx.Err() == nil {
+		r.m.StoreFailed("Complete", w.err)
+		r.log.Warn("dispatch: writing results failed", "err", w.err, "results", len(b.buf), "failures", b.failures, "retry_in", delay)
+	}
+	b.hold, b.due = true, true
+	b.disarm()
+	b.arm(delay)
+}
+
+func (b *batcher) arm(d time.Duration) {
+	b.timer.Reset(d)
+	b.armed = true
+}
+
+func (b *batcher) disarm() {
+	if b.armed {
+		b.timer.Stop()
+		b.armed = false
+	}
+}
+
+// shutdown waits for the calls in flight, then writes what is left (see
+// finalFlush), within ShutdownTimeout: at the deadline, r.writeCtx is
+// cancelled and the results of calls still in flight count as unwritten.
+func (b *batcher) shutdown() flushOutcome {
+	r := b.r
+	b.disarm()
+	deadline := time.AfterFunc(r.o.ShutdownTimeout, r.writeCancel)
+	defer deadline.Stop()
+	b.awaitWrites()
+	out := b.finalFlush(r.writeCtx)
+	out.unwritten += b.held
+	if out.unwritten > 0 {
+		if out.err == nil {
+			out.err = r.writeCtx.Err()
+		}
+		r.log.Warn("dispatch: shutdown left results unwritten; their rows come back when their leases expire", "results", out.unwritten, "err", out.err)
+	}
+	return out
+}
+
+// awaitWrites waits for the Complete calls in flight, until r.writeCtx is
+// done: a failed call's results go back to the buffer, for finalFlush.
+func (b *batcher) awaitWrites() {
+	for b.inflight > 0 {
+		select {
+		case w := <-b.done:
+			b.inflight--
+			b.held -= len(w.batch)
+			if w.err == nil {
+				b.r.applied(w.batch, w.res)
+			} else {
+				b.buf = append(w.batch, b.buf...)
+			}
+		case <-b.r.writeCtx.Done():
+			// A call that ignores its ctx: stop waiting. Its goroutine's
+			// send cannot block (done has room for every writer).
 			return
 		}
-		buf = append(w.batch, buf...)
-		failures++
-		delay := r.o.ErrorBackoff.Delay(failures, rand.Float64())
-		if r.writeCtx.Err() == nil {
-			r.m.StoreFailed("Complete", w.err)
-			r.log.Warn("dispatch: writing results failed", "err", w.err, "results", len(buf), "failures", failures, "retry_in", delay)
-		}
-		hold, due = true, true
-		disarm()
-		arm(delay)
-	}
-	for {
-		in := r.completions
-		if len(buf)+held >= r.o.CompletionBacklog {
-			in = nil
-		}
-		select {
-		case j := <-in:
-			buf = append(buf, j)
-			collected++
-		case w := <-done:
-			settle(w)
-		case <-timer.C:
-			armed = false
-			hold, due = false, true
-		case <-stop:
-			disarm()
-			deadline := time.AfterFunc(r.o.ShutdownTimeout, r.writeCancel)
-			defer deadline.Stop()
-			for inflight > 0 {
-				select {
-				case w := <-done:
-					inflight--
-					held -= len(w.batch)
-					if w.err == nil {
-						r.applied(w.batch, w.res)
-					} else {
-						buf = append(w.batch, buf...)
-					}
-					continue
-				case <-r.writeCtx.Done():
-					// A call that ignores its ctx: stop waiting. Its
-					// goroutine's send cannot block (done has room for
-					// every writer).
-				}
-				break
-			}
-			out := r.finalFlush(r.writeCtx, buf, collected)
-			out.unwritten += held
-			if out.unwritten > 0 {
-				if out.err == nil {
-					out.err = r.writeCtx.Err()
-				}
-				r.log.Warn("dispatch: shutdown left results unwritten; their rows come back when their leases expire", "results", out.unwritten, "err", out.err)
-			}
-			return out
-		}
-		pump()
 	}
 }
 
 // finalFlush takes the results still on their way, waiting until ctx is
-// done for those of jobs done but not yet sent (collected of them have
-// been taken so far), and writes them all, retrying failures until ctx is
-// done. A result never taken counts as unwritten.
-func (r *run) finalFlush(ctx context.Context, buf []*job, collected int) flushOutcome {
+// done for those of jobs done but not yet sent, and writes them with the
+// buffer, retrying failures until ctx is done. A result never taken counts
+// as unwritten.
+func (b *batcher) finalFlush(ctx context.Context) flushOutcome {
+	r := b.r
 	// Final: no job is active any more (every worker has let go, or
 	// abandonRunning marked the rest under r.mu).
 	r.mu.Lock()
 	want := r.done
 	r.mu.Unlock()
-	for collected < want {
+	for b.collected < want {
 		select {
 		case j := <-r.completions:
-			buf = append(buf, j)
-			collected++
+			b.collect(j)
 			continue
 		case <-ctx.Done():
 		}
 		break
 	}
-	unsent := want - collected
+	unsent := want - b.collected
+	buf := b.buf
 	var lastErr error
 	for failures := 1; len(buf) > 0 && ctx.Err() == nil; failures++ {
 		var err error
@@ -195,6 +246,7 @@ func (r *run) finalFlush(ctx context.Context, buf []*job, collected int) flushOu
 		}
 		t.Stop()
 	}
+	b.buf = buf
 	return flushOutcome{unwritten: len(buf) + unsent, err: lastErr}
 }
 

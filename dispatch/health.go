@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Errors of a [Service]'s health checks. The typed error is
@@ -102,6 +104,17 @@ func (s *Service) Ready(ctx context.Context) error {
 		return notReady("store ping failed", err)
 	}
 	return nil
+}
+
+// ping pings the store if it can be pinged, within PingTimeout.
+func (s *Service) ping(ctx context.Context) error {
+	p, ok := s.store.(outbox.Pinger)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.PingTimeout)
+	defer cancel()
+	return p.Ping(ctx)
 }
 
 // LiveHandler returns an http.Handler for a liveness probe: it answers

@@ -136,3 +136,21 @@ func (r *run) lost(j *job, err error) {
 	r.m.LeaseLost(LeaseLostEvent{Row: j.row, Op: "ExtendLeases"})
 	r.log.Debug("dispatch: lease lost; handler cancelled", "dispatch_key", j.row.DispatchKey, "namespace", j.row.Namespace, "err", err)
 }
+
+// leaseOf returns the length of row's lease as the store set it, or the
+// store's Lease(), or outbox.DefaultLease.
+func (r *run) leaseOf(row outbox.Row) time.Duration {
+	if l := row.LeaseExpiresAt.Sub(row.ClaimedAt); l > 0 && !row.ClaimedAt.IsZero() {
+		return l
+	}
+	if s, ok := r.d.store.(interface{ Lease() time.Duration }); ok && s.Lease() > 0 {
+		return s.Lease()
+	}
+	return outbox.DefaultLease
+}
+
+// renewEvery returns how long after its claim or its last extension j's
+// lease is extended: LeaseRenewal of its length.
+func (r *run) renewEvery(j *job) time.Duration {
+	return time.Duration(float64(j.lease) * r.o.LeaseRenewal)
+}

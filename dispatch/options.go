@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Bounds of the options that size an allocation, a goroutine count or a
@@ -168,6 +171,10 @@ type Options struct {
 	// instead, retried after the backoff, spending an attempt. 0 means
 	// 100; at most [MaxSnoozesLimit].
 	MaxSnoozes int
+	// OverloadSnooze is how long a row whose handler returned an
+	// [Overloaded] signal without a Retry-After is snoozed. 0 means 1s;
+	// at most outbox.MaxDelay.
+	OverloadSnooze time.Duration
 	// ErrorBackoff is the delay before a failed store call (a sweep, a
 	// Complete, an ExtendLeases) is tried again, by consecutive failures.
 	// Zero fields default to Base 100ms, Max 30s (or Base, if longer),
@@ -204,52 +211,142 @@ var (
 
 // withDefaults validates o and returns it with its defaults filled in.
 func (o Options) withDefaults() (Options, error) {
-	bad := func(field, format string, args ...any) (Options, error) {
-		return o, &OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	if err := o.validate(); err != nil {
+		return o, err
 	}
+	if err := o.validateResults(); err != nil {
+		return o, err
+	}
+	o = o.defaulted()
+	o.defaultResults()
+	return o, nil
+}
+
+// optionRule is one check New makes of Options as given, before their
+// defaults: check returns why the field name is invalid (its value
+// included), or "" if it is valid.
+type optionRule struct {
+	name  string
+	check func(o Options) string
+}
+
+// optionRules are every check of Options, in the order New makes them:
+// the first that fails is the *[OptionError] it returns.
+var optionRules = slices.Concat([]optionRule{
+	{"Workers", func(o Options) string { return notIn(o.Workers, 1, MaxWorkers, "") }},
+	{"Queue", func(o Options) string { return notIn(o.Queue, 0, MaxQueue, "") }},
+	{"QueueHighWatermark", func(o Options) string {
+		switch {
+		case o.QueueHighWatermark < 0:
+			return fmt.Sprintf("is %d, negative", o.QueueHighWatermark)
+		case o.Queue == 0 && o.QueueHighWatermark != 0:
+			return "is set without a Queue"
+		case o.Queue > 0 && o.QueueHighWatermark >= o.Queue:
+			return fmt.Sprintf("is %d, not below Queue (%d)", o.QueueHighWatermark, o.Queue)
+		}
+		return ""
+	}},
+	{"PollInterval", func(o Options) string { return below(o.PollInterval, MinPollInterval, " (0 means 1s)") }},
+	{"PollJitter", func(o Options) string { return notFraction(o.PollJitter) }},
+	{"CompleteBatch", func(o Options) string { return notIn(o.CompleteBatch, 0, MaxCompleteBatch, "") }},
+	{"FlushInterval", func(o Options) string { return below(o.FlushInterval, MinFlushInterval, " (0 means 10ms)") }},
+	{"CompletionBacklog", func(o Options) string { return notIn(o.CompletionBacklog, 0, MaxCompletionBacklog, "") }},
+	{"LeaseRenewal", func(o Options) string {
+		switch {
+		case math.IsNaN(o.LeaseRenewal):
+			return fmt.Sprintf("is NaN; want a fraction in [%v, 0.5], or 0 for the default 1/3", MinLeaseRenewal)
+		case o.LeaseRenewal != 0 && (o.LeaseRenewal < MinLeaseRenewal || o.LeaseRenewal > 0.5):
+			return fmt.Sprintf("is %v, not in [%v, 0.5] (0 means 1/3)", o.LeaseRenewal, MinLeaseRenewal)
+		}
+		return ""
+	}},
+	{"Coalesce", func(o Options) string {
+		if o.Coalesce > o.pollInForce() {
+			return fmt.Sprintf("is %v, above the poll interval in force (PollInterval %v)", o.Coalesce, o.pollInForce())
+		}
+		return ""
+	}},
+	{"ClaimsInFlight", func(o Options) string { return notIn(o.ClaimsInFlight, 0, MaxClaimsInFlight, " (0 means 2)") }},
+	{"ShutdownTimeout", func(o Options) string {
+		if o.ShutdownTimeout < 0 {
+			return fmt.Sprintf("is %v, negative", o.ShutdownTimeout)
+		}
+		return ""
+	}},
+},
+	backoffRules("Backoff", func(o Options) Backoff { return o.Backoff }, 0),
+	backoffRules("ErrorBackoff", func(o Options) Backoff { return o.ErrorBackoff }, MinErrorBackoff),
+)
+
+// backoffRules are the checks of the Backoff of o's field name (of
+// returns it), as given (before defaults): in optionRules. minBase is the
+// shortest non-zero Base.
+func backoffRules(name string, of func(Options) Backoff, minBase time.Duration) []optionRule {
+	return []optionRule{
+		{name + ".Base", func(o Options) string {
+			switch b := of(o); {
+			case b.Base < 0 || b.Base > outbox.MaxDelay:
+				return fmt.Sprintf("is %v, not in [0, outbox.MaxDelay = %v]", b.Base, outbox.MaxDelay)
+			case b.Base > 0 && b.Base < minBase:
+				return fmt.Sprintf("is %v, below %v", b.Base, minBase)
+			}
+			return ""
+		}},
+		{name + ".Max", func(o Options) string {
+			switch b := of(o); {
+			case b.Max < 0 || b.Max > outbox.MaxDelay:
+				return fmt.Sprintf("is %v, not in [0, outbox.MaxDelay = %v]", b.Max, outbox.MaxDelay)
+			case b.Max > 0 && b.Max < b.Base:
+				return fmt.Sprintf("is %v, below Base (%v)", b.Max, b.Base)
+			}
+			return ""
+		}},
+		{name + ".Jitter", func(o Options) string { return notFraction(of(o).Jitter) }},
+	}
+}
+
+// validate returns the *[OptionError] of the first of optionRules o fails,
+// or nil.
+func (o Options) validate() error {
+	for _, rule := range optionRules {
+		if reason := rule.check(o); reason != "" {
+			return &OptionError{Field: rule.name, Reason: reason}
+		}
+	}
+	return nil
+}
+
+// notIn is the reason for an integer v outside [lo, hi], or "".
+func notIn(v, lo, hi int, note string) string {
+	if v < lo || v > hi {
+		return fmt.Sprintf("is %d, not in [%d, %d]%s", v, lo, hi, note)
+	}
+	return ""
+}
+
+// below is the reason for a duration d that is negative, or positive and
+// below least, or "" (0 takes the default note names).
+func below(d, least time.Duration, note string) string {
+	if d < 0 || d > 0 && d < least {
+		return fmt.Sprintf("is %v, below %v%s", d, least, note)
+	}
+	return ""
+}
+
+// notFraction is the reason for a jitter f that is NaN or above 1, or ""
+// (negative means none).
+func notFraction(f float64) string {
 	switch {
-	case o.Workers < 1 || o.Workers > MaxWorkers:
-		return bad("Workers", "is %d, not in [1, %d]", o.Workers, MaxWorkers)
-	case o.Queue < 0 || o.Queue > MaxQueue:
-		return bad("Queue", "is %d, not in [0, %d]", o.Queue, MaxQueue)
-	case o.QueueHighWatermark < 0:
-		return bad("QueueHighWatermark", "is %d, negative", o.QueueHighWatermark)
-	case o.Queue == 0 && o.QueueHighWatermark != 0:
-		return bad("QueueHighWatermark", "is set without a Queue")
-	case o.Queue > 0 && o.QueueHighWatermark >= o.Queue:
-		return bad("QueueHighWatermark", "is %d, not below Queue (%d)", o.QueueHighWatermark, o.Queue)
-	case o.PollInterval < 0 || o.PollInterval > 0 && o.PollInterval < MinPollInterval:
-		return bad("PollInterval", "is %v, below %v (0 means 1s)", o.PollInterval, MinPollInterval)
-	case math.IsNaN(o.PollJitter):
-		return bad("PollJitter", "is NaN; want a fraction in [0, 1], or negative for none")
-	case o.PollJitter > 1:
-		return bad("PollJitter", "is %v, above 1", o.PollJitter)
-	case o.CompleteBatch < 0 || o.CompleteBatch > MaxCompleteBatch:
-		return bad("CompleteBatch", "is %d, not in [0, %d]", o.CompleteBatch, MaxCompleteBatch)
-	case o.FlushInterval < 0 || o.FlushInterval > 0 && o.FlushInterval < MinFlushInterval:
-		return bad("FlushInterval", "is %v, below %v (0 means 10ms)", o.FlushInterval, MinFlushInterval)
-	case o.CompletionBacklog < 0 || o.CompletionBacklog > MaxCompletionBacklog:
-		return bad("CompletionBacklog", "is %d, not in [0, %d]", o.CompletionBacklog, MaxCompletionBacklog)
-	case math.IsNaN(o.LeaseRenewal):
-		return bad("LeaseRenewal", "is NaN; want a fraction in [%v, 0.5], or 0 for the default 1/3", MinLeaseRenewal)
-	case o.LeaseRenewal != 0 && (o.LeaseRenewal < MinLeaseRenewal || o.LeaseRenewal > 0.5):
-		return bad("LeaseRenewal", "is %v, not in [%v, 0.5] (0 means 1/3)", o.LeaseRenewal, MinLeaseRenewal)
-	case o.Coalesce > o.pollInForce():
-		return bad("Coalesce", "is %v, above the poll interval in force (PollInterval %v)", o.Coalesce, o.pollInForce())
-	case o.ClaimsInFlight < 0 || o.ClaimsInFlight > MaxClaimsInFlight:
-		return bad("ClaimsInFlight", "is %d, not in [0, %d] (0 means 2)", o.ClaimsInFlight, MaxClaimsInFlight)
-	case o.ShutdownTimeout < 0:
-		return bad("ShutdownTimeout", "is %v, negative", o.ShutdownTimeout)
+	case math.IsNaN(f):
+		return "is NaN; want a fraction in [0, 1], or negative for none"
+	case f > 1:
+		return fmt.Sprintf("is %v, above 1", f)
 	}
-	if err := o.Backoff.validate("Backoff", 0); err != nil {
-		return o, err
-	}
-	if err := o.ErrorBackoff.validate("ErrorBackoff", MinErrorBackoff); err != nil {
-		return o, err
-	}
-	if err := o.resultDefaults(); err != nil {
-		return o, err
-	}
+	return ""
+}
+
+// defaulted returns o, valid, with its defaults filled in.
+func (o Options) defaulted() Options {
 	o.PollInterval = o.pollInForce()
 	switch {
 	case o.PollJitter == 0:
@@ -296,7 +393,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Metrics == nil {
 		o.Metrics = NopMetrics{}
 	}
-	return o, nil
+	return o
 }
 
 // defaultPollInterval is Options.PollInterval's default.
@@ -314,4 +411,47 @@ func (o Options) pollInForce() time.Duration {
 // jittered returns d spread by ±jitter/2 for u in [0, 1): its mean is d.
 func jittered(d time.Duration, jitter, u float64) time.Duration {
 	return d + time.Duration(float64(d)*jitter*(u-0.5))
+}
+
+// validateResults checks the result options as given (before defaults):
+// optionRules' checks of the fields whose names are not fixed.
+func (o Options) validateResults() error {
+	bad := func(field, format string, args ...any) error {
+		return &OptionError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case o.MaxSnoozes < 0 || o.MaxSnoozes > MaxSnoozesLimit:
+		return bad("MaxSnoozes", "is %d, not in [0, %d] (0 means %d)", o.MaxSnoozes, MaxSnoozesLimit, defaultMaxSnoozes)
+	case o.OverloadSnooze < 0 || o.OverloadSnooze > outbox.MaxDelay:
+		return bad("OverloadSnooze", "is %v, not in [0, outbox.MaxDelay]", o.OverloadSnooze)
+	case len(o.RetryPolicies) > MaxRetryPolicies:
+		return bad("RetryPolicies", "has %d entries, over the limit of %d", len(o.RetryPolicies), MaxRetryPolicies)
+	}
+	for q, b := range o.RetryPolicies {
+		for _, rule := range backoffRules(fmt.Sprintf("RetryPolicies[%q]", q), func(Options) Backoff { return b }, 0) {
+			if reason := rule.check(o); reason != "" {
+				return &OptionError{Field: rule.name, Reason: reason}
+			}
+		}
+	}
+	return nil
+}
+
+// defaultResults fills the result options' defaults; RetryPolicies
+// becomes a copy, so the caller's map stays as it is.
+func (o *Options) defaultResults() {
+	if o.MaxSnoozes == 0 {
+		o.MaxSnoozes = defaultMaxSnoozes
+	}
+	if o.OverloadSnooze == 0 {
+		o.OverloadSnooze = defaultOverloadSnooze
+	}
+	if len(o.RetryPolicies) == 0 {
+		return
+	}
+	policies := make(map[string]Backoff, len(o.RetryPolicies))
+	for q, b := range o.RetryPolicies {
+		policies[q] = b.withDefaults(defaultBackoff)
+	}
+	o.RetryPolicies = policies
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,7 +15,8 @@ import (
 //
 //   - [Snooze]: the row comes back after a while without spending an
 //     attempt (the downstream said "later"), at most Options.MaxSnoozes
-//     times;
+//     times; [Overloaded] and [OverloadedResponse] (HTTP 429 and 503 with
+//     Retry-After) are snoozes for the wait the downstream asked;
 //   - [Permanent]: the row is dead-lettered now, whatever its attempts
 //     (cancelled: the order was deleted), its error recorded;
 //   - [RetryAt]: a failure retried at the time the handler chose, not
@@ -34,7 +36,10 @@ const (
 	MaxRetryPolicies = 1024
 )
 
-const defaultMaxSnoozes = 100
+const (
+	defaultMaxSnoozes     = 100
+	defaultOverloadSnooze = time.Second
+)
 
 // SnoozeError is the error [Snooze] returns. A handler returning it
 // (wrapped or not) snoozes its row.
@@ -87,31 +92,6 @@ func (e *RetryAtError) Unwrap() error { return e.Err }
 // ahead is retried after the backoff instead, and says so in LastError.
 func RetryAt(t time.Time, err error) error { return &RetryAtError{At: t, Err: err} }
 
-// resultDefaults validates and defaults the result options.
-func (o *Options) resultDefaults() error {
-	switch {
-	case o.MaxSnoozes < 0 || o.MaxSnoozes > MaxSnoozesLimit:
-		return &OptionError{Field: "MaxSnoozes", Reason: fmt.Sprintf("is %d, not in [0, %d] (0 means %d)", o.MaxSnoozes, MaxSnoozesLimit, defaultMaxSnoozes)}
-	case len(o.RetryPolicies) > MaxRetryPolicies:
-		return &OptionError{Field: "RetryPolicies", Reason: fmt.Sprintf("has %d entries, over the limit of %d", len(o.RetryPolicies), MaxRetryPolicies)}
-	}
-	if o.MaxSnoozes == 0 {
-		o.MaxSnoozes = defaultMaxSnoozes
-	}
-	if len(o.RetryPolicies) == 0 {
-		return nil
-	}
-	policies := make(map[string]Backoff, len(o.RetryPolicies)) // the caller's map stays as it is
-	for q, b := range o.RetryPolicies {
-		if err := b.validate(fmt.Sprintf("RetryPolicies[%q]", q), 0); err != nil {
-			return err
-		}
-		policies[q] = b.withDefaults(defaultBackoff)
-	}
-	o.RetryPolicies = policies
-	return nil
-}
-
 // completionFor turns a handler's result into the row's completion.
 func (r *run) completionFor(row outbox.Row, err error) outbox.Completion {
 	switch {
@@ -151,7 +131,10 @@ func (r *run) completionFor(row outbox.Row, err error) outbox.Completion {
 // range), or left alone when it is no snooze.
 func (r *run) snooze(row outbox.Row, err *error) (outbox.Completion, bool) {
 	var se *SnoozeError
-	if !errors.As(*err, &se) {
+	if oe := (*OverloadedError)(nil); errors.As(*err, &oe) {
+		// A downstream's "slow down": a snooze for the wait it asked.
+		se = &SnoozeError{Delay: cmp.Or(oe.RetryAfter, r.o.OverloadSnooze), Reason: oe}
+	} else if !errors.As(*err, &se) {
 		return outbox.Completion{}, false
 	}
 	switch {

@@ -373,17 +373,6 @@ func (s *Service) start(ctx context.Context) (*serviceRun, error) {
 	return r, nil
 }
 
-// ping pings the store if it can be pinged, within PingTimeout.
-func (s *Service) ping(ctx context.Context) error {
-	p, ok := s.store.(outbox.Pinger)
-	if !ok {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.PingTimeout)
-	defer cancel()
-	return p.Ping(ctx)
-}
-
 // follow applies the member's owned shards to bp until ctx is done.
 func (s *Service) follow(ctx context.Context, r *serviceRun) {
 	if r.member == nil {

@@ -67,6 +67,15 @@ func (w *waker) sooner(now time.Time, d time.Duration, reason wakeReason) bool {
 
 func (w *waker) stop() { w.timer.Stop() }
 
+// signal wakes the one goroutine that waits on c (the sweep loop, the
+// extender), without blocking: a signal already pending stands for both.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
 // rateHeld reports whether a sweep held namespace n's rows by its rate: its
 // next sweep may start more of them when its next token is due.
 func rateHeld(n backpressure.NamespaceReport) bool {

@@ -92,44 +92,27 @@ func (s *Store) claimWindowIn(ctx context.Context, tx *sql.Tx, shards backpressu
 	if err != nil {
 		return nil, nil, err
 	}
-	// The window's routes, grouped by namespace in walk order.
-	type nsRoutes struct {
-		namespace string
-		tqs       []string // sorted
-	}
-	var walk []nsRoutes
+	// The window's eligible routes' task queues, by namespace (sorted).
+	var eligible []string
+	tqs := map[string][]string{}
 	for _, c := range counts {
 		if _, skipped := slices.BinarySearch(w.Skip, c.Route.Namespace); skipped {
 			continue
 		}
-		if n := len(walk); n == 0 || walk[n-1].namespace != c.Route.Namespace {
-			walk = append(walk, nsRoutes{namespace: c.Route.Namespace})
+		if n := len(eligible); n == 0 || eligible[n-1] != c.Route.Namespace {
+			eligible = append(eligible, c.Route.Namespace)
 		}
-		walk[len(walk)-1].tqs = append(walk[len(walk)-1].tqs, c.Route.TaskQueue)
+		tqs[c.Route.Namespace] = append(tqs[c.Route.Namespace], c.Route.TaskQueue)
 	}
-	if len(walk) <= w.Namespaces {
+	served := w.Served(eligible)
+	if served == nil {
 		return rows, grants, nil
 	}
-	// counts is sorted by namespace; the walk starts after After.
-	first, _ := slices.BinarySearchFunc(walk, w.After, func(r nsRoutes, after string) int {
-		if r.namespace <= after {
-			return -1
-		}
-		return 1
-	})
-	walk = append(walk[first:], walk[:first]...)[:w.Namespaces]
-	slices.SortFunc(walk, func(a, b nsRoutes) int { return strings.Compare(a.namespace, b.namespace) })
-	ids := make([]int64, 0, len(walk))
-	for _, r := range walk {
-		tq := r.tqs[0]
-		if cur, ok := w.RouteAfter[r.namespace]; ok {
-			if i := slices.IndexFunc(r.tqs, func(t string) bool { return t > cur }); i >= 0 {
-				tq = r.tqs[i]
-			}
-		}
-		route := backpressure.Route{Namespace: r.namespace, TaskQueue: tq}
+	ids := make([]int64, 0, len(served))
+	for _, ns := range served {
+		route := backpressure.Route{Namespace: ns, TaskQueue: w.TaskQueue(ns, tqs[ns])}
 		ids = append(ids, rec.ids[route][0])
-		grants = append(grants, check.WindowRoute(route, len(r.tqs) > 1))
+		grants = append(grants, check.WindowRoute(route, len(tqs[ns]) > 1))
 	}
 	rows, err = s.claimIn(ctx, tx, claimByIDSQL(cond), sarg, now, len(ids), idList(ids), nil, nil)
 	if err != nil {

@@ -69,106 +69,138 @@ func (e *env[R]) drainAhead(ms []outbox.Message, cfg backpressure.Config) {
 	if err != nil {
 		e.t.Fatalf("backpressure.New(%+v): %v", cfg, err)
 	}
-	routeOf := make(map[string]backpressure.Route, len(ms))
+	d := &drain[R]{e: e, b: b, budget: cfg.BatchSize, routeOf: make(map[string]backpressure.Route, len(ms)),
+		held: map[string]R{}, settled: map[string]bool{}}
 	for _, m := range ms {
-		routeOf[m.DispatchKey] = route(m.Namespace, m.TaskQueue)
+		d.routeOf[m.DispatchKey] = route(m.Namespace, m.TaskQueue)
 	}
-	var (
-		budget  = cfg.BatchSize
-		held    = map[string]R{} // claimed and not yet settled, by key
-		settled = map[string]bool{}
-		full    = false // whether the last sweep claimed its whole budget
-		bound   = 3*len(ms) + 10
-	)
-	for sweep := 1; len(settled) < len(ms); sweep++ {
-		if sweep > bound {
-			e.t.Fatalf("after %d sweeps %d of %d rows settled, %d held", sweep-1, len(settled), len(ms), len(held))
+	bound := 3*len(ms) + 10
+	for d.sweep = 1; len(d.settled) < len(ms); d.sweep++ {
+		if d.sweep > bound {
+			e.t.Fatalf("after %d sweeps %d of %d rows settled, %d held", d.sweep-1, len(d.settled), len(ms), len(d.held))
 		}
-		rows, plan, err := backpressure.SweepAhead(e.ctx, b, e.h.Store, budget)
+		rows, plan, err := backpressure.SweepAhead(e.ctx, b, e.h.Store, d.budget)
 		if err != nil {
-			e.t.Fatalf("sweep %d: SweepAhead: %v", sweep, err)
+			e.t.Fatalf("sweep %d: SweepAhead: %v", d.sweep, err)
 		}
-		if len(rows) > budget {
-			e.t.Fatalf("sweep %d returned %d rows, above the budget %d", sweep, len(rows), budget)
-		}
-		granted := map[backpressure.Route]int{}
-		for _, c := range plan.Claims {
-			granted[c.Route] += c.Limit
-		}
-		got := map[backpressure.Route]int{}
-		for _, r := range rows {
-			k := e.h.Key(r)
-			rt, ok := routeOf[k]
-			switch _, live := held[k]; {
-			case !ok:
-				e.t.Fatalf("sweep %d claimed %q, which was never enqueued", sweep, k)
-			case settled[k]:
-				e.t.Fatalf("sweep %d claimed %q again after it was settled", sweep, k)
-			case live:
-				e.t.Fatalf("sweep %d claimed %q while an earlier claim's lease on it is live", sweep, k)
-			}
-			held[k] = r
-			got[rt]++
-		}
-		for rt, n := range got {
-			if n > granted[rt] {
-				e.t.Fatalf("sweep %d claimed %d rows of %v, but its plan granted %d (claims %v)", sweep, n, rt, granted[rt], plan.Claims)
-			}
-		}
-
-		// The store's live claimed rows are the rows held (the clock
-		// stands still, so no lease expires), each namespace's within
-		// its ceiling.
-		heldBy := map[string]int{}
-		for k := range held {
-			heldBy[routeOf[k].Namespace]++
-		}
-		claimed := e.countClaimed(e.all)
-		if !maps.Equal(claimed, heldBy) {
-			e.t.Fatalf("after sweep %d CountClaimedOutboxRows = %v, but the rows claimed and not settled are %v", sweep, claimed, heldBy)
-		}
-		for ns, n := range claimed {
-			if c := b.Ceiling(ns); c != backpressure.Unlimited && n > c {
-				e.t.Fatalf("after sweep %d namespace %q has %d live claimed rows, above its ceiling %d (plan %+v)", sweep, ns, n, c, plan.Namespaces)
-			}
-		}
+		d.claimed(rows, plan)
+		d.checkHeld(plan)
 
 		// Only a sweep that claims its whole budget leaves counts read
 		// ahead; after any other the next sweep counts afresh, and with
 		// rows pending, none held and every quota above 0, it must claim.
 		// (After a full one, counts read before the settles may still
 		// show every namespace at its ceiling.)
-		if len(rows) == 0 && len(held) == 0 && !full {
-			e.t.Fatalf("sweep %d, counting afresh, claimed nothing with nothing held and %d of %d rows unsettled: rows lost", sweep, len(ms)-len(settled), len(ms))
+		if len(rows) == 0 && len(d.held) == 0 && !d.full {
+			e.t.Fatalf("sweep %d, counting afresh, claimed nothing with nothing held and %d of %d rows unsettled: rows lost", d.sweep, len(ms)-len(d.settled), len(ms))
 		}
-		full = len(rows) == budget
+		d.full = len(rows) == d.budget
+		d.settleSome(len(rows) > 0)
+	}
+	d.drained(ms)
+}
 
-		// Settle about two thirds of the rows held, chosen by key and
-		// sweep; all of them when that chooses none, or the sweep claimed
-		// nothing, so that the drain always moves on.
-		var done []R
-		for _, k := range sortedKeys(held) {
-			if len(rows) > 0 && spread(k, sweep)%3 == 0 {
-				continue
-			}
-			done = append(done, held[k])
+// drain is the state of one drainAhead: the rows claimed and not yet
+// settled, by key, and those settled.
+type drain[R any] struct {
+	e       *env[R]
+	b       *backpressure.Backpressure
+	budget  int
+	routeOf map[string]backpressure.Route // every row's route, by key
+	held    map[string]R
+	settled map[string]bool
+	sweep   int  // the sweep's number, from 1
+	full    bool // whether the last sweep claimed its whole budget
+}
+
+// claimed checks and records the rows a sweep that planned plan claimed:
+// at most the budget, each enqueued, not settled and not held, and no
+// more of a route than the plan granted.
+func (d *drain[R]) claimed(rows []R, plan backpressure.Plan) {
+	d.e.t.Helper()
+	e := d.e
+	if len(rows) > d.budget {
+		e.t.Fatalf("sweep %d returned %d rows, above the budget %d", d.sweep, len(rows), d.budget)
+	}
+	granted := map[backpressure.Route]int{}
+	for _, c := range plan.Claims {
+		granted[c.Route] += c.Limit
+	}
+	got := map[backpressure.Route]int{}
+	for _, r := range rows {
+		k := e.h.Key(r)
+		rt, ok := d.routeOf[k]
+		switch _, live := d.held[k]; {
+		case !ok:
+			e.t.Fatalf("sweep %d claimed %q, which was never enqueued", d.sweep, k)
+		case d.settled[k]:
+			e.t.Fatalf("sweep %d claimed %q again after it was settled", d.sweep, k)
+		case live:
+			e.t.Fatalf("sweep %d claimed %q while an earlier claim's lease on it is live", d.sweep, k)
 		}
-		if len(done) == 0 {
-			for _, k := range sortedKeys(held) {
-				done = append(done, held[k])
-			}
-		}
-		e.settleRows(done)
-		for _, r := range done {
-			k := e.h.Key(r)
-			delete(held, k)
-			settled[k] = true
+		d.held[k] = r
+		got[rt]++
+	}
+	for rt, n := range got {
+		if n > granted[rt] {
+			e.t.Fatalf("sweep %d claimed %d rows of %v, but its plan granted %d (claims %v)", d.sweep, n, rt, granted[rt], plan.Claims)
 		}
 	}
+}
 
-	// Drained: nothing claimed, nothing pending, every row settled, and
-	// one more sweep claims nothing.
-	if rows, _, err := backpressure.SweepAhead(e.ctx, b, e.h.Store, budget); err != nil || len(rows) != 0 {
+// checkHeld checks that the store's live claimed rows are the rows held
+// (the clock stands still, so no lease expires), each namespace's within
+// its ceiling.
+func (d *drain[R]) checkHeld(plan backpressure.Plan) {
+	d.e.t.Helper()
+	e := d.e
+	heldBy := map[string]int{}
+	for k := range d.held {
+		heldBy[d.routeOf[k].Namespace]++
+	}
+	claimed := e.countClaimed(e.all)
+	if !maps.Equal(claimed, heldBy) {
+		e.t.Fatalf("after sweep %d CountClaimedOutboxRows = %v, but the rows claimed and not settled are %v", d.sweep, claimed, heldBy)
+	}
+	for ns, n := range claimed {
+		if c := d.b.Ceiling(ns); c != backpressure.Unlimited && n > c {
+			e.t.Fatalf("after sweep %d namespace %q has %d live claimed rows, above its ceiling %d (plan %+v)", d.sweep, ns, n, c, plan.Namespaces)
+		}
+	}
+}
+
+// settleSome settles about two thirds of the rows held, chosen by key and
+// sweep; all of them when that chooses none, or the sweep claimed nothing
+// (claimedAny false), so that the drain always moves on.
+func (d *drain[R]) settleSome(claimedAny bool) {
+	d.e.t.Helper()
+	var done []R
+	for _, k := range sortedKeys(d.held) {
+		if claimedAny && spread(k, d.sweep)%3 == 0 {
+			continue
+		}
+		done = append(done, d.held[k])
+	}
+	if len(done) == 0 {
+		for _, k := range sortedKeys(d.held) {
+			done = append(done, d.held[k])
+		}
+	}
+	d.e.settleRows(done)
+	for _, r := range done {
+		k := d.e.h.Key(r)
+		delete(d.held, k)
+		d.settled[k] = true
+	}
+}
+
+// drained checks the end of the drain: nothing claimed, nothing pending,
+// every row of ms settled after one attempt, and one more sweep claims
+// nothing.
+func (d *drain[R]) drained(ms []outbox.Message) {
+	d.e.t.Helper()
+	e := d.e
+	if rows, _, err := backpressure.SweepAhead(e.ctx, d.b, e.h.Store, d.budget); err != nil || len(rows) != 0 {
 		e.t.Fatalf("SweepAhead after the drain = %v, %v; want no rows", e.keys(rows), err)
 	}
 	if claimed := e.countClaimed(e.all); len(claimed) != 0 {

@@ -94,101 +94,124 @@ func testWindowClaim[R any](t *testing.T, newHarness func(*testing.T) *Harness[R
 // store without it claim, sweep by sweep.
 func matchCounted[R any](t *testing.T, newHarness func(*testing.T) *Harness[R], via *env[R], viaStore backpressure.OutboxStore[R]) {
 	plain := setup(t, newHarness)
-	plainStore := hideWindow(plain.h.Store)
-	envs := []*env[R]{via, plain}
+	w := &windowTwins[R]{via: via, plain: plain, viaStore: viaStore, plainStore: hideWindow(plain.h.Store)}
 	cases := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		cases++
-		prefix := "w" + strconv.Itoa(cases) + "-"
-		nNS := rapid.IntRange(2, 9).Draw(rt, "namespaces")
-		ns := func(i int) string { return "n" + strconv.Itoa(i) }
-		tqs := []string{"", "a", "b", "c"}
-		keyN := 0
-		genMsgs := func(label string) []outbox.Message {
-			n := rapid.IntRange(0, 30).Draw(rt, label)
-			out := make([]outbox.Message, n)
-			for i := range out {
-				keyN++
-				m := msg(ns(rapid.IntRange(0, nNS-1).Draw(rt, "ns")), rapid.SampledFrom(tqs).Draw(rt, "tq"), prefix+strconv.Itoa(keyN))
-				m.Priority = rapid.IntRange(0, 2).Draw(rt, "priority")
-				out[i] = m
-			}
-			return out
-		}
-		enqueue := func(ms []outbox.Message) {
-			for _, e := range envs {
-				if _, err := e.h.Enqueue(e.ctx, ms); err != nil {
-					rt.Fatalf("Enqueue: %v", err)
-				}
-			}
-		}
-		enqueue(genMsgs("messages"))
-
-		cfg := backpressure.Config{
-			BatchSize:    rapid.IntRange(1, 4).Draw(rt, "batch size"),
-			DefaultQuota: rapid.SampledFrom([]int{1, 2, 3, backpressure.Unlimited}).Draw(rt, "default quota"),
-			Quotas:       map[string]int{},
-		}
-		for i := range nNS {
-			if q := rapid.IntRange(-1, 3).Draw(rt, "quota"); q >= 0 {
-				cfg.Quotas[ns(i)] = q
-			}
-		}
-		shards := via.all
-		if rapid.Bool().Draw(rt, "part of the shards") {
-			shards = via.fraction(func(s int) bool { return s%2 == 0 })
-		}
-		bv, err1 := backpressure.New(cfg, shards)
-		bp, err2 := backpressure.New(cfg, shards)
-		if err1 != nil || err2 != nil {
-			rt.Fatal(err1, err2)
-		}
+		w.prefix, w.keyN = "w"+strconv.Itoa(cases)+"-", 0
+		w.nNS = rapid.IntRange(2, 9).Draw(rt, "namespaces")
+		w.enqueue(rt, "messages")
+		bv, bp := w.backpressures(rt)
 		for step := range rapid.IntRange(1, 14).Draw(rt, "steps") {
-			rv, pv, err1 := backpressure.Sweep(via.ctx, bv, viaStore)
-			rp, pp, err2 := backpressure.Sweep(plain.ctx, bp, plainStore)
-			if err1 != nil || err2 != nil {
-				rt.Fatalf("step %d: Sweep: %v, %v", step, err1, err2)
-			}
-			for i, rows := range [][]R{rv, rp} {
-				if f := envs[i].claimOrderFault(nil, rows); f != "" {
-					rt.Fatalf("step %d: the Sweep %s returned %v: %s", step, [...]string{"through the window claim", "counted"}[i], envs[i].keysInOrder(rows), f)
-				}
-			}
-			kv, kp := via.keys(rv), plain.keys(rp)
-			if !slices.Equal(pv.Claims, pp.Claims) || !slices.Equal(kv, kp) {
-				rt.Fatalf("step %d: through the window claim %v %v; counted %v %v", step, pv.Claims, kv, pp.Claims, kp)
-			}
-			// The same changes to both stores: settle or retry some of
-			// the rows just claimed, move time, enqueue more.
-			byKey := [2]map[string]R{{}, {}}
-			for i, rows := range [][]R{rv, rp} {
-				for _, r := range rows {
-					byKey[i][envs[i].h.Key(r)] = r
-				}
-			}
-			for _, k := range kv {
-				switch rapid.IntRange(0, 3).Draw(rt, "settle "+k) {
-				case 0:
-					via.settle(byKey[0][k])
-					plain.settle(byKey[1][k])
-				case 1:
-					d := time.Duration(rapid.IntRange(0, 2).Draw(rt, "delay")) * time.Second
-					via.retry(byKey[0][k], d)
-					plain.retry(byKey[1][k], d)
-				}
-			}
-			if d := time.Duration(rapid.IntRange(0, 3).Draw(rt, "advance")) * via.h.Lease / 2; d > 0 {
-				via.h.Advance(d)
-				plain.h.Advance(d)
-			}
-			if rapid.IntRange(0, 3).Draw(rt, "enqueue more") == 0 {
-				enqueue(genMsgs("more messages"))
-			}
+			w.step(rt, step, bv, bp)
 		}
-		for _, e := range envs {
+		for _, e := range []*env[R]{via, plain} {
 			e.drain(rt)
 		}
 	})
+}
+
+// windowTwins is matchCounted's two stores, kept identical: via's, swept
+// through its window claim, and plain's, swept without it; and the
+// messages of the case being checked.
+type windowTwins[R any] struct {
+	via, plain           *env[R]
+	viaStore, plainStore backpressure.OutboxStore[R]
+	prefix               string // the case's keys start with it
+	keyN                 int    // the keys drawn in the case
+	nNS                  int    // the case's namespaces
+}
+
+func (w *windowTwins[R]) ns(i int) string { return "n" + strconv.Itoa(i) }
+
+// enqueue draws up to 30 messages (label names the draw) and enqueues them
+// in both stores.
+func (w *windowTwins[R]) enqueue(rt *rapid.T, label string) {
+	tqs := []string{"", "a", "b", "c"}
+	ms := make([]outbox.Message, rapid.IntRange(0, 30).Draw(rt, label))
+	for i := range ms {
+		w.keyN++
+		m := msg(w.ns(rapid.IntRange(0, w.nNS-1).Draw(rt, "ns")), rapid.SampledFrom(tqs).Draw(rt, "tq"), w.prefix+strconv.Itoa(w.keyN))
+		m.Priority = rapid.IntRange(0, 2).Draw(rt, "priority")
+		ms[i] = m
+	}
+	for _, e := range []*env[R]{w.via, w.plain} {
+		if _, err := e.h.Enqueue(e.ctx, ms); err != nil {
+			rt.Fatalf("Enqueue: %v", err)
+		}
+	}
+}
+
+// backpressures draws a configuration and owned shards, and returns a
+// Backpressure with them for each store.
+func (w *windowTwins[R]) backpressures(rt *rapid.T) (*backpressure.Backpressure, *backpressure.Backpressure) {
+	cfg := backpressure.Config{
+		BatchSize:    rapid.IntRange(1, 4).Draw(rt, "batch size"),
+		DefaultQuota: rapid.SampledFrom([]int{1, 2, 3, backpressure.Unlimited}).Draw(rt, "default quota"),
+		Quotas:       map[string]int{},
+	}
+	for i := range w.nNS {
+		if q := rapid.IntRange(-1, 3).Draw(rt, "quota"); q >= 0 {
+			cfg.Quotas[w.ns(i)] = q
+		}
+	}
+	shards := w.via.all
+	if rapid.Bool().Draw(rt, "part of the shards") {
+		shards = w.via.fraction(func(s int) bool { return s%2 == 0 })
+	}
+	bv, err1 := backpressure.New(cfg, shards)
+	bp, err2 := backpressure.New(cfg, shards)
+	if err1 != nil || err2 != nil {
+		rt.Fatal(err1, err2)
+	}
+	return bv, bp
+}
+
+// step sweeps both stores, bv's through the window claim, and requires the
+// same claims and rows in claim order; then it makes the same changes to
+// both: it settles or retries some of the rows just claimed, moves time,
+// and may enqueue more.
+func (w *windowTwins[R]) step(rt *rapid.T, step int, bv, bp *backpressure.Backpressure) {
+	via, plain := w.via, w.plain
+	envs := []*env[R]{via, plain}
+	rv, pv, err1 := backpressure.Sweep(via.ctx, bv, w.viaStore)
+	rp, pp, err2 := backpressure.Sweep(plain.ctx, bp, w.plainStore)
+	if err1 != nil || err2 != nil {
+		rt.Fatalf("step %d: Sweep: %v, %v", step, err1, err2)
+	}
+	for i, rows := range [][]R{rv, rp} {
+		if f := envs[i].claimOrderFault(nil, rows); f != "" {
+			rt.Fatalf("step %d: the Sweep %s returned %v: %s", step, [...]string{"through the window claim", "counted"}[i], envs[i].keysInOrder(rows), f)
+		}
+	}
+	kv, kp := via.keys(rv), plain.keys(rp)
+	if !slices.Equal(pv.Claims, pp.Claims) || !slices.Equal(kv, kp) {
+		rt.Fatalf("step %d: through the window claim %v %v; counted %v %v", step, pv.Claims, kv, pp.Claims, kp)
+	}
+	byKey := [2]map[string]R{{}, {}}
+	for i, rows := range [][]R{rv, rp} {
+		for _, r := range rows {
+			byKey[i][envs[i].h.Key(r)] = r
+		}
+	}
+	for _, k := range kv {
+		switch rapid.IntRange(0, 3).Draw(rt, "settle "+k) {
+		case 0:
+			via.settle(byKey[0][k])
+			plain.settle(byKey[1][k])
+		case 1:
+			d := time.Duration(rapid.IntRange(0, 2).Draw(rt, "delay")) * time.Second
+			via.retry(byKey[0][k], d)
+			plain.retry(byKey[1][k], d)
+		}
+	}
+	if d := time.Duration(rapid.IntRange(0, 3).Draw(rt, "advance")) * via.h.Lease / 2; d > 0 {
+		via.h.Advance(d)
+		plain.h.Advance(d)
+	}
+	if rapid.IntRange(0, 3).Draw(rt, "enqueue more") == 0 {
+		w.enqueue(rt, "more messages")
+	}
 }
 
 // drain settles every row of e's store: it moves time past every lease

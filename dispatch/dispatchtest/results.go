@@ -24,6 +24,9 @@ import (
 //   - SnoozeBound: with Options.MaxSnoozes 2 and MaxAttempts 2, a handler
 //     that always snoozes gets two snoozes, then two failures: the row is
 //     dead with Attempts 2, Snoozes 2, and LastError saying why.
+//   - Overloaded: a row whose handler reports the downstream overloaded
+//     ([dispatch.Overloaded], 1ms) once is snoozed (Attempts 1, Snoozes
+//     1 when it settles), and the metrics saw the signal.
 //   - Cancel: a [dispatch.Permanent] error dead-letters a row at its first
 //     of five attempts, with the reason as LastError.
 //   - RetryAt: a handler's [dispatch.RetryAt] an hour ahead makes the row
@@ -49,6 +52,7 @@ func (c Results) Run(t *testing.T) {
 	}
 	t.Run("Snooze", c.snooze)
 	t.Run("SnoozeBound", c.snoozeBound)
+	t.Run("Overloaded", c.overloaded)
 	t.Run("Cancel", c.cancel)
 	t.Run("RetryAt", c.retryAt)
 	t.Run("RetryPolicy", c.retryPolicy)
@@ -57,14 +61,24 @@ func (c Results) Run(t *testing.T) {
 // outcomes counts the outcomes the dispatcher's metrics saw.
 type outcomes struct {
 	dispatch.NopMetrics
-	mu sync.Mutex
-	n  map[outbox.Outcome]int
+	mu         sync.Mutex
+	n          map[outbox.Outcome]int
+	overloaded int
 }
 
 func (o *outcomes) Completed(e dispatch.CompletionEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.n[e.Outcome]++
+	if oe := (*dispatch.OverloadedError)(nil); errors.As(e.Err, &oe) {
+		o.overloaded++
+	}
+}
+
+func (o *outcomes) signals() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.overloaded
 }
 
 func (o *outcomes) count(x outbox.Outcome) int {
@@ -156,6 +170,26 @@ func (c Results) snoozeBound(t *testing.T) {
 	if r.State != outbox.StateDead || r.Attempts != 2 || r.Snoozes != 2 || !strings.Contains(r.LastError, "Options.MaxSnoozes") {
 		t.Errorf("row snoozed past the bound: State %q Attempts %d Snoozes %d LastError %q; want dead, 2, 2, naming Options.MaxSnoozes",
 			r.State, r.Attempts, r.Snoozes, r.LastError)
+	}
+}
+
+func (c Results) overloaded(t *testing.T) {
+	s := c.Open(t)
+	enqueueRows(t, s, []outbox.Message{{DispatchKey: "k", Namespace: "a", MaxAttempts: 1}})
+	m := &outcomes{n: map[outbox.Outcome]int{}}
+	h := func(_ context.Context, r outbox.Row) error {
+		if r.Snoozes == 0 {
+			return dispatch.Overloaded(time.Millisecond, errors.New("429 from the mail API"))
+		}
+		return nil
+	}
+	r := c.runUntil(t, s, dispatch.Options{}, h, m, []string{"k"}, finished)[0]
+	if r.State != outbox.StateSettled || r.Attempts != 1 || r.Snoozes != 1 || !strings.Contains(r.LastError, "429 from the mail API") {
+		t.Errorf("row after an overloaded signal and a success: State %q Attempts %d Snoozes %d LastError %q; want settled, 1, 1, the signal",
+			r.State, r.Attempts, r.Snoozes, r.LastError)
+	}
+	if n := m.signals(); n != 1 {
+		t.Errorf("metrics saw %d overloaded signals, want 1", n)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/internal/validate"
@@ -55,33 +54,16 @@ func (s *Store) ClaimOutboxWindow(ctx context.Context, shards backpressure.Owned
 			eligible = append(eligible, ns)
 		}
 	}
-	if len(eligible) <= w.Namespaces {
+	slices.Sort(eligible)
+	served := w.Served(eligible)
+	if served == nil {
 		return []outbox.Row{}, []backpressure.RouteCount{}, nil
 	}
-	// The walk: namespaces after After, then the others.
-	slices.SortFunc(eligible, func(a, b string) int {
-		if (a > w.After) != (b > w.After) {
-			if a > w.After {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	served := eligible[:w.Namespaces]
-	slices.Sort(served)
 	next := s.st.clone()
 	rows := make([]outbox.Row, 0, len(served))
 	grants := make([]backpressure.RouteCount, 0, len(served))
 	for _, ns := range served {
-		tqs := valid[ns]
-		tq := tqs[0]
-		if cur, ok := w.RouteAfter[ns]; ok {
-			if i := slices.IndexFunc(tqs, func(t string) bool { return t > cur }); i >= 0 {
-				tq = tqs[i]
-			}
-		}
-		route := backpressure.Route{Namespace: ns, TaskQueue: tq}
+		route := backpressure.Route{Namespace: ns, TaskQueue: w.TaskQueue(ns, valid[ns])}
 		cands := next.byID(func(r *outbox.Row) bool {
 			return r.Route() == route && shards.Owns(r.Shard) && claimable(r, now)
 		})

@@ -22,6 +22,7 @@ package validate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -196,6 +197,38 @@ func (c Call) Window(window backpressure.CountParams, skip []string, routeAfter 
 		}
 	}
 	return Window{After: window.After, Namespaces: window.Namespaces, Skip: skip, RouteAfter: routeAfter}, nil
+}
+
+// Served returns the namespaces w serves among eligible, the namespaces
+// (sorted, distinct, none in Skip) with a claimable row on a route a claim
+// would take: the first w.Namespaces of them in the cyclic order after
+// w.After, sorted, if more than w.Namespaces are eligible; else nil, and
+// the window claim claims nothing. It is the window claim's walk, for a
+// store that resolves it outside SQL.
+func (w Window) Served(eligible []string) []string {
+	if len(eligible) <= w.Namespaces {
+		return nil
+	}
+	first, _ := slices.BinarySearch(eligible, w.After)
+	if first < len(eligible) && eligible[first] == w.After {
+		first++
+	}
+	served := append(slices.Clone(eligible[first:]), eligible[:first]...)[:w.Namespaces]
+	slices.Sort(served)
+	return served
+}
+
+// TaskQueue returns the task queue of the route a served namespace's row
+// comes from, among the task queues of its eligible routes (sorted,
+// distinct, at least one): the first after its route cursor
+// w.RouteAfter[namespace], cyclically; the smallest when it has none.
+func (w Window) TaskQueue(namespace string, tqs []string) string {
+	if cur, ok := w.RouteAfter[namespace]; ok {
+		if i := slices.IndexFunc(tqs, func(t string) bool { return t > cur }); i >= 0 {
+			return tqs[i]
+		}
+	}
+	return tqs[0]
 }
 
 // WindowRoute is the entry of ClaimOutboxWindow's routes for a row of

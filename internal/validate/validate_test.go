@@ -2,6 +2,7 @@ package validate_test
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,4 +123,60 @@ func TestMessageStyle(t *testing.T) {
 	if err := c.CountParams(backpressure.CountParams{CapPerRoute: 1, After: "\xff"}); err != nil {
 		t.Errorf("CountParams with Namespaces 0 checked the After it ignores: %v", err)
 	}
+}
+
+// Served and TaskQueue are the window claim's walk (see the window claim of
+// backpressure.OutboxStore), checked against it read literally: walk the
+// namespaces from the first after After, wrapping around, take one from
+// each of the first Namespaces, if more are eligible; a namespace's route
+// is the first task queue after its cursor, wrapping around to the
+// smallest.
+func TestWindowWalk(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		names := []string{"a", "b", "ba", "c", "d", "e"}
+		eligible := []string{}
+		for _, n := range names {
+			if rapid.Bool().Draw(t, "eligible "+n) {
+				eligible = append(eligible, n)
+			}
+		}
+		w := validate.Window{
+			After:      rapid.SampledFrom([]string{"", "a", "b", "bb", "e", "z"}).Draw(t, "after"),
+			Namespaces: rapid.IntRange(1, 7).Draw(t, "namespaces"),
+			RouteAfter: map[string]string{},
+		}
+		var want []string
+		if len(eligible) > w.Namespaces {
+			// The names after After first, then the others, each in order.
+			for _, afterAfter := range []bool{true, false} {
+				for _, n := range eligible {
+					if (n > w.After) == afterAfter && len(want) < w.Namespaces {
+						want = append(want, n)
+					}
+				}
+			}
+			slices.Sort(want)
+		}
+		if got := w.Served(eligible); !slices.Equal(got, want) {
+			t.Fatalf("%+v.Served(%v) = %v, want %v", w, eligible, got, want)
+		}
+
+		tqs := rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"", "a", "b", "c"}), 1, 4, rapid.ID[string]).Draw(t, "task queues")
+		slices.Sort(tqs)
+		if rapid.Bool().Draw(t, "cursor") {
+			w.RouteAfter["a"] = rapid.SampledFrom([]string{"", "a", "b", "bb", "c", "d"}).Draw(t, "route cursor")
+		}
+		want1 := tqs[0]
+		if cur, ok := w.RouteAfter["a"]; ok {
+			for _, tq := range tqs {
+				if tq > cur {
+					want1 = tq
+					break
+				}
+			}
+		}
+		if got := w.TaskQueue("a", tqs); got != want1 {
+			t.Fatalf("TaskQueue(a, %v) with cursor %v = %q, want %q", tqs, w.RouteAfter, got, want1)
+		}
+	})
 }

@@ -45,9 +45,10 @@
 // # Backpressure
 //
 // A stream with limits (MaxMsgs, MaxBytes, MaxMsgsPerSubject) and
-// DiscardNew refuses a publish when full: [Relay.Handle] snoozes the row
-// (dispatch.Snooze of a *[PublishError] matching [ErrStreamFull]) for
-// Options.FullSnooze, spending no attempt, so a full stream holds rows
+// DiscardNew refuses a publish when full: [Relay.Handle] returns
+// dispatch.Overloaded of a *[PublishError] matching [ErrStreamFull], an
+// enforced refusal the dispatcher snoozes for Options.FullSnooze,
+// spending no attempt, so a full stream holds rows
 // back instead of dead-lettering them, up to the dispatcher's
 // Options.MaxSnoozes. A slow ack
 // holds the handler, and with it one of the dispatcher's workers, until
@@ -119,7 +120,7 @@ type Options struct {
 
 	// FullSnooze is how long a row waits, spending no attempt, when the
 	// stream is full under its limits (discard-new): Handle returns
-	// dispatch.Snooze(FullSnooze, *PublishError), so a full stream holds
+	// dispatch.Overloaded(FullSnooze, *PublishError), a snooze, so a full stream holds
 	// rows back rather than dead-letters them (after Options.MaxSnoozes
 	// of the dispatcher, a snooze is a failure). Horizon must cover the
 	// snoozes too. 0 means [DefaultFullSnooze]; at most outbox.MaxDelay.
@@ -320,9 +321,11 @@ func isToken(s string) bool {
 }
 
 // Message returns the message [Relay.Handle] publishes for row: on its
-// subject, the payload as data, and the headers Header* name plus
-// Nats-Msg-Id (the dispatch key) and Nats-Expected-Stream. An error is the
-// Subject function's, a *[SubjectError], or a *[HeaderError].
+// subject, the payload as data, the row's own headers (Row.Headers: a
+// traceparent from oteltrace.Inject, say), and over them the headers
+// Header* name plus Nats-Msg-Id (the dispatch key) and
+// Nats-Expected-Stream. An error is the Subject function's, a
+// *[SubjectError], or a *[HeaderError] (a value holding CR or LF).
 func (r *Relay) Message(row outbox.Row) (*nats.Msg, error) {
 	subj, err := r.subject(row)
 	if err != nil {
@@ -335,7 +338,13 @@ func (r *Relay) Message(row outbox.Row) (*nats.Msg, error) {
 			return nil, &HeaderError{Header: f.header, Value: f.value}
 		}
 	}
-	h := make(nats.Header, 6)
+	h := make(nats.Header, 6+len(row.Headers))
+	for k, v := range row.Headers { // the row's own (a traceparent), under the relay's
+		if strings.ContainsAny(v, "\r\n") {
+			return nil, &HeaderError{Header: k, Value: v}
+		}
+		h[k] = []string{v}
+	}
 	h[jetstream.MsgIDHeader] = []string{row.DispatchKey}
 	h[jetstream.ExpectedStreamHeader] = []string{r.stream}
 	h[HeaderNamespace] = []string{row.Namespace}
@@ -350,9 +359,9 @@ func (r *Relay) Message(row outbox.Row) (*nats.Msg, error) {
 // stream acked the message, a duplicate included (the stream had it
 // already: a re-run after a crash). Otherwise:
 //
-//   - the stream full under its limits: dispatch.Snooze(FullSnooze,
-//     *[PublishError] matching [ErrStreamFull]): back after FullSnooze,
-//     no attempt spent;
+//   - the stream full under its limits: dispatch.Overloaded(FullSnooze,
+//     *[PublishError] matching [ErrStreamFull]), an enforced refusal the
+//     dispatcher snoozes: back after FullSnooze, no attempt spent;
 //   - no stream bound to the subject (no responders, after the client's
 //     two retries 250ms apart), or another stream than Options.Stream:
 //     Permanent(*PublishError matching [ErrNoStream]);
@@ -402,7 +411,7 @@ func (r *Relay) classify(subject, key string, err error) error {
 			return dispatch.Permanent(pe)
 		case ae.ErrorCode == codeStoreFailed:
 			if pe.full = strings.HasPrefix(ae.Description, "maximum"); pe.full {
-				return dispatch.Snooze(r.full, pe)
+				return dispatch.Overloaded(r.full, pe)
 			}
 			return pe
 		case ae.ErrorCode == codeMessageTooLarge || (ae.Code >= 400 && ae.Code < 500):

@@ -109,6 +109,11 @@ func TestRelayThroughDispatch(t *testing.T) {
 		store := ts.openStore(t)
 		const n = 60
 		msgs := messages(n, "order")
+		for i := range msgs { // the row's own headers travel, under the relay's
+			if i%2 == 0 {
+				msgs[i].Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "Outbox-Namespace": "spoofed"}
+			}
+		}
 		if _, err := store.Enqueue(context.Background(), msgs); err != nil {
 			t.Fatal(err)
 		}
@@ -139,6 +144,9 @@ func TestRelayThroughDispatch(t *testing.T) {
 				h.Get(jsrelay.HeaderNamespace) != w.Namespace || h.Get(jsrelay.HeaderTaskQueue) != w.TaskQueue ||
 				h.Get(jsrelay.HeaderDispatchKey) != key || h.Get(jsrelay.HeaderAttempt) != "1" {
 				t.Errorf("message %q: subject %q, data %q, headers %v; want the row %+v on attempt 1", key, m.Subject(), m.Data(), h, w)
+			}
+			if h.Get("traceparent") != w.Headers["traceparent"] {
+				t.Errorf("message %q: traceparent %q, want the row's %q", key, h.Get("traceparent"), w.Headers["traceparent"])
 			}
 		}
 	})
@@ -236,10 +244,10 @@ func TestFullStreamRetries(t *testing.T) {
 	}
 	err = r.Handle(ctx, row("b", 1))
 	var pe *jsrelay.PublishError
-	var se *dispatch.SnoozeError
+	var oe *dispatch.OverloadedError
 	if dispatch.IsPermanent(err) || !errors.Is(err, jsrelay.ErrStreamFull) || !errors.As(err, &pe) || pe.Reason != "maximum messages exceeded" || pe.DispatchKey != "b" ||
-		!errors.As(err, &se) || se.Delay != jsrelay.DefaultFullSnooze {
-		t.Fatalf("publish to a full stream: %v; want a *PublishError matching ErrStreamFull, snoozed for DefaultFullSnooze", err)
+		!errors.As(err, &oe) || oe.RetryAfter != jsrelay.DefaultFullSnooze {
+		t.Fatalf("publish to a full stream: %v; want a *PublishError matching ErrStreamFull, an Overloaded signal of DefaultFullSnooze", err)
 	}
 	if err := s.Purge(ctx); err != nil {
 		t.Fatal(err)

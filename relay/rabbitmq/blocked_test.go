@@ -25,10 +25,10 @@ func TestBlockedConnectionWaits(t *testing.T) {
 	rabbitmq.SetBlocked(short, amqp.Blocking{Active: true, Reason: "low on memory"})
 	err := short.Handle(context.Background(), row)
 	var be *rabbitmq.BlockedError
-	var se *dispatch.SnoozeError
+	var oe *dispatch.OverloadedError
 	if dispatch.IsPermanent(err) || !errors.Is(err, rabbitmq.ErrBlocked) || !errors.As(err, &be) || be.Reason != "low on memory" || be.Waited != time.Millisecond ||
-		!errors.As(err, &se) || se.Delay != rabbitmq.DefaultRefusedSnooze {
-		t.Fatalf("Handle on a blocked connection: %v; want a *BlockedError, snoozed for DefaultRefusedSnooze", err)
+		!errors.As(err, &oe) || oe.RetryAfter != rabbitmq.DefaultRefusedSnooze {
+		t.Fatalf("Handle on a blocked connection: %v; want a *BlockedError, an Overloaded signal of DefaultRefusedSnooze", err)
 	}
 
 	long := newRelay(t, conn, top, rabbitmq.Options{BlockedWait: time.Hour})

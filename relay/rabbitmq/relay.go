@@ -42,9 +42,9 @@
 //
 // # Backpressure
 //
-// A nack (the broker could not take the message) snoozes the row
-// (dispatch.Snooze of a *[NackError]) for Options.RefusedSnooze, spending
-// no attempt. Under a memory or disk alarm the broker sends
+// A nack (the broker could not take the message) is dispatch.Overloaded
+// of a *[NackError]: the dispatcher snoozes the row for
+// Options.RefusedSnooze, spending no attempt. Under a memory or disk alarm the broker sends
 // connection.blocked and stops reading publishes: a Handle that starts
 // while the connection is blocked waits up to Options.BlockedWait for
 // connection.unblocked, then snoozes the row likewise (a *[BlockedError]);
@@ -120,7 +120,7 @@ type Options struct {
 	// RefusedSnooze is how long a row waits, spending no attempt, when
 	// the broker refused it for want of room: a nack, or the connection
 	// blocked past BlockedWait. Handle then returns
-	// dispatch.Snooze(RefusedSnooze, the *NackError or *BlockedError);
+	// dispatch.Overloaded(RefusedSnooze, the *NackError or *BlockedError), a snooze;
 	// after Options.MaxSnoozes of the dispatcher a snooze is a failure.
 	// Default [DefaultRefusedSnooze]; at most outbox.MaxDelay.
 	RefusedSnooze time.Duration
@@ -376,7 +376,9 @@ func DefaultRoutingKey(prefix string, row outbox.Row) string {
 
 // Publishing returns the routing key and the message [Relay.Handle]
 // publishes for row: persistent, the payload as body, the dispatch key as
-// message_id, the enqueue time as timestamp, and the headers Header* name.
+// message_id, the enqueue time as timestamp, the row's own headers
+// (Row.Headers: a traceparent from oteltrace.Inject, say), and over them
+// the headers Header* name.
 // An error is the RoutingKey function's, or a *[RoutingKeyError].
 func (r *Relay) Publishing(row outbox.Row) (string, amqp.Publishing, error) {
 	key, err := r.key(row)
@@ -386,13 +388,14 @@ func (r *Relay) Publishing(row outbox.Row) (string, amqp.Publishing, error) {
 	if len(key) > 255 {
 		return "", amqp.Publishing{}, &RoutingKeyError{RoutingKey: key, Reason: fmt.Sprintf("is %d bytes, over AMQP's 255", len(key))}
 	}
+	headers := make(amqp.Table, 4+len(row.Headers))
+	for k, v := range row.Headers { // the row's own (a traceparent), under the relay's
+		headers[k] = v
+	}
+	headers[HeaderNamespace], headers[HeaderTaskQueue] = row.Namespace, row.TaskQueue
+	headers[HeaderDispatchKey], headers[HeaderAttempt] = row.DispatchKey, int32(row.Attempts)
 	return key, amqp.Publishing{
-		Headers: amqp.Table{
-			HeaderNamespace:   row.Namespace,
-			HeaderTaskQueue:   row.TaskQueue,
-			HeaderDispatchKey: row.DispatchKey,
-			HeaderAttempt:     int32(row.Attempts),
-		},
+		Headers:      headers,
 		ContentType:  r.ctype,
 		DeliveryMode: amqp.Persistent,
 		MessageId:    row.DispatchKey,
@@ -472,7 +475,7 @@ func (r *Relay) Handle(ctx context.Context, row outbox.Row) error {
 	case returned != nil:
 		return returned
 	case !acked:
-		return dispatch.Snooze(r.refused, &NackError{Exchange: r.exchange, RoutingKey: key, DispatchKey: row.DispatchKey})
+		return dispatch.Overloaded(r.refused, &NackError{Exchange: r.exchange, RoutingKey: key, DispatchKey: row.DispatchKey})
 	}
 	return nil
 }
@@ -505,7 +508,7 @@ func (r *Relay) waitUnblocked(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		return dispatch.Snooze(r.refused, &BlockedError{Reason: b.reason, Waited: r.wait})
+		return dispatch.Overloaded(r.refused, &BlockedError{Reason: b.reason, Waited: r.wait})
 	}
 }
 

@@ -68,6 +68,11 @@ func TestRelayThroughDispatch(t *testing.T) {
 		store := ts.openStore(t)
 		const n = 60
 		msgs := messages(n, "order")
+		for i := range msgs { // the row's own headers travel, under the relay's
+			if i%2 == 0 {
+				msgs[i].Headers = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "Outbox-Namespace": "spoofed"}
+			}
+		}
 		if _, err := store.Enqueue(context.Background(), msgs); err != nil {
 			t.Fatal(err)
 		}
@@ -99,6 +104,9 @@ func TestRelayThroughDispatch(t *testing.T) {
 				h[rabbitmq.HeaderDispatchKey] != w.DispatchKey || h[rabbitmq.HeaderAttempt] != int32(1) {
 				t.Errorf("message %q: key %q, body %q, mode %d, type %q, headers %v; want the row %+v on attempt 1",
 					d.MessageId, d.RoutingKey, d.Body, d.DeliveryMode, d.ContentType, h, w)
+			}
+			if tp, _ := h["traceparent"].(string); tp != w.Headers["traceparent"] {
+				t.Errorf("message %q: traceparent %q, want the row's %q", d.MessageId, tp, w.Headers["traceparent"])
 			}
 		}
 	})
@@ -231,10 +239,10 @@ func TestNackRetries(t *testing.T) {
 	}
 	err := r.Handle(ctx, row("b"))
 	var ne *rabbitmq.NackError
-	var se *dispatch.SnoozeError
+	var oe *dispatch.OverloadedError
 	if dispatch.IsPermanent(err) || !errors.Is(err, rabbitmq.ErrNacked) || !errors.As(err, &ne) || ne.DispatchKey != "b" ||
-		!errors.As(err, &se) || se.Delay != rabbitmq.DefaultRefusedSnooze {
-		t.Fatalf("publish to a full queue: %v; want a *NackError, snoozed for DefaultRefusedSnooze", err)
+		!errors.As(err, &oe) || oe.RetryAfter != rabbitmq.DefaultRefusedSnooze {
+		t.Fatalf("publish to a full queue: %v; want a *NackError, an Overloaded signal of DefaultRefusedSnooze", err)
 	}
 	if _, err := top.ch.QueuePurge(top.queue, false); err != nil {
 		t.Fatal(err)
