@@ -460,6 +460,8 @@ type deadData struct {
 	Namespace, After string
 	Rows             []outbox.Row
 	Next             string // the After of the next page, "" for none
+	// Groups are the dead letters by error, on the first page only.
+	Groups *DeadGroupsResult
 }
 
 const deadPage = 100
@@ -483,6 +485,14 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 	d.Rows = rows
 	if len(rows) == deadPage {
 		d.Next = rows[len(rows)-1].DispatchKey
+	}
+	if d.After == "" && len(rows) > 0 {
+		g, err := DeadGroups(r.Context(), h.s, d.Namespace)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		d.Groups = &g
 	}
 	h.render(w, r, "dead.html", "Dead letters", false, d)
 }

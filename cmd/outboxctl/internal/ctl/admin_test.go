@@ -96,6 +96,8 @@ func TestAdminHandler(t *testing.T) {
 				{"GET", "/tenant", 400, "ns is missing"},
 				{"GET", "/tenant?ns=%00", 400, "NUL"},
 				{"GET", "/dead", 200, "beta-00"},
+				{"GET", "/dead", 200, `<td class="l err">smtp: 550 mailbox unavailable</td></tr>`},
+				{"GET", "/dead", 200, "dead letters grouped."},
 				{"GET", "/dead?ns=alpha", 200, "no dead letters"},
 				{"GET", "/nodes", 200, "node-1"},
 				{"GET", "/nowhere", 404, ""},
