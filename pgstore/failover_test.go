@@ -137,7 +137,7 @@ func newFailoverFleet(ctx context.Context, t *testing.T, url string) *failoverFl
 			Options: dispatch.Options{
 				Workers:      32,
 				ErrorBackoff: dispatch.Backoff{Base: 20 * time.Millisecond, Max: failoverBackoffMax},
-				Metrics:      failoverMetrics{f},
+				Metrics:      failoverMetrics{f: f},
 				// The failed calls are counted, not logged line by line.
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			},
@@ -167,8 +167,12 @@ func (f *failoverFleet) handle(ctx context.Context, row outbox.Row) error {
 	return nil
 }
 
-// failoverMetrics records applied settles and the first claim after a cut.
-type failoverMetrics struct{ f *failoverFleet }
+// failoverMetrics records applied settles, failed calls and the first
+// claim after a cut.
+type failoverMetrics struct {
+	dispatch.NopMetrics
+	f *failoverFleet
+}
 
 func (m failoverMetrics) Swept(ev dispatch.SweepEvent) {
 	if ev.Err != nil {
@@ -195,10 +199,7 @@ func (m failoverMetrics) Completed(ev dispatch.CompletionEvent) {
 	m.f.settled.Add(1)
 }
 
-func (failoverMetrics) LeaseLost(dispatch.LeaseLostEvent) {}
-func (failoverMetrics) LeasesExtended(int)                {}
-func (failoverMetrics) Panicked(outbox.Row)               {}
-func (m failoverMetrics) StoreFailed(string, error)       { m.f.writesFailed.Add(1) }
+func (m failoverMetrics) StoreFailed(string, error) { m.f.writesFailed.Add(1) }
 
 func (f *failoverFleet) settledCount() int { return int(f.settled.Load()) }
 

@@ -93,19 +93,8 @@ func (c *settleCounter) count() int {
 // After the first sweep, it enqueues later (if any).
 func (l Liveness) drain(t *testing.T, s outbox.Store, cfg backpressure.Config, opts dispatch.Options, h dispatch.Handler, m *settleCounter, later ...outbox.Message) {
 	t.Helper()
-	bp, err := backpressure.New(cfg, everyShard(t, s.ShardCount()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts.PollInterval, opts.Metrics = time.Hour, m
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	d, err := dispatch.New(bp, s, h, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
+	defer startDispatcher(t, s, cfg, opts, h)()
 	deadline := time.NewTimer(l.Timeout)
 	defer deadline.Stop()
 	if len(later) > 0 {
@@ -121,9 +110,30 @@ func (l Liveness) drain(t *testing.T, s outbox.Store, cfg backpressure.Config, o
 	case <-deadline.C:
 		t.Errorf("%d of %d rows settled in %v with a 1h poll: the dispatcher waited for the poll", m.count(), m.want, l.Timeout)
 	}
-	cancel()
-	if err := <-ran; err != nil {
-		t.Errorf("Run: %v", err)
+}
+
+// startDispatcher runs a dispatcher on s, every shard owned, with cfg and
+// opts (a quiet logger), and returns its stop: it cancels Run, waits for
+// it, and fails t if Run returned an error.
+func startDispatcher(t *testing.T, s outbox.Store, cfg backpressure.Config, opts dispatch.Options, h dispatch.Handler) (stop func()) {
+	t.Helper()
+	bp, err := backpressure.New(cfg, everyShard(t, s.ShardCount()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := dispatch.New(bp, s, h, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}
 }
 

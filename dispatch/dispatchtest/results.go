@@ -3,8 +3,6 @@ package dispatchtest
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -92,28 +90,11 @@ func (o *outcomes) count(x outbox.Outcome) int {
 // as they are then. It fails t past c.Timeout.
 func (c Results) runUntil(t *testing.T, s outbox.Store, opts dispatch.Options, h dispatch.Handler, m dispatch.Metrics, keys []string, done func(outbox.Row) bool) []outbox.Row {
 	t.Helper()
-	bp, err := backpressure.New(backpressure.Config{BatchSize: 10, DefaultQuota: backpressure.Unlimited}, everyShard(t, s.ShardCount()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts.PollInterval, opts.Metrics = 10*time.Millisecond, m
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if opts.Workers == 0 {
 		opts.Workers = 4
 	}
-	d, err := dispatch.New(bp, s, h, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer startDispatcher(t, s, backpressure.Config{BatchSize: 10, DefaultQuota: backpressure.Unlimited}, opts, h)()
 	deadline := time.Now().Add(c.Timeout)
 	for {
 		rows := make([]outbox.Row, 0, len(keys))
