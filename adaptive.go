@@ -25,7 +25,7 @@ type adaptState struct {
 // static ceiling alone); a zero holdUntil, or one already past, means no
 // hold. Ceiling 0 with no hold to come clears the namespace's entry. Like the static ceiling it is a
 // per-node bound, this node's share, set by this node's controller: nodes
-// share no counter. [NamespaceReport] shows it (Adaptive, HoldUntil).
+// share no counter. [NamespaceReport] shows it (Adaptive, Hold).
 //
 // The Backpressure holds one entry per namespace with an adaptive ceiling
 // or a hold; its caller clears the entries it no longer needs. It returns
@@ -71,25 +71,24 @@ func (b *Backpressure) adaptiveAt(ns []nsWork, t time.Time) {
 		if !ok {
 			continue
 		}
-		ns[i].adaptive = a.ceiling
+		ns[i].Adaptive = a.ceiling // clamped by effectiveCeiling
 		if t.Before(a.until) {
-			ns[i].HoldUntil = a.until
+			ns[i].Hold = a.until.Sub(t)
 		}
 	}
 }
 
-// effectiveCeiling is w's ceiling under its adaptive one: min(Ceiling,
-// adaptive), an adaptive 0 dropping out; it records the adaptive ceiling
-// in force (never above Ceiling) in w.Adaptive.
+// effectiveCeiling is w's ceiling under its adaptive one, which
+// adaptiveAt set in w.Adaptive: min(Ceiling, Adaptive), an Adaptive of 0
+// dropping out; it clamps w.Adaptive to it (never above Ceiling).
 func (w *nsWork) effectiveCeiling() int {
-	c := w.Ceiling
-	if w.adaptive > 0 {
-		if c == Unlimited || w.adaptive < c {
-			c = w.adaptive
-		}
-		w.Adaptive = c
+	if w.Adaptive > 0 && w.Ceiling != Unlimited && w.Adaptive > w.Ceiling {
+		w.Adaptive = w.Ceiling
 	}
-	return c
+	if w.Adaptive > 0 {
+		return w.Adaptive
+	}
+	return w.Ceiling
 }
 
 // adaptiveBinds reports whether w's adaptive ceiling is below its static

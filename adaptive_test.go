@@ -92,8 +92,8 @@ func checkAdaptiveReport(t *rapid.T, step int, r NamespaceReport, a refAdapt, no
 		t.Fatalf("step %d: %+v: Held ≠ Pending − Granted", step, r)
 	}
 	held := now.Before(a.until)
-	if held != !r.HoldUntil.IsZero() || held && !r.HoldUntil.Equal(a.until) {
-		t.Fatalf("step %d: %+v: HoldUntil %v, want the hold %v at %v", step, r, r.HoldUntil, a.until, now)
+	if held != (r.Hold > 0) || held && r.Hold != a.until.Sub(now) {
+		t.Fatalf("step %d: %+v: Hold %v, want the hold %v at %v", step, r, r.Hold, a.until, now)
 	}
 	if held && (r.Demand != 0 || r.Granted != 0 || r.Held != r.Pending) {
 		t.Fatalf("step %d: %+v: a held namespace has demand, a grant, or rows not pending", step, r)
@@ -142,7 +142,7 @@ func TestSetAdaptiveCeilingErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := p.Namespace("a"); r.Adaptive != 3 || r.Granted != 3 || !r.HoldUntil.IsZero() || r.Reason != HeldAdaptive {
+	if r, _ := p.Namespace("a"); r.Adaptive != 3 || r.Granted != 3 || r.Hold != 0 || r.Reason != HeldAdaptive {
 		t.Fatalf("after refused calls: %+v, want the ceiling 3 set before, no hold", r)
 	}
 	if err := (&Backpressure{}).SetAdaptiveCeiling("a", 1, time.Time{}); !errors.Is(err, ErrInvalidConfig) {
@@ -177,11 +177,11 @@ func TestAdaptiveHoldClears(t *testing.T) {
 		rb, _ := p.Namespace("b")
 		return ra, rb
 	}
-	if ra, rb := granted(); ra.Granted != 0 || ra.Held != 8 || ra.Reason != HeldAdaptive || !ra.HoldUntil.Equal(until) || rb.Granted != 6 {
+	if ra, rb := granted(); ra.Granted != 0 || ra.Held != 8 || ra.Reason != HeldAdaptive || ra.Hold != 2*time.Second || rb.Granted != 6 {
 		t.Fatalf("held: a %+v, b %+v", ra, rb)
 	}
 	now = until
-	if ra, _ := granted(); ra.Granted != 2 || ra.Reason != HeldAdaptive || !ra.HoldUntil.IsZero() {
+	if ra, _ := granted(); ra.Granted != 2 || ra.Reason != HeldAdaptive || ra.Hold != 0 {
 		t.Fatalf("at the hold's end: %+v, want 2 granted under the adaptive ceiling", ra)
 	}
 	if err := b.SetAdaptiveCeiling("a", 0, time.Time{}); err != nil {

@@ -60,7 +60,7 @@ const (
 	HeldRate
 	// HeldAdaptive: a downstream's advisory signals hold the namespace on
 	// this node (see [Backpressure.SetAdaptiveCeiling]): until the
-	// report's HoldUntil its demand is 0, or its claimed rows reached its
+	// report's Hold has passed its demand is 0, or its claimed rows reached its
 	// adaptive ceiling (Adaptive), below the static one.
 	HeldAdaptive
 )
@@ -93,7 +93,7 @@ func (r HoldReason) String() string {
 // under Sweep they may be lower bounds: see Capped), and they satisfy
 //
 //	Headroom = max(0, min(Ceiling, Adaptive) − Claimed)   (an Unlimited or 0 Adaptive term drops out)
-//	Demand   = min(Headroom, Tokens, Pending − Invalid)   (an Unlimited term drops out); 0 while HoldUntil is set
+//	Demand   = min(Headroom, Tokens, Pending − Invalid)   (an Unlimited term drops out); 0 while Hold > 0
 //	Granted  ≤ Demand
 //	Held     = Pending − Granted ≥ 0
 //	Adaptive ≤ Ceiling                                   (when Ceiling is not Unlimited)
@@ -110,6 +110,12 @@ type NamespaceReport struct {
 	Held      int        // rows left Pending for a later sweep
 	Invalid   int        // pending rows on routes Route.Validate rejects: held, never claimed (see HeldInvalidRoute)
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
+	// Capped is set by Sweep when a route of the namespace was counted only
+	// up to the depth Sweep counted at, so it may hold more rows: Pending,
+	// Demand and Held are then lower bounds. When it is false they are exact, except
+	// in a windowed plan (Plan.Windowed) for a namespace outside the
+	// window, which was not counted at all and shows Pending 0.
+	Capped bool
 	// Rate is the namespace's cluster-wide rate limit (Config.Rates,
 	// Config.DefaultRate); the zero Rate means none.
 	Rate Rate
@@ -121,17 +127,11 @@ type NamespaceReport struct {
 	// [Backpressure.SetAdaptiveCeiling]) as it applied: min(the ceiling
 	// set, Ceiling), never above Ceiling; 0 when none is set.
 	Adaptive int
-	// HoldUntil is, while a downstream's Retry-After holds the namespace
-	// (SetAdaptiveCeiling's holdUntil, after the plan's time), when the
-	// hold ends: its demand is then 0 and its rows are held, reason
-	// HeldAdaptive. Zero when no hold applies.
-	HoldUntil time.Time
-	// Capped is set by Sweep when a route of the namespace was counted only
-	// up to the depth Sweep counted at, so it may hold more rows: Pending,
-	// Demand and Held are then lower bounds. When it is false they are exact, except
-	// in a windowed plan (Plan.Windowed) for a namespace outside the
-	// window, which was not counted at all and shows Pending 0.
-	Capped bool
+	// Hold is, while a downstream's Retry-After holds the namespace
+	// (SetAdaptiveCeiling's holdUntil, after the plan's time t), the time
+	// left, holdUntil − t: its demand is then 0 and its rows are held,
+	// reason HeldAdaptive. 0 when no hold applies.
+	Hold time.Duration
 }
 
 // LogValue makes a report log as a group of its fields.
@@ -161,8 +161,8 @@ func (r NamespaceReport) LogValue() slog.Value {
 	if r.Adaptive > 0 {
 		attrs = append(attrs, slog.Int("adaptive", r.Adaptive))
 	}
-	if !r.HoldUntil.IsZero() {
-		attrs = append(attrs, slog.Time("hold_until", r.HoldUntil))
+	if r.Hold > 0 {
+		attrs = append(attrs, slog.Duration("hold", r.Hold))
 	}
 	if r.Reason != HeldNone {
 		attrs = append(attrs, slog.String("reason", r.Reason.String()))
@@ -322,9 +322,8 @@ type routeCursorUpdate struct{ namespace, taskQueue string }
 type nsWork struct {
 	NamespaceReport
 	lo, hi      int
-	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
 	tokens      int  // Tokens, or Unlimited without a rate
-	adaptive    int  // the adaptive ceiling set (SetAdaptiveCeiling), 0: none
+	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
 	validName   bool // the namespace passes Route.Validate
 }
 
@@ -475,7 +474,7 @@ func (sc *scratch) demand(st settings) (total int, over bool, maxWeight int) {
 		if w.tokens != Unlimited {
 			w.Demand = min(w.Demand, w.tokens)
 		}
-		if !w.HoldUntil.IsZero() {
+		if w.Hold > 0 {
 			w.Demand = 0
 		}
 		if w.Demand > 0 {
@@ -569,7 +568,7 @@ func (w *nsWork) holdReason() HoldReason {
 		return HeldInvalidRoute
 	case w.Quota == 0:
 		return HeldPaused
-	case !w.HoldUntil.IsZero():
+	case w.Hold > 0:
 		return HeldAdaptive
 	case w.Granted < w.Demand:
 		return HeldBudget
