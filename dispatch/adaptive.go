@@ -261,6 +261,21 @@ func (d *Dispatcher) PinAdaptiveCeiling(namespace string, n int) error {
 	return nil
 }
 
+// unpin lets the controller steer namespace again, from what it learned.
+func (a *adaptive) unpin(namespace string) {
+	now := a.p.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.ns[namespace]
+	if !ok || e.pinned == 0 {
+		return
+	}
+	e.pinned = 0
+	ev := AdaptEvent{Namespace: namespace}
+	a.install(namespace, e, now, &ev)
+	a.m.Adapted(ev)
+}
+
 // ResetAdaptiveCeiling forgets namespace's adaptive state on this node: no
 // pin, no hold, its static ceiling alone, until the next signal. It
 // returns the errors of [Dispatcher.PinAdaptiveCeiling] but for n's.
