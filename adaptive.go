@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // adaptState is one namespace's adaptive ceiling on this node, as
@@ -31,13 +33,13 @@ type adaptState struct {
 // or a hold; its caller clears the entries it no longer needs. It returns
 // an error matching [ErrInvalidConfig] (a *[ConfigError]), and changes
 // nothing, for a negative ceiling or a namespace no row can have (one
-// [Route.Validate] rejects), and for a Backpressure not built with [New].
+// [outbox.Route.Validate] rejects), and for a Backpressure not built with [New].
 func (b *Backpressure) SetAdaptiveCeiling(namespace string, ceiling int, holdUntil time.Time) error {
 	if b == nil || b.e.sem == nil {
 		return errNotNew
 	}
 	field := "AdaptiveCeiling[" + strconv.Quote(namespace) + "]"
-	if err := checkKey(field, namespace, ceiling); err != nil {
+	if err := outbox.CheckNamespace(field, namespace, ceiling); err != nil {
 		return err
 	}
 	if ceiling < 0 {

@@ -131,7 +131,7 @@ func (a *ahead) take(ctx context.Context, st settings, store any, p CountParams)
 		return nil, nil, CountParams{}, false
 	}
 	defer a.cancel()
-	if a.gen != st.gen || a.store == nil || a.store != store || !a.want.covers(p) || a.short.Load() {
+	if a.gen != st.gen || a.store == nil || a.store != store || !covers(a.want, p) || a.short.Load() {
 		return nil, nil, CountParams{}, false
 	}
 	select {
@@ -150,7 +150,7 @@ func (a *ahead) take(ctx context.Context, st settings, store any, p CountParams)
 // covers reports whether counts read for c serve a sweep that would ask p:
 // both with the claimed counts; full counts at least as deep, or a window
 // from the same start over at least as many namespaces at the same cap.
-func (c CountParams) covers(p CountParams) bool {
+func covers(c, p CountParams) bool {
 	if !c.Claimed || !p.Claimed {
 		return false
 	}

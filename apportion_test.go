@@ -95,7 +95,7 @@ func TestShareCeilingReference(t *testing.T) {
 		if q > 0 && len(owned) > 0 && (got < 1 || got > q) {
 			t.Fatalf("CeilingFor(%q, %d, shares) of %v = %d, want 1..q", ns, q, f, got)
 		}
-		if b := f.ceilingBound(q, ApportionShares); got > b {
+		if b := f.CeilingBound(q, ApportionShares); got > b {
 			t.Fatalf("CeilingFor(%q, %d, shares) of %v = %d > bound %d", ns, q, f, got, b)
 		}
 		if len(owned) == n && got != q {

@@ -52,7 +52,7 @@ func TestPlanSharesEquivalence(t *testing.T) {
 		}
 		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
 		for _, rc := range w.snap.Pending {
-			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, cp)})
+			cs.Pending = append(cs.Pending, RouteCount{Route: rc.Route, Count: min(rc.Count, cp)})
 		}
 		for s := 0; s < 3; s++ {
 			p, err1 := b.Plan(w.snap)

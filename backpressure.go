@@ -100,7 +100,7 @@ var errNilStore = fmt.Errorf("%w: nil OutboxStore", ErrInvalidConfig)
 // breaks the limits of [Rate] (NaN, infinite, negative or above
 // 1e9 PerSecond; Burst outside 1 to 2^30 with a rate, or
 // not 0 without one), or if a Quotas, Weights or Rates key
-// is a namespace no row can have (one [Route.Validate] rejects: "", a NUL
+// is a namespace no row can have (one [outbox.Route.Validate] rejects: "", a NUL
 // byte, invalid UTF-8, over 255 bytes); and one matching
 // [ErrInvalidShards] if f is the zero OwnedShardFraction.
 func New(cfg Config, f OwnedShardFraction) (*Backpressure, error) {

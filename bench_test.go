@@ -20,7 +20,7 @@ func benchWorld(namespaces, routes int) (Config, Snapshot) {
 			snap.Claimed[ns] = c
 		}
 		for j := 0; j < routes; j++ {
-			snap.Pending = append(snap.Pending, RouteCount{Route{ns, fmt.Sprintf("queue-%02d", j)}, (i*7+j)%40 + 1})
+			snap.Pending = append(snap.Pending, RouteCount{Route: Route{Namespace: ns, TaskQueue: fmt.Sprintf("queue-%02d", j)}, Count: (i*7+j)%40 + 1})
 		}
 	}
 	return cfg, snap

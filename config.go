@@ -1,7 +1,6 @@
 package backpressure
 
 import (
-	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure/internal/limits"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Config is the configuration of a [Backpressure]. [New] and
@@ -118,7 +118,7 @@ func newSettings(c *config, f OwnedShardFraction) settings {
 	st := settings{cfg: c, f: f}
 	deepest := c.deeperThan(c.batchSize)
 	ceil := func(q int) int {
-		if c := f.ceilingBound(q, c.apportion); c != Unlimited {
+		if c := f.CeilingBound(q, c.apportion); c != Unlimited {
 			return c
 		}
 		return deepest
@@ -166,27 +166,27 @@ func newConfig(cfg Config) (*config, error) {
 	}
 	for ns, q := range cfg.Quotas {
 		field := "Quotas[" + strconv.Quote(ns) + "]"
-		if err := checkKey(field, ns, q); err != nil {
+		if err := outbox.CheckNamespace(field, ns, q); err != nil {
 			return nil, err
 		}
-		if q < 0 && q != Unlimited {
-			return nil, &ConfigError{Field: field, Value: q, Reason: "must be at least 0 (paused), or Unlimited"}
+		if err := outbox.CheckQuota(field, q); err != nil {
+			return nil, err
 		}
 	}
-	if !validApportionment(cfg.Apportionment) {
+	if !cfg.Apportionment.Valid() {
 		return nil, &ConfigError{Field: "Apportionment", Value: int(cfg.Apportionment), Reason: "must be ApportionCeil or ApportionShares"}
 	}
 	c := &config{batchSize: cfg.BatchSize, defaultQuota: cfg.DefaultQuota, quotas: maps.Clone(cfg.Quotas), apportion: cfg.Apportionment, clock: cfg.Clock}
-	if err := checkRate("DefaultRate", cfg.DefaultRate); err != nil {
+	if err := outbox.CheckRate("DefaultRate", cfg.DefaultRate); err != nil {
 		return nil, err
 	}
 	c.defaultRate = cfg.DefaultRate
 	for ns, r := range cfg.Rates {
 		field := "Rates[" + strconv.Quote(ns) + "]"
-		if err := checkKey(field, ns, r.Burst); err != nil {
+		if err := outbox.CheckNamespace(field, ns, r.Burst); err != nil {
 			return nil, err
 		}
-		if err := checkRate(field, r); err != nil {
+		if err := outbox.CheckRate(field, r); err != nil {
 			return nil, err
 		}
 	}
@@ -195,11 +195,11 @@ func newConfig(cfg Config) (*config, error) {
 	}
 	for ns, w := range cfg.Weights {
 		field := "Weights[" + strconv.Quote(ns) + "]"
-		if err := checkKey(field, ns, w); err != nil {
+		if err := outbox.CheckNamespace(field, ns, w); err != nil {
 			return nil, err
 		}
-		if w < 1 || w > maxWeight {
-			return nil, &ConfigError{Field: field, Value: w, Reason: "must be between 1 and " + strconv.Itoa(maxWeight)}
+		if err := outbox.CheckWeight(field, w); err != nil {
+			return nil, err
 		}
 		if w > 1 {
 			if c.weights == nil {
@@ -209,16 +209,6 @@ func newConfig(cfg Config) (*config, error) {
 		}
 	}
 	return c, nil
-}
-
-// checkKey rejects a Quotas or Weights key that no row can have.
-func checkKey(field, namespace string, value int) error {
-	if err := (Route{Namespace: namespace}).Validate(); err != nil {
-		var re *RouteError
-		errors.As(err, &re)
-		return &ConfigError{Field: field, Value: value, Reason: "no row can have this namespace: it " + re.Reason}
-	}
-	return nil
 }
 
 // now reads the clock of b's current settings (Config.Clock, else
@@ -239,21 +229,4 @@ func (b *Backpressure) current() settings {
 		return settings{cfg: &config{}}
 	}
 	return b.set
-}
-
-// checkRate validates a Rates value or DefaultRate.
-func checkRate(field string, r Rate) error {
-	switch {
-	case math.IsNaN(r.PerSecond) || math.IsInf(r.PerSecond, 0):
-		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be finite"}
-	case r.PerSecond < 0 || r.PerSecond > maxRatePerSecond:
-		return &ConfigError{Field: field + ".PerSecond", Float: r.PerSecond, float: true, Reason: "must be between 0 (no limit) and 1e9"}
-	case r.Burst < 0 || r.Burst > maxBurst:
-		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be between 0 and " + strconv.Itoa(maxBurst)}
-	case r.PerSecond > 0 && r.Burst == 0:
-		return &ConfigError{Field: field + ".Burst", Value: 0, Reason: "must be at least 1 when PerSecond is set: a bucket that holds no whole token never starts a row"}
-	case r.PerSecond == 0 && r.Burst > 0:
-		return &ConfigError{Field: field + ".Burst", Value: r.Burst, Reason: "must be 0 when PerSecond is 0 (no limit)"}
-	}
-	return nil
 }

@@ -99,7 +99,7 @@ func windowFor(budget, k int) (int, bool) {
 }
 
 // guessK returns, after a sweep planned p, the k the next window counted
-// with the claimed counts ([CountParams.Claimed]) is sized for, before the sweep knows its claimed counts: the
+// with the claimed counts ([outbox.CountParams.Claimed]) is sized for, before the sweep knows its claimed counts: the
 // paused namespaces (zeroCeilings) plus those with a ceiling c > 0 whose
 // claimed rows and grant together reach it, Σ [0 < c ≤ Claimed + Granted].
 // Claimed rows grow only by this node's claims, so that bounds the next

@@ -3,69 +3,38 @@ package backpressure
 import (
 	"errors"
 	"fmt"
+
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Sentinel errors. Match them with [errors.Is]; the typed errors below carry
 // the details and match the sentinel of their kind.
 var (
-	// ErrInvalidShards reports an owned-shard set that cannot exist.
-	ErrInvalidShards = errors.New("backpressure: invalid owned shards")
+	// ErrInvalidShards reports an owned-shard set that cannot exist
+	// (outbox.ErrInvalidShards).
+	ErrInvalidShards = outbox.ErrInvalidShards
 	// ErrInvalidConfig reports a setting that cannot hold: a Config that
-	// New rejects, or a BackpressureGate that cannot exist.
-	ErrInvalidConfig = errors.New("backpressure: invalid config")
+	// New rejects, or a BackpressureGate that cannot exist
+	// (outbox.ErrInvalidConfig).
+	ErrInvalidConfig = outbox.ErrInvalidConfig
+	// ErrNotSupported is what a store returns from an optional extension
+	// (see [Counter]) for a request it does not serve; Sweep then does
+	// without the extension. It never reaches Sweep's caller
+	// (outbox.ErrNotSupported).
+	ErrNotSupported = outbox.ErrNotSupported
 	// ErrInvalidSnapshot reports a Snapshot that Plan rejects.
 	ErrInvalidSnapshot = errors.New("backpressure: invalid snapshot")
 	// ErrStore wraps every error a store returned during Sweep, and every
 	// answer of a store that breaks its contract (a *StoreError wrapping a
 	// *SnapshotError: see [StoreError]).
 	ErrStore = errors.New("backpressure: store failed")
-	// ErrNotSupported is what a store returns from an optional extension
-	// (see [Counter]) for a request it does not serve; Sweep then does
-	// without the extension. It never reaches Sweep's caller.
-	ErrNotSupported = errors.New("backpressure: not supported by the store")
 )
 
-// ShardError describes an invalid owned-shard set. It matches
-// [ErrInvalidShards].
-type ShardError struct {
-	Shard      int // the offending shard id, or -1 when the shard count itself is wrong
-	ShardCount int
-	Reason     string
-}
+// ShardError describes an invalid owned-shard set: [outbox.ShardError].
+type ShardError = outbox.ShardError
 
-// Error names the shard (or the shard count) and why the set cannot exist.
-func (e *ShardError) Error() string {
-	if e.Shard < 0 {
-		return fmt.Sprintf("backpressure: invalid owned shards: %s (shard count %d)", e.Reason, e.ShardCount)
-	}
-	return fmt.Sprintf("backpressure: invalid owned shards: %s: shard %d of %d", e.Reason, e.Shard, e.ShardCount)
-}
-
-// Is reports whether target is [ErrInvalidShards].
-func (e *ShardError) Is(target error) bool { return target == ErrInvalidShards }
-
-// ConfigError describes a setting that cannot hold: a [Config] field that
-// New or SetConfig rejects, or a [BackpressureGate] field that Validate
-// rejects. It matches [ErrInvalidConfig].
-type ConfigError struct {
-	Field  string // e.g. "BatchSize", `Quotas["acme"]`, "BackpressureGate.HighWatermark"
-	Value  int
-	Reason string
-	// Float is the value of a float field (Rate.PerSecond), whose Value is 0.
-	Float float64
-	float bool
-}
-
-// Error names the field, its value and why it cannot hold.
-func (e *ConfigError) Error() string {
-	if e.float {
-		return fmt.Sprintf("backpressure: invalid config: %s = %v: %s", e.Field, e.Float, e.Reason)
-	}
-	return fmt.Sprintf("backpressure: invalid config: %s = %d: %s", e.Field, e.Value, e.Reason)
-}
-
-// Is reports whether target is [ErrInvalidConfig].
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+// ConfigError describes a setting that cannot hold: [outbox.ConfigError].
+type ConfigError = outbox.ConfigError
 
 // SnapshotError describes a malformed Snapshot. It matches
 // [ErrInvalidSnapshot].

@@ -65,14 +65,14 @@ func FuzzPlan(f *testing.F) {
 			default:
 				tq := fmt.Sprintf("q%d", op%5)
 				for _, rc := range snap.Pending {
-					if rc.Route == (Route{ns, tq}) {
+					if rc.Route == (Route{Namespace: ns, TaskQueue: tq}) {
 						malformed = true
 					}
 				}
 				if v < 0 {
 					malformed = true
 				}
-				snap.Pending = append(snap.Pending, RouteCount{Route{ns, tq}, v})
+				snap.Pending = append(snap.Pending, RouteCount{Route: Route{Namespace: ns, TaskQueue: tq}, Count: v})
 			}
 		}
 		for _, c := range snap.Claimed {

@@ -27,7 +27,7 @@ func TestNextTokenAtKeepsTheRate(t *testing.T) {
 		t.Fatalf("first token due %v (ok %v), want %v", due.Sub(epoch), ok, want.Sub(epoch))
 	}
 	now = due
-	snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 1_000_000}}}
+	snap := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 1_000_000}}}
 	started := 0
 	for now.Sub(epoch) < span {
 		p, err := b.PlanAt(snap, now)

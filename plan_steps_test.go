@@ -32,7 +32,7 @@ func grants(p Plan) map[string]int {
 func oneRoutePerNS(n, pending int) Snapshot {
 	var s Snapshot
 	for i := 0; i < n; i++ {
-		s.Pending = append(s.Pending, RouteCount{Route{fmt.Sprintf("ns%02d", i), "default"}, pending})
+		s.Pending = append(s.Pending, RouteCount{Route: Route{Namespace: fmt.Sprintf("ns%02d", i), TaskQueue: "default"}, Count: pending})
 	}
 	return s
 }
@@ -42,7 +42,7 @@ func oneRoutePerNS(n, pending int) Snapshot {
 // equal after every round of the rotation.
 func TestPlanStepsBudgets(t *testing.T) {
 	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 1))
-	snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 100}, {Route{"b", "q"}, 100}, {Route{"c", "q"}, 100}}}
+	snap := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 100}, {Route: Route{Namespace: "b", TaskQueue: "q"}, Count: 100}, {Route: Route{Namespace: "c", TaskQueue: "q"}, Count: 100}}}
 	steps := []struct {
 		budget int
 		want   map[string]int
@@ -72,7 +72,7 @@ func TestPlanStepsBudgets(t *testing.T) {
 // B = 10 over 3 namespaces: 4,3,3 then 3,4,3 then 3,3,4 — 10 each after 3.
 func TestPlanStepsRotation(t *testing.T) {
 	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 1))
-	snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 100}, {Route{"b", "q"}, 100}, {Route{"c", "q"}, 100}}}
+	snap := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 100}, {Route: Route{Namespace: "b", TaskQueue: "q"}, Count: 100}, {Route: Route{Namespace: "c", TaskQueue: "q"}, Count: 100}}}
 	steps := []map[string]int{
 		{"a": 4, "b": 3, "c": 3},
 		{"a": 3, "b": 4, "c": 3},
@@ -104,9 +104,9 @@ func TestPlanStepsBurstyVersusQuiet(t *testing.T) {
 	b := mustNew(t, Config{BatchSize: 10, DefaultQuota: Unlimited}, allShards(t, 64))
 	var snap Snapshot
 	for q := 0; q < 50; q++ {
-		snap.Pending = append(snap.Pending, RouteCount{Route{"bursty", fmt.Sprintf("q%02d", q)}, 1000})
+		snap.Pending = append(snap.Pending, RouteCount{Route: Route{Namespace: "bursty", TaskQueue: fmt.Sprintf("q%02d", q)}, Count: 1000})
 	}
-	snap.Pending = append(snap.Pending, RouteCount{Route{"quiet", "default"}, 1000})
+	snap.Pending = append(snap.Pending, RouteCount{Route: Route{Namespace: "quiet", TaskQueue: "default"}, Count: 1000})
 	served := map[string]int{}
 	for step := 0; step < 10; step++ {
 		p, err := b.Plan(snap)
@@ -138,8 +138,8 @@ func TestPlanStepsHeldAtCeiling(t *testing.T) {
 	snap := Snapshot{
 		Claimed: map[string]int{"full": 5, "over": 9, "part": 3, "idle": 2},
 		Pending: []RouteCount{
-			{Route{"full", "q"}, 20}, {Route{"over", "q"}, 1}, {Route{"part", "q"}, 20},
-			{Route{"big", "q"}, 40}, {Route{"off", "q"}, 7},
+			{Route: Route{Namespace: "full", TaskQueue: "q"}, Count: 20}, {Route: Route{Namespace: "over", TaskQueue: "q"}, Count: 1}, {Route: Route{Namespace: "part", TaskQueue: "q"}, Count: 20},
+			{Route: Route{Namespace: "big", TaskQueue: "q"}, Count: 40}, {Route: Route{Namespace: "off", TaskQueue: "q"}, Count: 7},
 		},
 	}
 	p, err := b.Plan(snap)
@@ -242,10 +242,10 @@ func TestCeilingSteps(t *testing.T) {
 func TestPlanSnapshotErrors(t *testing.T) {
 	// Two planners in step; one also sees each bad snapshot, which must
 	// change nothing: the next good plan of both is the same.
-	good := Snapshot{Pending: []RouteCount{{Route{"a", "q1"}, 9}, {Route{"a", "q2"}, 9}, {Route{"b", "q"}, 9}}}
+	good := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q1"}, Count: 9}, {Route: Route{Namespace: "a", TaskQueue: "q2"}, Count: 9}, {Route: Route{Namespace: "b", TaskQueue: "q"}, Count: 9}}}
 	for i, s := range []Snapshot{
-		{Pending: []RouteCount{{Route{"a", "q"}, -1}}},
-		{Pending: []RouteCount{{Route{"a", "q"}, 1}, {Route{"b", "q"}, 1}, {Route{"a", "q"}, 2}}},
+		{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: -1}}},
+		{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 1}, {Route: Route{Namespace: "b", TaskQueue: "q"}, Count: 1}, {Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 2}}},
 		{Claimed: map[string]int{"a": -2}},
 		{Pending: good.Pending, Budget: -1},
 	} {
@@ -380,12 +380,12 @@ func TestZeroBackpressure(t *testing.T) {
 // as if they were absent. "" is a valid task queue, planned like any other.
 func TestPlanInvalidRouteHeld(t *testing.T) {
 	for i, bad := range []Route{
-		{"", "q"},
-		{"t03", "bad\x00queue"},
-		{"bad\x00ns", "q"},
-		{"t05", "\xff"},
-		{strings.Repeat("n", maxNamespaceBytes+1), "q"},
-		{"t07", strings.Repeat("q", maxTaskQueueBytes+1)},
+		{Namespace: "", TaskQueue: "q"},
+		{Namespace: "t03", TaskQueue: "bad\x00queue"},
+		{Namespace: "bad\x00ns", TaskQueue: "q"},
+		{Namespace: "t05", TaskQueue: "\xff"},
+		{Namespace: strings.Repeat("n", maxNamespaceBytes+1), TaskQueue: "q"},
+		{Namespace: "t07", TaskQueue: strings.Repeat("q", maxTaskQueueBytes+1)},
 	} {
 		if bad.Validate() == nil {
 			t.Fatalf("step %d: Route.Validate(%q) = nil, the test needs an invalid route", i, bad)
@@ -394,9 +394,9 @@ func TestPlanInvalidRouteHeld(t *testing.T) {
 		clean := mustNew(t, Config{BatchSize: 200, DefaultQuota: Unlimited}, allShards(t, 4))
 		var good Snapshot
 		for n := 0; n < 10; n++ {
-			good.Pending = append(good.Pending, RouteCount{Route{fmt.Sprintf("t%02d", n), ""}, 6}, RouteCount{Route{fmt.Sprintf("t%02d", n), "emails"}, 4})
+			good.Pending = append(good.Pending, RouteCount{Route: Route{Namespace: fmt.Sprintf("t%02d", n), TaskQueue: ""}, Count: 6}, RouteCount{Route: Route{Namespace: fmt.Sprintf("t%02d", n), TaskQueue: "emails"}, Count: 4})
 		}
-		withBad := Snapshot{Pending: append([]RouteCount{{bad, 7}}, good.Pending...)}
+		withBad := Snapshot{Pending: append([]RouteCount{{Route: bad, Count: 7}}, good.Pending...)}
 		for sweep := 0; sweep < 3; sweep++ {
 			p, err := b.Plan(withBad)
 			if err != nil {

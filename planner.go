@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/backpressure/internal/limits"
 )
 
 // Snapshot is what a node knows of its outbox at the start of a sweep: the
@@ -49,7 +51,7 @@ const (
 	// HeldPaused: the namespace's quota is 0.
 	HeldPaused
 	// HeldInvalidRoute: some of the namespace's rows are on a route that
-	// [Route.Validate] rejects (written by other means than a store's
+	// [outbox.Route.Validate] rejects (written by other means than a store's
 	// Enqueue); the report's Invalid counts them. They are never claimed,
 	// and the rest of the sweep is planned as if they were absent. This
 	// reason takes precedence over the others: it needs an operator.
@@ -155,7 +157,7 @@ func (r NamespaceReport) LogValue() slog.Value {
 	if r.Invalid > 0 {
 		attrs = append(attrs, slog.Int("invalid", r.Invalid))
 	}
-	if r.Rate.limited() {
+	if limited(r.Rate) {
 		attrs = append(attrs, slog.Float64("rate", r.Rate.PerSecond), slog.Int("burst", r.Rate.Burst), slog.Int("tokens", r.Tokens))
 	}
 	if r.Adaptive > 0 {
@@ -341,7 +343,7 @@ type scratch struct {
 	routeMoves []routeCursorUpdate
 }
 
-// cmpRoute orders route counts by route (see [Route.Compare]).
+// cmpRoute orders route counts by route (see [outbox.Route.Compare]).
 func cmpRoute(a, b RouteCount) int { return a.Route.Compare(b.Route) }
 
 // prepare is the planner's first step: it validates s and groups its
@@ -619,7 +621,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 		if i > 0 && checkOrder && routes[i-1].Route.Namespace >= name {
 			return ns, false, nil
 		}
-		valid := name != "" && validName(name, maxNamespaceBytes)
+		valid := name != "" && limits.ValidName(name, maxNamespaceBytes)
 		lo := i
 		pending, invalid, over := 0, 0, false
 		for ; i < len(routes) && routes[i].Route.Namespace == name; i++ {
@@ -637,7 +639,7 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 					return ns, false, nil
 				}
 			} else {
-				validTQ = validName(rc.Route.TaskQueue, maxTaskQueueBytes)
+				validTQ = limits.ValidName(rc.Route.TaskQueue, maxTaskQueueBytes)
 			}
 			if valid && validTQ {
 				pending, over = addOver(pending, rc.Count, over)
@@ -656,25 +658,25 @@ func groupRoutes(ns []nsWork, routes []RouteCount, checkOrder bool) (_ []nsWork,
 	return ns, true, nil
 }
 
-// nextTaskQueue returns compareNames(prev, tq) and validName(tq,
+// nextTaskQueue returns compareNames(prev, tq) and limits.ValidName(tq,
 // maxTaskQueueBytes), the two checks of every route but a namespace's
 // first, reading tq's first eight bytes once for both.
 func nextTaskQueue(prev, tq string) (int, bool) {
 	if len(prev) < 8 || len(tq) < 8 || len(tq) > maxTaskQueueBytes {
-		return compareNames(prev, tq), validName(tq, maxTaskQueueBytes)
+		return compareNames(prev, tq), limits.ValidName(tq, maxTaskQueueBytes)
 	}
 	x, y := first8(prev), first8(tq)
 	c := cmp.Compare(x, y)
 	if c == 0 {
 		c = strings.Compare(prev[8:], tq[8:])
 	}
-	// As in validName: no byte ≥ 0x80 and none zero. Then tq is valid if
+	// As in limits.ValidName: no byte ≥ 0x80 and none zero. Then tq is valid if
 	// the rest is.
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	if (y|(y-lo)&^y)&hi != 0 {
-		return c, validName(tq, maxTaskQueueBytes)
+		return c, limits.ValidName(tq, maxTaskQueueBytes)
 	}
-	return c, len(tq) == 8 || validName(tq[8:], maxTaskQueueBytes)
+	return c, len(tq) == 8 || limits.ValidName(tq[8:], maxTaskQueueBytes)
 }
 
 // compareNames is strings.Compare, with a fast path for names of eight
@@ -717,7 +719,7 @@ func (sc *scratch) splitRoutes(w *nsWork, routes []RouteCount, limits []int, r *
 	}
 	caps := sc.caps[:0]
 	for _, r := range rs {
-		if w.Invalid > 0 && !r.Route.valid() {
+		if w.Invalid > 0 && !validRoute(r.Route) {
 			caps = append(caps, 0) // never granted, as if absent
 		} else {
 			caps = append(caps, r.Count)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/backpressure/internal/limits"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
@@ -82,7 +83,7 @@ func genWorld(t *rapid.T) world {
 				tq = "" // the namespace's default queue: a route like any other
 			}
 			w.snap.Pending = append(w.snap.Pending, RouteCount{
-				Route: Route{ns, tq},
+				Route: Route{Namespace: ns, TaskQueue: tq},
 				Count: rapid.IntRange(0, 25).Draw(t, "pending"),
 			})
 		}
@@ -90,7 +91,7 @@ func genWorld(t *rapid.T) world {
 	// Now and then routes Route.Validate rejects, written by other means:
 	// held, never planned.
 	for i := rapid.IntRange(0, 2).Draw(t, "invalidRoutes"); i > 0; i-- {
-		r := rapid.SampledFrom([]Route{{"", "q"}, {"", ""}, {"ns00", "q\x00"}, {"ns01", "\xff"}, {"bad\x00", "q"}, {"ns02", strings.Repeat("x", maxTaskQueueBytes+1)}}).Draw(t, "invalidRoute")
+		r := rapid.SampledFrom([]Route{{Namespace: "", TaskQueue: "q"}, {Namespace: "", TaskQueue: ""}, {Namespace: "ns00", TaskQueue: "q\x00"}, {Namespace: "ns01", TaskQueue: "\xff"}, {Namespace: "bad\x00", TaskQueue: "q"}, {Namespace: "ns02", TaskQueue: strings.Repeat("x", maxTaskQueueBytes+1)}}).Draw(t, "invalidRoute")
 		if !slices.ContainsFunc(w.snap.Pending, func(rc RouteCount) bool { return rc.Route == r }) {
 			w.snap.Pending = append(w.snap.Pending, RouteCount{Route: r, Count: rapid.IntRange(0, 9).Draw(t, "invalidPending")})
 		}
@@ -378,7 +379,7 @@ func TestPlanNoStarvation(t *testing.T) {
 			}
 			totalWeight += weightOf(cfg, ns)
 			for j := rapid.IntRange(1, 4).Draw(t, "routes"); j > 0; j-- {
-				snap.Pending = append(snap.Pending, RouteCount{Route{ns, fmt.Sprint("q", j)}, rapid.IntRange(1, 50).Draw(t, "pending")})
+				snap.Pending = append(snap.Pending, RouteCount{Route: Route{Namespace: ns, TaskQueue: fmt.Sprint("q", j)}, Count: rapid.IntRange(1, 50).Draw(t, "pending")})
 			}
 		}
 		b := mustNew(t, cfg, all)
@@ -599,7 +600,7 @@ func TestPendingCountCapExact(t *testing.T) {
 			c := capped.current().fullCap(budgetOf(w.cfg, snap))
 			cs := Snapshot{Claimed: snap.Claimed, Budget: snap.Budget}
 			for _, rc := range snap.Pending {
-				cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
+				cs.Pending = append(cs.Pending, RouteCount{Route: rc.Route, Count: min(rc.Count, c)})
 			}
 			p1, err1 := full.Plan(snap)
 			p2, err2 := capped.Plan(cs)
@@ -630,7 +631,7 @@ func TestPlanExtremeValues(t *testing.T) {
 			ns := fmt.Sprint("n", i)
 			s.Claimed[ns] = big(t, "claimed")
 			for j := rapid.IntRange(1, 3).Draw(t, "routes"); j > 0; j-- {
-				s.Pending = append(s.Pending, RouteCount{Route{ns, fmt.Sprint("q", j)}, big(t, "pending")})
+				s.Pending = append(s.Pending, RouteCount{Route: Route{Namespace: ns, TaskQueue: fmt.Sprint("q", j)}, Count: big(t, "pending")})
 			}
 		}
 		p, err := b.Plan(s)
@@ -685,7 +686,7 @@ func TestShallowCountExact(t *testing.T) {
 		cs := Snapshot{Claimed: w.snap.Claimed, Budget: w.snap.Budget}
 		deeper := false
 		for _, rc := range w.snap.Pending {
-			cs.Pending = append(cs.Pending, RouteCount{rc.Route, min(rc.Count, c)})
+			cs.Pending = append(cs.Pending, RouteCount{Route: rc.Route, Count: min(rc.Count, c)})
 			deeper = deeper || rc.Count > c
 		}
 		for s := 0; s < 4; s++ {
@@ -949,7 +950,7 @@ func TestPlanReconfigure(t *testing.T) {
 // max(0, C − K) for the new ceiling C.
 func TestSetConfigLowersQuota(t *testing.T) {
 	b := mustNew(t, Config{BatchSize: 20, DefaultQuota: 10}, allShards(t, 4))
-	snap := Snapshot{Claimed: map[string]int{"acme": 10}, Pending: []RouteCount{{Route{"acme", "q"}, 30}, {Route{"zeta", "q"}, 5}}}
+	snap := Snapshot{Claimed: map[string]int{"acme": 10}, Pending: []RouteCount{{Route: Route{Namespace: "acme", TaskQueue: "q"}, Count: 30}, {Route: Route{Namespace: "zeta", TaskQueue: "q"}, Count: 5}}}
 	if err := b.SetConfig(Config{BatchSize: 20, DefaultQuota: 10, Quotas: map[string]int{"acme": 4}}); err != nil {
 		t.Fatal(err)
 	}
@@ -984,12 +985,12 @@ func TestSetConfigLowersQuota(t *testing.T) {
 // start). Counted at fullCap(1) = 2 both agree.
 func TestWeightedCountCapOneDeeper(t *testing.T) {
 	cfg := Config{BatchSize: 1, DefaultQuota: Unlimited, Weights: map[string]int{"a": 2}}
-	first := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 5}}}
-	second := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 5}, {Route{"b", "q"}, 5}}}
+	first := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 5}}}
+	second := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 5}, {Route: Route{Namespace: "b", TaskQueue: "q"}, Count: 5}}}
 	capAt := func(s Snapshot, c int) Snapshot {
 		out := Snapshot{}
 		for _, rc := range s.Pending {
-			out.Pending = append(out.Pending, RouteCount{rc.Route, min(rc.Count, c)})
+			out.Pending = append(out.Pending, RouteCount{Route: rc.Route, Count: min(rc.Count, c)})
 		}
 		return out
 	}
@@ -1052,13 +1053,13 @@ func TestNextTaskQueue(t *testing.T) {
 			tq = prev + part.Draw(t, "more")
 		}
 		c, ok := nextTaskQueue(prev, tq)
-		if wc, wok := strings.Compare(prev, tq), validName(tq, maxTaskQueueBytes); c != wc || ok != wok {
+		if wc, wok := strings.Compare(prev, tq), limits.ValidName(tq, maxTaskQueueBytes); c != wc || ok != wok {
 			t.Fatalf("nextTaskQueue(%q, %q) = %d, %v; want %d, %v", prev, tq, c, ok, wc, wok)
 		}
 	})
 }
 
-// TestRouteValid checks Route.valid, the planner's allocation-free check,
+// TestRouteValid checks validRoute, the planner's allocation-free check,
 // against Route.Validate, the rule it stands for, on names around eight
 // bytes and both length limits, with NUL, bytes above 0x7f and invalid
 // UTF-8 anywhere.
@@ -1068,8 +1069,8 @@ func TestRouteValid(t *testing.T) {
 		raw := rapid.SampledFrom([]string{"", "\xff", "\xc3", "queue-00", "12345678",
 			strings.Repeat("x", maxNamespaceBytes-4), strings.Repeat("x", maxTaskQueueBytes-4)})
 		r := Route{Namespace: raw.Draw(t, "nsPrefix") + part.Draw(t, "ns"), TaskQueue: raw.Draw(t, "tqPrefix") + part.Draw(t, "tq")}
-		if got, want := r.valid(), r.Validate() == nil; got != want {
-			t.Fatalf("%+v.valid() = %v, but Validate() = %v", r, got, r.Validate())
+		if got, want := validRoute(r), r.Validate() == nil; got != want {
+			t.Fatalf("validRoute(%+v) = %v, but Validate() = %v", r, got, r.Validate())
 		}
 	})
 }

@@ -4,53 +4,15 @@ import (
 	"math"
 	"time"
 
-	"github.com/outboxkit/backpressure/internal/limits"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
-// Rate limits how fast a namespace's rows are started (claimed), cluster-wide,
-// as a token bucket: PerSecond tokens are added each second up to Burst, and
-// claiming a row spends one. The zero Rate means no rate limit. A node owning
-// o of the n shards runs a bucket of its own with
-//
-//	rate  r_node = PerSecond × o/n
-//	burst b_node = ⌈Burst × o/n⌉   (exact in integers; 0 when o = 0)
-//
-// so the node bursts b_node ≥ 1 rows when it owns any shard, and the
-// per-node bursts of nodes owning disjoint shards sum to at most
-// Burst + k − 1 for k nodes owning shards. The buckets share no counter, and
-// over any window of length T the rows started cluster-wide are
-//
-//	started(T) ≤ PerSecond·T + Burst + (k − 1)
-//
-// for k the nodes that owned shards during the window, as long as no two nodes
-// own one shard at once (the same condition ceilings need), whatever the
-// hand-offs of shards between the nodes in the window; a node's bucket starts
-// empty when [New] builds it, so a restarted node adds no burst either. The
-// bound is exact up to floating-point rounding of the refill (relative error
-// below 1e-12).
-//
-// Rates are independent of quotas and weights: a namespace's demand is
-// min(headroom, tokens, pending), so waiting for tokens never holds a
-// concurrency slot, and the guaranteed slice and max-min fill share the
-// budget over the rate-limited demands.
-type Rate struct {
-	// PerSecond is the cluster-wide rate, rows started per second: 0 (with
-	// Burst 0) for no limit, else finite, above 0 and at most 1e9.
-	PerSecond float64
-	// Burst is the most rows started at once after an idle spell,
-	// cluster-wide: 1 to 2^30 when PerSecond > 0, 0 when it is 0 (the
-	// bound keeps a bucket's tokens exact in a float64).
-	Burst int
-}
-
-// Limits of a [Rate], checked by [New] and [Backpressure.SetConfig].
-const (
-	maxRatePerSecond = limits.RatePerSecond
-	maxBurst         = limits.Burst
-)
+// Rate limits how fast a namespace's rows are started, cluster-wide, as a
+// token bucket per node: [outbox.Rate] states the rule and its bound.
+type Rate = outbox.Rate
 
 // limited reports whether r limits anything.
-func (r Rate) limited() bool { return r.PerSecond > 0 }
+func limited(r Rate) bool { return r.PerSecond > 0 }
 
 // rate returns namespace's rate.
 func (c *config) rate(namespace string) Rate {
@@ -61,7 +23,7 @@ func (c *config) rate(namespace string) Rate {
 }
 
 // hasRates reports whether some namespace may be rate limited.
-func (c *config) hasRates() bool { return c.defaultRate.limited() || len(c.rates) > 0 }
+func (c *config) hasRates() bool { return limited(c.defaultRate) || len(c.rates) > 0 }
 
 // bucket is one namespace's token bucket on this node, as of time at.
 // tokens may fall below 0 when a sweep planned with a rate that a change
@@ -122,7 +84,7 @@ func (b *Backpressure) settleRates(old settings, t time.Time) {
 	for ns, k := range b.rates.buckets {
 		r := old.cfg.rate(ns)
 		switch {
-		case !r.limited():
+		case !limited(r):
 			b.rates.buckets[ns] = bucket{at: laterOf(t, k.at)} // no limit: empty if it gets one again
 		default: // refilled to t and held to the burst in force before the change
 			b.rates.buckets[ns] = bucket{tokens: k.refill(r, old.f, t), at: laterOf(t, k.at)}
@@ -134,7 +96,7 @@ func (b *Backpressure) settleRates(old settings, t time.Time) {
 				b.rates.buckets = make(map[string]bucket)
 			}
 			k := bucket{at: laterOf(t, b.rates.dflt.at)}
-			if r.limited() {
+			if limited(r) {
 				d := b.rates.dflt
 				k = bucket{tokens: d.refill(r, old.f, t), at: laterOf(t, d.at)}
 			}
@@ -142,7 +104,7 @@ func (b *Backpressure) settleRates(old settings, t time.Time) {
 		}
 	}
 	switch d := b.rates.dflt; {
-	case !old.cfg.defaultRate.limited():
+	case !limited(old.cfg.defaultRate):
 		b.rates.dflt = bucket{at: laterOf(t, d.at)} // a namespace given a rate starts empty
 	default:
 		b.rates.dflt = bucket{tokens: d.refill(old.cfg.defaultRate, old.f, t), at: laterOf(t, d.at)}
@@ -158,7 +120,7 @@ func (b *Backpressure) tokensAt(ns []nsWork, st settings, t time.Time) {
 	for i := range ns {
 		w := &ns[i]
 		r := st.cfg.rate(w.Namespace)
-		if !r.limited() {
+		if !limited(r) {
 			w.tokens = Unlimited
 			continue
 		}
@@ -221,7 +183,7 @@ func (b *Backpressure) NextTokenAt(namespace string, t time.Time) (due time.Time
 	}
 	r := st.cfg.rate(namespace)
 	perSecond, _ := nodeRate(r, st.f)
-	if !r.limited() || perSecond <= 0 {
+	if !limited(r) || perSecond <= 0 {
 		return time.Time{}, false
 	}
 	k := b.bucketFor(namespace)
@@ -248,7 +210,7 @@ func (b *Backpressure) spendLocked(started map[string]int, t time.Time) {
 	}
 	for ns, n := range started {
 		r := st.cfg.rate(ns)
-		if n == 0 || !r.limited() {
+		if n == 0 || !limited(r) {
 			continue
 		}
 		k := b.bucketFor(ns)
@@ -272,7 +234,7 @@ func (b *Backpressure) spendLocked(started map[string]int, t time.Time) {
 // spend tokens recently rather than every namespace ever seen. The caller
 // holds b.mu.
 func (b *Backpressure) pruneBuckets(st settings, t time.Time) {
-	if len(b.rates.buckets) <= 2*len(st.cfg.rates)+1024 || !st.cfg.defaultRate.limited() {
+	if len(b.rates.buckets) <= 2*len(st.cfg.rates)+1024 || !limited(st.cfg.defaultRate) {
 		return
 	}
 	r := st.cfg.defaultRate
@@ -339,7 +301,7 @@ func (b *Backpressure) rateGrants(plan Plan) map[string]int {
 	}
 	var grants map[string]int
 	for _, c := range plan.Claims {
-		if !cfg.rate(c.Route.Namespace).limited() {
+		if !limited(cfg.rate(c.Route.Namespace)) {
 			continue
 		}
 		if grants == nil {

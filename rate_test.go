@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/backpressure/internal/limits"
 	"pgregory.net/rapid"
 )
 
@@ -126,14 +127,14 @@ func TestPlanRatesReference(t *testing.T) {
 				if !slices.Contains(names, r.Namespace) {
 					continue // a namespace no row can have: never planned
 				}
-				tk, limited := ref.tokens[r.Namespace]
-				if limited != r.Rate.limited() || r.Tokens != tk {
-					t.Fatalf("step %d: %s: Rate %v Tokens %d, reference limited %v tokens %d", step, r.Namespace, r.Rate, r.Tokens, limited, tk)
+				tk, refLimited := ref.tokens[r.Namespace]
+				if refLimited != limited(r.Rate) || r.Tokens != tk {
+					t.Fatalf("step %d: %s: Rate %v Tokens %d, reference limited %v tokens %d", step, r.Namespace, r.Rate, r.Tokens, refLimited, tk)
 				}
 				if r.Reason == HeldRate && (r.Tokens != r.Granted || r.Granted >= r.Headroom && r.Headroom != Unlimited) {
 					t.Fatalf("step %d: %s held for rate with tokens %d granted %d headroom %d", step, r.Namespace, r.Tokens, r.Granted, r.Headroom)
 				}
-				if limited && r.Granted > r.Tokens {
+				if refLimited && r.Granted > r.Tokens {
 					t.Fatalf("step %d: %s granted %d > tokens %d", step, r.Namespace, r.Granted, r.Tokens)
 				}
 			}
@@ -205,7 +206,7 @@ func TestRateClusterBound(t *testing.T) {
 			return k
 		}
 		// A big backlog on both namespaces (b runs at the default rate).
-		snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 1 << 20}, {Route{"b", ""}, 1 << 20}}}
+		snap := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 1 << 20}, {Route: Route{Namespace: "b", TaskQueue: ""}, Count: 1 << 20}}}
 		type event struct {
 			at      time.Time
 			k       int // nodes owning shards just before it
@@ -289,7 +290,7 @@ func TestRateSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 100}, {Route{"free", "q"}, 100}}}
+	snap := Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 100}, {Route: Route{Namespace: "free", TaskQueue: "q"}, Count: 100}}}
 	for i, s := range []struct {
 		at      time.Duration
 		claimed int // rows of "a" already claimed (headroom 3 − claimed)
@@ -318,7 +319,7 @@ func TestRateSteps(t *testing.T) {
 		if r.Tokens != s.tokens || r.Granted != s.granted || r.Reason != s.reason {
 			t.Fatalf("step %d at %v: report %+v, want tokens %d granted %d reason %v", i, s.at, r, s.tokens, s.granted, s.reason)
 		}
-		if fr, _ := p.Namespace("free"); fr.Rate.limited() || fr.Tokens != 0 || fr.Granted != 3 {
+		if fr, _ := p.Namespace("free"); limited(fr.Rate) || fr.Tokens != 0 || fr.Granted != 3 {
 			t.Fatalf("step %d: unlimited namespace %+v", i, fr)
 		}
 		if err := b.SpendTokensAt(map[string]int{"a": s.started}, now); err != nil {
@@ -347,7 +348,7 @@ func TestRateConfigErrors(t *testing.T) {
 		{Rate{PerSecond: 2e9, Burst: 1}, "PerSecond"},
 		{Rate{PerSecond: 1, Burst: 0}, "Burst"},
 		{Rate{PerSecond: 1, Burst: -1}, "Burst"},
-		{Rate{PerSecond: 1, Burst: maxBurst + 1}, "Burst"},
+		{Rate{PerSecond: 1, Burst: limits.Burst + 1}, "Burst"},
 		{Rate{PerSecond: 0, Burst: 3}, "Burst"},
 	} {
 		for _, cfg := range []Config{
@@ -377,7 +378,8 @@ func TestRateConfigErrors(t *testing.T) {
 	if err := b.SpendTokensAt(map[string]int{"acme": -1}, epoch); !errors.Is(err, ErrInvalidSnapshot) {
 		t.Fatalf("negative spend: %v", err)
 	}
-	if got := fmt.Sprint(&ConfigError{Field: "DefaultRate.PerSecond", Float: math.NaN(), float: true, Reason: "must be finite"}); got != "backpressure: invalid config: DefaultRate.PerSecond = NaN: must be finite" {
+	if _, err := New(Config{BatchSize: 5, DefaultQuota: 5, DefaultRate: Rate{PerSecond: math.NaN(), Burst: 1}}, f); fmt.Sprint(err) != "backpressure: invalid config: DefaultRate.PerSecond = NaN: must be finite" {
+		got := fmt.Sprint(err)
 		t.Fatalf("message %q", got)
 	}
 }
@@ -401,7 +403,7 @@ func (s *shortStore) CountPendingOutboxRows(_ context.Context, _ OwnedShardFract
 	var out []RouteCount
 	for r, n := range s.pending {
 		if n > 0 {
-			out = append(out, RouteCount{r, min(n, c)})
+			out = append(out, RouteCount{Route: r, Count: min(n, c)})
 		}
 	}
 	slices.SortFunc(out, cmpRoute)
@@ -429,7 +431,7 @@ func TestSweepSpendsClaimedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &shortStore{pending: map[Route]int{{"a", "q"}: 1000, {"b", "q"}: 1000}}
+	store := &shortStore{pending: map[Route]int{{Namespace: "a", TaskQueue: "q"}: 1000, {Namespace: "b", TaskQueue: "q"}: 1000}}
 	now = now.Add(time.Second) // full buckets: 10 tokens each
 	rows, p, err := Sweep(context.Background(), b, store)
 	if err != nil {
@@ -438,7 +440,7 @@ func TestSweepSpendsClaimedRows(t *testing.T) {
 	if got := p.Granted(); got != 20 || len(rows) != 10 {
 		t.Fatalf("granted %d, claimed %d; want 20 and 10", got, len(rows))
 	}
-	p, err = b.PlanAt(Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 100}, {Route{"b", "q"}, 100}}}, now)
+	p, err = b.PlanAt(Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 100}, {Route: Route{Namespace: "b", TaskQueue: "q"}, Count: 100}}}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +460,7 @@ func TestRateLogValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := b.PlanAt(Snapshot{Pending: []RouteCount{{Route{"a", "q"}, 9}, {Route{"b", "q"}, 9}}}, epoch.Add(time.Second))
+	p, err := b.PlanAt(Snapshot{Pending: []RouteCount{{Route: Route{Namespace: "a", TaskQueue: "q"}, Count: 9}, {Route: Route{Namespace: "b", TaskQueue: "q"}, Count: 9}}}, epoch.Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

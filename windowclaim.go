@@ -31,7 +31,7 @@ type windowClaim struct {
 // (the store cannot correct for grants it does not know).
 func (s *sweeper[R]) windowClaimer() windowClaimer[R] {
 	wc, ok := any(s.store).(windowClaimer[R])
-	if !ok || s.st.cfg.weights != nil || s.st.cfg.hasRates() || s.e.b.adaptOn.Load() || len(s.inflight) > 0 || len(s.st.f.owned) == 0 {
+	if !ok || s.st.cfg.weights != nil || s.st.cfg.hasRates() || s.e.b.adaptOn.Load() || len(s.inflight) > 0 || s.st.f.OwnedCount() == 0 {
 		return nil
 	}
 	return wc
@@ -102,7 +102,7 @@ func planClaimedWindow(sc *scratch, r *rotation, c *counts, grants []RouteCount,
 		switch {
 		case i > 0 && grants[i-1].Route.Namespace >= g.Route.Namespace:
 			return Plan{}, moves{}, bad(g, "grants out of order or a namespace twice")
-		case !g.Route.valid():
+		case !validRoute(g.Route):
 			return Plan{}, moves{}, bad(g, "invalid route")
 		case g.Count != 1 && g.Count != 2:
 			return Plan{}, moves{}, bad(g, "a route count other than 1 or 2")

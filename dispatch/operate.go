@@ -21,7 +21,7 @@ import (
 // Shared settings: the code-supplied Config (the Backpressure's
 // configuration when Run starts) stays the default; for every namespace
 // with shared settings, a set Quota or Weight replaces the code's entry and
-// Paused makes its quota 0 ([outbox.ApplySettings]). A node applies a
+// Paused makes its quota 0 (applySettings). A node applies a
 // change within SettingsInterval of its commit, plus one statement: at
 // every interval it reads the settings' version (one index probe), and the
 // settings themselves only when the version moved. Run reads and applies
@@ -285,7 +285,7 @@ func (p *operator) apply(ctx context.Context, v int64, list []outbox.NamespaceSe
 		eff, faults = p.holdUnread(ctx, eff, next, faults, list[len(list)-1].Namespace)
 	}
 	slices.SortFunc(faults, func(a, b outbox.SettingsFault) int { return strings.Compare(a.Namespace, b.Namespace) })
-	if err := p.r.d.bp.SetConfig(outbox.ApplySettings(p.base, eff)); err != nil {
+	if err := p.r.d.bp.SetConfig(applySettings(p.base, eff)); err != nil {
 		// Not expected: every setting applied passed outbox.CheckSettings,
 		// whose rules do not depend on the rest of the configuration.
 		p.unread(v, err)
@@ -505,7 +505,7 @@ func (p *operator) report(ctx context.Context) {
 	}
 	rep.Plan = make([]outbox.PlanEntry, len(ns))
 	for i, n := range ns {
-		rep.Plan[i] = outbox.PlanEntryOf(n)
+		rep.Plan[i] = planEntryOf(n)
 	}
 	p.mu.Unlock()
 	if err := p.o.Store.PutNodeReport(ctx, rep, p.o.ReportTTL); err != nil && ctx.Err() == nil {

@@ -5,8 +5,14 @@
 // Both stores of this module (sqlitestore and pgstore) speak it, the
 // dispatch package consumes it, and the storetest conformance suite checks a
 // store against it, so a user's own store that passes storetest works with
-// dispatch unchanged. The package has no dependency beyond the planner's own
-// route rule ([backpressure.Route.Validate]).
+// dispatch unchanged. The package depends on nothing of the planner's
+// (package backpressure): it defines what the planner and the stores share,
+// the route rule ([Route.Validate]), the owned shard set and its ceilings
+// ([OwnedShardFraction], [Apportionment]), a namespace's [Rate], the checks
+// of the settings' values ([CheckQuota], [CheckWeight], [CheckRate],
+// [CheckNamespace], their [*ConfigError]) and the store contract
+// ([OutboxStore], with its extensions [Counter] and [TxSweeper]), and the
+// planner names them with type aliases.
 //
 // A row's life:
 //

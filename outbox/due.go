@@ -3,8 +3,6 @@ package outbox
 import (
 	"context"
 	"time"
-
-	"github.com/outboxkit/backpressure"
 )
 
 // DueProber is an optional extension of [Store] that tells a dispatcher
@@ -22,5 +20,5 @@ type DueProber interface {
 	// own retries, the poll). It is one statement that reads an index,
 	// never the rows; it honours ctx and fails as the store's other calls
 	// do (a cancelled ctx, a closed store, shards of another shard count).
-	NextDue(ctx context.Context, shards backpressure.OwnedShardFraction) (wait time.Duration, ok bool, err error)
+	NextDue(ctx context.Context, shards OwnedShardFraction) (wait time.Duration, ok bool, err error)
 }

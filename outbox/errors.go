@@ -98,7 +98,7 @@ type MessageError struct {
 	DispatchKey string // the message's key, possibly invalid itself
 	Field       string // "DispatchKey", "Namespace", "TaskQueue", "Payload", "Priority", "MaxAttempts", "RunAt"
 	Reason      string // what is wrong with the field, e.g. "is empty"
-	Err         error  // the route rule's *backpressure.RouteError, when it decided; NewMessage's JSON encoder's error
+	Err         error  // the route rule's *RouteError, when it decided; NewMessage's JSON encoder's error
 }
 
 // Error reads "pkg: Op: msgs[i].Field: Reason", e.g.
@@ -126,7 +126,7 @@ type ArgumentError struct {
 	Arg    string // the argument, e.g. "Options.Lease", "completions[3].Outcome"
 	Reason string // what is wrong with it, e.g. "is negative"
 	// Err is the detail or sentinel the refusal also matches, or nil:
-	// a [*backpressure.ConfigError] for settings that do not validate,
+	// a [*ConfigError] for settings that do not validate,
 	// [ErrTooManySettings] for a namespace beyond [MaxSettings].
 	Err error
 }

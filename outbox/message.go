@@ -6,14 +6,13 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/internal/limits"
 )
 
 // Limits every store enforces in Enqueue, before it touches its database,
 // with a [*MessageError]. They are the same in every store, so a message one
 // store accepts every store accepts. A route (namespace and task queue)
-// must also pass [backpressure.Route.Validate].
+// must also pass [Route.Validate].
 const (
 	// MaxNamespaceBytes bounds a namespace, which must be at least 1 byte.
 	MaxNamespaceBytes = limits.NamespaceBytes
@@ -63,7 +62,7 @@ type Message struct {
 	DispatchKey string
 
 	// Namespace is the tenant, and with TaskQueue the route: see
-	// [backpressure.Route.Validate]. TaskQueue "" is the namespace's default
+	// [Route.Validate]. TaskQueue "" is the namespace's default
 	// task queue.
 	Namespace string
 	TaskQueue string
@@ -105,8 +104,8 @@ const (
 )
 
 // Route returns the message's route.
-func (m Message) Route() backpressure.Route {
-	return backpressure.Route{Namespace: m.Namespace, TaskQueue: m.TaskQueue}
+func (m Message) Route() Route {
+	return Route{Namespace: m.Namespace, TaskQueue: m.TaskQueue}
 }
 
 // Validate returns nil if every store accepts m, or a [*MessageError]
@@ -143,11 +142,11 @@ func (m *Message) validate(index int) error {
 	}
 	if err := m.Route().Validate(); err != nil {
 		field := "Namespace"
-		if re, ok := err.(*backpressure.RouteError); ok && re.Field == "task queue" {
+		if re, ok := err.(*RouteError); ok && re.Field == "task queue" {
 			field = "TaskQueue"
 		}
 		reason := "is not a valid route"
-		if re, ok := err.(*backpressure.RouteError); ok {
+		if re, ok := err.(*RouteError); ok {
 			reason = re.Reason
 		}
 		return fail(field, reason, err)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/outboxkit/backpressure"
 )
 
 // Operator is an optional extension of [Store] for the people who run the
@@ -43,10 +41,10 @@ type Operator interface {
 	// PutSettings stores s as the shared settings of s.Namespace,
 	// replacing any earlier ones (a row that could not be read included),
 	// with a new Version greater than every version before it. The store
-	// checks the namespace (as [backpressure.Route.Validate] does) and the
+	// checks the namespace (as [Route.Validate] does) and the
 	// values as a whole ([CheckSettings]: a Quota of -5 is refused,
 	// paused or not): a setting that does not validate is an
-	// [*ArgumentError] that also matches [backpressure.ErrInvalidConfig].
+	// [*ArgumentError] that also matches [ErrInvalidConfig].
 	// A new namespace beyond [MaxSettings] is an [*ArgumentError] that
 	// also matches [ErrTooManySettings]. Settings with every field unset
 	// remove the namespace's overrides (the row stays, so its version
@@ -199,7 +197,7 @@ type RouteState struct {
 type NamespaceSettings struct {
 	Namespace string
 	// Quota overrides Config.Quotas[Namespace] (≥ 0, or
-	// [backpressure.Unlimited]; 0 pauses as a quota does).
+	// [Unlimited]; 0 pauses as a quota does).
 	Quota *int `json:",omitempty"`
 	// Weight overrides Config.Weights[Namespace] (1 to 2^20, the bound
 	// [backpressure.Config].Weights accepts).
@@ -208,10 +206,10 @@ type NamespaceSettings struct {
 	// 0) whatever Quota says, until cleared.
 	Paused bool `json:",omitempty"`
 	// Rate overrides Config.Rates[Namespace]: rows started per second
-	// cluster-wide, with a burst, validated as [backpressure.Rate] is
+	// cluster-wide, with a burst, validated as [Rate] is
 	// (PerSecond above 0 to 1e9 with Burst 1 to 2^30; the zero Rate lifts
 	// the limit for the namespace).
-	Rate *backpressure.Rate `json:",omitempty"`
+	Rate *Rate `json:",omitempty"`
 	// AdaptivePin pins the namespace's adaptive ceiling on every
 	// dispatcher node with adaptive ceilings on (dispatch.Options.Adaptive)
 	// at this many rows, 1 to [MaxAdaptivePin] (the planner still caps it
@@ -237,56 +235,6 @@ type NamespaceSettings struct {
 // Empty reports whether s sets nothing (a faulty row is not empty).
 func (s NamespaceSettings) Empty() bool {
 	return s.Quota == nil && s.Weight == nil && !s.Paused && s.Rate == nil && s.Fault == ""
-}
-
-// ApplySettings returns base with settings applied: for each namespace,
-// a set Quota, Weight or Rate replaces base's entry (Rates), and Paused
-// sets its quota to 0. A setting with Fault set holds its namespace (quota 0), as a
-// pause does: a setting that cannot be read never loosens a limit (a
-// dispatcher puts the namespace's last good settings in its place when it
-// has them). base's maps are not modified. The result is what a dispatcher
-// passes to [backpressure.Backpressure.SetConfig], which validates it.
-func ApplySettings(base backpressure.Config, settings []NamespaceSettings) backpressure.Config {
-	cfg := base
-	cfg.Quotas = make(map[string]int, len(base.Quotas))
-	for k, v := range base.Quotas {
-		cfg.Quotas[k] = v
-	}
-	cfg.Weights = make(map[string]int, len(base.Weights))
-	for k, v := range base.Weights {
-		cfg.Weights[k] = v
-	}
-	cfg.Rates = make(map[string]backpressure.Rate, len(base.Rates))
-	for k, v := range base.Rates {
-		cfg.Rates[k] = v
-	}
-	for _, s := range settings {
-		if s.Quota != nil {
-			cfg.Quotas[s.Namespace] = *s.Quota
-		}
-		if s.Paused || s.Fault != "" {
-			cfg.Quotas[s.Namespace] = 0
-		}
-		if s.Weight != nil {
-			cfg.Weights[s.Namespace] = *s.Weight
-		}
-		if s.Rate != nil {
-			cfg.Rates[s.Namespace] = *s.Rate
-		}
-	}
-	return cfg
-}
-
-// ValidateSettings reports whether settings applied over base make a
-// configuration [backpressure.Backpressure.SetConfig] accepts, with the
-// same error it would return (matching [backpressure.ErrInvalidConfig]).
-func ValidateSettings(base backpressure.Config, settings []NamespaceSettings) error {
-	f, err := backpressure.NewOwnedShardFraction(nil, 1)
-	if err != nil {
-		return err
-	}
-	_, err = backpressure.New(ApplySettings(base, settings), f)
-	return err
 }
 
 // NodeReport is what a dispatcher node publishes about itself into its
@@ -340,9 +288,9 @@ type NodeReport struct {
 // text ([backpressure.HoldReason.String]).
 type PlanEntry struct {
 	Namespace string
-	Quota     int // cluster-wide quota, or backpressure.Unlimited (-1); 0 means paused
+	Quota     int // cluster-wide quota, or Unlimited (-1); 0 means paused
 	Weight    int
-	Ceiling   int // this node's ceiling, or backpressure.Unlimited (-1)
+	Ceiling   int // this node's ceiling, or Unlimited (-1)
 	Claimed   int
 	Pending   int
 	Granted   int
@@ -352,23 +300,14 @@ type PlanEntry struct {
 	// Rate is the namespace's cluster-wide rate limit the node applied
 	// (the zero Rate: none), and Tokens the whole tokens its bucket held
 	// on the node when the plan was made.
-	Rate   backpressure.Rate `json:",omitzero"`
-	Tokens int               `json:",omitempty"`
+	Rate   Rate `json:",omitzero"`
+	Tokens int  `json:",omitempty"`
 	// Adaptive is the namespace's adaptive ceiling on the node as the
 	// planner applied it (never above Ceiling; 0: none), and Hold the time
 	// left of a downstream's Retry-After hold when the plan was made (0:
 	// none); see backpressure.NamespaceReport.
 	Adaptive int           `json:",omitempty"`
 	Hold     time.Duration `json:",omitempty"`
-}
-
-// PlanEntryOf returns the PlanEntry of r.
-func PlanEntryOf(r backpressure.NamespaceReport) PlanEntry {
-	return PlanEntry{
-		Namespace: r.Namespace, Quota: r.Quota, Weight: r.Weight, Ceiling: r.Ceiling, Claimed: r.Claimed,
-		Pending: r.Pending, Granted: r.Granted, Held: r.Held, Reason: r.Reason.String(), Capped: r.Capped, Rate: r.Rate, Tokens: r.Tokens,
-		Adaptive: r.Adaptive, Hold: r.Hold,
-	}
 }
 
 // Check returns p with its defaults filled in (Limit

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-
-	"github.com/outboxkit/backpressure"
 )
 
 // ErrPendingCap reports an Enqueue or EnqueueTx refused because it would
@@ -33,7 +31,7 @@ type PendingCaps struct {
 	Default int
 	// PerNamespace overrides Default per namespace: 1 to MaxPendingCap,
 	// or 0 for no cap on that namespace. Keys must be namespaces a row can
-	// have ([backpressure.Route.Validate]). The stores copy the map.
+	// have ([Route.Validate]). The stores copy the map.
 	PerNamespace map[string]int
 }
 
@@ -57,7 +55,7 @@ func (c PendingCaps) Validate(op, arg string) error {
 	}
 	for ns, n := range c.PerNamespace {
 		a := arg + ".PerNamespace[" + strconv.Quote(ns) + "]"
-		if err := (backpressure.Route{Namespace: ns}).Validate(); err != nil {
+		if err := (Route{Namespace: ns}).Validate(); err != nil {
 			return &ArgumentError{Op: op, Arg: a, Reason: "no row can have this namespace"}
 		}
 		if n < 0 || n > MaxPendingCap {

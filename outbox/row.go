@@ -2,8 +2,6 @@ package outbox
 
 import (
 	"time"
-
-	"github.com/outboxkit/backpressure"
 )
 
 // State is a row's lifecycle state as a store keeps it.
@@ -33,7 +31,7 @@ type Row struct {
 	DispatchKey string
 	Namespace   string
 	TaskQueue   string
-	Shard       int // backpressure.ShardFor(DispatchKey, the store's shard count), fixed at enqueue
+	Shard       int // ShardFor(DispatchKey, the store's shard count), fixed at enqueue
 	Payload     []byte
 	State       State
 
@@ -77,8 +75,8 @@ type Row struct {
 }
 
 // Route returns the row's route.
-func (r Row) Route() backpressure.Route {
-	return backpressure.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}
+func (r Row) Route() Route {
+	return Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}
 }
 
 // Lease returns the row's current claim, for a completion or an extension.

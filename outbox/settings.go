@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/outboxkit/backpressure"
 )
 
 // CheckSettings reports whether s can be stored and applied, whole: nil,
-// or an error matching [backpressure.ErrInvalidConfig] for a Quota,
+// or an error matching [ErrInvalidConfig] for a Quota,
 // Weight or Rate that [backpressure.Backpressure.SetConfig] would refuse
 // (checked whether or not s is paused, so a pause cannot hide a quota of
 // -5), or a [*SettingsFault] for a setting with Fault set. The values'
@@ -23,11 +21,38 @@ func CheckSettings(s NamespaceSettings) error {
 		return &SettingsFault{Namespace: s.Namespace, Version: s.Version, Reason: s.Fault}
 	}
 	if p := s.AdaptivePin; p != nil && (*p < 1 || *p > MaxAdaptivePin) {
-		return &backpressure.ConfigError{Field: "AdaptivePin[" + strconv.Quote(s.Namespace) + "]", Value: *p,
+		return &ConfigError{Field: "AdaptivePin[" + strconv.Quote(s.Namespace) + "]", Value: *p,
 			Reason: "must be between 1 and " + strconv.Itoa(MaxAdaptivePin)}
 	}
-	s.Paused = false // a pause sets the quota to 0, which would hide a bad one
-	return ValidateSettings(backpressure.Config{BatchSize: 1, DefaultQuota: backpressure.Unlimited}, []NamespaceSettings{s})
+	// The checks and their order are those of backpressure.New on a
+	// Config with s applied (Quotas, then Rates, then Weights), whether or
+	// not s is paused: a pause sets the quota to 0, which would hide a bad one.
+	key := "[" + strconv.Quote(s.Namespace) + "]"
+	if s.Quota != nil {
+		if err := CheckNamespace("Quotas"+key, s.Namespace, *s.Quota); err != nil {
+			return err
+		}
+		if err := CheckQuota("Quotas"+key, *s.Quota); err != nil {
+			return err
+		}
+	}
+	if s.Rate != nil {
+		if err := CheckNamespace("Rates"+key, s.Namespace, s.Rate.Burst); err != nil {
+			return err
+		}
+		if err := CheckRate("Rates"+key, *s.Rate); err != nil {
+			return err
+		}
+	}
+	if s.Weight != nil {
+		if err := CheckNamespace("Weights"+key, s.Namespace, *s.Weight); err != nil {
+			return err
+		}
+		if err := CheckWeight("Weights"+key, *s.Weight); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // EncodeSettings returns the JSON object sqlitestore and pgstore keep as a
@@ -147,8 +172,8 @@ func decodeSettingsBody(body []byte) (NamespaceSettings, string) {
 
 // decodeRate reads a settings row's rate: an object of a number
 // per_second and an integer burst, both given and not null.
-func decodeRate(body json.RawMessage) (backpressure.Rate, string) {
-	var r backpressure.Rate
+func decodeRate(body json.RawMessage) (Rate, string) {
+	var r Rate
 	var obj map[string]json.RawMessage
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return r, fmt.Sprintf(`"rate" is not a JSON object: %.40q`, body)
@@ -192,7 +217,7 @@ func DecodeNodeReport(node string, body []byte) NodeReport {
 
 // CheckPutSettings returns an [*ArgumentError] of pkg's op (Arg "set")
 // when [CheckSettings] refuses s; the error then also matches what
-// CheckSettings returned ([backpressure.ErrInvalidConfig], or
+// CheckSettings returned ([ErrInvalidConfig], or
 // [ErrBadSettings] for a Fault a caller set). Stores' PutSettings call it
 // after checking the namespace.
 func CheckPutSettings(pkg, op string, s NamespaceSettings) error {

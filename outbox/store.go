@@ -3,8 +3,6 @@ package outbox
 import (
 	"context"
 	"time"
-
-	"github.com/outboxkit/backpressure"
 )
 
 // Defaults and floors every store applies to its options.
@@ -34,7 +32,7 @@ const (
 type Store interface {
 	// Claimer returns the store's planner-facing calls: the counts and the
 	// claim that [backpressure.Sweep] makes, and any of the optional
-	// extensions ([backpressure.Counter], [backpressure.TxSweeper]) the
+	// extensions ([Counter], [TxSweeper]) the
 	// store implements, found on the returned value by type assertion. It
 	// never fails and makes no call to the database: on a closed or zero
 	// store the returned value's calls return an error matching
@@ -44,7 +42,7 @@ type Store interface {
 	// The planner's calls live behind Claimer, not on the Store, because
 	// an application enqueues and inspects rows while only the planner and
 	// the dispatcher count and claim them.
-	Claimer() backpressure.OutboxStore[Row]
+	Claimer() OutboxStore[Row]
 
 	Completer
 

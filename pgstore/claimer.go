@@ -40,7 +40,7 @@ type windowClaimer struct{ *claimer }
 
 // claimer is the planner's view of a Store: the same store, so that
 // converting between the two is free and a closed or fenced Store's rules
-// hold for its claimer too. Its methods are in outbox.go.
+// hold for its claimer too. Its methods are in outbox.go (this package's).
 type claimer Store
 
 var (

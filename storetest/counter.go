@@ -415,7 +415,7 @@ func (e *env[R]) fullCounts(shards backpressure.OwnedShardFraction, capPerRoute 
 }
 
 // compareRouteCounts orders route counts by route (see
-// [backpressure.Route.Compare]).
+// [outbox.Route.Compare]).
 func compareRouteCounts(a, b backpressure.RouteCount) int { return a.Route.Compare(b.Route) }
 
 // namespacesOf returns the distinct namespaces of sorted counts, in order.

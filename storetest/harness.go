@@ -66,7 +66,7 @@
 //   - Text a store accepts as a dispatch key, namespace or task queue is
 //     counted and claimed by naming it, byte for byte; text it refuses
 //     (invalid UTF-8, NUL bytes, …) fails the whole Enqueue batch, and a
-//     claim naming a route [backpressure.Route.Validate] refuses fails whole
+//     claim naming a route [outbox.Route.Validate] refuses fails whole
 //     with an [*outbox.ArgumentError].
 //   - The Edges area: a claim with a Limit below 1 (0 included), an
 //     invalid route or a route named twice, and a pending count with a cap
@@ -81,7 +81,7 @@
 //     nil. Claimed rows come back grouped by claim in the claims' order,
 //     highest priority first, then oldest, within each (checked for the
 //     claim, the SweepTx view's claim and the rows of Sweeps through the
-//     window claim); pending counts in [backpressure.Route.Compare] order.
+//     window claim); pending counts in [outbox.Route.Compare] order.
 //   - Oldest first means enqueue order, whatever the dispatch keys: the
 //     suite enqueues keys in descending order to tell the two apart.
 //   - Leases, retry delays and schedules are judged on the store's clock:

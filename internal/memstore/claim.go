@@ -62,7 +62,7 @@ func (s *Store) CountPendingOutboxRows(ctx context.Context, shards backpressure.
 // ClaimOutboxRowsScoped claims, all or nothing, at most Limit claimable
 // rows of each claim's route on the owned shards, highest priority first,
 // then oldest (first enqueued), each with a fresh token and a lease of Lease() from now. A claim
-// with a Limit below 1, a route [backpressure.Route.Validate] rejects, or a
+// with a Limit below 1, a route [outbox.Route.Validate] rejects, or a
 // route named twice is an [*outbox.ArgumentError] and claims nothing.
 func (s *Store) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure.OwnedShardFraction, claims []backpressure.ScopedClaim) ([]outbox.Row, error) {
 	const op = "ClaimOutboxRowsScoped"

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"go/build"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,4 +26,33 @@ func TestRootStructure(t *testing.T) {
 	require.Empty(t, r.TwoWay, "file pairs calling each other both ways")
 	require.LessOrEqual(t, r.ReachLines, 1561, "Sweep reaches more lines than it did after issue 30's reshape")
 	require.Less(t, r.ReachLines, issue30Reach)
+}
+
+// TestOutboxImportsNoPlanner pins that package outbox, the vocabulary every
+// store speaks, depends on nothing of the planner's (issue 30): no package
+// it imports, directly or through the module's other packages, is the root
+// package. Test files are not followed (outbox's external tests may use the
+// planner).
+func TestOutboxImportsNoPlanner(t *testing.T) {
+	const module = "github.com/outboxkit/backpressure"
+	seen := map[string]bool{}
+	var visit func(path string, via []string)
+	visit = func(path string, via []string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		pkg, err := build.ImportDir(filepath.Join("../..", strings.TrimPrefix(strings.TrimPrefix(path, module), "/")), 0)
+		require.NoError(t, err, path)
+		for _, imp := range pkg.Imports {
+			if imp == module {
+				t.Errorf("%s imports the root package %s", strings.Join(append(via, path), " → "), module)
+			}
+			if strings.HasPrefix(imp, module+"/") {
+				visit(imp, append(via, path))
+			}
+		}
+	}
+	visit(module+"/outbox", nil)
+	require.True(t, seen[module+"/internal/limits"], "the walk followed outbox's imports within the module")
 }

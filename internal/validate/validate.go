@@ -101,7 +101,7 @@ func (c Call) Messages(msgs []outbox.Message) error {
 
 // Claims checks a claim list against the rule every store keeps: each
 // claim's Limit is at least 1, its Route passes
-// [backpressure.Route.Validate] (a route no row can have), and no route is
+// [outbox.Route.Validate] (a route no row can have), and no route is
 // named twice. The first claim that breaks it is reported as
 // claims[i].Limit, claims[i].Route.Namespace, claims[i].Route.TaskQueue or
 // claims[i].Route. It allocates only when the claims are not in strictly

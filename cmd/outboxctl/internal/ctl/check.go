@@ -139,7 +139,7 @@ func checkValue(cmd, ns, v string) error {
 		return err
 	}
 	alone := outbox.NamespaceSettings{Namespace: ns, Quota: set.Quota, Weight: set.Weight}
-	if err := outbox.ValidateSettings(backpressure.Config{BatchSize: 1, DefaultQuota: backpressure.Unlimited}, []outbox.NamespaceSettings{alone}); err != nil {
+	if err := outbox.CheckSettings(alone); err != nil {
 		return usagef("%s %s %s: %v", cmd, display(ns), v, err)
 	}
 	return nil

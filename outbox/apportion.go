@@ -1,4 +1,4 @@
-package backpressure
+package outbox
 
 import (
 	"math/bits"
@@ -75,7 +75,7 @@ func (a Apportionment) String() string {
 // CeilingFor(n, q, ApportionCeil) is [OwnedShardFraction.Ceiling](q) for
 // every n. A negative quota other than [Unlimited] gives 0, as Ceiling does;
 // an Apportionment other than ApportionCeil and ApportionShares is treated
-// as ApportionCeil ([New] rejects it earlier). Cost: O(1) for ApportionCeil,
+// as ApportionCeil ([backpressure.New] rejects it earlier). Cost: O(1) for ApportionCeil,
 // O(owned) for ApportionShares; no allocation.
 func (f OwnedShardFraction) CeilingFor(namespace string, quota int, a Apportionment) int {
 	if a != ApportionShares {
@@ -150,12 +150,12 @@ func (f OwnedShardFraction) extraUnits(h, r int) int {
 	return count
 }
 
-// ceilingBound returns an upper bound on CeilingFor(n, quota, a) over every
+// CeilingBound returns an upper bound on CeilingFor(n, quota, a) over every
 // namespace n: Ceiling(quota) under ApportionCeil, and under
 // ApportionShares max(1, min(quota, o × ⌊q/S⌋ + min(o, q mod S))), since a
 // node's o shards hold at most o of the r extra units. Unlimited stays
 // Unlimited, and 0 stays 0.
-func (f OwnedShardFraction) ceilingBound(quota int, a Apportionment) int {
+func (f OwnedShardFraction) CeilingBound(quota int, a Apportionment) int {
 	if a != ApportionShares {
 		return f.Ceiling(quota)
 	}
@@ -169,8 +169,8 @@ func (f OwnedShardFraction) ceilingBound(quota int, a Apportionment) int {
 	return max(1, min(quota, o*base+min(o, r)))
 }
 
-// validApportionment reports whether a is one of the defined rules.
-func validApportionment(a Apportionment) bool {
+// Valid reports whether a is one of the defined rules.
+func (a Apportionment) Valid() bool {
 	return a == ApportionCeil || a == ApportionShares
 }
 

@@ -1,4 +1,4 @@
-package backpressure
+package outbox
 
 import (
 	"math"
@@ -115,7 +115,7 @@ func (f OwnedShardFraction) Equal(g OwnedShardFraction) bool {
 // owned, whatever the quota (the node
 // has no rows to claim), q when every shard is, and otherwise [Unlimited]
 // for Unlimited. A negative quota other than Unlimited has no
-// meaning; Ceiling returns 0 for it (paused), and [New] rejects it earlier.
+// meaning; Ceiling returns 0 for it (paused), and [backpressure.New] rejects it earlier.
 //
 // For any partition of the shards over k nodes that own at least one shard
 // each, q ≤ Σ Ceiling(q) ≤ q + k − 1.

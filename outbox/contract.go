@@ -1,4 +1,4 @@
-package backpressure
+package outbox
 
 import (
 	"context"
@@ -93,7 +93,7 @@ type ScopedClaim struct {
 // call may return fewer rows. Leases, tokens, exactly-once settling and the errors
 // of bad arguments (window.Namespaces below 1, skip not sorted and
 // distinct) are as for ClaimOutboxRowsScoped; [ErrNotSupported], returned
-// at once, makes [Sweep] count instead. Sweep uses it when the window rule
+// at once, makes [backpressure.Sweep] count instead. Sweep uses it when the window rule
 // applies with no weights, no rates and no claim of the node in flight:
 // the claimed counts and the window claim are then the whole sweep. The
 // storetest suite checks that its rows are exactly those a counted sweep
@@ -161,7 +161,7 @@ type CountParams struct {
 }
 
 // Counter is an optional extension of [OutboxStore]: one call that counts
-// more than the base interface's counts do, which [Sweep] uses where the
+// more than the base interface's counts do, which [backpressure.Sweep] uses where the
 // store serves it. A store gains from it in two ways:
 //
 //   - Windows (Namespaces ≥ 1): with many namespaces a full
@@ -193,12 +193,12 @@ type Counter interface {
 	// a combination of p.Claimed and window-or-not that the store does not
 	// serve, it returns an error matching [ErrNotSupported] at once,
 	// without I/O, whatever ctx, the store's state and p's other fields;
-	// [Sweep] then counts without it.
+	// [backpressure.Sweep] then counts without it.
 	CountOutboxRows(ctx context.Context, shards OwnedShardFraction, p CountParams) (claimed map[string]int, pending []RouteCount, err error)
 }
 
 // TxSweeper is an optional extension of [OutboxStore] for a store that can
-// run a whole sweep, its counts and its claim, in one transaction. [Sweep]
+// run a whole sweep, its counts and its claim, in one transaction. [backpressure.Sweep]
 // then makes every call of the sweep on the view InSweepTx passes to fn, so
 // the counts and the claim see one state of the outbox: the plan's headroom
 // and pending counts are still exact when the claim runs, and the store may
