@@ -154,6 +154,31 @@ func (a *adaptive) observe(namespace string, err error, held int) {
 	a.m.Adapted(ev)
 }
 
+// settle re-clamps every entry whose static ceiling plan reports changed
+// (a SetConfig, a shard hand-off), as rate buckets are settled at a
+// change, and applies it. Cost: O(E·log N) for E entries.
+func (a *adaptive) settle(plan backpressure.Plan) {
+	now := a.p.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ns, e := range a.ns {
+		r, ok := plan.Namespace(ns)
+		if !ok {
+			continue
+		}
+		static := r.Ceiling
+		if static == backpressure.Unlimited || static > a.capacity {
+			static = a.capacity
+		}
+		if s := a.p.clamp(e.s, max(static, 0)); s != e.s {
+			e.s = s
+			ev := AdaptEvent{Namespace: ns}
+			a.install(ns, e, now, &ev)
+			a.m.Adapted(ev)
+		}
+	}
+}
+
 // check is the gate's self-check of one sweep (docs/adaptive.md), the
 // seed's producer compliance turned on the dispatcher: for each namespace
 // the controller holds that the sweep claimed rows of (claimed), what the
