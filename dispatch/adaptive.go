@@ -54,7 +54,8 @@ type AdaptEvent struct {
 	// Breach is set when the step is a gate self-check's breach: a
 	// signal that found more rows held than the downstream last asked for.
 	Breach bool
-	// Held is the namespace's rows this node held at the step.
+	// Held is the namespace's rows this node held at the step; for a
+	// breach, the rows claimed (the plan's claimed rows plus the sweep's).
 	Held int
 }
 
@@ -156,7 +157,8 @@ func (a *adaptive) observe(namespace string, err error, held int) {
 
 // settle re-clamps every entry whose static ceiling plan reports changed
 // (a SetConfig, a shard hand-off), as rate buckets are settled at a
-// change, and applies it. Cost: O(E·log N) for E entries.
+// change, and applies it; an entry recovered meanwhile (its hold over) is
+// cleared. Cost: O(E·log N) for E entries.
 func (a *adaptive) settle(plan backpressure.Plan) {
 	now := a.p.Now()
 	a.mu.Lock()
@@ -170,7 +172,7 @@ func (a *adaptive) settle(plan backpressure.Plan) {
 		if static == backpressure.Unlimited || static > a.capacity {
 			static = a.capacity
 		}
-		if s := a.p.clamp(e.s, max(static, 0)); s != e.s {
+		if s := a.p.clamp(e.s, max(static, 0)); s != e.s || e.pinned == 0 && s.recovered(now) {
 			e.s = s
 			ev := AdaptEvent{Namespace: ns}
 			a.install(ns, e, now, &ev)
