@@ -54,7 +54,8 @@ type AdaptEvent struct {
 	// Breach is set when the step is a gate self-check's breach: a
 	// signal that found more rows held than the downstream last asked for.
 	Breach bool
-	// Held is the namespace's rows this node held at the step.
+	// Held is the namespace's rows this node held at the step; for a
+	// breach, the rows claimed (the plan's claimed rows plus the sweep's).
 	Held int
 }
 
@@ -152,6 +153,32 @@ func (a *adaptive) observe(namespace string, err error, held int) {
 	}
 	a.install(namespace, e, now, &ev)
 	a.m.Adapted(ev)
+}
+
+// settle re-clamps every entry whose static ceiling plan reports changed
+// (a SetConfig, a shard hand-off), as rate buckets are settled at a
+// change, and applies it; an entry recovered meanwhile (its hold over) is
+// cleared. Cost: O(E·log N) for E entries.
+func (a *adaptive) settle(plan backpressure.Plan) {
+	now := a.p.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ns, e := range a.ns {
+		r, ok := plan.Namespace(ns)
+		if !ok {
+			continue
+		}
+		static := r.Ceiling
+		if static == backpressure.Unlimited || static > a.capacity {
+			static = a.capacity
+		}
+		if s := a.p.clamp(e.s, max(static, 0)); s != e.s || e.pinned == 0 && s.recovered(now) {
+			e.s = s
+			ev := AdaptEvent{Namespace: ns}
+			a.install(ns, e, now, &ev)
+			a.m.Adapted(ev)
+		}
+	}
 }
 
 // check is the gate's self-check of one sweep (docs/adaptive.md), the

@@ -145,6 +145,12 @@ func TestAdaptiveSteering(t *testing.T) {
 	require.Equal(t, 3, r.Granted)
 	require.Equal(t, backpressure.HeldAdaptive, r.Reason)
 
+	// A lower static ceiling (SetConfig, a hand-off) re-clamps the entry.
+	require.NoError(t, bp.SetConfig(backpressure.Config{BatchSize: 10, DefaultQuota: 2}))
+	got = d.AdaptiveCeilings()["a"]
+	require.Equal(t, dispatch.AdaptiveCeiling{Ceiling: 3, Learned: 2, Static: 2, Pinned: 3}, got)
+	require.NoError(t, bp.SetConfig(backpressure.Config{BatchSize: 10, DefaultQuota: 10}))
+
 	require.NoError(t, d.ResetAdaptiveCeiling("a"))
 	require.Empty(t, d.AdaptiveCeilings())
 	p, err = bp.Plan(backpressure.Snapshot{Pending: []backpressure.RouteCount{{Route: backpressure.Route{Namespace: "a"}, Count: 9}}})

@@ -398,11 +398,16 @@ func (r *run) busy() bool {
 	return r.outstanding > 0
 }
 
-// selfCheck runs the adaptive controller's self-check on a sweep's
-// claim, with Options.Adaptive.
+// selfCheck settles the adaptive controller under the sweep's static
+// ceilings and runs its self-check on the sweep's claim, with
+// Options.Adaptive.
 func (r *run) selfCheck(res swept) {
 	a := r.d.adapt
-	if a == nil || len(res.rows) == 0 {
+	if a == nil {
+		return
+	}
+	a.settle(res.plan)
+	if len(res.rows) == 0 {
 		return
 	}
 	claimed := make(map[string]int)

@@ -2,10 +2,12 @@ package ctl
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/outboxkit/backpressure/admin"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -55,6 +57,21 @@ func TestSetAdaptive(t *testing.T) {
 			why := expect(0, "alpha: "+want, "why", "alpha")
 			if !strings.Contains(why, "3 of 10") || !strings.Contains(why, "adaptive (retry in 2.1s)") {
 				t.Fatalf("why's node table lacks the adaptive ceiling and hold:\n%s", why)
+			}
+			// The admin pages say the same.
+			srv := httptest.NewServer(admin.NewHandler(s, admin.Options{Now: c.Now}))
+			defer srv.Close()
+			web := newClient(t, srv)
+			for path, want := range map[string]string{
+				"/":                want,
+				"/tenant?ns=alpha": want,
+			} {
+				if code, body := web.do("GET", path, nil); code != 200 || !strings.Contains(body, want) {
+					t.Errorf("GET %s = %d, want %q:\n%.600s", path, code, want, body)
+				}
+			}
+			if _, body := web.do("GET", "/tenant?ns=alpha", nil); !strings.Contains(body, "3 of 10 (held 2.1s)") {
+				t.Errorf("the tenant page's node table lacks the adaptive ceiling:\n%s", body)
 			}
 		})
 	}
