@@ -64,7 +64,7 @@ func genShareQuota(t *rapid.T, shards int) int {
 // TestShareCeilingReference checks ApportionShares against the naive
 // reference for every owned subset rapid draws, the placement of the extra
 // units (exactly r of them, one per shard at most), and the per-node
-// bounds 1 ≤ ceiling ≤ min(q, ceilingBound) for a node owning a shard.
+// bounds 1 ≤ ceiling ≤ min(q, CeilingBound) for a node owning a shard.
 func TestShareCeilingReference(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 300).Draw(t, "shardCount")

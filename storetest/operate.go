@@ -13,18 +13,6 @@ import (
 	"pgregory.net/rapid"
 )
 
-// setupOperator is setupStore for a store that also implements
-// [outbox.Operator]; it skips the test otherwise.
-func setupOperator[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) (*ox, outbox.Operator) {
-	t.Helper()
-	o := setupStore(t, newHarness)
-	op, ok := o.s.(outbox.Operator)
-	if !ok {
-		t.Skipf("the store (%T) does not implement outbox.Operator: its namespace state, shared settings and node reports are not checked", o.s)
-	}
-	return o, op
-}
-
 // referenceState is the naive NamespaceState of rows, read one by one with
 // Get, at now, with every count capped at capN.
 func referenceState(ns string, rows []outbox.Row, now time.Time, capN int) outbox.NamespaceState {
@@ -402,12 +390,4 @@ func testOperate[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 			t.Errorf("NodeReports after node-1 reported again = %+v, %v; want 2", got, err)
 		}
 	})
-}
-
-// deref is *p, or nil for a nil p.
-func deref(p *int) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }

@@ -7,8 +7,9 @@
 //	go run ./internal/structure [-entry Sweep] [-v] dir...
 //
 // Each dir is one package, measured over its non-test files. -entry names
-// the function whose reach is printed (as "F" or "(*T).M"); a package
-// without it prints no reach. -v lists the functions reached.
+// the function whose reach is printed (as "F" or "(*T).M"), or several,
+// comma-separated, whose reach together is printed; a package without
+// them prints no reach. -v lists the functions reached.
 package main
 
 import (

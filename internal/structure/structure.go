@@ -9,6 +9,7 @@ import (
 	"go/types"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -44,7 +45,8 @@ type Report struct {
 }
 
 // Measure measures the package in dir. entry names the function whose
-// reach is measured, as Func.Name does; "" measures none. A call through
+// reach is measured, as Func.Name does, or several, comma-separated, whose
+// reach together is measured; "" measures none. A call through
 // an interface or a function value is not followed; a method call is
 // resolved by its receiver's static type, and a generic function or method
 // stands for every instance.
@@ -57,17 +59,21 @@ func Measure(dir, entry string) (Report, error) {
 	if entry == "" {
 		return r, nil
 	}
-	var root *types.Func
-	for obj, n := range nodes {
-		if n.Name == entry {
-			root = obj
+	var roots []*types.Func
+	for _, want := range strings.Split(entry, ",") {
+		var root *types.Func
+		for obj, n := range nodes {
+			if n.Name == strings.TrimSpace(want) {
+				root = obj
+			}
 		}
-	}
-	if root == nil {
-		return Report{}, fmt.Errorf("structure: no function %s in %s", entry, dir)
+		if root == nil {
+			return Report{}, fmt.Errorf("structure: no function %s in %s", want, dir)
+		}
+		roots = append(roots, root)
 	}
 	files := map[string]bool{}
-	for fn := range reach(nodes, root) {
+	for fn := range reach(nodes, roots...) {
 		n := nodes[fn]
 		r.Reach = append(r.Reach, n.Func)
 		r.ReachLines += n.Lines
@@ -187,10 +193,13 @@ func twoWay(nodes map[*types.Func]*node) []string {
 	return out
 }
 
-// reach returns the functions root reaches, itself among them.
-func reach(nodes map[*types.Func]*node, root *types.Func) map[*types.Func]bool {
-	seen := map[*types.Func]bool{root: true}
-	for stack := []*types.Func{root}; len(stack) > 0; {
+// reach returns the functions the roots reach, themselves among them.
+func reach(nodes map[*types.Func]*node, roots ...*types.Func) map[*types.Func]bool {
+	seen := map[*types.Func]bool{}
+	for _, root := range roots {
+		seen[root] = true
+	}
+	for stack := slices.Clone(roots); len(stack) > 0; {
 		fn := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		for c := range nodes[fn].calls {
