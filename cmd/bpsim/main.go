@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, terminal 
 		duration     = fl.Duration("duration", 0, "simulated arrival window, overriding the scenario's (e.g. 30s); the run goes on until every row settles")
 		out          = fl.String("out", "./bpsim-out", "`DIR` for the charts and report.json; files are rendered first and then renamed in, so none is left half-written; empty: write no files")
 		quiet        = fl.Bool("quiet", false, "print only the exactly-once verdict and the files written: no progress, no tables")
+		policies     = fl.String("policies", "", "comma-separated `LIST` of the policies to run, in order (unscoped, round-robin, backpressure; for a scenario with a downstream its arms: no-signals, static, oracle); default: all three, or the scenario's \"arms\"")
 	)
 	fl.Usage = func() {
 		w := fl.Output()
@@ -82,6 +84,15 @@ such tenant, the entitlement being its weighted max-min fair share of the
 cluster's workers capped by min(quota, in-flight + waiting): an unlimited
 tenant is entitled to what the workers can run after the others' shares, a
 tenant over its entitlement counts 1, a paused one takes no part.
+
+A scenario whose tenants call a downstream with a capacity (a concurrency
+beyond which it answers 429 with Retry-After, and slows down) compares arms
+instead: no-signals (the same scenario with no downstream limit), static (the
+quotas as given, above the capacity), oracle (each such tenant's quota set
+to the capacity, following its changes). It adds, per arm and tenant,
+goodput (and its ratio to the oracle's), 429s per 1,000 calls, overall and
+after convergence, convergence times after each change of capacity, and the
+other tenants' waits against the no-signals arm's, with downstream.png.
 
 Usage: bpsim [flags]
 
@@ -141,7 +152,19 @@ the run) or a bad scenario.
 		return exitUsage
 	}
 
+	var list []sim.Policy
+	if *policies != "" {
+		for _, p := range strings.Split(*policies, ",") {
+			list = append(list, sim.Policy(strings.TrimSpace(p)))
+		}
+	}
+	if _, err := sim.CheckPolicies(s, list); err != nil {
+		fmt.Fprintf(stderr, "%v (-policies %q)\n", err, *policies)
+		return exitUsage
+	}
+
 	cfg := sim.Config{
+		Policies: list,
 		Scenario: s,
 		Seed:     *seed,
 		DSN:      *dsn,
