@@ -103,8 +103,12 @@ func checkDownstreamArms(t *testing.T, cfg Config) {
 		if sd.Rejected == 0 || sd.SteadyRejectedPer1000 < 100 {
 			t.Errorf("static: %s: %d 429s, %.1f per 1,000 steady calls; want many", st.Name, sd.Rejected, sd.SteadyRejectedPer1000)
 		}
-		if od.Rejected != 0 {
-			t.Errorf("oracle: %s: %d 429s, want none", st.Name, od.Rejected)
+		// (Right after C is cut a node whose own rows finished first may
+		// claim under its new ceiling while another is still over its
+		// own: the per-node ceilings bound the sum only once every node is
+		// under its ceiling. So "about none", and none when steady.)
+		if od.RejectedPer1000 > 2 || od.SteadyRejectedPer1000 != 0 {
+			t.Errorf("oracle: %s: %d 429s (%.1f per 1,000 calls, %.1f steady); want about none, none steady", st.Name, od.Rejected, od.RejectedPer1000, od.SteadyRejectedPer1000)
 		}
 		// The overloaded downstream serves less: static's goodput is below
 		// the oracle's; without a limit, at least the oracle's.
