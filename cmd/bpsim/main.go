@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, terminal 
 	var (
 		scenarioPath = fl.String("scenario", "", "scenario `FILE` (JSON, format below); default: the built-in noisy-neighbour scenario")
 		seed         = fl.Int64("seed", 1, "seed of the workload's random draws; the same seed replays the same arrivals")
+		seeds        = fl.Int("seeds", 1, "run `N` seeds, -seed to -seed+N−1 (1..100): the tables and files are the first seed's, then each seed's verdicts and, for a scenario with a downstream, the arms' figures across the seeds")
 		dsn          = fl.String("dsn", "", "run on the PostgreSQL database at this `postgres://…` URL, in fresh schemas dropped afterwards, instead of on SQLite files in a temporary directory")
 		duration     = fl.Duration("duration", 0, "simulated arrival window, overriding the scenario's (e.g. 30s); the run goes on until every row settles")
 		out          = fl.String("out", "./bpsim-out", "`DIR` for the charts and report.json; files are rendered first and then renamed in, so none is left half-written; empty: write no files")
@@ -117,6 +118,10 @@ the run) or a bad scenario.
 		return exitUsage
 	}
 
+	if *seeds < 1 || *seeds > 100 {
+		fmt.Fprintf(stderr, "bpsim: -seeds %d is out of range: want 1..100\n", *seeds)
+		return exitUsage
+	}
 	if *duration < 0 {
 		fmt.Fprintf(stderr, "bpsim: -duration %v is negative\n", *duration)
 		return exitUsage
@@ -176,7 +181,18 @@ the run) or a bad scenario.
 		cfg.Progress = stderr
 	}
 	began := time.Now()
-	_, err := sim.Run(ctx, cfg, stdout)
+	rep, err := sim.Run(ctx, cfg, stdout)
+	reps := []*sim.Report{rep}
+	for k := 1; k < *seeds && err == nil; k++ {
+		cfg.Seed, cfg.OutDir, cfg.Quiet = *seed+int64(k), "", true
+		fmt.Fprintf(stdout, "\nseed %d:\n", cfg.Seed)
+		rep, err = sim.Run(ctx, cfg, stdout)
+		reps = append(reps, rep)
+	}
+	if err == nil && *seeds > 1 {
+		fmt.Fprintln(stdout)
+		err = sim.WriteSeedSummary(stdout, reps)
+	}
 	switch {
 	case err == nil:
 		if !*quiet {

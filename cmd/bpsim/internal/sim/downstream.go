@@ -689,3 +689,106 @@ func (r *Report) writeDownstreams(w io.Writer) error {
 	}
 	return tw.Flush()
 }
+
+// WriteSeedSummary writes the arms' figures across the runs reps of one
+// scenario with different seeds (on one database): per arm and downstream
+// tenant the range of goodput against the oracle's, the most 429s per
+// 1,000 calls (overall and steady) and the longest convergence after each
+// change of capacity ("never" counted apart); then per other tenant the
+// no-signals arm's run-to-run noise (the range of its waits over the
+// seeds) and each arm's largest difference from the same seed's
+// no-signals waits. A scenario without a downstream writes nothing.
+func WriteSeedSummary(w io.Writer, reps []*Report) error {
+	if len(reps) == 0 || !reps[0].Scenario.hasDownstreams() {
+		return nil
+	}
+	s := reps[0].Scenario
+	var seeds []string
+	for _, r := range reps {
+		seeds = append(seeds, strconv.FormatInt(r.Seed, 10))
+	}
+	fmt.Fprintf(w, "across seeds %s (%s):\n", strings.Join(seeds, ", "), reps[0].Database)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  arm\ttenant\tgoodput ×oracle\t429/1000 max\tsteady 429/1000 max\tconverged after, worst seed\t")
+	for k, p := range reps[0].Policies {
+		for i, t := range s.Tenants {
+			if t.Downstream == nil {
+				continue
+			}
+			lo, hi := math.Inf(1), math.Inf(-1)
+			var per, steady float64
+			conv := make([]time.Duration, len(t.Downstream.Changes)+1)
+			never := make([]int, len(conv))
+			for _, r := range reps {
+				d := r.Policies[k].Tenants[i].Downstream
+				lo, hi = min(lo, d.VsOracle), max(hi, d.VsOracle)
+				per, steady = max(per, d.RejectedPer1000), max(steady, d.SteadyRejectedPer1000)
+				for c, cv := range d.Convergence {
+					if cv.Converged {
+						conv[c] = max(conv[c], cv.After)
+					} else {
+						never[c]++
+					}
+				}
+			}
+			var cs []string
+			prev := t.Downstream.Capacity
+			for c := range conv {
+				label := fmt.Sprintf("start (C %d)", prev)
+				if c > 0 {
+					ch := t.Downstream.Changes[c-1]
+					label = fmt.Sprintf("C %d→%d at %v", prev, ch.Capacity, ch.At)
+					prev = ch.Capacity
+				}
+				v := fmtWait(conv[c])
+				if never[c] > 0 {
+					v = fmt.Sprintf("never in %d of %d", never[c], len(reps))
+				}
+				cs = append(cs, label+": "+v)
+			}
+			vs := "-"
+			if hi > 0 {
+				vs = fmt.Sprintf("%.3f–%.3f", lo, hi)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f\t%.1f\t%s\t\n", p.Policy, t.Name, vs, per, steady, strings.Join(cs, ", "))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	base := slices.IndexFunc(reps[0].Policies, func(p *PolicyReport) bool { return p.Policy == NoSignals })
+	if base < 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "the other tenants' waits: the no-signals arm's range over the seeds (its run-to-run noise), and each arm's largest |Δ| from the same seed's no-signals:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  tenant\tno-signals p50\tno-signals p99\tarm\tmax |Δ p50|\tmax |Δ p99|\twithin noise\t")
+	for i, t := range s.Tenants {
+		if t.Downstream != nil {
+			continue
+		}
+		p50lo, p50hi, p99lo, p99hi := time.Duration(math.MaxInt64), time.Duration(0), time.Duration(math.MaxInt64), time.Duration(0)
+		for _, r := range reps {
+			b := r.Policies[base].Tenants[i]
+			p50lo, p50hi, p99lo, p99hi = min(p50lo, b.WaitP50), max(p50hi, b.WaitP50), min(p99lo, b.WaitP99), max(p99hi, b.WaitP99)
+		}
+		// Waits are whole ticks: a spread under a tick is a tick.
+		noise50, noise99 := max(p50hi-p50lo, s.Tick), max(p99hi-p99lo, s.Tick)
+		for k, p := range reps[0].Policies {
+			if k == base {
+				continue
+			}
+			var d50, d99 time.Duration
+			for _, r := range reps {
+				a, b := r.Policies[k].Tenants[i], r.Policies[base].Tenants[i]
+				d50, d99 = max(d50, (a.WaitP50 - b.WaitP50).Abs()), max(d99, (a.WaitP99 - b.WaitP99).Abs())
+			}
+			ok := "yes"
+			if d50 > noise50 || d99 > noise99 {
+				ok = "NO"
+			}
+			fmt.Fprintf(tw, "  %s\t%s–%s\t%s–%s\t%s\t%s\t%s\t%s\t\n", t.Name, fmtWait(p50lo), fmtWait(p50hi), fmtWait(p99lo), fmtWait(p99hi), p.Policy, fmtWait(d50), fmtWait(d99), ok)
+		}
+	}
+	return tw.Flush()
+}
