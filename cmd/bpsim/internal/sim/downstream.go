@@ -781,7 +781,7 @@ func WriteSeedSummary(w io.Writer, reps []*Report) error {
 			var d50, d99 time.Duration
 			for _, r := range reps {
 				a, b := r.Policies[k].Tenants[i], r.Policies[base].Tenants[i]
-				d50, d99 = max(d50, (a.WaitP50 - b.WaitP50).Abs()), max(d99, (a.WaitP99 - b.WaitP99).Abs())
+				d50, d99 = max(d50, (a.WaitP50-b.WaitP50).Abs()), max(d99, (a.WaitP99-b.WaitP99).Abs())
 			}
 			ok := "yes"
 			if d50 > noise50 || d99 > noise99 {
