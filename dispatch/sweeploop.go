@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -220,6 +221,7 @@ func (s *sweeper) swept(res swept) {
 	s.failures = 0
 	r.hand(res.rows)
 	s.reserved -= res.asked // after hand: the rows now hold the credit
+	r.selfCheck(res.rows)
 	r.m.Swept(SweepEvent{Asked: res.asked, Claimed: len(res.rows), Duration: res.took, Plan: res.plan})
 	r.logHeld(s.ctx, res.plan, time.Now())
 	s.heldAtCeiling = slices.ContainsFunc(res.plan.Namespaces, atCeiling)
@@ -331,7 +333,7 @@ type swept struct {
 // deep as its claim can go (its headroom), so a namespace that fills its
 // ceiling reports Held 0 and Reason HeldNone, with Capped set.
 func atCeiling(n backpressure.NamespaceReport) bool {
-	if n.Reason == backpressure.HeldAtCeiling {
+	if n.Reason == backpressure.HeldAtCeiling || n.Reason == backpressure.HeldAdaptive && n.Hold == 0 {
 		return true
 	}
 	return n.Headroom != backpressure.Unlimited && n.Granted >= n.Headroom && (n.Capped || n.Held > 0)
@@ -390,6 +392,23 @@ func (r *run) busy() bool {
 	return r.outstanding > 0
 }
 
+// selfCheck runs the adaptive controller's self-check on the rows a
+// sweep claimed, if it is on and the controller holds any namespace.
+func (r *run) selfCheck(rows []outbox.Row) {
+	a := r.d.adapt
+	if a == nil || len(rows) == 0 {
+		return
+	}
+	claimed := make(map[string]int)
+	for _, row := range rows {
+		claimed[row.Namespace]++
+	}
+	r.mu.Lock()
+	held := maps.Clone(r.nsHeld)
+	r.mu.Unlock()
+	a.check(claimed, held)
+}
+
 // hand registers claimed rows for lease extension and hands them to the
 // workers. The channel has room for them all: credit never exceeds the
 // free slots or the queue's free room.
@@ -404,6 +423,9 @@ func (r *run) hand(rows []outbox.Row) {
 		j := &job{row: row, lease: r.leaseOf(row)}
 		j.extendAt = now.Add(r.renewEvery(j))
 		r.jobs[row.Lease()] = j
+		if r.nsHeld != nil {
+			r.nsHeld[row.Namespace]++
+		}
 		jobs[i] = j
 	}
 	r.outstanding += len(rows)
