@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, terminal 
 		duration     = fl.Duration("duration", 0, "simulated arrival window, overriding the scenario's (e.g. 30s); the run goes on until every row settles")
 		out          = fl.String("out", "./bpsim-out", "`DIR` for the charts and report.json; files are rendered first and then renamed in, so none is left half-written; empty: write no files")
 		quiet        = fl.Bool("quiet", false, "print only the exactly-once verdict and the files written: no progress, no tables")
-		policies     = fl.String("policies", "", "comma-separated `LIST` of the policies to run, in order (unscoped, round-robin, backpressure; for a scenario with a downstream its arms: no-signals, static, oracle); default: all three, or the scenario's \"arms\"")
+		policies     = fl.String("policies", "", "comma-separated `LIST` of the policies to run, in order (unscoped, round-robin, backpressure; for a scenario with a downstream its arms: no-signals, static, oracle, adaptive); default: all three, or the scenario's \"arms\"")
 	)
 	fl.Usage = func() {
 		w := fl.Output()
@@ -90,7 +90,8 @@ A scenario whose tenants call a downstream with a capacity (a concurrency
 beyond which it answers 429 with Retry-After, and slows down) compares arms
 instead: no-signals (the same scenario with no downstream limit), static (the
 quotas as given, above the capacity), oracle (each such tenant's quota set
-to the capacity, following its changes). It adds, per arm and tenant,
+to the capacity, following its changes), adaptive (dispatch.Options.Adaptive
+set: each node learns the tenant's ceiling from the 429s). It adds, per arm and tenant,
 goodput (and its ratio to the oracle's), 429s per 1,000 calls, overall and
 after convergence, convergence times after each change of capacity, and the
 other tenants' waits against the no-signals arm's, with downstream.png.

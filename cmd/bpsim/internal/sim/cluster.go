@@ -272,7 +272,7 @@ func sweep(ctx context.Context, p Policy, n *node, tick int, ob *simStore, budge
 			return nil, nil
 		}
 		return ob.ClaimOutboxRowsScoped(ctx, n.shards, claims)
-	case Backpressure, NoSignals, Static, Oracle:
+	case Backpressure, NoSignals, Static, Oracle, Adaptive:
 		done, err := n.d.sweep(ctx)
 		if err != nil {
 			return nil, err

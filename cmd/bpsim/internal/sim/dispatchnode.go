@@ -50,6 +50,7 @@ import (
 
 // dispatchNode is one backpressure node: its dispatcher and the gate.
 type dispatchNode struct {
+	d      *dispatch.Dispatcher
 	store  *gatedStore
 	cancel context.CancelFunc
 	done   chan error // Run's result
@@ -302,7 +303,7 @@ func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *si
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g.stopped = ctx.Done()
-	n := &dispatchNode{store: g, cancel: cancel, done: make(chan error, 1)}
+	n := &dispatchNode{d: d, store: g, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- d.Run(ctx) }()
 	return n, nil
 }

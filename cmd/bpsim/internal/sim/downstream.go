@@ -33,10 +33,16 @@ const (
 	// capacity and changes it when the capacity changes: the static quota
 	// an operator who knew the capacity would set.
 	Oracle Policy = "oracle"
+	// Adaptive runs the static arm's quotas with the dispatchers'
+	// adaptive ceilings on (dispatch.Options.Adaptive, from the
+	// scenario's Adaptive, defaults where it says nothing): each node
+	// lowers a tenant's ceiling on a 429 and raises it while calls
+	// succeed, and a Retry-After holds the tenant's rows on that node.
+	Adaptive Policy = "adaptive"
 )
 
 // DownstreamArms lists the arms in the order bpsim runs and reports them.
-var DownstreamArms = []Policy{NoSignals, Static, Oracle}
+var DownstreamArms = []Policy{NoSignals, Static, Oracle, Adaptive}
 
 // dispatched reports whether policy p runs dispatch.Dispatcher nodes: the
 // backpressure policy and every downstream arm.
@@ -215,6 +221,9 @@ func (s Scenario) validateDownstreams() error {
 			}
 		}
 	}
+	if err := s.Adaptive.validate(); err != nil {
+		return err
+	}
 	if s.Arms == nil {
 		return nil
 	}
@@ -343,6 +352,10 @@ type downstreamRun struct {
 	// inflight and capacities are, per tick of the arrival window, the
 	// tenant's rows in flight after the sweeps and the capacity then.
 	inflight, capacities []int
+	// ceilings is, under the adaptive arm, the sum over the nodes of the
+	// tenant's ceiling after each tick's sweeps (adaptive where a node's
+	// controller has one, else static), sampled as the timeline is.
+	ceilings *sampler
 }
 
 // newDownstreams makes the run's downstreams, per tenant (nil: none).
@@ -355,6 +368,9 @@ func newDownstreams(s Scenario, p Policy) []*downstreamRun {
 		if t.Downstream != nil {
 			out[i] = &downstreamRun{spec: t.Downstream, limited: p != NoSignals, capacity: t.Downstream.Capacity,
 				recent: make([]int, max(1, int(time.Second/s.Tick)))}
+			if p == Adaptive {
+				out[i].ceilings = newSampler(1)
+			}
 		}
 	}
 	return out
@@ -473,6 +489,11 @@ type DownstreamReport struct {
 	// Convergence is, for the start and each capacity change, how long
 	// the tenant's rows in flight took to converge on the capacity.
 	Convergence []Convergence
+	// Ceilings is, under the adaptive arm, the sum over the nodes of the
+	// tenant's ceiling (adaptive where a node's controller holds one,
+	// else static) after each tick's sweeps, sampled as the timeline is
+	// (the peak over Ceilings.Tick); empty under the other arms.
+	Ceilings Timeline
 }
 
 // Convergence is the time from a capacity change At (0: the start) to the
@@ -497,6 +518,9 @@ func (d *downstreamRun) report(s Scenario) *DownstreamReport {
 	}
 	if d.steadyCalls > 0 {
 		r.SteadyRejectedPer1000 = 1000 * float64(d.steadyRej) / float64(d.steadyCalls)
+	}
+	if d.ceilings != nil {
+		r.Ceilings = Timeline{Tick: time.Duration(d.ceilings.stride) * s.Tick, Inflight: d.ceilings.vals}
 	}
 	starts := []CapacityChange{{At: 0, Capacity: d.spec.Capacity}}
 	starts = append(starts, d.spec.Changes...)
@@ -561,11 +585,16 @@ func (r *DownstreamReport) MarshalJSON() ([]byte, error) {
 		ConvergeBand    float64  `json:"convergenceBand"`
 		ConvergeHoldMs  float64  `json:"convergenceHoldMs"`
 		SteadyAfterMsec float64  `json:"steadyFromMsAfterChange"`
+		CeilingTickMs   float64  `json:"ceilingTimelineTickMs,omitempty"`
+		Ceilings        []int    `json:"ceilingTimeline,omitempty"`
 	}{Capacity: r.Capacity, Calls: r.Calls, Succeeded: r.Succeeded, Rejected: r.Rejected, Goodput: round3(r.Goodput),
 		Per1000: round3(r.RejectedPer1000), SteadyCalls: r.SteadyCalls, SteadyPer1000: round3(r.SteadyRejectedPer1000),
 		ConvergeBand: convergeBand, ConvergeHoldMs: ms(convergeHold), SteadyAfterMsec: ms(steadyAfter)}
 	if r.VsOracle > 0 {
 		j.VsOracle = ptr(round3(r.VsOracle))
+	}
+	if len(r.Ceilings.Inflight) > 0 {
+		j.CeilingTickMs, j.Ceilings = ms(r.Ceilings.Tick), r.Ceilings.Inflight[0]
 	}
 	for _, c := range r.Changes {
 		j.Changes = append(j.Changes, change{ms(c.At), c.Capacity})
@@ -625,8 +654,111 @@ func (j job) outcome() outbox.Outcome {
 }
 
 // armOptions sets the dispatcher options of arm p (nil: none beyond the
-// lockstep's).
+// lockstep's): the adaptive arm's controller, on the simulated clock.
 func armOptions(p Policy, s Scenario, clock *simClock) func(*dispatch.Options) {
+	if p != Adaptive {
+		return nil
+	}
+	return func(o *dispatch.Options) {
+		a := s.Adaptive
+		o.Adaptive = &dispatch.AdaptiveCeilings{Floor: a.Floor, Increase: a.Increase, Decrease: a.Decrease, Window: a.Window, Timeouts: a.Timeouts, Now: clock.Now}
+	}
+}
+
+// AdaptiveSpec is the adaptive arm's controller (dispatch.AdaptiveCeilings
+// without its clock, which is the simulated one); every zero field takes
+// dispatch's default.
+type AdaptiveSpec struct {
+	Floor    int           // 0..dispatch.MaxAdaptiveStep (0: 1)
+	Increase int           // 0..dispatch.MaxAdaptiveStep (0: 1)
+	Decrease float64       // [0, 1) (0: 0.5)
+	Window   time.Duration // 0 (2s), or dispatch.MinAdaptiveWindow..outbox.MaxDelay
+	Timeouts bool
+}
+
+type adaptiveJSON struct {
+	Floor    *int     `json:"floor,omitempty"`
+	Increase *int     `json:"increase,omitempty"`
+	Decrease *float64 `json:"decrease,omitempty"`
+	Window   *string  `json:"window,omitempty"`
+	Timeouts *bool    `json:"timeouts,omitempty"`
+}
+
+// decodeAdaptive decodes the scenario's "adaptive" into *dst.
+func decodeAdaptive(dst *AdaptiveSpec) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		var j adaptiveJSON
+		if err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
+			"floor":    intField(&j.Floor),
+			"increase": intField(&j.Increase),
+			"decrease": floatField(&j.Decrease),
+			"window":   stringField(&j.Window),
+			"timeouts": func(raw json.RawMessage, at string) error {
+				var b bool
+				if err := json.Unmarshal(raw, &b); err != nil {
+					return &ScenarioError{Field: at, Problem: "want true or false, got " + describe(raw)}
+				}
+				j.Timeouts = &b
+				return nil
+			},
+		}); err != nil {
+			return err
+		}
+		a := AdaptiveSpec{Floor: orInt(j.Floor, 0), Increase: orInt(j.Increase, 0)}
+		if j.Decrease != nil {
+			a.Decrease = *j.Decrease
+		}
+		if j.Timeouts != nil {
+			a.Timeouts = *j.Timeouts
+		}
+		var err error
+		if a.Window, err = parseDuration(at+".window", j.Window, 0); err != nil {
+			return err
+		}
+		*dst = a
+		return nil
+	}
+}
+
+// json is a in the file format (nil for the zero value).
+func (a AdaptiveSpec) json() *adaptiveJSON {
+	if a == (AdaptiveSpec{}) {
+		return nil
+	}
+	j := &adaptiveJSON{}
+	if a.Floor != 0 {
+		j.Floor = ptr(a.Floor)
+	}
+	if a.Increase != 0 {
+		j.Increase = ptr(a.Increase)
+	}
+	if a.Decrease != 0 {
+		j.Decrease = ptr(a.Decrease)
+	}
+	if a.Window != 0 {
+		j.Window = ptr(a.Window.String())
+	}
+	if a.Timeouts {
+		j.Timeouts = ptr(true)
+	}
+	return j
+}
+
+// validate checks a against dispatch's bounds.
+func (a AdaptiveSpec) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ScenarioError{Field: "adaptive." + field, Problem: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case a.Floor < 0 || a.Floor > dispatch.MaxAdaptiveStep:
+		return bad("floor", "%d is out of range: want 1..%d (0 or left out: 1)", a.Floor, dispatch.MaxAdaptiveStep)
+	case a.Increase < 0 || a.Increase > dispatch.MaxAdaptiveStep:
+		return bad("increase", "%d is out of range: want 1..%d (0 or left out: 1)", a.Increase, dispatch.MaxAdaptiveStep)
+	case math.IsNaN(a.Decrease) || a.Decrease < 0 || a.Decrease >= 1:
+		return bad("decrease", "%v is out of range: want (0, 1) (0 or left out: 0.5)", a.Decrease)
+	case a.Window < 0 || a.Window > 0 && a.Window < dispatch.MinAdaptiveWindow || a.Window > outbox.MaxDelay:
+		return bad("window", "%v is out of range: want %v..%v (0 or left out: 2s)", a.Window, dispatch.MinAdaptiveWindow, outbox.MaxDelay)
+	}
 	return nil
 }
 

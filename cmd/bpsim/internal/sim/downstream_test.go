@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,12 +82,12 @@ func checkDownstreamArms(t *testing.T, cfg Config) {
 			}
 		}
 	}
-	base, static, oracle := rep.Policy(NoSignals), rep.Policy(Static), rep.Policy(Oracle)
+	base, static, oracle, adaptive := rep.Policy(NoSignals), rep.Policy(Static), rep.Policy(Oracle), rep.Policy(Adaptive)
 	for i, st := range s.Tenants {
 		if st.Downstream == nil {
 			// Other tenants: their waits are the no-signals arm's, to a tick
 			// or two of batching.
-			for _, p := range []*PolicyReport{static, oracle} {
+			for _, p := range []*PolicyReport{static, oracle, adaptive} {
 				got, want := p.Tenants[i], base.Tenants[i]
 				if d := got.WaitP99 - want.WaitP99; d > 2*s.Tick || d < -2*s.Tick {
 					t.Errorf("%s: %s waits p99 %v, no-signals %v", p.Policy, st.Name, got.WaitP99, want.WaitP99)
@@ -114,6 +115,20 @@ func checkDownstreamArms(t *testing.T, cfg Config) {
 		// the oracle's; without a limit, at least the oracle's.
 		if !(sd.VsOracle > 0 && sd.VsOracle < 0.95) || bd.VsOracle < 1 {
 			t.Errorf("%s: goodput ×oracle static %.3f, no-signals %.3f; want static < 0.95, no-signals ≥ 1", st.Name, sd.VsOracle, bd.VsOracle)
+		}
+		// Adaptive ceilings turn the 429s into a bound: far fewer than
+		// static's, and most of the oracle's goodput kept. (The bounds are
+		// loose: the figures against the targets are the -seeds run's.)
+		ad := adaptive.Tenants[i].Downstream
+		if ad.Rejected == 0 || ad.RejectedPer1000 > sd.RejectedPer1000/4 || ad.SteadyRejectedPer1000 > sd.SteadyRejectedPer1000/4 {
+			t.Errorf("adaptive: %s: %.1f 429s per 1,000 calls (%.1f steady); static %.1f (%.1f); want some, under a quarter of static's",
+				st.Name, ad.RejectedPer1000, ad.SteadyRejectedPer1000, sd.RejectedPer1000, sd.SteadyRejectedPer1000)
+		}
+		if ad.VsOracle < 0.6 {
+			t.Errorf("adaptive: %s: goodput %.3f× the oracle's, want ≥ 0.6", st.Name, ad.VsOracle)
+		}
+		if len(ad.Ceilings.Inflight) != 1 || len(ad.Ceilings.Inflight[0]) == 0 || slices.Min(ad.Ceilings.Inflight[0]) >= st.Quota {
+			t.Errorf("adaptive: %s: ceilings timeline %v never went below the quota %d", st.Name, ad.Ceilings.Inflight, st.Quota)
 		}
 		// The oracle follows every change of C within the targets' 5 s;
 		// static never comes within ±10% of a halved C.

@@ -47,6 +47,22 @@ func downstreamPlot(s Scenario, p *PolicyReport, xMax, yMax float64) (*plot.Plot
 		line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 		pl.Add(line)
 		pl.Legend.Add(fmt.Sprintf("%s C", t.Name), line)
+		if tr := p.Tenants[i].Downstream; tr != nil && len(tr.Ceilings.Inflight) > 0 {
+			tick := tr.Ceilings.Tick.Seconds()
+			var pts plotter.XYs
+			for k, v := range tr.Ceilings.Inflight[0] {
+				pts = append(pts, plotter.XY{X: float64(k) * tick, Y: float64(v)})
+			}
+			cl, err := plotter.NewLine(pts)
+			if err != nil {
+				return nil, err
+			}
+			cl.Color = palette[i%len(palette)]
+			cl.Width = vg.Points(0.7)
+			cl.Dashes = []vg.Length{vg.Points(1), vg.Points(2)}
+			pl.Add(cl)
+			pl.Legend.Add(fmt.Sprintf("%s Σ node ceilings", t.Name), cl)
+		}
 	}
 	return pl, nil
 }

@@ -92,11 +92,15 @@ cmd/bpsim/scenario.sample.json is the default scenario.
         ]
       }
     ],
-    "arms": ["no-signals", "static", "oracle"]
+    "arms": ["no-signals", "static", "oracle", "adaptive"],
+    "adaptive": {"floor": 1, "increase": 1, "decrease": 0.5, "window": "2s"}
                              optional, with a downstream: the arms to compare, in
                              order (left out: all; -policies overrides): no-signals
                              (no downstream limit), static (the quotas as given),
-                             oracle (a downstream tenant's quota = its capacity)
+                             oracle (a downstream tenant's quota = its capacity),
+                             adaptive (dispatch.Options.Adaptive on)
+                             "adaptive": the adaptive arm's controller
+                             (dispatch.AdaptiveCeilings; left out or 0: its defaults)
   }
 
 Example scenarios, one per feature, are in cmd/bpsim/scenarios/ (a node that

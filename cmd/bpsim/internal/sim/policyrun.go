@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/dispatch"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -697,10 +698,35 @@ func (r *policyRun) checkNodeCeiling(n *node, rows []outbox.Row) {
 func (r *policyRun) measure() {
 	t := r.timeline.ticks
 	r.timeline.add(r.inflight)
+	var snaps []map[string]dispatch.AdaptiveCeiling
 	for i, d := range r.ds {
-		if d != nil {
-			d.record(t, r.inflight[i], r.window)
+		if d == nil {
+			continue
 		}
+		d.record(t, r.inflight[i], r.window)
+		if d.ceilings == nil {
+			continue
+		}
+		if snaps == nil {
+			snaps = make([]map[string]dispatch.AdaptiveCeiling, len(r.nodes))
+			for k, n := range r.nodes {
+				if n.d != nil && r.mem.live(n.id, t) {
+					snaps[k] = n.d.d.AdaptiveCeilings()
+				}
+			}
+		}
+		sum, name := 0, r.s.Tenants[i].Name
+		for k, n := range r.nodes {
+			if !r.mem.live(n.id, t) {
+				continue
+			}
+			if c, ok := snaps[k][name]; ok {
+				sum += c.Ceiling
+			} else {
+				sum += n.bp.Ceiling(name)
+			}
+		}
+		d.ceilings.add([]int{sum})
 	}
 	if r.meter != nil {
 		r.meter.add(r.claimedTick)

@@ -134,6 +134,10 @@ type Scenario struct {
 	// one of [DownstreamArms]. Left out: every arm. A scenario without a downstream
 	// takes none.
 	Arms []Policy
+
+	// Adaptive is the adaptive arm's controller (the zero value:
+	// dispatch's defaults).
+	Adaptive AdaptiveSpec
 }
 
 // pendingCaps is the scenario's caps as the stores take them.
@@ -369,6 +373,7 @@ type scenarioJSON struct {
 	PendingCap      *int             `json:"pendingCap,omitempty"`
 	Tenants         []tenantJSON     `json:"tenants"`
 	Arms            []string         `json:"arms,omitempty"`
+	Adaptive        *adaptiveJSON    `json:"adaptive,omitempty"`
 }
 
 // nodeJSON is one node of "nodes" given as an array. Shards are numbers
@@ -480,6 +485,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 	var j scenarioJSON
 	var nodes *int
 	var nodeList []NodeSpec
+	var adaptive AdaptiveSpec
 	if err := decodeObject(raw, "", map[string]func(json.RawMessage, string) error{
 		"nodes": func(raw json.RawMessage, at string) error {
 			if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
@@ -522,6 +528,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 			j.Arms = append(j.Arms, *a)
 			return nil
 		}, func() { j.Arms = []string{} }),
+		"adaptive": decodeAdaptive(&adaptive),
 	}); err != nil {
 		return Scenario{}, err
 	}
@@ -529,6 +536,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 	if err != nil {
 		return Scenario{}, err
 	}
+	s.Adaptive = adaptive
 	switch {
 	case nodeList != nil:
 		s.Nodes, s.NodeList = len(nodeList), nodeList
@@ -1124,6 +1132,7 @@ func (s Scenario) MarshalJSON() ([]byte, error) {
 	for _, a := range s.Arms {
 		j.Arms = append(j.Arms, string(a))
 	}
+	j.Adaptive = s.Adaptive.json()
 	return json.MarshalIndent(j, "", "  ")
 }
 
