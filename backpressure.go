@@ -24,6 +24,10 @@
 // rotation.
 // [Backpressure.Plan] is the same planner without I/O, and the returned [Plan] reports, per
 // namespace, what was granted and what was held and why.
+// [Backpressure.SetAdaptiveCeiling] lowers a namespace's ceiling on the
+// node below its static one, or holds it, as a downstream's advisory
+// signals ask (package dispatch's Options.Adaptive learns it; the plan
+// reports it, reason [HeldAdaptive]; docs/adaptive.md).
 //
 // [BackpressureGate] checks, separately, whether a channel's advisory
 // backpressure actually protects its consumer (seed 003's design card);

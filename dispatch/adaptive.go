@@ -54,7 +54,8 @@ type AdaptEvent struct {
 	// Breach is set when the step is a gate self-check's breach: a
 	// signal that found more rows held than the downstream last asked for.
 	Breach bool
-	// Held is the namespace's rows this node held at the step.
+	// Held is the namespace's rows this node held at the step; for a
+	// breach, the rows claimed (the plan's claimed rows plus the sweep's).
 	Held int
 }
 
@@ -77,7 +78,9 @@ type nsAdapt struct {
 	pinned    int // 0: auto
 	signals   int
 	breaches  int
-	breaching bool // the self-check's episode is open: its alert was logged
+	breaching bool      // the self-check's episode is open: its alert was logged
+	preCut    int       // the learned ceiling before the last cut
+	holdSet   time.Time // when the hold to come began
 }
 
 func newAdaptive(bp *backpressure.Backpressure, o *Options) *adaptive {
@@ -136,7 +139,12 @@ func (a *adaptive) observe(namespace string, err error, held int) {
 	if signal {
 		e.signals++
 		e.s = a.p.signal(e.s, now, held, retryAfter)
-		ev.Cut = !e.s.cutAt.Equal(before.cutAt)
+		if ev.Cut = !e.s.cutAt.Equal(before.cutAt); ev.Cut {
+			e.preCut = before.ceiling
+		}
+		if e.s.hold.After(now) && !before.hold.After(now) {
+			e.holdSet = now
+		}
 	} else {
 		e.s = a.p.success(e.s, held >= e.s.ceiling)
 	}
@@ -147,34 +155,72 @@ func (a *adaptive) observe(namespace string, err error, held int) {
 	a.m.Adapted(ev)
 }
 
-// check is the gate's self-check of one sweep (docs/adaptive.md): for
-// each namespace the controller holds, what the downstream asked for, the
-// learned ceiling (0 while its Retry-After holds), against the rows this
-// node holds after the sweep claimed claimed[ns] more. A sweep that
-// claimed rows of a namespace past what it asked is a breach: counted,
-// reported (Metrics.Adapted with Breach), and logged once per episode (an
-// episode ends at a sweep that leaves the namespace within the ask).
-func (a *adaptive) check(claimed, held map[string]int) {
+// settle re-clamps every entry whose static ceiling plan reports changed
+// (a SetConfig, a shard hand-off), as rate buckets are settled at a
+// change, and applies it; an entry recovered meanwhile (its hold over) is
+// cleared. Cost: O(E·log N) for E entries.
+func (a *adaptive) settle(plan backpressure.Plan) {
 	now := a.p.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for ns, e := range a.ns {
+		r, ok := plan.Namespace(ns)
+		if !ok {
+			continue
+		}
+		static := r.Ceiling
+		if static == backpressure.Unlimited || static > a.capacity {
+			static = a.capacity
+		}
+		if s := a.p.clamp(e.s, max(static, 0)); s != e.s || e.pinned == 0 && s.recovered(now) {
+			e.s = s
+			ev := AdaptEvent{Namespace: ns}
+			a.install(ns, e, now, &ev)
+			a.m.Adapted(ev)
+		}
+	}
+}
+
+// check is the gate's self-check of one sweep (docs/adaptive.md), the
+// seed's producer compliance turned on the dispatcher: for each namespace
+// the controller holds that the sweep claimed rows of (claimed), what the
+// downstream asked for since the sweep began (at launched): the learned
+// ceiling (the higher one before a cut made since; 0 while a Retry-After
+// that began before the sweep still holds), against what the dispatcher
+// claimed, the plan's claimed rows plus the sweep's. The planner keeps
+// that within the ceiling it applied, so only a ceiling applied above the
+// learned one (a pin) breaches. A breach is counted, reported
+// (Metrics.Adapted with Breach) and logged once per episode; an episode
+// ends at a sweep within the ask.
+func (a *adaptive) check(plan backpressure.Plan, claimed map[string]int, launched time.Time) {
+	now := a.p.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ns, n := range claimed {
+		e, ok := a.ns[ns]
+		r, planned := plan.Namespace(ns)
+		if !ok || !planned {
+			continue
+		}
 		asked := e.s.ceiling
-		if now.Before(e.s.hold) {
+		if e.s.cutAt.After(launched) {
+			asked = max(asked, e.preCut)
+		}
+		if e.s.hold.After(now) && e.holdSet.Before(launched) {
 			asked = 0
 		}
-		switch h := held[ns]; {
-		case claimed[ns] > 0 && h > asked:
-			e.breaches++
-			c := e.view(now)
-			a.m.Adapted(AdaptEvent{Namespace: ns, Breach: true, Held: h, Ceiling: c.Ceiling, Learned: c.Learned, Static: c.Static, HoldUntil: c.HoldUntil, Pinned: c.Pinned})
-			if !e.breaching {
-				e.breaching = true
-				a.log.Warn("dispatch: adaptive ceiling breached: the dispatcher claimed more rows than the downstream asked for",
-					"namespace", ns, "held", h, "asked", asked, "pinned", e.pinned, "breaches", e.breaches)
-			}
-		case h <= asked:
+		used := r.Claimed + n
+		if used <= asked {
 			e.breaching = false
+			continue
+		}
+		e.breaches++
+		c := e.view(now)
+		a.m.Adapted(AdaptEvent{Namespace: ns, Breach: true, Held: used, Ceiling: c.Ceiling, Learned: c.Learned, Static: c.Static, HoldUntil: c.HoldUntil, Pinned: c.Pinned})
+		if !e.breaching {
+			e.breaching = true
+			a.log.Warn("dispatch: adaptive ceiling breached: the dispatcher claimed more rows than the downstream asked for",
+				"namespace", ns, "claimed", used, "asked", asked, "pinned", e.pinned, "breaches", e.breaches)
 		}
 	}
 }
@@ -259,6 +305,21 @@ func (d *Dispatcher) PinAdaptiveCeiling(namespace string, n int) error {
 	a.install(namespace, e, now, &ev)
 	a.m.Adapted(ev)
 	return nil
+}
+
+// unpin lets the controller steer namespace again, from what it learned.
+func (a *adaptive) unpin(namespace string) {
+	now := a.p.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.ns[namespace]
+	if !ok || e.pinned == 0 {
+		return
+	}
+	e.pinned = 0
+	ev := AdaptEvent{Namespace: namespace}
+	a.install(namespace, e, now, &ev)
+	a.m.Adapted(ev)
 }
 
 // ResetAdaptiveCeiling forgets namespace's adaptive state on this node: no

@@ -64,6 +64,8 @@
 //     ([backpressure.Backpressure.NextTokenAt]; at least Coalesce, and 1ms,
 //     after the sweep), so that a backlogged namespace alone starts rows at
 //     its rate;
+//   - the end of a downstream's Retry-After hold of a namespace the last
+//     sweep reported (with Options.Adaptive);
 //   - the jittered Options.PollInterval, the fallback for a lost
 //     notification, rows of other processes a store cannot announce, and a
 //     store without DueProber.
@@ -80,6 +82,16 @@
 // waiting only for its turn in the batch gets none. Store failures,
 // dead letters and panics are Warn and Error lines; an idle dispatcher logs
 // nothing.
+//
+// Adaptive ceilings (Options.Adaptive, [AdaptiveCeilings]): a handler's
+// [Overloaded] signal (HTTP 429 or 503 through [OverloadedResponse]) cuts
+// its namespace's ceiling on this node by AIMD and holds its rows for the
+// Retry-After; successes at the ceiling raise it back to the static one.
+// [Dispatcher.AdaptiveCeilings] shows it, [Dispatcher.PinAdaptiveCeiling]
+// and [Dispatcher.ResetAdaptiveCeiling] steer it, [Metrics].Adapted
+// reports it, and after every sweep the dispatcher checks its claims
+// against what the downstream asked (a Warn line on a breach). See
+// docs/adaptive.md.
 //
 // What is exported, and why: [New], [Options] and the [Dispatcher] it
 // returns are the service's whole loop; [Handler] is what the service

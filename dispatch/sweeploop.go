@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -152,6 +151,10 @@ func (s *sweeper) launch() (launched, stop bool) {
 func (s *sweeper) claim(n, since int) {
 	r := s.r
 	began := time.Now()
+	var launched time.Time
+	if a := r.d.adapt; a != nil {
+		launched = a.p.Now()
+	}
 	if r.op != nil {
 		r.op.sweepStarted()
 	}
@@ -159,7 +162,7 @@ func (s *sweeper) claim(n, since int) {
 	if r.op != nil {
 		r.op.swept(len(rows), plan, err)
 	}
-	s.results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began), flushes: since}
+	s.results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began), flushes: since, launched: launched}
 }
 
 // wait waits for one event and takes it: a sweep's result, a freed
@@ -221,7 +224,7 @@ func (s *sweeper) swept(res swept) {
 	s.failures = 0
 	r.hand(res.rows)
 	s.reserved -= res.asked // after hand: the rows now hold the credit
-	r.selfCheck(res.rows)
+	r.selfCheck(res)
 	r.m.Swept(SweepEvent{Asked: res.asked, Claimed: len(res.rows), Duration: res.took, Plan: res.plan})
 	r.logHeld(s.ctx, res.plan, time.Now())
 	s.heldAtCeiling = slices.ContainsFunc(res.plan.Namespaces, atCeiling)
@@ -324,6 +327,9 @@ type swept struct {
 	// after it may have freed headroom this sweep's counts did not see
 	// (its counts may have been read ahead, beside that sweep's claim).
 	flushes int
+	// launched is when the sweep began on the adaptive controller's
+	// clock (zero without Options.Adaptive), for its self-check.
+	launched time.Time
 }
 
 // atCeiling reports whether a sweep left namespace n at its ceiling with
@@ -392,21 +398,23 @@ func (r *run) busy() bool {
 	return r.outstanding > 0
 }
 
-// selfCheck runs the adaptive controller's self-check on the rows a
-// sweep claimed, if it is on and the controller holds any namespace.
-func (r *run) selfCheck(rows []outbox.Row) {
+// selfCheck settles the adaptive controller under the sweep's static
+// ceilings and runs its self-check on the sweep's claim, with
+// Options.Adaptive.
+func (r *run) selfCheck(res swept) {
 	a := r.d.adapt
-	if a == nil || len(rows) == 0 {
+	if a == nil {
+		return
+	}
+	a.settle(res.plan)
+	if len(res.rows) == 0 {
 		return
 	}
 	claimed := make(map[string]int)
-	for _, row := range rows {
+	for _, row := range res.rows {
 		claimed[row.Namespace]++
 	}
-	r.mu.Lock()
-	held := maps.Clone(r.nsHeld)
-	r.mu.Unlock()
-	a.check(claimed, held)
+	a.check(res.plan, claimed, res.launched)
 }
 
 // hand registers claimed rows for lease extension and hands them to the

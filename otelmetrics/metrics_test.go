@@ -155,3 +155,21 @@ func TestDispatcher(t *testing.T) {
 	require.Equal(t, int64(6), point[int64](t, got["backpressure.sweep.rows"]))
 	require.Equal(t, 2.0, point[float64](t, got["backpressure.namespace.ceiling"], attribute.String("namespace", "acme")))
 }
+
+// TestAdapted: the adaptive controller's events become the namespace's
+// adaptive-ceiling gauge, its signals counter (by cut) and its breaches.
+func TestAdapted(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	m, err := otelmetrics.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	require.NoError(t, err)
+	m.Adapted(dispatch.AdaptEvent{Namespace: "acme", Signal: true, Cut: true, Ceiling: 10, Learned: 10, Static: 20})
+	m.Adapted(dispatch.AdaptEvent{Namespace: "acme", Signal: true, Ceiling: 10, Learned: 10, Static: 20})
+	m.Adapted(dispatch.AdaptEvent{Namespace: "acme", Ceiling: 11, Learned: 11, Static: 20})
+	m.Adapted(dispatch.AdaptEvent{Namespace: "acme", Breach: true, Ceiling: 16, Pinned: 16, Learned: 11})
+	got := collect(t, reader)
+	acme := attribute.String("namespace", "acme")
+	require.Equal(t, int64(11), point[int64](t, got["backpressure.namespace.adaptive_ceiling"], acme))
+	require.Equal(t, int64(1), point[int64](t, got["backpressure.namespace.signals"], acme, attribute.Bool("cut", true)))
+	require.Equal(t, int64(1), point[int64](t, got["backpressure.namespace.signals"], acme, attribute.Bool("cut", false)))
+	require.Equal(t, int64(1), point[int64](t, got["backpressure.namespace.adaptive_breaches"], acme))
+}

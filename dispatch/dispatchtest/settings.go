@@ -30,7 +30,9 @@ type SettingsStore interface {
 // good setting of it (at start-up too), keep its last good setting when
 // they have one, apply every other namespace's settings (a pause among
 // them), report the bad rows by namespace (node report, SettingsMetrics),
-// and apply a PutSettings that overwrites them.
+// and apply a PutSettings that overwrites them; an adaptive pin
+// (NamespaceSettings.AdaptivePin) is applied to the node's controller and
+// cleared with its setting.
 type Settings struct {
 	// Open returns a new handle of the store under test (each node gets
 	// its own, as a process would); the test's cleanup must close it.
@@ -91,7 +93,7 @@ func (c Settings) Run(t *testing.T) {
 		r.enqueue(ns, 0, 5)
 	}
 	m := &settingsMetrics{rejected: map[string]bool{}}
-	r.start(c.Open(t), "node-a", m)
+	d := r.start(c.Open(t), "node-a", m)
 	r.eventually("ok drained while x's and n's rows are bad", func() bool { return r.settled("ok") == 5 })
 	r.eventually("node-a reports x and n held", r.reported("node-a", map[string]bool{"x": true, "n": true}))
 	r.none("at start-up, with x's and n's rows bad", "p", "x", "n")
@@ -119,6 +121,13 @@ func (c Settings) Run(t *testing.T) {
 	r.put(outbox.NamespaceSettings{Namespace: "n"})
 	r.eventually("x and n drained after PutSettings overwrote their rows", func() bool { return r.settled("x") == 5 && r.settled("n") == 5 })
 	r.none("after x and n were fixed", "p", "q")
+
+	// An adaptive pin is a shared setting too: applied, then cleared.
+	three := 3
+	r.put(outbox.NamespaceSettings{Namespace: "ok", AdaptivePin: &three})
+	r.eventually("node-a pinned ok's adaptive ceiling at 3", func() bool { return d.AdaptiveCeilings()["ok"].Pinned == 3 })
+	r.put(outbox.NamespaceSettings{Namespace: "ok"})
+	r.eventually("node-a let its controller steer ok again", func() bool { _, ok := d.AdaptiveCeilings()["ok"]; return !ok })
 	r.overflow(c)
 }
 
@@ -191,14 +200,14 @@ func (r *settingsRun) none(when string, namespaces ...string) {
 }
 
 // start runs a dispatcher node on s until the test ends.
-func (r *settingsRun) start(s SettingsStore, node string, m dispatch.Metrics) {
+func (r *settingsRun) start(s SettingsStore, node string, m dispatch.Metrics) *dispatch.Dispatcher {
 	all, _ := backpressure.AllShards(s.ShardCount())
 	bp, err := backpressure.New(backpressure.Config{BatchSize: 8, DefaultQuota: backpressure.Unlimited}, all)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	d, err := dispatch.New(bp, s, func(context.Context, outbox.Row) error { return nil }, dispatch.Options{Workers: 4, PollInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m, Adaptive: &dispatch.AdaptiveCeilings{},
 		Operate: &dispatch.Operate{Node: node, SharedSettings: true, SettingsInterval: 50 * time.Millisecond, ReportInterval: 100 * time.Millisecond}})
 	if err != nil {
 		r.t.Fatal(err)
@@ -207,6 +216,7 @@ func (r *settingsRun) start(s SettingsStore, node string, m dispatch.Metrics) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = d.Run(ctx) }()
 	r.t.Cleanup(func() { cancel(); <-done })
+	return d
 }
 
 // eventually polls cond until it holds, failing after 20s (far above
