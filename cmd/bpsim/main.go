@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,10 +51,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, terminal 
 	var (
 		scenarioPath = fl.String("scenario", "", "scenario `FILE` (JSON, format below); default: the built-in noisy-neighbour scenario")
 		seed         = fl.Int64("seed", 1, "seed of the workload's random draws; the same seed replays the same arrivals")
+		seeds        = fl.Int("seeds", 1, "run `N` seeds, -seed to -seed+N−1 (1..100): the tables and files are the first seed's, then each seed's verdicts and, for a scenario with a downstream, the arms' figures across the seeds")
 		dsn          = fl.String("dsn", "", "run on the PostgreSQL database at this `postgres://…` URL, in fresh schemas dropped afterwards, instead of on SQLite files in a temporary directory")
 		duration     = fl.Duration("duration", 0, "simulated arrival window, overriding the scenario's (e.g. 30s); the run goes on until every row settles")
 		out          = fl.String("out", "./bpsim-out", "`DIR` for the charts and report.json; files are rendered first and then renamed in, so none is left half-written; empty: write no files")
 		quiet        = fl.Bool("quiet", false, "print only the exactly-once verdict and the files written: no progress, no tables")
+		policies     = fl.String("policies", "", "comma-separated `LIST` of the policies to run, in order (unscoped, round-robin, backpressure; for a scenario with a downstream its arms: no-signals, static, oracle, adaptive); default: all three, or the scenario's \"arms\"")
 	)
 	fl.Usage = func() {
 		w := fl.Output()
@@ -83,6 +86,16 @@ cluster's workers capped by min(quota, in-flight + waiting): an unlimited
 tenant is entitled to what the workers can run after the others' shares, a
 tenant over its entitlement counts 1, a paused one takes no part.
 
+A scenario whose tenants call a downstream with a capacity (a concurrency
+beyond which it answers 429 with Retry-After, and slows down) compares arms
+instead: no-signals (the same scenario with no downstream limit), static (the
+quotas as given, above the capacity), oracle (each such tenant's quota set
+to the capacity, following its changes), adaptive (dispatch.Options.Adaptive
+set: each node learns the tenant's ceiling from the 429s). It adds, per arm and tenant,
+goodput (and its ratio to the oracle's), 429s per 1,000 calls, overall and
+after convergence, convergence times after each change of capacity, and the
+other tenants' waits against the no-signals arm's, with downstream.png.
+
 Usage: bpsim [flags]
 
 Flags:
@@ -106,6 +119,10 @@ the run) or a bad scenario.
 		return exitUsage
 	}
 
+	if *seeds < 1 || *seeds > 100 {
+		fmt.Fprintf(stderr, "bpsim: -seeds %d is out of range: want 1..100\n", *seeds)
+		return exitUsage
+	}
 	if *duration < 0 {
 		fmt.Fprintf(stderr, "bpsim: -duration %v is negative\n", *duration)
 		return exitUsage
@@ -141,7 +158,19 @@ the run) or a bad scenario.
 		return exitUsage
 	}
 
+	var list []sim.Policy
+	if *policies != "" {
+		for _, p := range strings.Split(*policies, ",") {
+			list = append(list, sim.Policy(strings.TrimSpace(p)))
+		}
+	}
+	if _, err := sim.CheckPolicies(s, list); err != nil {
+		fmt.Fprintf(stderr, "%v (-policies %q)\n", err, *policies)
+		return exitUsage
+	}
+
 	cfg := sim.Config{
+		Policies: list,
 		Scenario: s,
 		Seed:     *seed,
 		DSN:      *dsn,
@@ -153,7 +182,18 @@ the run) or a bad scenario.
 		cfg.Progress = stderr
 	}
 	began := time.Now()
-	_, err := sim.Run(ctx, cfg, stdout)
+	rep, err := sim.Run(ctx, cfg, stdout)
+	reps := []*sim.Report{rep}
+	for k := 1; k < *seeds && err == nil; k++ {
+		cfg.Seed, cfg.OutDir, cfg.Quiet = *seed+int64(k), "", true
+		fmt.Fprintf(stdout, "\nseed %d:\n", cfg.Seed)
+		rep, err = sim.Run(ctx, cfg, stdout)
+		reps = append(reps, rep)
+	}
+	if err == nil && *seeds > 1 {
+		fmt.Fprintln(stdout)
+		err = sim.WriteSeedSummary(stdout, reps)
+	}
 	switch {
 	case err == nil:
 		if !*quiet {

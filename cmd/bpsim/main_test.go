@@ -42,7 +42,7 @@ func TestHelpDocumentsEveryFlagAndTheFormat(t *testing.T) {
 	if code != exitOK || stdout != "" {
 		t.Fatalf("bpsim -h: exit %d, stdout %q", code, stdout)
 	}
-	for _, want := range []string{"-scenario", "-seed", "-dsn", "-duration", "-out", "-quiet",
+	for _, want := range []string{"-scenario", "-seed", "-seeds", "-policies", "-dsn", "-duration", "-out", "-quiet", `"downstream"`, `"arms"`, "downstream.json",
 		`"nodes"`, `"shardCount"`, `"batchSize"`, `"quota"`, `"queues"`, `"arrivals"`, `"serviceTime"`,
 		`"burst"`, `"steady"`, "scenario.sample.json", "Exit status"} {
 		if !strings.Contains(stderr, want) {
@@ -68,6 +68,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"-scenario", broken}, "truncated JSON"},
 		{[]string{"-scenario", filepath.Join(t.TempDir(), "missing.json")}, "reading scenario"},
 		{[]string{"-duration", "-3s"}, "-duration -3s is negative"},
+		{[]string{"-seeds", "0"}, "-seeds 0 is out of range"},
+		{[]string{"-policies", "static"}, `policy "static" is an arm of a scenario with a downstream`},
+		{[]string{"-scenario", "scenarios/downstream.json", "-policies", "backpressure"}, `policy "backpressure" does not model the tenants' downstreams`},
 		{[]string{"-duration", "1ms"}, "bpsim: scenario: duration: 1ms is shorter than one tick (100ms) (with -duration 1ms)"},
 		{[]string{"-scenario", zero}, "bpsim: scenario: nodes: 0 is out of range"},
 		{[]string{"-scenario", typed}, "bpsim: scenario: tenants[0].quota: want an integer, got 1.5"},

@@ -59,6 +59,9 @@ type job struct {
 	shard   int
 	expires int // first tick at which the claim's lease has run out
 	node    *node
+	// rejected says the row's downstream answers this call 429: its
+	// handler returns dispatch.Overloaded, and the dispatcher snoozes it.
+	rejected bool
 }
 
 // Orphan states of a row (see runPolicy): claimed by a node that failed
@@ -269,7 +272,7 @@ func sweep(ctx context.Context, p Policy, n *node, tick int, ob *simStore, budge
 			return nil, nil
 		}
 		return ob.ClaimOutboxRowsScoped(ctx, n.shards, claims)
-	case Backpressure:
+	case Backpressure, NoSignals, Static, Oracle, Adaptive:
 		done, err := n.d.sweep(ctx)
 		if err != nil {
 			return nil, err

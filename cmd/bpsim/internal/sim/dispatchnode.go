@@ -50,6 +50,7 @@ import (
 
 // dispatchNode is one backpressure node: its dispatcher and the gate.
 type dispatchNode struct {
+	d      *dispatch.Dispatcher
 	store  *gatedStore
 	cancel context.CancelFunc
 	done   chan error // Run's result
@@ -64,10 +65,12 @@ type sweepDone struct {
 }
 
 // completion is one row the dispatcher completed: err is nil when the
-// store applied it, else the row's lease was lost.
+// store applied it, else the row's lease was lost. outcome is what the
+// dispatcher wrote: a settle, or a snooze for a call answered 429.
 type completion struct {
-	lease outbox.Lease
-	err   error
+	lease   outbox.Lease
+	outcome outbox.Outcome
+	err     error
 }
 
 // gatedStore is the store a dispatcher sees: the policy's store, with each
@@ -91,6 +94,7 @@ type gatedStore struct {
 	mu       sync.Mutex
 	claimed  []outbox.Row                   // rows of the sweep under way
 	released map[outbox.Lease]chan struct{} // closed when the row's service ends
+	results  map[outbox.Lease]error         // what the handler returns once released (nil: success)
 
 	swept     chan sweepDone
 	completed chan completion
@@ -102,6 +106,7 @@ func newGatedStore(s *simStore, rows int) *gatedStore {
 		s:         s,
 		grant:     make(chan struct{}, 1),
 		released:  make(map[outbox.Lease]chan struct{}),
+		results:   make(map[outbox.Lease]error),
 		swept:     make(chan sweepDone, 1),
 		completed: make(chan completion, max(rows, 1)),
 		failed:    make(chan error, 1),
@@ -186,7 +191,7 @@ func (g *gatedStore) Complete(ctx context.Context, cs []outbox.Completion) ([]ou
 		return nil, err
 	}
 	for i, c := range cs {
-		g.completed <- completion{lease: c.Lease, err: res[i].Err}
+		g.completed <- completion{lease: c.Lease, outcome: c.Outcome, err: res[i].Err}
 	}
 	return res, nil
 }
@@ -202,11 +207,15 @@ func (g *gatedStore) ExtendLeases(ctx context.Context, leases []outbox.Lease) ([
 func (g *gatedStore) Lease() time.Duration { return g.s.Lease() }
 
 // release ends the service of the row claimed with lease: its handler
-// returns and the dispatcher settles it. The handler may not have started
-// yet, so the closed channel stays for it to find; the handler forgets it.
-func (g *gatedStore) release(lease outbox.Lease) {
+// returns result (nil: success) and the dispatcher completes it. The
+// handler may not have started yet, so the closed channel stays for it to
+// find; the handler forgets it.
+func (g *gatedStore) release(lease outbox.Lease, result error) {
 	g.mu.Lock()
 	ch := g.released[lease]
+	if result != nil {
+		g.results[lease] = result
+	}
 	g.mu.Unlock()
 	if ch != nil {
 		close(ch)
@@ -225,8 +234,10 @@ func (g *gatedStore) handler(ctx context.Context, row outbox.Row) error {
 	case <-ch:
 		g.mu.Lock()
 		delete(g.released, row.Lease())
+		err := g.results[row.Lease()]
+		delete(g.results, row.Lease())
 		g.mu.Unlock()
-		return nil
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -262,10 +273,11 @@ func (m gateMetrics) StoreFailed(op string, err error) {
 	}
 }
 
-// startDispatchNode starts a dispatcher over s for bp with workers workers.
-func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *simStore, workers, rows int) (*dispatchNode, error) {
+// startDispatchNode starts a dispatcher over s for bp with workers workers;
+// adapt sets the options of an arm (nil: none).
+func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *simStore, workers, rows int, adapt func(*dispatch.Options)) (*dispatchNode, error) {
 	g := newGatedStore(s, rows)
-	d, err := dispatch.New(bp, g, g.handler, dispatch.Options{
+	opts := dispatch.Options{
 		Workers:         workers,
 		PollInterval:    dispatch.MinPollInterval,
 		PollJitter:      -1,
@@ -277,13 +289,21 @@ func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *si
 		// Every sweep counts at its start, inside its gate: counts read
 		// ahead would run outside the lockstep, on the wall clock.
 		FreshCounts: true,
-	})
+		// A row a downstream keeps answering 429 is snoozed as often as it
+		// is: past MaxSnoozes it would spend an attempt instead, which the
+		// audit would count as a second run.
+		MaxSnoozes: dispatch.MaxSnoozesLimit,
+	}
+	if adapt != nil {
+		adapt(&opts)
+	}
+	d, err := dispatch.New(bp, g, g.handler, opts)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g.stopped = ctx.Done()
-	n := &dispatchNode{store: g, cancel: cancel, done: make(chan error, 1)}
+	n := &dispatchNode{d: d, store: g, cancel: cancel, done: make(chan error, 1)}
 	go func() { n.done <- d.Run(ctx) }()
 	return n, nil
 }
@@ -315,11 +335,12 @@ func (n *dispatchNode) sweep(ctx context.Context) (sweepDone, error) {
 	}
 }
 
-// settle releases the rows of leases and waits until the dispatcher has
-// completed each of them, returning the completions.
-func (n *dispatchNode) settle(ctx context.Context, leases []outbox.Lease) ([]completion, error) {
-	for _, l := range leases {
-		n.store.release(l)
+// settle releases the rows of leases, each handler returning its results
+// entry (nil: success), and waits until the dispatcher has completed each
+// of them, returning the completions.
+func (n *dispatchNode) settle(ctx context.Context, leases []outbox.Lease, results []error) ([]completion, error) {
+	for i, l := range leases {
+		n.store.release(l, results[i])
 	}
 	out := make([]completion, 0, len(leases))
 	guard := time.NewTimer(stallAfter)

@@ -71,6 +71,18 @@ cmd/bpsim/scenario.sample.json is the default scenario.
                              (≥ 1; -1 = none; left out: the scenario's "pendingCap");
                              the producer drops rows Enqueue refuses over it, and the
                              report counts them rejected
+        "downstream": {"capacity": 24, "retryAfter": "1s", "rejectTime": "100ms",
+                       "slowdown": 1, "changes": [{"at": "20s", "capacity": 12}]},
+                             optional: the API the tenant's handlers call. It serves
+                             "capacity" calls at once (1..100000; "changes" set new
+                             values inside the window, in time order); a call beyond
+                             it is answered 429 after "rejectTime" (left out: one
+                             tick) with Retry-After "retryAfter" (0..outbox.MaxDelay;
+                             left out: none given), and the handler returns
+                             dispatch.Overloaded, so the row is snoozed; a served call
+                             runs 1 + slowdown (0..10) × min(1, u) times its service
+                             time, u the share of the capacity the last second's 429s
+                             took. A scenario with a downstream runs the arms below
         "arrivals": [        one or more patterns:
           {"pattern": "burst", "rows": 2000, "at": "0s"},
                              rows at one instant, dealt over the queues in turn
@@ -79,12 +91,22 @@ cmd/bpsim/scenario.sample.json is the default scenario.
                              each row on a random queue
         ]
       }
-    ]
+    ],
+    "arms": ["no-signals", "static", "oracle", "adaptive"],
+    "adaptive": {"floor": 1, "increase": 1, "decrease": 0.5, "window": "2s"}
+                             optional, with a downstream: the arms to compare, in
+                             order (left out: all; -policies overrides): no-signals
+                             (no downstream limit), static (the quotas as given),
+                             oracle (a downstream tenant's quota = its capacity),
+                             adaptive (dispatch.Options.Adaptive on)
+                             "adaptive": the adaptive arm's controller
+                             (dispatch.AdaptiveCeilings; left out or 0: its defaults)
   }
 
 Example scenarios, one per feature, are in cmd/bpsim/scenarios/ (a node that
 fails and one that joins: handoff.json; a rate limit across a hand-off:
-rates.json; priorities: priority.json; a runaway producer: pendingcap.json).
+rates.json; priorities: priority.json; a runaway producer: pendingcap.json;
+downstreams that answer 429, capacity halving and recovering: downstream.json).
 
 The arrivals and service times are drawn from -seed, once, and replayed
 unchanged under every policy. At most 1,000,000 rows and 1,000,000 ticks in the

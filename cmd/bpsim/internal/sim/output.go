@@ -56,6 +56,9 @@ func writeOutputs(o *outDir, r *Report) ([]string, error) {
 			return writePolicyPNG(w, r.Scenario, p, xMax, yMax)
 		}})
 	}
+	if r.Scenario.hasDownstreams() {
+		files = append(files, outputFile{DownstreamChartFile, func(w io.Writer) error { return writeDownstreamPNG(w, r) }})
+	}
 	if r.Scenario.hasRates() {
 		sMax := startsYMax(r)
 		files = append(files, outputFile{StartsChartFile, func(w io.Writer) error {

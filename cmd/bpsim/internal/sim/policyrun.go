@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/dispatch"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -15,6 +16,7 @@ import (
 // it: the run's setup, then its ticks, each in the steps of [policyRun.tick],
 // then the report.
 func runPolicy(ctx context.Context, s Scenario, w *workload, p Policy, db database, progress func(tick, settled int)) (*PolicyReport, error) {
+	s = armScenario(s, p)
 	r := &policyRun{s: s, w: w, p: p, progress: progress, clock: &simClock{tick: s.Tick}}
 	defer r.close()
 	if err := r.open(ctx, db); err != nil {
@@ -124,6 +126,15 @@ type policyRun struct {
 	// bound is, per tenant, Σ over nodes of the node's ceiling (0 on a node
 	// that owns no shard): the most the current owners let it hold.
 	bound []int
+
+	// ds is, per tenant, its downstream (nil: none; nil slice: no tenant
+	// has one). snoozed marks the rows a 429 put back to pending, whose
+	// next claim is expected; snoozedUntil is the first tick at which
+	// every snoozed row is claimable again.
+	ds           []*downstreamRun
+	snoozed      []bool
+	snoozedUntil int
+	window       int // the arrival window in ticks
 }
 
 // open opens the run's fresh outbox.
@@ -185,14 +196,14 @@ func (r *policyRun) startNodes(ctx context.Context) error {
 		if n.bp, err = backpressure.New(r.cfg.backpressureConfig(s, r.clock.Now), f); err != nil {
 			return err
 		}
-		if r.p == Backpressure {
+		if r.p.dispatched() {
 			workers := n.workers
 			if workers == 0 {
 				// Unlimited: one worker per row of the run is as many as
 				// could ever run at once.
 				workers = max(len(w.arrivals), 1)
 			}
-			if n.d, err = startDispatchNode(ctx, n.bp, r.ob, workers, len(w.arrivals)); err != nil {
+			if n.d, err = startDispatchNode(ctx, n.bp, r.ob, workers, len(w.arrivals), armOptions(r.p, s, r.clock)); err != nil {
 				return err
 			}
 		}
@@ -258,6 +269,9 @@ func (r *policyRun) start(db database) {
 	}
 	r.bound = make([]int, nt)
 	r.setBound()
+	r.ds = newDownstreams(s, r.p)
+	r.snoozed = make([]bool, len(w.arrivals))
+	r.window = int(s.Duration / s.Tick)
 }
 
 // setBound recomputes bound from the nodes' ceilings.
@@ -279,6 +293,11 @@ func (r *policyRun) tick(ctx context.Context, t int) (last int, end bool, err er
 	r.clock.set(t)
 	if err := r.applyChanges(t); err != nil { // 0.
 		return t, false, err
+	}
+	for _, d := range r.ds {
+		if d != nil {
+			d.advance(t, r.s.Tick)
+		}
 	}
 	if err := r.moveMembers(t); err != nil { // 0b.
 		return t, false, err
@@ -395,30 +414,40 @@ func (r *policyRun) failNode(t int, n *node) {
 // one leaves the row to the claim that holds it now, or pending once more.
 // Under backpressure, the node's dispatcher settles them.
 func (r *policyRun) settleDue(ctx context.Context, t int) error {
-	if r.p == Backpressure {
+	if r.p.dispatched() {
 		for _, n := range r.nodes {
 			var leases []outbox.Lease
+			var results []error
 			jobs := map[outbox.Lease]job{}
 			for _, j := range r.due[t] {
 				if j.node == n {
 					leases = append(leases, j.lease)
+					results = append(results, j.result(r.s))
 					jobs[j.lease] = j
 				}
 			}
 			if len(leases) == 0 {
 				continue
 			}
-			done, err := n.d.settle(ctx, leases)
+			done, err := n.d.settle(ctx, leases, results)
 			if err != nil {
 				return fmt.Errorf("%s: node %d: %w", r.ob.Name(), n.id, err)
 			}
 			// In the order released, whatever order the completer wrote.
-			errs := make(map[outbox.Lease]error, len(done))
+			byLease := make(map[outbox.Lease]completion, len(done))
 			for _, c := range done {
-				errs[c.lease] = c.err
+				byLease[c.lease] = c
 			}
 			for _, l := range leases {
-				if err := r.settle(t, jobs[l], errs[l]); err != nil {
+				c, j := byLease[l], jobs[l]
+				if want := j.outcome(); c.err == nil && c.outcome != want {
+					return fmt.Errorf("%s: node %d completed %q with %v, want %v", r.ob.Name(), n.id, r.w.arrivals[j.idx].key, c.outcome, want)
+				}
+				if j.rejected && c.err == nil {
+					r.snooze(t, j)
+					continue
+				}
+				if err := r.settle(t, j, c.err); err != nil {
 					return err
 				}
 			}
@@ -457,11 +486,44 @@ func (r *policyRun) settle(t int, j job, err error) error {
 		}
 		r.lastSettle, r.lastProgress = t, t
 	}
+	if d := r.downstream(j.tenant); d != nil {
+		d.done(t, j.rejected, r.window)
+	}
 	j.node.running--
 	r.inflight[j.tenant]--
 	r.claimedOn[j.tenant][j.shard]--
 	r.running--
 	return nil
+}
+
+// downstream is tenant i's downstream, or nil.
+func (r *policyRun) downstream(i int) *downstreamRun {
+	if r.ds == nil {
+		return nil
+	}
+	return r.ds[i]
+}
+
+// snooze records at tick t job j's call answered 429, which the
+// dispatcher snoozed: the row is pending again, claimable after the
+// Retry-After, and its next claim is expected.
+func (r *policyRun) snooze(t int, j job) {
+	d := r.ds[j.tenant]
+	d.done(t, true, r.window)
+	r.snoozed[j.idx] = true
+	wait := d.spec.RetryAfter
+	if wait == 0 {
+		wait = time.Second // dispatch's default OverloadSnooze
+	}
+	r.snoozedUntil = max(r.snoozedUntil, t+int(ceilTicks(wait, r.s.Tick))+1)
+	r.rep.Tenants[j.tenant].Snoozed++
+	j.node.running--
+	r.inflight[j.tenant]--
+	r.claimedOn[j.tenant][j.shard]--
+	r.running--
+	r.waiting[j.tenant]++
+	r.waitingTotal++
+	r.lastProgress = t
 }
 
 // enqueueArrivals is a tick's step 2, producers enqueue the tick's
@@ -534,7 +596,7 @@ func (r *policyRun) sweepNodes(ctx context.Context, t int) (claimedNow int, err 
 			}
 		}
 		claimedNow += len(rows)
-		if r.p == Backpressure {
+		if r.p.dispatched() {
 			r.checkNodeCeiling(n, rows)
 		}
 	}
@@ -576,6 +638,11 @@ func (r *policyRun) claimed(t int, n *node, row outbox.Row) error {
 			r.claimedOn[a.tenant][row.Shard]--
 		}
 		r.orphan[i] = notOrphan
+	case r.claimedKey[i] && r.snoozed[i]:
+		// A row a 429 snoozed, claimed again after its Retry-After.
+		r.snoozed[i] = false
+		r.waiting[a.tenant]--
+		r.waitingTotal--
 	case r.claimedKey[i]:
 		r.rep.Audit.ClaimedAgain++
 	default:
@@ -597,7 +664,11 @@ func (r *policyRun) claimed(t int, n *node, row outbox.Row) error {
 	n.running++
 	r.running++
 	expires := int(ceilTicks(row.LeaseExpiresAt.Sub(epoch), r.s.Tick))
-	r.due[t+a.service] = append(r.due[t+a.service], job{idx: i, lease: row.Lease(), tenant: a.tenant, shard: row.Shard, expires: expires, node: n})
+	service, rejected := a.service, false
+	if d := r.downstream(a.tenant); d != nil {
+		service, rejected = d.call(t, a.service, r.s)
+	}
+	r.due[t+service] = append(r.due[t+service], job{idx: i, lease: row.Lease(), tenant: a.tenant, shard: row.Shard, expires: expires, node: n, rejected: rejected})
 	return nil
 }
 
@@ -625,7 +696,38 @@ func (r *policyRun) checkNodeCeiling(n *node, rows []outbox.Row) {
 
 // measure is a tick's step 4: measure the tick.
 func (r *policyRun) measure() {
+	t := r.timeline.ticks
 	r.timeline.add(r.inflight)
+	var snaps []map[string]dispatch.AdaptiveCeiling
+	for i, d := range r.ds {
+		if d == nil {
+			continue
+		}
+		d.record(t, r.inflight[i], r.window)
+		if d.ceilings == nil {
+			continue
+		}
+		if snaps == nil {
+			snaps = make([]map[string]dispatch.AdaptiveCeiling, len(r.nodes))
+			for k, n := range r.nodes {
+				if n.d != nil && r.mem.live(n.id, t) {
+					snaps[k] = n.d.d.AdaptiveCeilings()
+				}
+			}
+		}
+		sum, name := 0, r.s.Tenants[i].Name
+		for k, n := range r.nodes {
+			if !r.mem.live(n.id, t) {
+				continue
+			}
+			if c, ok := snaps[k][name]; ok {
+				sum += c.Ceiling
+			} else {
+				sum += n.bp.Ceiling(name)
+			}
+		}
+		d.ceilings.add([]int{sum})
+	}
 	if r.meter != nil {
 		r.meter.add(r.claimedTick)
 	}
@@ -658,7 +760,7 @@ func (r *policyRun) ended(t, claimedNow int) (bool, error) {
 		if r.settledWanted == r.wanted {
 			return true, nil
 		}
-		if claimedNow == 0 {
+		if claimedNow == 0 && t >= r.snoozedUntil {
 			return false, fmt.Errorf("%w at tick %d under %s: %d of %d rows settled, none running, none claimable", ErrStalled, t, r.p, r.settled, r.wanted)
 		}
 	}
@@ -683,6 +785,11 @@ func (r *policyRun) skipIdle(t int) int {
 		}
 		if r.nextEvent < len(r.mem.events) {
 			next = min(next, r.mem.events[r.nextEvent])
+		}
+		for _, d := range r.ds {
+			if d != nil && d.nextChange(r.s.Tick) >= 0 {
+				next = min(next, d.nextChange(r.s.Tick))
+			}
 		}
 		for ; t+1 < next; t++ {
 			r.measure()
@@ -716,6 +823,9 @@ func (r *policyRun) report() {
 		if r.meter != nil {
 			rep.Tenants[i].Starts = r.meter.report(i, s.Tenants[i].Rate, ownersEver(r.history, s.Nodes))
 		}
+		if d := r.downstream(i); d != nil {
+			rep.Tenants[i].Downstream = d.report(s)
+		}
 	}
 	rep.Timeline = Timeline{Tick: time.Duration(r.timeline.stride) * s.Tick, Inflight: r.timeline.vals}
 	if r.meter != nil {
@@ -726,7 +836,7 @@ func (r *policyRun) report() {
 	// A row was held at the ceiling when, between its enqueue and its
 	// claim (or the end, for a row never claimed), a sweep of the node
 	// that owns its shard held its tenant at the ceiling.
-	if r.p == Backpressure {
+	if r.p.dispatched() {
 		for i, a := range w.arrivals {
 			end := math.MaxInt
 			if r.claimedKey[i] {

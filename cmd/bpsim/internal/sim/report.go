@@ -182,6 +182,13 @@ type TenantReport struct {
 	PendingCap     int
 	Rejected       int
 	PeakUnfinished int
+
+	// Snoozed counts the tenant's calls its downstream answered 429, whose
+	// rows the dispatcher snoozed (each claimed again after the
+	// Retry-After). Downstream is its downstream's figures, nil without
+	// one.
+	Snoozed    int
+	Downstream *DownstreamReport
 }
 
 // Timeline is in-flight rows per tenant over time: rows claimed and not yet
@@ -279,10 +286,13 @@ func (t TenantReport) MarshalJSON() ([]byte, error) {
 		PendingCap      int     `json:"pendingCap,omitempty"`
 		Rejected        int     `json:"rejected,omitempty"`
 		PeakUnfinished  int     `json:"peakUnfinished,omitempty"`
+		Snoozed         int     `json:"snoozed,omitempty"`
+		Downstream      any     `json:"downstream,omitempty"`
 	}{t.Name, t.Quota, t.Weight, t.Queues, t.Rows, t.Claimed, ms(t.WaitP50), ms(t.WaitP99), ms(t.WaitMax),
 		t.PeakInflight, t.ClusterCeiling, t.PeakCeiling, t.OverOwnersCeiling, t.OverAtClaim, t.OverNodeCeiling, t.HeldAtCeiling, t.SweepsAtCeiling, t.HeldRowSweeps,
 		t.Paused, t.HeldAtEnd, t.StarvedSweeps, ms(t.StarvedMax),
-		t.SweepsAtRate, startsJSON(t.Starts), priorityJSONs(t.ByPriority), t.PendingCap, t.Rejected, t.PeakUnfinished})
+		t.SweepsAtRate, startsJSON(t.Starts), priorityJSONs(t.ByPriority), t.PendingCap, t.Rejected, t.PeakUnfinished,
+		t.Snoozed, downstreamJSONOf(t.Downstream)})
 }
 
 // startsJSON is s as report.json writes it (nil when s is).
@@ -344,10 +354,10 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	fmt.Fprintln(tw, "tenant\tweight\tqueues\trows\tclaimed\twait p50\twait p99\twait max\tstarved\tpeak/quota\theld@ceiling\t")
 	for _, t := range p.Tenants {
 		held := "-"
-		if p.Policy == Backpressure {
+		if p.Policy.dispatched() {
 			held = strconv.Itoa(t.HeldAtCeiling)
 		}
-		if t.Paused && p.Policy == Backpressure {
+		if t.Paused && p.Policy.dispatched() {
 			held += fmt.Sprintf(" (%d paused)", t.HeldAtEnd)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Name, max(t.Weight, 1), t.Queues, t.Rows, t.Claimed,
@@ -368,7 +378,7 @@ func (p *PolicyReport) WriteTable(w io.Writer) error {
 	if len(p.Events) > 0 {
 		fmt.Fprintf(&b, "membership: %s\n", strings.Join(p.Events, "; "))
 	}
-	if len(p.Events) > 0 && p.Policy == Backpressure {
+	if len(p.Events) > 0 && p.Policy.dispatched() {
 		var parts []string
 		held := true
 		for _, t := range p.Tenants {
@@ -412,9 +422,9 @@ func peakMark(p Policy, t TenantReport) string {
 	switch {
 	case t.Quota == backpressure.Unlimited:
 		return "  "
-	case p == Backpressure && (t.OverAtClaim > 0 || t.OverNodeCeiling > 0):
+	case p.dispatched() && (t.OverAtClaim > 0 || t.OverNodeCeiling > 0):
 		return " !"
-	case p == Backpressure && t.PeakInflight > t.Quota:
+	case p.dispatched() && t.PeakInflight > t.Quota:
 		return " *"
 	case t.PeakInflight > t.Quota:
 		return " !"
@@ -436,6 +446,12 @@ func (r *Report) WriteTables(w io.Writer) error {
 		if err := p.WriteTable(w); err != nil {
 			return err
 		}
+		fmt.Fprintln(w)
+	}
+	if err := r.writeDownstreams(w); err != nil {
+		return err
+	}
+	if r.Scenario.hasDownstreams() {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "wait: simulated, in whole ticks of %v; 0s means claimed by the first sweep after the enqueue.\n", r.Scenario.Tick)

@@ -32,7 +32,8 @@ type Config struct {
 	// OutDir receives the charts and report.json. Empty: no files.
 	OutDir string
 
-	// Policies are the policies to run, in order. Nil: all three.
+	// Policies are the policies to run, in order. Nil: all three, or for
+	// a scenario with a downstream its arms (see [CheckPolicies]).
 	Policies []Policy
 
 	// Quiet prints only the exactly-once verdict and the paths written,
@@ -60,6 +61,9 @@ var ErrExactlyOnce = errors.New("bpsim: exactly-once violated")
 // when cancelled, or a database error naming the database.
 func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Report, error) {
 	if err := cfg.Scenario.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := CheckPolicies(cfg.Scenario, cfg.Policies); err != nil {
 		return nil, err
 	}
 	return runValidated(ctx, cfg, stdout)
@@ -119,12 +123,11 @@ func runValidated(ctx context.Context, cfg Config, stdout io.Writer) (*Report, e
 // simulate runs w under each of cfg's policies (every policy when it
 // names none), one after the other on one database, which it closes.
 func simulate(ctx context.Context, cfg Config, w *workload) (*Report, error) {
-	policies := cfg.Policies
-	if policies == nil {
-		policies = Policies
+	policies, err := CheckPolicies(cfg.Scenario, cfg.Policies)
+	if err != nil {
+		return nil, err
 	}
 	var db database
-	var err error
 	kind := "sqlite"
 	if cfg.DSN != "" {
 		kind = "postgres"
@@ -163,6 +166,7 @@ func simulate(ctx context.Context, cfg Config, w *workload) (*Report, error) {
 	if err := closeDB(); err != nil {
 		return nil, prefix(err)
 	}
+	rep.compareArms()
 	return rep, nil
 }
 

@@ -128,6 +128,16 @@ type Scenario struct {
 
 	// Tenants are the namespaces that enqueue rows; at least one.
 	Tenants []Tenant
+
+	// Arms are the arms a run of a scenario with a downstream compares
+	// (see [Downstream]), in order, when the run names no policies: each
+	// one of [DownstreamArms]. Left out: every arm. A scenario without a downstream
+	// takes none.
+	Arms []Policy
+
+	// Adaptive is the adaptive arm's controller (the zero value:
+	// dispatch's defaults).
+	Adaptive AdaptiveSpec
 }
 
 // pendingCaps is the scenario's caps as the stores take them.
@@ -271,6 +281,11 @@ type Tenant struct {
 	// and the rest of the tick's: those rows are "rejected", never in the
 	// outbox, and the audit counts them apart from lost rows.
 	PendingCap int
+
+	// Downstream, when not nil, is the API the tenant's handlers call, with
+	// a capacity beyond which it answers 429 (see [Downstream]). Only the
+	// dispatcher arms model it ([DownstreamArms]).
+	Downstream *Downstream
 }
 
 // PriorityShare is one priority class of [Tenant.Priorities].
@@ -357,6 +372,8 @@ type scenarioJSON struct {
 	ServiceTime     *serviceTimeJSON `json:"serviceTime"`
 	PendingCap      *int             `json:"pendingCap,omitempty"`
 	Tenants         []tenantJSON     `json:"tenants"`
+	Arms            []string         `json:"arms,omitempty"`
+	Adaptive        *adaptiveJSON    `json:"adaptive,omitempty"`
 }
 
 // nodeJSON is one node of "nodes" given as an array. Shards are numbers
@@ -389,6 +406,7 @@ type tenantJSON struct {
 	Rate        *rateJSON        `json:"rate,omitempty"`
 	Priorities  []priorityJSON   `json:"priorities,omitempty"`
 	PendingCap  *int             `json:"pendingCap,omitempty"`
+	Downstream  *downstreamJSON  `json:"downstream,omitempty"`
 }
 
 type rateJSON struct {
@@ -467,6 +485,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 	var j scenarioJSON
 	var nodes *int
 	var nodeList []NodeSpec
+	var adaptive AdaptiveSpec
 	if err := decodeObject(raw, "", map[string]func(json.RawMessage, string) error{
 		"nodes": func(raw json.RawMessage, at string) error {
 			if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
@@ -501,6 +520,15 @@ func DecodeScenario(data []byte) (Scenario, error) {
 			j.Tenants = append(j.Tenants, t)
 			return err
 		}, func() { j.Tenants = []tenantJSON{} }),
+		"arms": arrayField(func(raw json.RawMessage, at string) error {
+			var a *string
+			if err := stringField(&a)(raw, at); err != nil {
+				return err
+			}
+			j.Arms = append(j.Arms, *a)
+			return nil
+		}, func() { j.Arms = []string{} }),
+		"adaptive": decodeAdaptive(&adaptive),
 	}); err != nil {
 		return Scenario{}, err
 	}
@@ -508,6 +536,7 @@ func DecodeScenario(data []byte) (Scenario, error) {
 	if err != nil {
 		return Scenario{}, err
 	}
+	s.Adaptive = adaptive
 	switch {
 	case nodeList != nil:
 		s.Nodes, s.NodeList = len(nodeList), nodeList
@@ -563,6 +592,11 @@ func decodeTenant(raw json.RawMessage, at string) (tenantJSON, error) {
 			return err
 		}, func() { t.Priorities = []priorityJSON{} }),
 		"pendingCap": intField(&t.PendingCap),
+		"downstream": func(raw json.RawMessage, at string) error {
+			d, err := decodeDownstream(raw, at)
+			t.Downstream = d
+			return err
+		},
 	})
 	return t, err
 }
@@ -882,6 +916,12 @@ func (j scenarioJSON) scenario() (Scenario, error) {
 		}
 		s.Tenants = append(s.Tenants, t)
 	}
+	for _, a := range j.Arms {
+		s.Arms = append(s.Arms, Policy(a))
+	}
+	if j.Arms != nil && s.Arms == nil {
+		s.Arms = []Policy{}
+	}
 	return s, nil
 }
 
@@ -937,6 +977,13 @@ func (tj tenantJSON) tenant(at string) (Tenant, error) {
 		if t.PendingCap == 0 {
 			return Tenant{}, &ScenarioError{Field: at + ".pendingCap", Problem: "0: want ≥ 1, or -1 for no cap; leave it out for the scenario's pendingCap"}
 		}
+	}
+	if tj.Downstream != nil {
+		d, err := tj.Downstream.downstream(at + ".downstream")
+		if err != nil {
+			return Tenant{}, err
+		}
+		t.Downstream = d
 	}
 	return t, nil
 }
@@ -1079,8 +1126,13 @@ func (s Scenario) MarshalJSON() ([]byte, error) {
 		if t.PendingCap != 0 {
 			tj.PendingCap = ptr(t.PendingCap)
 		}
+		tj.Downstream = t.Downstream.json()
 		j.Tenants = append(j.Tenants, tj)
 	}
+	for _, a := range s.Arms {
+		j.Arms = append(j.Arms, string(a))
+	}
+	j.Adaptive = s.Adaptive.json()
 	return json.MarshalIndent(j, "", "  ")
 }
 
@@ -1152,6 +1204,10 @@ func (s Scenario) Validate() error {
 	if err := s.validateChanges(seen); err != nil {
 		return err
 	}
+	if err := s.validateDownstreams(); err != nil {
+		return err
+	}
+	longest = max(longest, s.longestDownstreamCall())
 	if s.Lease <= ceilTicks(longest, s.Tick)*s.Tick {
 		return bad("lease", "%v is not longer than the longest service time %v rounded up to ticks of %v: a running row would be claimed again", s.Lease, longest, s.Tick)
 	}

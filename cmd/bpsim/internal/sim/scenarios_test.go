@@ -10,10 +10,23 @@ import (
 
 // shrink makes a shipped scenario small enough for a test: a tenth of each
 // burst, a tenth of the tenants beyond the first ten, and an arrival window
-// of at most 10s (changes keep their times).
+// of at most 10s (changes keep their times; a downstream's capacity
+// changes move with the window, in proportion).
 func shrink(s Scenario) Scenario {
 	if s.Duration > 10*time.Second {
+		scale := float64(10*time.Second) / float64(s.Duration)
 		s.Duration = 10 * time.Second
+		s.Tenants = append([]Tenant(nil), s.Tenants...)
+		for i := range s.Tenants {
+			if d := s.Tenants[i].Downstream; d != nil {
+				dc := *d
+				dc.Changes = append([]CapacityChange(nil), d.Changes...)
+				for k := range dc.Changes {
+					dc.Changes[k].At = (time.Duration(float64(dc.Changes[k].At)*scale) / s.Tick) * s.Tick
+				}
+				s.Tenants[i].Downstream = &dc
+			}
+		}
 	}
 	if len(s.Tenants) > 10 {
 		s.Tenants = append(s.Tenants[:10:10], s.Tenants[10:10+(len(s.Tenants)-10)/10]...)
@@ -55,11 +68,17 @@ func TestShippedScenarios(t *testing.T) {
 			if err := s.Validate(); err != nil {
 				t.Fatalf("shrunk: %v", err)
 			}
-			rep, err := Run(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{Backpressure}}, &bytes.Buffer{})
+			// A scenario with a downstream runs its static arm: the
+			// backpressure policy with the downstream modelled.
+			policy := Backpressure
+			if s.hasDownstreams() {
+				policy = Static
+			}
+			rep, err := Run(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{policy}}, &bytes.Buffer{})
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			bp := rep.Policy(Backpressure)
+			bp := rep.Policy(policy)
 			for _, tr := range bp.Tenants {
 				if tr.Paused && (tr.Claimed != 0 || tr.HeldAtEnd != tr.Rows) {
 					t.Errorf("paused tenant %s: claimed %d, held at the end %d of %d", tr.Name, tr.Claimed, tr.HeldAtEnd, tr.Rows)
