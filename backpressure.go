@@ -38,7 +38,7 @@
 // the values they exchange ([Route], [RouteCount], [ScopedClaim],
 // [CountParams]). Ceilings: [OwnedShardFraction], [ShardFor], [Unlimited],
 // [Apportionment]. The gate: [BackpressureGate], [AdvisoryOverflowError],
-// [DispatchBackpressureMode] and [Mode]. Errors: a sentinel per kind of
+// [BackpressureGate.Mode] and [Mode]. Errors: a sentinel per kind of
 // bad input or failure, matched with [errors.Is], and a typed error per
 // kind carrying the details, matched with [errors.As] (the gate's verdict
 // is the typed error alone); a call that rejects its input leaves its
@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -73,9 +74,13 @@ import (
 // change nothing; on a zero Backpressure the accessors answer for an empty
 // configuration (BatchSize 0, Quota 0, Weight 1, the zero OwnedShards).
 type Backpressure struct {
-	mu    sync.Mutex // guards set and rates
+	mu    sync.Mutex // guards set, rates and adapt
 	set   settings
 	rates rateState // token buckets (rate.go)
+	// adapt is the adaptive ceilings and holds (adaptive.go); adaptOn is
+	// len(adapt) > 0, read by plans without b.mu.
+	adapt   map[string]adaptState
+	adaptOn atomic.Bool
 
 	e engine // the sweep engine (engine.go): rotation, hints, reads ahead, claims in flight
 }

@@ -83,6 +83,12 @@ func (e *engine) plan(s Snapshot, st settings, t time.Time) (Plan, moves, error)
 		}
 		e.b.tokensAt(e.scratch.ns, st, t)
 	}
+	if e.b.adaptOn.Load() {
+		if t.IsZero() {
+			t = e.b.now()
+		}
+		e.b.adaptiveAt(e.scratch.ns, t)
+	}
 	p, m := e.scratch.decide(st, &e.rot, budget, routes)
 	return p, m, nil
 }

@@ -131,7 +131,7 @@ func (e *AdvisoryOverflowError) Error() string {
 }
 
 // Mode is what to do about a channel's backpressure. The zero Mode is
-// neither mode; [DispatchBackpressureMode] returns it only with an error.
+// neither mode; [BackpressureGate.Mode] returns it only with an error.
 type Mode uint8
 
 const (
@@ -155,12 +155,12 @@ func (m Mode) String() string {
 	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// DispatchBackpressureMode returns the mode to dispatch for g:
+// Mode returns the mode to dispatch for g:
 // [ModeBackpressureProtective] when g.Verify returns nil,
 // [ModeAddEnforcedCredit] when it returns an overflow verdict. The verdict
 // is the answer here, not a failure, so the error is nil; only a gate that
 // cannot exist returns Validate's error, with the zero Mode.
-func DispatchBackpressureMode(g BackpressureGate) (Mode, error) {
+func (g BackpressureGate) Mode() (Mode, error) {
 	switch err := g.Verify(); err.(type) {
 	case nil:
 		return ModeBackpressureProtective, nil

@@ -36,7 +36,7 @@ func ExampleBackpressureGate_Verify() {
 	// true backpressure: invalid config: BackpressureGate.HighWatermark = 12000: above QueueCapacity 10000
 }
 
-func ExampleDispatchBackpressureMode() {
+func ExampleBackpressureGate_Mode() {
 	gates := []backpressure.BackpressureGate{
 		{Enforced: true, QueueCapacity: 10_000, HighWatermark: 7_000, ProducerMaxInflight: 5_000},
 		{ProducerComplianceVerified: true, QueueCapacity: 10_000, HighWatermark: 7_000, ProducerMaxInflight: 5_000},
@@ -44,10 +44,10 @@ func ExampleDispatchBackpressureMode() {
 		{QueueCapacity: 11_999, HighWatermark: 7_000, ProducerMaxInflight: 5_000},
 	}
 	for _, g := range gates {
-		mode, err := backpressure.DispatchBackpressureMode(g)
+		mode, err := g.Mode()
 		fmt.Printf("%v (err %v)\n", mode, err)
 	}
-	_, err := backpressure.DispatchBackpressureMode(backpressure.BackpressureGate{QueueCapacity: -1})
+	_, err := backpressure.BackpressureGate{QueueCapacity: -1}.Mode()
 	fmt.Println(err)
 	// Output:
 	// backpressure-protective (err <nil>)

@@ -41,15 +41,15 @@ func seedGateDispatch(g BackpressureGate) string {
 	return "backpressure-protective"
 }
 
-// checkGateVerdict checks that Verify and DispatchBackpressureMode agree on
+// checkGateVerdict checks that Verify and BackpressureGate.Mode agree on
 // a valid gate and with the naive rule, and returns whether the gate is
 // protective.
 func checkGateVerdict(t gateFatalfer, g BackpressureGate) bool {
 	t.Helper()
 	err := g.Verify()
-	mode, merr := DispatchBackpressureMode(g)
+	mode, merr := g.Mode()
 	if merr != nil {
-		t.Fatalf("%+v: DispatchBackpressureMode err = %v, want nil", g, merr)
+		t.Fatalf("%+v: BackpressureGate.Mode err = %v, want nil", g, merr)
 	}
 	want := seedGateVerify(g)
 	if want == "" {
@@ -74,7 +74,7 @@ func checkGateVerdict(t gateFatalfer, g BackpressureGate) bool {
 		}
 	}
 	if mode.String() != seedGateDispatch(g) {
-		t.Fatalf("%+v: DispatchBackpressureMode = %v, want %s", g, mode, seedGateDispatch(g))
+		t.Fatalf("%+v: BackpressureGate.Mode = %v, want %s", g, mode, seedGateDispatch(g))
 	}
 	return err == nil
 }
@@ -195,8 +195,8 @@ func checkInvalidGate(t gateFatalfer, g BackpressureGate, err error) {
 	if verr := g.Validate(); verr == nil || verr.Error() != err.Error() {
 		t.Fatalf("%+v: Validate() = %v, want %v", g, verr, err)
 	}
-	if mode, merr := DispatchBackpressureMode(g); mode != 0 || merr == nil || merr.Error() != err.Error() {
-		t.Fatalf("%+v: DispatchBackpressureMode = %v, %v; want 0, %v", g, mode, merr, err)
+	if mode, merr := g.Mode(); mode != 0 || merr == nil || merr.Error() != err.Error() {
+		t.Fatalf("%+v: BackpressureGate.Mode = %v, %v; want 0, %v", g, mode, merr, err)
 	}
 }
 

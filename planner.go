@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/backpressure/internal/limits"
 )
@@ -59,10 +60,15 @@ const (
 	// (see [Rate]) held fewer tokens than its headroom and pending rows;
 	// the rows come as tokens accrue. They hold no concurrency slot.
 	HeldRate
+	// HeldAdaptive: a downstream's advisory signals hold the namespace on
+	// this node (see [Backpressure.SetAdaptiveCeiling]): until the
+	// report's Hold has passed its demand is 0, or its claimed rows reached its
+	// adaptive ceiling (Adaptive), below the static one.
+	HeldAdaptive
 )
 
-// String returns "", "at-ceiling", "budget", "paused", "invalid-route" or
-// "rate", and "HoldReason(n)" for any other value.
+// String returns "", "at-ceiling", "budget", "paused", "invalid-route",
+// "rate" or "adaptive", and "HoldReason(n)" for any other value.
 func (r HoldReason) String() string {
 	switch r {
 	case HeldNone:
@@ -77,6 +83,8 @@ func (r HoldReason) String() string {
 		return "invalid-route"
 	case HeldRate:
 		return "rate"
+	case HeldAdaptive:
+		return "adaptive"
 	}
 	return "HoldReason(" + strconv.Itoa(int(r)) + ")"
 }
@@ -86,10 +94,11 @@ func (r HoldReason) String() string {
 // snapshot's (Sweep counts a route only as deep as a plan can use, so
 // under Sweep they may be lower bounds: see Capped), and they satisfy
 //
-//	Headroom = max(0, Ceiling − Claimed)       (Unlimited when Ceiling is)
-//	Demand   = min(Headroom, Tokens, Pending − Invalid)   (an Unlimited term drops out)
+//	Headroom = max(0, min(Ceiling, Adaptive) − Claimed)   (an Unlimited or 0 Adaptive term drops out)
+//	Demand   = min(Headroom, Tokens, Pending − Invalid)   (an Unlimited term drops out); 0 while Hold > 0
 //	Granted  ≤ Demand
 //	Held     = Pending − Granted ≥ 0
+//	Adaptive ≤ Ceiling                                   (when Ceiling is not Unlimited)
 type NamespaceReport struct {
 	Namespace string
 	Quota     int        // cluster-wide quota, or Unlimited (-1: export it as +Inf, not -1); 0 means paused
@@ -103,6 +112,12 @@ type NamespaceReport struct {
 	Held      int        // rows left Pending for a later sweep
 	Invalid   int        // pending rows on routes Route.Validate rejects: held, never claimed (see HeldInvalidRoute)
 	Reason    HoldReason // why rows were held; HeldNone when Held == 0
+	// Capped is set by Sweep when a route of the namespace was counted only
+	// up to the depth Sweep counted at, so it may hold more rows: Pending,
+	// Demand and Held are then lower bounds. When it is false they are exact, except
+	// in a windowed plan (Plan.Windowed) for a namespace outside the
+	// window, which was not counted at all and shows Pending 0.
+	Capped bool
 	// Rate is the namespace's cluster-wide rate limit (Config.Rates,
 	// Config.DefaultRate); the zero Rate means none.
 	Rate Rate
@@ -110,12 +125,15 @@ type NamespaceReport struct {
 	// held on this node when the plan was made (≥ 0; see [Rate]); 0 when
 	// Rate is zero.
 	Tokens int
-	// Capped is set by Sweep when a route of the namespace was counted only
-	// up to the depth Sweep counted at, so it may hold more rows: Pending,
-	// Demand and Held are then lower bounds. When it is false they are exact, except
-	// in a windowed plan (Plan.Windowed) for a namespace outside the
-	// window, which was not counted at all and shows Pending 0.
-	Capped bool
+	// Adaptive is the namespace's adaptive ceiling on this node (see
+	// [Backpressure.SetAdaptiveCeiling]) as it applied: min(the ceiling
+	// set, Ceiling), never above Ceiling; 0 when none is set.
+	Adaptive int
+	// Hold is, while a downstream's Retry-After holds the namespace
+	// (SetAdaptiveCeiling's holdUntil, after the plan's time t), the time
+	// left, holdUntil − t: its demand is then 0 and its rows are held,
+	// reason HeldAdaptive. 0 when no hold applies.
+	Hold time.Duration
 }
 
 // LogValue makes a report log as a group of its fields.
@@ -141,6 +159,12 @@ func (r NamespaceReport) LogValue() slog.Value {
 	}
 	if limited(r.Rate) {
 		attrs = append(attrs, slog.Float64("rate", r.Rate.PerSecond), slog.Int("burst", r.Rate.Burst), slog.Int("tokens", r.Tokens))
+	}
+	if r.Adaptive > 0 {
+		attrs = append(attrs, slog.Int("adaptive", r.Adaptive))
+	}
+	if r.Hold > 0 {
+		attrs = append(attrs, slog.Duration("hold", r.Hold))
 	}
 	if r.Reason != HeldNone {
 		attrs = append(attrs, slog.String("reason", r.Reason.String()))
@@ -227,7 +251,7 @@ func (p Plan) Namespace(ns string) (NamespaceReport, bool) {
 // LogValue summarises the plan for a log line: the totals and the number of
 // namespaces held for each reason. Log Namespaces[i] for the details.
 func (p Plan) LogValue() slog.Value {
-	var active, atCeiling, budget, paused, invalid, rate int
+	var active, atCeiling, budget, paused, invalid, rate, adaptive int
 	for _, r := range p.Namespaces {
 		if r.Granted > 0 {
 			active++
@@ -243,6 +267,8 @@ func (p Plan) LogValue() slog.Value {
 			invalid++
 		case HeldRate:
 			rate++
+		case HeldAdaptive:
+			adaptive++
 		}
 	}
 	return slog.GroupValue(
@@ -257,6 +283,7 @@ func (p Plan) LogValue() slog.Value {
 		slog.Int("held_paused", paused),
 		slog.Int("held_invalid_route", invalid),
 		slog.Int("held_rate", rate),
+		slog.Int("held_adaptive", adaptive),
 	)
 }
 
@@ -297,8 +324,8 @@ type routeCursorUpdate struct{ namespace, taskQueue string }
 type nsWork struct {
 	NamespaceReport
 	lo, hi      int
-	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
 	tokens      int  // Tokens, or Unlimited without a rate
+	pendingOver bool // Σ P_r passed math.MaxInt; Pending holds math.MaxInt
 	validName   bool // the namespace passes Route.Validate
 }
 
@@ -439,15 +466,18 @@ func (sc *scratch) demand(st settings) (total int, over bool, maxWeight int) {
 		if cfg.weights != nil {
 			w.Weight = cfg.weight(w.Namespace)
 		}
-		if w.Ceiling == Unlimited {
+		if c := w.effectiveCeiling(); c == Unlimited {
 			w.Headroom = Unlimited
 			w.Demand = w.Pending
 		} else {
-			w.Headroom = max(0, w.Ceiling-w.Claimed)
+			w.Headroom = max(0, c-w.Claimed)
 			w.Demand = min(w.Headroom, w.Pending)
 		}
 		if w.tokens != Unlimited {
 			w.Demand = min(w.Demand, w.tokens)
+		}
+		if w.Hold > 0 {
+			w.Demand = 0
 		}
 		if w.Demand > 0 {
 			active = append(active, i)
@@ -540,10 +570,14 @@ func (w *nsWork) holdReason() HoldReason {
 		return HeldInvalidRoute
 	case w.Quota == 0:
 		return HeldPaused
+	case w.Hold > 0:
+		return HeldAdaptive
 	case w.Granted < w.Demand:
 		return HeldBudget
 	case w.tokens != Unlimited && w.tokens == w.Demand && (w.Headroom == Unlimited || w.tokens < w.Headroom):
 		return HeldRate
+	case w.adaptiveBinds():
+		return HeldAdaptive
 	}
 	return HeldAtCeiling
 }

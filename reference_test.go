@@ -26,6 +26,11 @@ type refPlanner struct {
 	// tokens, when set, caps each listed namespace's demand at its whole
 	// tokens (rate limits; see refBuckets).
 	tokens map[string]int
+	// adaptive, when set, lowers each listed namespace's ceiling to its
+	// value (0: none), never raising it; held namespaces have demand 0
+	// (adaptive ceilings; see TestPlanAdaptiveReference).
+	adaptive map[string]int
+	held     map[string]bool
 }
 
 func newRefPlanner(cfg Config, f OwnedShardFraction) *refPlanner {
@@ -66,12 +71,18 @@ func (r *refPlanner) plan(s Snapshot) []ScopedClaim {
 			p += rc.Count
 		}
 		c := r.fraction.Ceiling(r.quota(ns))
+		if a := r.adaptive[ns]; a > 0 && (c == Unlimited || a < c) {
+			c = a
+		}
 		d := p
 		if c != Unlimited {
 			d = min(p, max(0, c-s.Claimed[ns]))
 		}
 		if tk, ok := r.tokens[ns]; ok {
 			d = min(d, tk)
+		}
+		if r.held[ns] {
+			d = 0
 		}
 		if d > 0 {
 			active = append(active, ns)

@@ -26,12 +26,12 @@ type windowClaim struct {
 }
 
 // windowClaimer returns store's window claim if a sweep s may use it:
-// no weights and no rates (the window claim's skip list then names every
-// namespace without headroom), shards owned, and no claim of b in flight
+// no weights, no rates and no adaptive ceilings (the window claim's skip
+// list then names every namespace without headroom), shards owned, and no claim of b in flight
 // (the store cannot correct for grants it does not know).
 func (s *sweeper[R]) windowClaimer() windowClaimer[R] {
 	wc, ok := any(s.store).(windowClaimer[R])
-	if !ok || s.st.cfg.weights != nil || s.st.cfg.hasRates() || len(s.inflight) > 0 || s.st.f.OwnedCount() == 0 {
+	if !ok || s.st.cfg.weights != nil || s.st.cfg.hasRates() || s.e.b.adaptOn.Load() || len(s.inflight) > 0 || s.st.f.OwnedCount() == 0 {
 		return nil
 	}
 	return wc

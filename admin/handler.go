@@ -82,9 +82,13 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 		if s.Rate != nil {
 			parts = append(parts, "rate "+RateText(*s.Rate))
 		}
+		if s.AdaptivePin != nil {
+			parts = append(parts, "adaptive ceiling pinned at "+strconv.Itoa(*s.AdaptivePin))
+		}
 		return strings.Join(parts, ", ")
 	},
 	"rate":     RateText,
+	"adaptive": AdaptiveText,
 	"lastid":   func(es []outbox.AuditEntry) int64 { return es[len(es)-1].ID },
 	"maxaudit": func() int { return outbox.MaxAuditEntries },
 }).ParseFS(templateFS, "templates/*.html"))

@@ -73,13 +73,23 @@ type Tenant struct {
 	// backpressure.HoldReason), a reason of a newer planner as its plan
 	// says it, or "" when no node's plan holds a row for a reason. A
 	// namespace paused by its settings says "paused" even before any
-	// node's plan does.
+	// node's plan does. "adaptive": a downstream's signals lowered its
+	// ceiling or hold it (see Adaptive, Hold and [AdaptiveText]).
 	Reason string
+	// Adaptive is the sum of the adaptive ceilings of the nodes that
+	// apply one (dispatch.Options.Adaptive), AdaptiveOf the sum of those
+	// nodes' static ceilings (backpressure.Unlimited if one has none):
+	// "ceiling Adaptive of AdaptiveOf". Both 0 when no node has one.
+	Adaptive   int `json:",omitempty"`
+	AdaptiveOf int `json:",omitempty"`
+	// Hold is the longest time left of a downstream's Retry-After hold
+	// over the nodes' last plans (0: none).
+	Hold time.Duration `json:",omitempty"`
 }
 
 // reasonRank orders hold reasons by how much they need an operator; see
 // rankOf for the reasons it does not list.
-var reasonRank = map[string]int{"": 0, "budget": 1, "rate": 2, "at-ceiling": 3, "paused": 4, "invalid-route": 5}
+var reasonRank = map[string]int{"": 0, "budget": 1, "rate": 2, "adaptive": 3, "at-ceiling": 4, "paused": 5, "invalid-route": 6}
 
 // rankOf is reason's rank: reasonRank's, or for a reason it does not know
 // (a newer planner's) the least of a hold, so that it still shows.
@@ -181,6 +191,15 @@ func (t *Tenant) addPlan(e outbox.PlanEntry) {
 	} else if t.Quota != e.Quota || t.Weight != e.Weight || t.Rate != e.Rate {
 		t.Mixed = true
 	}
+	if e.Adaptive > 0 {
+		t.Adaptive += e.Adaptive
+		if t.AdaptiveOf == backpressure.Unlimited || e.Ceiling == backpressure.Unlimited {
+			t.AdaptiveOf = backpressure.Unlimited
+		} else {
+			t.AdaptiveOf += e.Ceiling
+		}
+	}
+	t.Hold = max(t.Hold, e.Hold)
 	t.Nodes++
 	switch {
 	case t.Ceiling == backpressure.Unlimited || e.Ceiling == backpressure.Unlimited:
@@ -229,6 +248,24 @@ func (t *Tenant) settle() {
 	if t.Settings.Paused && reasonRank["paused"] > rankOf(t.Reason) {
 		t.Reason = "paused"
 	}
+}
+
+// AdaptiveText says how a downstream's signals hold t, for a person:
+// "held: downstream overloaded, ceiling 7 of 20, retry in 2.1s" (the
+// learned ceiling of the static one, and the hold's time left when there
+// is one), or "" when no node applies an adaptive ceiling or a hold.
+func AdaptiveText(t Tenant) string {
+	if t.Adaptive == 0 && t.Hold == 0 {
+		return ""
+	}
+	s := "held: downstream overloaded"
+	if t.Adaptive != 0 {
+		s += ", ceiling " + Count(t.Adaptive) + " of " + Count(t.AdaptiveOf)
+	}
+	if t.Hold > 0 {
+		s += ", retry in " + t.Hold.Round(100*time.Millisecond).String()
+	}
+	return s
 }
 
 // NodeView is one live node's view of a namespace, for [Why].
@@ -331,6 +368,8 @@ func (ex Explanation) Summary() string {
 		return fmt.Sprintf("held at its ceiling: %d rows claimed, cluster ceiling %s; rows wait for claimed ones to finish", t.Rows.Claimed, Count(t.Ceiling))
 	case t.Reason == "rate":
 		return fmt.Sprintf("held by its rate limit: %d rows wait for tokens and start as they accrue", t.Held)
+	case t.Reason == "adaptive":
+		return AdaptiveText(t) + " (its dispatchers claim no more of its rows than its downstream asked for)"
 	case t.Reason == "budget":
 		return "has headroom but shared the sweeps' budget with other tenants: its rows come in the next sweeps"
 	case t.Reason != "":
@@ -495,6 +534,11 @@ type Setting struct {
 	// none, whatever the code says); ClearRate removes it.
 	Rate      *backpressure.Rate
 	ClearRate bool
+	// AdaptivePin, when not nil, pins the namespace's adaptive ceiling on
+	// every node with adaptive ceilings on (outbox.NamespaceSettings);
+	// ClearAdaptivePin lets the nodes' controllers steer it again.
+	AdaptivePin      *int
+	ClearAdaptivePin bool
 	// Reset removes every override first: the namespace runs on the
 	// code's configuration (the row stays, empty, so its version shows
 	// the change).
@@ -561,6 +605,13 @@ func (c Setting) change(cur outbox.NamespaceSettings) outbox.NamespaceSettings {
 	}
 	if c.ClearRate {
 		cur.Rate = nil
+	}
+	if c.AdaptivePin != nil {
+		p := *c.AdaptivePin
+		cur.AdaptivePin = &p
+	}
+	if c.ClearAdaptivePin {
+		cur.AdaptivePin = nil
 	}
 	return cur
 }

@@ -310,7 +310,7 @@ func splitBatch(buf []*job, n int) (batch, rest []*job) {
 func (r *run) applied(batch []*job, res []outbox.Result) {
 	r.mu.Lock()
 	for _, j := range batch {
-		delete(r.jobs, j.row.Lease())
+		r.forget(j)
 	}
 	r.mu.Unlock()
 	for i, j := range batch {

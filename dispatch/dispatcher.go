@@ -52,7 +52,8 @@ type Dispatcher struct {
 	opts     Options // defaults filled in
 	gate     backpressure.BackpressureGate
 	running  atomic.Bool
-	operate  *Operate // Options.Operate with its defaults; nil when off
+	operate  *Operate  // Options.Operate with its defaults; nil when off
+	adapt    *adaptive // the adaptive ceilings (adaptive.go); nil when Options.Adaptive is
 }
 
 // New returns a Dispatcher that runs handler over the rows bp plans from
@@ -88,6 +89,9 @@ func New(bp *backpressure.Backpressure, store Store, handler Handler, opts Optio
 		if d.operate, err = o.Operate.withDefaults(store); err != nil {
 			return nil, err
 		}
+	}
+	if o.Adaptive != nil {
+		d.adapt = newAdaptive(bp, &o)
 	}
 	d.notifier, _ = store.(outbox.Notifier)
 	if o.Queue > 0 {
@@ -191,6 +195,10 @@ type run struct {
 	bpClock func() time.Time // the Backpressure's clock, for its rate buckets
 
 	op *operator // shared settings and node reports (operate.go); nil when off
+
+	// nsHeld counts r.jobs per namespace, for the adaptive controller
+	// (guarded by mu); nil when Options.Adaptive is.
+	nsHeld map[string]int
 }
 
 func newRun(d *Dispatcher, ctx context.Context) *run {
@@ -218,6 +226,9 @@ func newRun(d *Dispatcher, ctx context.Context) *run {
 	}
 	if r.bpClock == nil {
 		r.bpClock = time.Now
+	}
+	if d.adapt != nil {
+		r.nsHeld = make(map[string]int)
 	}
 	base := context.WithoutCancel(ctx)
 	r.workCtx, r.workCancel = context.WithCancel(base)

@@ -98,6 +98,7 @@ type recorder struct {
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every event
 	sweeps    []dispatch.SweepEvent
+	adapted   []dispatch.AdaptEvent
 	completed []dispatch.CompletionEvent
 	lost      []dispatch.LeaseLostEvent
 	extended  int   // ExtendLeases calls that extended at least one lease
@@ -135,6 +136,9 @@ func (r *recorder) LeasesExtended(n int) {
 }
 func (r *recorder) Panicked(outbox.Row)              { r.event(func() { r.panics++ }) }
 func (r *recorder) StoreFailed(op string, err error) { r.event(func() { r.failures[op]++ }) }
+func (r *recorder) Adapted(e dispatch.AdaptEvent) {
+	r.event(func() { r.adapted = append(r.adapted, e) })
+}
 
 // waitUntil waits until cond, called with the recorder locked, holds.
 func (r *recorder) waitUntil(t tb, what string, cond func(r *recorder) bool) {

@@ -127,7 +127,7 @@ func (r *run) lost(j *job, err error) {
 		return
 	}
 	r.mu.Lock()
-	delete(r.jobs, j.row.Lease())
+	r.forget(j)
 	cancel := j.cancel
 	r.mu.Unlock()
 	if cancel != nil {

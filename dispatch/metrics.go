@@ -29,6 +29,11 @@ type Metrics interface {
 	// (op is the method's name); the dispatcher retries them. A failed
 	// sweep is reported by Swept.
 	StoreFailed(op string, err error)
+	// Adapted is called, with Options.Adaptive, for every downstream
+	// signal, every change of a namespace's adaptive ceiling or hold, a
+	// pin or reset, and every breach the gate's self-check finds (see
+	// [AdaptEvent]).
+	Adapted(AdaptEvent)
 }
 
 // SweepEvent describes one sweep.
@@ -80,3 +85,6 @@ func (NopMetrics) Panicked(outbox.Row) {}
 
 // StoreFailed does nothing.
 func (NopMetrics) StoreFailed(string, error) {}
+
+// Adapted does nothing.
+func (NopMetrics) Adapted(AdaptEvent) {}

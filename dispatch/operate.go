@@ -155,6 +155,9 @@ type operator struct {
 	// last is each namespace's last good settings, as applied; only poll
 	// (one goroutine) uses it.
 	last map[string]outbox.NamespaceSettings
+	// pins is the adaptive ceilings the applied settings pin
+	// (NamespaceSettings.AdaptivePin); only poll uses it.
+	pins map[string]int
 
 	mu        sync.Mutex
 	version   int64                  // the settings version applied, or last tried
@@ -289,6 +292,7 @@ func (p *operator) apply(ctx context.Context, v int64, list []outbox.NamespaceSe
 		return
 	}
 	p.last = next
+	p.applyPins(eff)
 	m, _ := p.r.m.(SettingsMetrics)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -321,6 +325,33 @@ func (p *operator) apply(ctx context.Context, v int64, list []outbox.NamespaceSe
 			m.SettingsRejected(v, &faults[i])
 		}
 	}
+}
+
+// applyPins pins the adaptive ceilings the settings eff pin, and lets the
+// controller steer again those they no longer pin (keeping what it
+// learned). Nothing without Options.Adaptive.
+func (p *operator) applyPins(eff []outbox.NamespaceSettings) {
+	a := p.r.d.adapt
+	if a == nil {
+		return
+	}
+	next := map[string]int{}
+	for _, s := range eff {
+		if s.AdaptivePin != nil {
+			next[s.Namespace] = *s.AdaptivePin
+		}
+	}
+	for ns, n := range next {
+		if p.pins[ns] != n {
+			_ = p.r.d.PinAdaptiveCeiling(ns, n) // CheckSettings bounds it as Pin does
+		}
+	}
+	for ns := range p.pins {
+		if _, ok := next[ns]; !ok {
+			a.unpin(ns)
+		}
+	}
+	p.pins = next
 }
 
 // maxFaultLogs is the most namespaces' faults one version logs one by one.

@@ -191,6 +191,13 @@ type Options struct {
 	// Metrics receives what the dispatcher does. Nil means [NopMetrics].
 	Metrics Metrics
 
+	// Adaptive, when not nil, turns on adaptive ceilings: a namespace
+	// whose handlers report a downstream's [Overloaded] signal gets a
+	// lower ceiling on this node, learned by AIMD, and a Retry-After
+	// holds its rows until then (see [AdaptiveCeilings], docs/adaptive.md).
+	// Nil, the default: off; the dispatcher behaves as without it.
+	Adaptive *AdaptiveCeilings
+
 	// Operate, when not nil, turns on shared settings and node reports
 	// (see [Operate]). Nil, the default: neither; the dispatcher runs on
 	// its Backpressure's configuration alone and reports nothing.
@@ -276,6 +283,7 @@ var optionRules = slices.Concat([]optionRule{
 },
 	backoffRules("Backoff", func(o Options) Backoff { return o.Backoff }, 0),
 	backoffRules("ErrorBackoff", func(o Options) Backoff { return o.ErrorBackoff }, MinErrorBackoff),
+	adaptiveRules,
 )
 
 // backoffRules are the checks of the Backoff of o's field name (of
@@ -392,6 +400,10 @@ func (o Options) defaulted() Options {
 	}
 	if o.Metrics == nil {
 		o.Metrics = NopMetrics{}
+	}
+	if o.Adaptive != nil {
+		a := o.Adaptive.withDefaults() // a copy: the caller's stays as it is
+		o.Adaptive = &a
 	}
 	return o
 }

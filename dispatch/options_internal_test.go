@@ -52,6 +52,9 @@ func TestOptionRulesNameFields(t *testing.T) {
 			fields[b+"."+f] = true
 		}
 	}
+	for _, f := range []string{"Floor", "Increase", "Decrease", "Window"} {
+		fields["Adaptive."+f] = true
+	}
 	for _, r := range optionRules {
 		require.True(t, fields[r.name], "rule for %q", r.name)
 	}

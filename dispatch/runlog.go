@@ -58,7 +58,7 @@ func (r *run) logStart() {
 	}
 	attrs = append(attrs, "gate", gate)
 	// New verified the gate, so this is its verdict, not a new check.
-	if mode, err := backpressure.DispatchBackpressureMode(d.gate); err == nil {
+	if mode, err := d.gate.Mode(); err == nil {
 		attrs = append(attrs, "mode", mode.String())
 	}
 	counts := "read-ahead"

@@ -48,5 +48,6 @@ func planEntryOf(r backpressure.NamespaceReport) outbox.PlanEntry {
 	return outbox.PlanEntry{
 		Namespace: r.Namespace, Quota: r.Quota, Weight: r.Weight, Ceiling: r.Ceiling, Claimed: r.Claimed,
 		Pending: r.Pending, Granted: r.Granted, Held: r.Held, Reason: r.Reason.String(), Capped: r.Capped, Rate: r.Rate, Tokens: r.Tokens,
+		Adaptive: r.Adaptive, Hold: r.Hold,
 	}
 }

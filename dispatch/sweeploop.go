@@ -151,6 +151,10 @@ func (s *sweeper) launch() (launched, stop bool) {
 func (s *sweeper) claim(n, since int) {
 	r := s.r
 	began := time.Now()
+	var launched time.Time
+	if a := r.d.adapt; a != nil {
+		launched = a.p.Now()
+	}
 	if r.op != nil {
 		r.op.sweepStarted()
 	}
@@ -158,7 +162,7 @@ func (s *sweeper) claim(n, since int) {
 	if r.op != nil {
 		r.op.swept(len(rows), plan, err)
 	}
-	s.results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began), flushes: since}
+	s.results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began), flushes: since, launched: launched}
 }
 
 // wait waits for one event and takes it: a sweep's result, a freed
@@ -220,6 +224,7 @@ func (s *sweeper) swept(res swept) {
 	s.failures = 0
 	r.hand(res.rows)
 	s.reserved -= res.asked // after hand: the rows now hold the credit
+	r.selfCheck(res)
 	r.m.Swept(SweepEvent{Asked: res.asked, Claimed: len(res.rows), Duration: res.took, Plan: res.plan})
 	r.logHeld(s.ctx, res.plan, time.Now())
 	s.heldAtCeiling = slices.ContainsFunc(res.plan.Namespaces, atCeiling)
@@ -322,6 +327,9 @@ type swept struct {
 	// after it may have freed headroom this sweep's counts did not see
 	// (its counts may have been read ahead, beside that sweep's claim).
 	flushes int
+	// launched is when the sweep began on the adaptive controller's
+	// clock (zero without Options.Adaptive), for its self-check.
+	launched time.Time
 }
 
 // atCeiling reports whether a sweep left namespace n at its ceiling with
@@ -331,7 +339,7 @@ type swept struct {
 // deep as its claim can go (its headroom), so a namespace that fills its
 // ceiling reports Held 0 and Reason HeldNone, with Capped set.
 func atCeiling(n backpressure.NamespaceReport) bool {
-	if n.Reason == backpressure.HeldAtCeiling {
+	if n.Reason == backpressure.HeldAtCeiling || n.Reason == backpressure.HeldAdaptive && n.Hold == 0 {
 		return true
 	}
 	return n.Headroom != backpressure.Unlimited && n.Granted >= n.Headroom && (n.Capped || n.Held > 0)
@@ -390,6 +398,20 @@ func (r *run) busy() bool {
 	return r.outstanding > 0
 }
 
+// selfCheck runs the adaptive controller's self-check on a sweep's
+// claim, with Options.Adaptive.
+func (r *run) selfCheck(res swept) {
+	a := r.d.adapt
+	if a == nil || len(res.rows) == 0 {
+		return
+	}
+	claimed := make(map[string]int)
+	for _, row := range res.rows {
+		claimed[row.Namespace]++
+	}
+	a.check(res.plan, claimed, res.launched)
+}
+
 // hand registers claimed rows for lease extension and hands them to the
 // workers. The channel has room for them all: credit never exceeds the
 // free slots or the queue's free room.
@@ -404,6 +426,9 @@ func (r *run) hand(rows []outbox.Row) {
 		j := &job{row: row, lease: r.leaseOf(row)}
 		j.extendAt = now.Add(r.renewEvery(j))
 		r.jobs[row.Lease()] = j
+		if r.nsHeld != nil {
+			r.nsHeld[row.Namespace]++
+		}
 		jobs[i] = j
 	}
 	r.outstanding += len(rows)

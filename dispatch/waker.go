@@ -20,10 +20,11 @@ const (
 	wakeCoalesce                   // Coalesce passed after a notification or a written result
 	wakeDue                        // the earliest delayed or scheduled row is due (the store's NextDue, or a retry the completer wrote)
 	wakeRate                       // the next rate token of a namespace the last sweep held by its rate is due
+	wakeHold                       // a downstream's Retry-After hold of a namespace ends
 )
 
 func (w wakeReason) String() string {
-	return [...]string{wakePoll: "poll", wakeBackoff: "backoff", wakeCoalesce: "coalesce", wakeDue: "due", wakeRate: "rate"}[w]
+	return [...]string{wakePoll: "poll", wakeBackoff: "backoff", wakeCoalesce: "coalesce", wakeDue: "due", wakeRate: "rate", wakeHold: "hold"}[w]
 }
 
 // waker is the idle sweep loop's one timer: it fires at the earliest of
@@ -245,5 +246,9 @@ func (r *run) armIdle(ctx context.Context, w *waker, plan backpressure.Plan) {
 	now := time.Now()
 	if wait, ok := r.due.next(ctx, r, r.d.bp.OwnedShards(), now); ok {
 		w.sooner(now, wait, wakeDue)
+	}
+	if d, ok := shortestHold(plan); ok {
+		// A downstream's Retry-After holds a namespace for d more.
+		w.sooner(now, max(d, r.o.Coalesce, minRateWait), wakeHold)
 	}
 }

@@ -64,10 +64,25 @@ func (r *run) signalFreed() { signal(r.freed) }
 // written, and its lease comes back when it expires.
 func (r *run) release(j *job) {
 	r.mu.Lock()
-	delete(r.jobs, j.row.Lease())
+	r.forget(j)
 	r.outstanding--
 	r.mu.Unlock()
 	r.signalFreed()
+}
+
+// forget deletes j from r.jobs, once, and from the rows held per
+// namespace the adaptive controller counts. The caller holds r.mu.
+func (r *run) forget(j *job) {
+	k := j.row.Lease()
+	if _, ok := r.jobs[k]; !ok {
+		return
+	}
+	delete(r.jobs, k)
+	if r.nsHeld != nil {
+		if r.nsHeld[j.row.Namespace]--; r.nsHeld[j.row.Namespace] <= 0 {
+			delete(r.nsHeld, j.row.Namespace)
+		}
+	}
 }
 
 func (r *run) runJob(j *job) {
@@ -81,6 +96,12 @@ func (r *run) runJob(j *job) {
 		return
 	}
 	err := r.call(ctx, j.row)
+	if a := r.d.adapt; a != nil && r.workCtx.Err() == nil {
+		r.mu.Lock()
+		held := r.nsHeld[j.row.Namespace]
+		r.mu.Unlock()
+		a.observe(j.row.Namespace, err, held)
+	}
 	if err != nil && ctx.Err() != nil && r.workCtx.Err() != nil {
 		// Cancelled by the shutdown deadline: the row comes back when its
 		// lease expires, rather than spend an attempt on a retry.

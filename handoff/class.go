@@ -83,7 +83,7 @@ func (c Class) Protective() bool {
 func (c Class) AssumesCooperation() bool { return c == ClassAdvisoryVerified }
 
 // Mode returns the mode to dispatch for the class, as
-// [backpressure.DispatchBackpressureMode] does for the gate:
+// [backpressure.BackpressureGate.Mode] does for the gate:
 // [backpressure.ModeAddEnforcedCredit] for [ClassAdvisoryOverflow],
 // [backpressure.ModeBackpressureProtective] for the other three, and the
 // zero Mode for the zero Class.

@@ -29,7 +29,7 @@ func naiveClass(g backpressure.BackpressureGate) Class {
 }
 
 // checkClass checks that Classify, the naive rule, Verify and
-// DispatchBackpressureMode agree on a gate, valid or not, and returns the
+// BackpressureGate.Mode agree on a gate, valid or not, and returns the
 // class.
 func checkClass(t interface {
 	Helper()
@@ -38,7 +38,7 @@ func checkClass(t interface {
 	t.Helper()
 	class, err := Classify(g)
 	verr := g.Verify()
-	mode, merr := backpressure.DispatchBackpressureMode(g)
+	mode, merr := g.Mode()
 	if g.Validate() != nil {
 		if class != 0 || !errors.Is(err, backpressure.ErrInvalidConfig) || err.Error() != verr.Error() {
 			t.Fatalf("%+v: Classify = %v, %v; want 0 and Verify's error %v", g, class, err, verr)
@@ -49,13 +49,13 @@ func checkClass(t interface {
 		return 0
 	}
 	if err != nil || merr != nil {
-		t.Fatalf("%+v: Classify err %v, DispatchBackpressureMode err %v; want nil", g, err, merr)
+		t.Fatalf("%+v: Classify err %v, BackpressureGate.Mode err %v; want nil", g, err, merr)
 	}
 	if want := naiveClass(g); class != want {
 		t.Fatalf("%+v: Classify = %v, want %v as the naive rule", g, class, want)
 	}
 	if class.Protective() != (verr == nil) || class.Mode() != mode {
-		t.Fatalf("%+v: class %v (protective %v, mode %v) disagrees with Verify() = %v, DispatchBackpressureMode = %v",
+		t.Fatalf("%+v: class %v (protective %v, mode %v) disagrees with Verify() = %v, BackpressureGate.Mode = %v",
 			g, class, class.Protective(), class.Mode(), verr, mode)
 	}
 	return class

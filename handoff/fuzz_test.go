@@ -8,7 +8,7 @@ import (
 )
 
 // FuzzClassify checks Classify, for any ints, against the naive boundary in
-// unbounded integers, and against Verify, DispatchBackpressureMode and
+// unbounded integers, and against Verify, BackpressureGate.Mode and
 // NewVerdict (checkClass): never a panic, class 0 and ErrInvalidConfig for
 // a gate that cannot exist. make fuzz runs it.
 func FuzzClassify(f *testing.F) {

@@ -60,6 +60,9 @@ type Metrics struct {
 	panics        metric.Int64Counter
 	extended      metric.Int64Counter
 	storeErrors   metric.Int64Counter
+	adaptive      metric.Int64Gauge
+	signals       metric.Int64Counter
+	breaches      metric.Int64Counter
 }
 
 var _ dispatch.Metrics = (*Metrics)(nil)
@@ -103,6 +106,12 @@ func New(provider metric.MeterProvider) (*Metrics, error) {
 	out.extended, err = m.Int64Counter("backpressure.leases_extended", metric.WithUnit("{lease}"), metric.WithDescription("Leases extended."))
 	check(err)
 	out.storeErrors, err = m.Int64Counter("backpressure.store_errors", metric.WithUnit("{error}"), metric.WithDescription("Failed store calls."))
+	check(err)
+	out.adaptive, err = m.Int64Gauge("backpressure.namespace.adaptive_ceiling", metric.WithUnit("{row}"), metric.WithDescription("A namespace's adaptive ceiling on this node, as the planner applies it (dispatch.Options.Adaptive)."))
+	check(err)
+	out.signals, err = m.Int64Counter("backpressure.namespace.signals", metric.WithUnit("{signal}"), metric.WithDescription("A downstream's overload signals received, by whether they cut the ceiling."))
+	check(err)
+	out.breaches, err = m.Int64Counter("backpressure.namespace.adaptive_breaches", metric.WithUnit("{sweep}"), metric.WithDescription("Sweeps that claimed rows of a namespace past what its downstream asked for (the gate's self-check)."))
 	check(err)
 	if len(errs) > 0 {
 		return nil, errs[0]
@@ -167,6 +176,21 @@ func (m *Metrics) LeasesExtended(n int) { m.extended.Add(context.Background(), i
 // Panicked counts a handler panic.
 func (m *Metrics) Panicked(row outbox.Row) {
 	m.panics.Add(context.Background(), 1, metric.WithAttributes(nsAttr(row.Namespace)))
+}
+
+// Adapted records a namespace's adaptive ceiling, and counts a signal
+// (attribute cut: whether it cut the ceiling) or a self-check breach.
+func (m *Metrics) Adapted(e dispatch.AdaptEvent) {
+	ctx := context.Background()
+	ns := metric.WithAttributes(nsAttr(e.Namespace))
+	switch {
+	case e.Breach:
+		m.breaches.Add(ctx, 1, ns)
+		return
+	case e.Signal:
+		m.signals.Add(ctx, 1, metric.WithAttributes(nsAttr(e.Namespace), attribute.Bool("cut", e.Cut)))
+	}
+	m.adaptive.Record(ctx, int64(e.Ceiling), ns)
 }
 
 // StoreFailed counts a failed Complete or ExtendLeases call.

@@ -210,6 +210,12 @@ type NamespaceSettings struct {
 	// (PerSecond above 0 to 1e9 with Burst 1 to 2^30; the zero Rate lifts
 	// the limit for the namespace).
 	Rate *Rate `json:",omitempty"`
+	// AdaptivePin pins the namespace's adaptive ceiling on every
+	// dispatcher node with adaptive ceilings on (dispatch.Options.Adaptive)
+	// at this many rows, 1 to [MaxAdaptivePin] (the planner still caps it
+	// at the node's static ceiling); nil lets each node's controller
+	// steer it.
+	AdaptivePin *int `json:",omitempty"`
 
 	// Fault, set only by ListSettings, says why the namespace's row
 	// cannot be applied: it is not a JSON object of these fields (JSON
@@ -289,13 +295,19 @@ type PlanEntry struct {
 	Pending   int
 	Granted   int
 	Held      int
-	Reason    string `json:",omitempty"` // "at-ceiling", "budget", "rate", "paused", "invalid-route" (backpressure.HoldReason.String); "" when nothing is held
+	Reason    string `json:",omitempty"` // "at-ceiling", "budget", "rate", "paused", "invalid-route", "adaptive" (backpressure.HoldReason.String); "" when nothing is held
 	Capped    bool   `json:",omitempty"` // Pending and Held are lower bounds
 	// Rate is the namespace's cluster-wide rate limit the node applied
 	// (the zero Rate: none), and Tokens the whole tokens its bucket held
 	// on the node when the plan was made.
 	Rate   Rate `json:",omitzero"`
 	Tokens int  `json:",omitempty"`
+	// Adaptive is the namespace's adaptive ceiling on the node as the
+	// planner applied it (never above Ceiling; 0: none), and Hold the time
+	// left of a downstream's Retry-After hold when the plan was made (0:
+	// none); see backpressure.NamespaceReport.
+	Adaptive int           `json:",omitempty"`
+	Hold     time.Duration `json:",omitempty"`
 }
 
 // Check returns p with its defaults filled in (Limit

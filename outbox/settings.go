@@ -20,6 +20,10 @@ func CheckSettings(s NamespaceSettings) error {
 	if s.Fault != "" {
 		return &SettingsFault{Namespace: s.Namespace, Version: s.Version, Reason: s.Fault}
 	}
+	if p := s.AdaptivePin; p != nil && (*p < 1 || *p > MaxAdaptivePin) {
+		return &ConfigError{Field: "AdaptivePin[" + strconv.Quote(s.Namespace) + "]", Value: *p,
+			Reason: "must be between 1 and " + strconv.Itoa(MaxAdaptivePin)}
+	}
 	// The checks and their order are those of backpressure.New on a
 	// Config with s applied (Quotas, then Rates, then Weights), whether or
 	// not s is paused: a pause sets the quota to 0, which would hide a bad one.
@@ -53,7 +57,7 @@ func CheckSettings(s NamespaceSettings) error {
 
 // EncodeSettings returns the JSON object sqlitestore and pgstore keep as a
 // namespace's settings row:
-// {"quota":n,"weight":n,"paused":true,"rate":{"per_second":f,"burst":n}},
+// {"quota":n,"weight":n,"paused":true,"rate":{"per_second":f,"burst":n},"adaptive_pin":n},
 // unset fields left out. Another store may keep its own format.
 func EncodeSettings(s NamespaceSettings) []byte {
 	var b bytes.Buffer
@@ -76,11 +80,18 @@ func EncodeSettings(s NamespaceSettings) []byte {
 	if s.Rate != nil {
 		add("rate", fmt.Sprintf(`{"per_second":%s,"burst":%d}`, strconv.FormatFloat(s.Rate.PerSecond, 'g', -1, 64), s.Rate.Burst))
 	}
+	if s.AdaptivePin != nil {
+		add("adaptive_pin", fmt.Sprint(*s.AdaptivePin))
+	}
 	b.WriteByte('}')
 	return b.Bytes()
 }
 
-// DecodeSettings sets s's Quota, Weight, Paused and Rate from body, a row
+// MaxAdaptivePin bounds NamespaceSettings.AdaptivePin (1,048,576 rows, as
+// dispatch.MaxAdaptiveStep bounds a pin made through the API).
+const MaxAdaptivePin = 1 << 20
+
+// DecodeSettings sets s's Quota, Weight, Paused, Rate and AdaptivePin from body, a row
 // of [EncodeSettings]' format, and checks them ([CheckSettings]). When
 // body is not a JSON object (JSON null, an array, a number, text), when
 // one of its keys has JSON null or a value of the wrong type (a rate that
@@ -91,7 +102,7 @@ func EncodeSettings(s NamespaceSettings) []byte {
 // s.Fault to why instead. Keys it does not know (a newer version's) are
 // ignored.
 func DecodeSettings(s *NamespaceSettings, body []byte) {
-	s.Quota, s.Weight, s.Paused, s.Rate, s.Fault = nil, nil, false, nil, ""
+	s.Quota, s.Weight, s.Paused, s.Rate, s.AdaptivePin, s.Fault = nil, nil, false, nil, nil, ""
 	got, fault := decodeSettingsBody(body)
 	if fault == "" {
 		got.Namespace = s.Namespace
@@ -103,7 +114,7 @@ func DecodeSettings(s *NamespaceSettings, body []byte) {
 		s.Fault = fault
 		return
 	}
-	s.Quota, s.Weight, s.Paused, s.Rate = got.Quota, got.Weight, got.Paused, got.Rate
+	s.Quota, s.Weight, s.Paused, s.Rate, s.AdaptivePin = got.Quota, got.Weight, got.Paused, got.Rate, got.AdaptivePin
 }
 
 // decodeSettingsBody reads body's known keys, or says why it cannot.
@@ -132,6 +143,9 @@ func decodeSettingsBody(body []byte) (NamespaceSettings, string) {
 			dst = &s.Paused
 		case "rate":
 			dst = &rawRate
+		case "adaptive_pin":
+			s.AdaptivePin = new(int)
+			dst = s.AdaptivePin
 		default:
 			continue
 		}

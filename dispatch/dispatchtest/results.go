@@ -32,6 +32,13 @@ import (
 //   - RetryPolicy: a failing row of a task queue with an
 //     Options.RetryPolicies entry (Base 1h, no jitter) is claimable an hour
 //     later; one of another task queue after Options.Backoff.
+//   - Adaptive: with Options.Adaptive, a handler answering Overloaded
+//     above a concurrency of 4 cuts its namespace's ceiling below its
+//     static 20 and its claims stay within it; another namespace keeps
+//     its static ceiling; no attempt spent, no row lost, each settled
+//     exactly once.
+//   - AdaptiveHold: a Retry-After holds the namespace (no grant while a
+//     sweep reports the hold), not the other; every row then settles once.
 //
 // A store's own tests call [Results.Run].
 type Results struct {
@@ -54,6 +61,8 @@ func (c Results) Run(t *testing.T) {
 	t.Run("Cancel", c.cancel)
 	t.Run("RetryAt", c.retryAt)
 	t.Run("RetryPolicy", c.retryPolicy)
+	t.Run("Adaptive", c.adaptive)
+	t.Run("AdaptiveHold", c.adaptiveHold)
 }
 
 // outcomes counts the outcomes the dispatcher's metrics saw.

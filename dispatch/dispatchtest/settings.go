@@ -53,6 +53,7 @@ func (m *settingsMetrics) LeaseLost(dispatch.LeaseLostEvent)   {}
 func (m *settingsMetrics) LeasesExtended(int)                  {}
 func (m *settingsMetrics) Panicked(outbox.Row)                 {}
 func (m *settingsMetrics) StoreFailed(string, error)           {}
+func (m *settingsMetrics) Adapted(dispatch.AdaptEvent)         {}
 func (m *settingsMetrics) SettingsApplied(int64)               {}
 func (m *settingsMetrics) SettingsRejected(_ int64, err error) { m.add(err) }
 

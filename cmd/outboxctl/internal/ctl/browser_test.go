@@ -254,6 +254,7 @@ type settingsSeen struct{ n *atomic.Int64 }
 
 func (settingsSeen) Swept(dispatch.SweepEvent)                 {}
 func (settingsSeen) Completed(dispatch.CompletionEvent)        {}
+func (settingsSeen) Adapted(dispatch.AdaptEvent)               {}
 func (settingsSeen) LeaseLost(dispatch.LeaseLostEvent)         {}
 func (settingsSeen) LeasesExtended(int)                        {}
 func (settingsSeen) Panicked(outbox.Row)                       {}

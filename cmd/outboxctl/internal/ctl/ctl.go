@@ -303,6 +303,8 @@ func init() {
 		"set weight": {args: "NAMESPACE (N | default)", doc: "Set NAMESPACE's shared weight: 1 to 1048576, or default to clear it.", nargs: 2, run: setValue("weight")},
 		"set rate": {args: "NAMESPACE (RATE [burst N] | none | default)", doc: "Set NAMESPACE's shared rate limit, cluster-wide: RATE is N/s, N/m or N/h (rows started per second, minute, hour),\n" +
 			"burst N the most started at once (default: one second's worth, at least 1); none lifts the limit, default clears the setting.", nargs: -1, run: setRate},
+		"set adaptive": {args: "NAMESPACE (pin N | auto)", doc: "Pin NAMESPACE's adaptive ceiling at N rows per node (1 to 1048576; still capped by its ceiling) on every node with\n" +
+			"dispatch.Options.Adaptive, or auto to let each node's controller steer it again.", nargs: -1, run: setAdaptive},
 		"audit": {args: "[-json] [-namespace N] [-limit K] [-before ID]", doc: "The audit trail: every change made through the store (settings, requeue, purge, migrate), newest first.", nargs: 0, json: true,
 			flags: func(a *cmdArgs) {
 				a.fs.StringVar(&a.namespace, "namespace", "", "only this namespace's changes")
@@ -368,6 +370,9 @@ func settingsText(s outbox.NamespaceSettings) string {
 		}
 		parts = append(parts, "rate="+rate)
 	}
+	if s.AdaptivePin != nil {
+		parts = append(parts, "adaptive=pin:"+strconv.Itoa(*s.AdaptivePin))
+	}
 	if len(parts) == 0 {
 		return "-"
 	}
@@ -426,6 +431,9 @@ func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		reason := display(t.Reason)
 		if reason == "" {
 			reason = "-"
+		}
+		if text := admin.AdaptiveText(t); text != "" {
+			reason += " (" + text + ")"
 		}
 		r := t.Rows
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", display(t.Namespace), quota, weight, rate, ceiling,
@@ -501,8 +509,15 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		if e.Rate.PerSecond > 0 {
 			tokens = strconv.Itoa(e.Tokens)
 		}
+		ceiling := admin.Count(e.Ceiling)
+		if e.Adaptive > 0 {
+			ceiling = strconv.Itoa(e.Adaptive) + " of " + ceiling
+		}
+		if e.Hold > 0 {
+			reason += " (retry in " + e.Hold.Round(100*time.Millisecond).String() + ")"
+		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", display(n.Report.Node), shards, admin.Count(e.Quota), shortRate(e.Rate), tokens,
-			admin.Count(e.Ceiling), e.Claimed, e.Pending, e.Granted, e.Held, reason)
+			ceiling, e.Claimed, e.Pending, e.Granted, e.Held, reason)
 	}
 	return w.Flush()
 }
@@ -656,6 +671,34 @@ func osUser() string {
 		return u.Username
 	}
 	return os.Getenv("USER")
+}
+
+// setAdaptive is set adaptive NAMESPACE (pin N | auto).
+func setAdaptive(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
+	set, err := parseAdaptiveArgs(a.rest)
+	if err != nil {
+		return err
+	}
+	err = setting(ctx, c, s, set)
+	if errors.Is(err, backpressure.ErrInvalidConfig) {
+		return usagef("set adaptive %s: %v", strings.Join(a.rest, " "), err)
+	}
+	return err
+}
+
+// parseAdaptiveArgs reads NAMESPACE (pin N | auto).
+func parseAdaptiveArgs(args []string) (admin.Setting, error) {
+	switch {
+	case len(args) == 2 && args[1] == "auto":
+		return admin.Setting{Namespace: args[0], ClearAdaptivePin: true}, nil
+	case len(args) == 3 && args[1] == "pin":
+		n, err := strconv.Atoi(args[2])
+		if err != nil {
+			return admin.Setting{}, usagef("set adaptive: %s is not a number", strconv.Quote(args[2]))
+		}
+		return admin.Setting{Namespace: args[0], AdaptivePin: &n}, nil
+	}
+	return admin.Setting{}, usagef("set adaptive NAMESPACE (pin N | auto)")
 }
 
 // setRate is set rate NAMESPACE (RATE [burst N] | none | default).

@@ -286,7 +286,7 @@ func TestUsage(t *testing.T) {
 	if code, _, errOut := run(t, backend{flags: []string{"-sqlite", filepath.Join(dir, "no", "such", "dir.db")}}, c, "stats"); code != ExitFailure {
 		t.Errorf("outboxctl stats on a file that cannot be opened: exit %d, want 1; %s", code, errOut)
 	}
-	for _, cmd := range []string{"tenants", "why", "dead list", "dead requeue", "dead purge", "pause", "resume", "set quota", "set weight", "set rate", "stats", "nodes", "migrate", "audit", "serve"} {
+	for _, cmd := range []string{"tenants", "why", "dead list", "dead requeue", "dead purge", "pause", "resume", "set quota", "set weight", "set rate", "set adaptive", "stats", "nodes", "migrate", "audit", "serve"} {
 		code, _, errOut := run(t, b, c, append(strings.Fields(cmd), "-h")...)
 		if code != ExitOK || !strings.Contains(errOut, "usage: outboxctl "+cmd) {
 			t.Errorf("outboxctl %s -h: exit %d, stderr %q", cmd, code, errOut)
