@@ -1,6 +1,9 @@
 // Package limits holds the bounds on a route that both the planner (package
 // backpressure) and the outbox vocabulary (package outbox, which exports
-// them) need: one value, where each package can import it without a cycle.
+// them) need, and the route name rule both check with (names.go: outbox's
+// Route.Validate explains a refusal, the planner's hot path only asks
+// whether a name passes): one value and one rule, where each package can
+// import them.
 package limits
 
 // The longest namespace and task queue a route may have, in bytes. The
