@@ -22,7 +22,8 @@ const MaxHistoryBuckets = 240
 // HistorySample is one bucket of a tenant's history: the nodes' counters
 // summed over [At − Step, At).
 type HistorySample struct {
-	At time.Time // the end of the bucket
+	At     time.Time // the end of the bucket
+	Newest time.Time // the newest point's At in the bucket
 	// StartedPerSecond, SettledPerSecond and DeadPerSecond sum, over the
 	// nodes with points in the bucket, each node's count divided by the
 	// intervals its points cover.
@@ -102,6 +103,9 @@ func BuildHistory(points []outbox.HistoryPoint, from, to time.Time, buckets int)
 			s.StartedPerSecond += float64(nb.started) / secs
 			s.SettledPerSecond += float64(nb.settled) / secs
 			s.DeadPerSecond += float64(nb.dead) / secs
+		}
+		if nb.newest.At.After(s.Newest) {
+			s.Newest = nb.newest.At
 		}
 		s.Backlog += nb.newest.Backlog
 		s.BacklogCapped = s.BacklogCapped || nb.newest.BacklogCapped
@@ -199,4 +203,25 @@ func EstimateDrain(h TenantHistory, backlog int, capped bool) Drain {
 	d.Draining = true
 	d.Estimate = time.Duration(float64(backlog) / d.Rate * float64(time.Second))
 	return d
+}
+
+// String describes d for an operator: "empty", "no history", "not
+// draining", or the estimate rounded to the second ("3m20s"), with "≥ "
+// when the backlog is capped and " (assuming no new rows)" when the
+// arrivals are unknown.
+func (d Drain) String() string {
+	if !d.Draining {
+		return d.Why
+	}
+	s := d.Estimate.Round(time.Second).String()
+	if d.Estimate < time.Second {
+		s = "<1s"
+	}
+	if d.Capped {
+		s = "≥ " + s
+	}
+	if d.ArrivalsUnknown {
+		s += " (assuming no new rows)"
+	}
+	return s
 }
