@@ -130,3 +130,25 @@ func (d *tenantsData) addHistory(ctx context.Context, s Store, now time.Time) er
 	d.Overview = ratesOf("overview", th, total, capped || d.Page.More, from, to, true)
 	return nil
 }
+
+// HistoryRates returns, by namespace, the rates and drain estimate of
+// each of tenants from the store's history of the last ChartSpan (one
+// History call of namespace ns, "" for all), without charts; ok is false
+// when the store keeps no history, or it holds no point of them.
+func HistoryRates(ctx context.Context, s Store, ns string, tenants []Tenant, now time.Time) (rates map[string]TenantRates, ok bool, err error) {
+	_, hs, kept, err := historyOf(ctx, s, ns, now)
+	if err != nil || !kept {
+		return nil, false, err
+	}
+	byNS := map[string]TenantHistory{}
+	for _, th := range hs {
+		byNS[th.Namespace] = th
+	}
+	rates = map[string]TenantRates{}
+	for _, t := range tenants {
+		th, has := byNS[t.Namespace]
+		ok = ok || has
+		rates[t.Namespace] = ratesOf("", th, t.Rows.Ready+t.Rows.Scheduled+t.Rows.Claimed, t.Rows.Capped, now.Add(-ChartSpan), now, false)
+	}
+	return rates, ok, nil
+}

@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -66,3 +67,30 @@ func TestAdminHistoryPages(t *testing.T) {
 		})
 	}
 }
+
+// TestCommandsPrintRates checks that tenants and why print the rates and
+// the drain estimate from the history, with its age, on both stores; and
+// nothing of it without history (the golden outputs).
+func TestCommandsPrintRates(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			c := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+			s := b.open(t, c.Now)
+			fill(t, s, c)
+			if _, out, _ := run(t, b, c, "why", "alpha"); strings.Contains(out, "history:") {
+				t.Errorf("why without history prints rates:\n%s", out)
+			}
+			fillHistory(t, s, c)
+			code, out, errOut := run(t, b, c, "tenants")
+			if code != 0 || !strings.Contains(out, "STARTED/S") || !regexpMatch(`alpha\s+5\.0\s+5\.0\s+\S+.*\s+10s ago`, out) {
+				t.Errorf("tenants = %d:\n%s%s", code, out, errOut)
+			}
+			code, out, errOut = run(t, b, c, "why", "alpha")
+			if code != 0 || !strings.Contains(out, "history: 5.0 started/s, 5.0 settled/s (newest point 10s old); time to drain: ") {
+				t.Errorf("why alpha = %d:\n%s%s", code, out, errOut)
+			}
+		})
+	}
+}
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
