@@ -91,6 +91,22 @@ var templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"adaptive": AdaptiveText,
 	"lastid":   func(es []outbox.AuditEntry) int64 { return es[len(es)-1].ID },
 	"maxaudit": func() int { return outbox.MaxAuditEntries },
+	"rps":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	"newest": func(reps []outbox.NodeReport) time.Time {
+		var t time.Time
+		for _, r := range reps {
+			if r.ReportedAt.After(t) {
+				t = r.ReportedAt
+			}
+		}
+		return t
+	},
+	"capped": func(c bool) string {
+		if c {
+			return "≥ "
+		}
+		return ""
+	},
 }).ParseFS(templateFS, "templates/*.html"))
 
 // handler is the http.Handler of NewHandler.
@@ -143,6 +159,7 @@ func NewHandler(s Store, o Options) http.Handler {
 	h.mux.HandleFunc("GET /{$}", h.tenants)
 	h.mux.HandleFunc("GET /tenant", h.tenant)
 	h.mux.HandleFunc("GET /dead", h.dead)
+	h.mux.HandleFunc("GET /payload", h.payload)
 	h.mux.HandleFunc("GET /nodes", h.nodes)
 	h.mux.HandleFunc("GET /audit", h.audit)
 	for path, act := range map[string]func(http.ResponseWriter, *http.Request) error{
@@ -400,7 +417,13 @@ func since(t time.Time) int64 {
 }
 
 type tenantsData struct {
-	Page       TenantsPage
+	Page TenantsPage
+	// Rates are each tenant's rates from the history, by namespace;
+	// Overview charts the whole outbox. History is false when the store
+	// keeps none.
+	Rates      map[string]TenantRates
+	Overview   TenantRates
+	History    bool
 	Sort       string
 	Desc       bool
 	Columns    []string
@@ -423,6 +446,10 @@ func (h *handler) tenants(w http.ResponseWriter, r *http.Request) {
 	}
 	d := tenantsData{Page: pg, Sort: q.Get("sort"), Desc: q.Get("desc") == "1", After: p.After,
 		Columns: []string{"namespace", "quota", "weight", "rate", "ceiling", "claimed", "ready", "scheduled", "dead", "oldest", "held", "reason"}}
+	if err := d.addHistory(r.Context(), h.s, h.o.Now()); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	by, ok := tenantColumns[d.Sort]
 	if !ok {
 		d.Sort, by = "namespace", tenantColumns["namespace"]
@@ -437,8 +464,10 @@ func (h *handler) tenants(w http.ResponseWriter, r *http.Request) {
 }
 
 type tenantData struct {
-	Why  Explanation
-	Dead []outbox.Row
+	Why     Explanation
+	Dead    []outbox.Row
+	History bool // the store keeps a history
+	Rates   TenantRates
 }
 
 func (h *handler) tenant(w http.ResponseWriter, r *http.Request) {
@@ -457,7 +486,22 @@ func (h *handler) tenant(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, "tenant.html", ns, true, tenantData{Why: ex, Dead: dead})
+	d := tenantData{Why: ex, Dead: dead}
+	now := h.o.Now()
+	_, hs, ok, err := historyOf(r.Context(), h.s, ns, now)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if d.History = ok; ok {
+		var th TenantHistory
+		if len(hs) == 1 {
+			th = hs[0]
+		}
+		rows := ex.Tenant.Rows
+		d.Rates = ratesOf("tenant", th, rows.Ready+rows.Scheduled+rows.Claimed, rows.Capped, now.Add(-ChartSpan), now, true)
+	}
+	h.render(w, r, "tenant.html", ns, true, d)
 }
 
 type deadData struct {

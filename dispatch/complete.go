@@ -322,6 +322,9 @@ func (r *run) applied(batch []*job, res []outbox.Result) {
 			continue
 		}
 		r.m.Completed(CompletionEvent{Row: j.row, Outcome: j.completion.Outcome, State: res[i].State, Err: j.err})
+		if r.op != nil {
+			r.op.completed(j.row.Namespace, j.completion.Outcome, res[i].State)
+		}
 		if res[i].State == outbox.StateDead {
 			r.log.Warn("dispatch: row dead-lettered", "dispatch_key", j.row.DispatchKey, "namespace", j.row.Namespace,
 				"attempt", j.row.Attempts, "err", j.err)

@@ -64,7 +64,9 @@ import (
 // Node reports: every ReportInterval the node writes one report (one
 // upsert of a row per node, and a delete of long-expired rows) holding its
 // name, shards, workers busy, sweeps and rows claimed per second since
-// its last report, its settings version, error and bad settings (at most
+// its last report, per-namespace counters over that interval (rows
+// started, settled, failed, dead, held by reason, and the backlog; at most
+// [outbox.MaxReportNamespaces] namespaces), its settings version, error and bad settings (at most
 // [outbox.MaxReportNamespaces] namespaces), and its last plan's
 // per-namespace report (at most [outbox.MaxReportNamespaces] namespaces).
 // A report expires ReportTTL after it was written, so a stopped node's
@@ -91,6 +93,16 @@ type Operate struct {
 	// ReportTTL is how long a report stays live: at least 1s and at least
 	// ReportInterval. 0 means 3 × ReportInterval (at least 1s).
 	ReportTTL time.Duration
+
+	// History appends, at every report, one [outbox.HistoryPoint] per
+	// namespace of the report's Counters (at most
+	// [outbox.MaxReportNamespaces]) to Store, which must then implement
+	// [outbox.Historian], and prunes the history
+	// ([outbox.Historian.PruneHistory]) at most once a minute. It needs
+	// reports on.
+	History bool
+
+	historian outbox.Historian // Store's, when History is set
 }
 
 // SettingsMetrics is an optional extension of [Metrics]: a Metrics that
@@ -143,6 +155,16 @@ func (o *Operate) withDefaults(store Store) (*Operate, error) {
 	case c.ReportTTL < time.Second || c.ReportTTL < c.ReportInterval:
 		return nil, &OptionError{Field: "Operate.ReportTTL", Reason: "must be at least 1s and at least ReportInterval"}
 	}
+	if c.History {
+		h, ok := c.Store.(outbox.Historian)
+		switch {
+		case !ok:
+			return nil, &OptionError{Field: "Operate.History", Reason: fmt.Sprintf("is set and the store (%T) does not implement outbox.Historian", c.Store)}
+		case c.ReportInterval < 0:
+			return nil, &OptionError{Field: "Operate.History", Reason: "is set with reports off (a negative ReportInterval)"}
+		}
+		c.historian = h
+	}
 	return &c, nil
 }
 
@@ -179,10 +201,12 @@ type operator struct {
 	lastAt             time.Time
 	lastSwp            int64
 	lastRows           int64
+	counts             nsTally   // per-namespace counters since the last report
+	prunedAt           time.Time // when appendHistory last pruned; only report uses it
 }
 
 func newOperator(r *run, o *Operate) *operator {
-	return &operator{r: r, o: o, base: r.d.bp.Config(), version: -1, effective: 0, lastAt: time.Now()}
+	return &operator{r: r, o: o, base: r.d.bp.Config(), version: -1, effective: 0, lastAt: time.Now(), counts: nsTally{}}
 }
 
 // sweepStarted records that a sweep is about to plan.
@@ -194,7 +218,7 @@ func (p *operator) sweepStarted() {
 
 // swept records a finished sweep, for the report: its rows and plan when
 // it succeeded.
-func (p *operator) swept(rows int, plan backpressure.Plan, err error) {
+func (p *operator) swept(rows []outbox.Row, plan backpressure.Plan, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.finished++
@@ -204,8 +228,9 @@ func (p *operator) swept(rows int, plan backpressure.Plan, err error) {
 	if err != nil {
 		return
 	}
+	p.counts.sweptRows(rows, plan)
 	p.sweeps++
-	p.rows += int64(rows)
+	p.rows += int64(len(rows))
 	p.plan = plan
 }
 
@@ -498,6 +523,8 @@ func (p *operator) report(ctx context.Context) {
 		rep.SweepsPerSecond = float64(p.sweeps-p.lastSwp) / secs
 		rep.RowsPerSecond = float64(p.rows-p.lastRows) / secs
 	}
+	rep.Counters, rep.CountersTruncated = p.counts.take()
+	rep.CountersInterval = now.Sub(p.lastAt)
 	p.lastAt, p.lastSwp, p.lastRows = now, p.sweeps, p.rows
 	ns := p.plan.Namespaces
 	if len(ns) > outbox.MaxReportNamespaces {
@@ -511,6 +538,7 @@ func (p *operator) report(ctx context.Context) {
 	if err := p.o.Store.PutNodeReport(ctx, rep, p.o.ReportTTL); err != nil && ctx.Err() == nil {
 		p.r.log.Warn("dispatch: writing the node report failed", "err", err)
 	}
+	p.appendHistory(ctx, rep, now)
 }
 
 // loop polls the settings and writes reports until ctx is done.

@@ -160,7 +160,7 @@ func (s *sweeper) claim(n, since int) {
 	}
 	rows, plan, err := s.sweep(s.ctx, r.d.bp, r.d.claimer, n)
 	if r.op != nil {
-		r.op.swept(len(rows), plan, err)
+		r.op.swept(rows, plan, err)
 	}
 	s.results <- swept{asked: n, rows: rows, plan: plan, err: err, took: time.Since(began), flushes: since, launched: launched}
 }

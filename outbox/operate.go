@@ -278,6 +278,14 @@ type NodeReport struct {
 	Plan          []PlanEntry
 	PlanTruncated bool `json:",omitempty"`
 
+	// Counters are what the node did per namespace over CountersInterval
+	// (since its previous report), sorted by namespace, at most
+	// [MaxReportNamespaces] entries; CountersTruncated is set when more
+	// namespaces had counts.
+	Counters          []NamespaceCounters `json:",omitempty"`
+	CountersInterval  time.Duration       `json:",omitempty"`
+	CountersTruncated bool                `json:",omitempty"`
+
 	// ReportedAt and ExpiresAt are set by the store, on its clock.
 	ReportedAt time.Time
 	ExpiresAt  time.Time
@@ -342,7 +350,7 @@ func (p NamespacesParams) Check(op string) (NamespacesParams, error) {
 // CheckNodeReport returns an [*ArgumentError] of op when r or ttl is not
 // one [Operator.PutNodeReport] accepts: a node name of 1 to 255 bytes of
 // valid UTF-8 without NUL, at most [MaxReportNamespaces] plan entries and
-// bad settings, finite SweepsPerSecond and RowsPerSecond (not NaN nor
+// bad settings, counters as [CheckCounters] wants, finite SweepsPerSecond and RowsPerSecond (not NaN nor
 // ±Inf), no Fault, a ttl of at least 1s.
 func CheckNodeReport(op string, r NodeReport, ttl time.Duration) error {
 	fail := func(arg, reason string) error { return &ArgumentError{Op: op, Arg: arg, Reason: reason} }
@@ -359,10 +367,12 @@ func CheckNodeReport(op string, r NodeReport, ttl time.Duration) error {
 		return fail("r.RowsPerSecond", fmt.Sprintf("%v is not a finite number", r.RowsPerSecond))
 	case r.Fault != "":
 		return fail("r.Fault", "is set; only NodeReports sets it")
+	case r.CountersInterval < 0:
+		return fail("r.CountersInterval", fmt.Sprintf("%v is negative", r.CountersInterval))
 	case ttl < time.Second:
 		return fail("ttl", fmt.Sprintf("%v is below 1s", ttl))
 	}
-	return nil
+	return CheckCounters(op, r.Counters)
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }

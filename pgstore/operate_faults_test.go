@@ -27,3 +27,16 @@ func TestSharedSettingsBadRows(t *testing.T) {
 		return rawSettings(ctx, pool, schema, bodies)
 	}}.Run(t)
 }
+
+// TestHistory runs dispatchtest.History, each check on a schema of its
+// own: the node's counters in the history, and a seeded drain's estimate.
+func TestHistory(t *testing.T) {
+	dispatchtest.History{Open: func(t *testing.T) dispatchtest.HistoryStore {
+		s, err := pgstore.New(t.Context(), newPool(t, nil, 4), pgstore.Options{Schema: testSchema(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}}.Run(t)
+}

@@ -298,11 +298,32 @@ CREATE TABLE {schema}.audit_log (
 );
 CREATE INDEX audit_log_namespace_idx ON {schema}.audit_log (namespace, id);
 `,
+
+	// 12: the history of the nodes' counters (history.go): one row per
+	// node, namespace and report, the point as JSON in body. at is the
+	// point's At (Unix microseconds, exact as a bigint) and bucket
+	// outbox.HistoryBucketOf(at), by which PruneHistory thins points older
+	// than outbox.HistoryFull. history_at_idx serves the listing of every
+	// namespace, history_namespace_idx one namespace's, history_thin_idx
+	// the prune.
+	`
+CREATE TABLE {schema}.history (
+	id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	node      text   NOT NULL COLLATE "C",
+	namespace text   NOT NULL COLLATE "C",
+	at        bigint NOT NULL,
+	bucket    bigint NOT NULL,
+	body      jsonb  NOT NULL
+);
+CREATE INDEX history_at_idx ON {schema}.history (at, id);
+CREATE INDEX history_namespace_idx ON {schema}.history (namespace, at, id);
+CREATE INDEX history_thin_idx ON {schema}.history (node, namespace, bucket, at, id);
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 11
+const SchemaVersion = 12
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

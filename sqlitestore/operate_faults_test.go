@@ -57,3 +57,17 @@ ON CONFLICT (namespace) DO UPDATE SET body = excluded.body, version = excluded.v
 	}
 	return tx.Commit()
 }
+
+// TestHistory runs dispatchtest.History on SQLite files, one per check:
+// the node's counters in the history, and a seeded drain's estimate.
+func TestHistory(t *testing.T) {
+	dir := t.TempDir()
+	dispatchtest.History{Open: func(t *testing.T) dispatchtest.HistoryStore {
+		s, err := sqlitestore.Open(t.Context(), filepath.Join(dir, filepath.Base(t.Name())+".db"), sqlitestore.Options{PollInterval: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}}.Run(t)
+}

@@ -151,6 +151,26 @@ CREATE TABLE audit_log (
 ) STRICT;
 CREATE INDEX audit_log_namespace ON audit_log (namespace, id);
 `,
+
+	// 8: the history of the nodes' counters (history.go): one row per
+	// node, namespace and report, the point as JSON in body. at is the
+	// point's At (Unix nanoseconds) and bucket outbox.HistoryBucketOf(at),
+	// by which PruneHistory thins points older than outbox.HistoryFull.
+	// history_at serves the listing of every namespace, history_namespace
+	// one namespace's, history_thin the prune.
+	`
+CREATE TABLE history (
+	id        INTEGER PRIMARY KEY AUTOINCREMENT,
+	node      TEXT    NOT NULL,
+	namespace TEXT    NOT NULL,
+	at        INTEGER NOT NULL,
+	bucket    INTEGER NOT NULL,
+	body      TEXT    NOT NULL
+) STRICT;
+CREATE INDEX history_at ON history (at, id);
+CREATE INDEX history_namespace ON history (namespace, at, id);
+CREATE INDEX history_thin ON history (node, namespace, bucket, at, id);
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.

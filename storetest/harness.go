@@ -336,6 +336,7 @@ func Run[R any](t *testing.T, newHarness func(t *testing.T) *Harness[R]) {
 		{"Stats", testStats[R]},
 		{"Operate", testOperate[R]},
 		{"Audit", testAudit[R]},
+		{"History", testHistory[R]},
 		{"Notifier", testNotifier[R]},
 		{"Pinger", testPinger[R]},
 		{"Closed", testClosed[R]},

@@ -77,6 +77,7 @@ type state struct {
 	rows      map[string]outbox.Row // by dispatch key
 	nextID    int64
 	nextToken int64
+	history   []outbox.HistoryPoint // in the order appended (history.go)
 }
 
 func (st *state) clone() *state {

@@ -443,6 +443,9 @@ func tenants(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	if err := printRates(ctx, c, s, "", page.Tenants, true); err != nil {
+		return err
+	}
 	if page.SettingsTruncated {
 		fmt.Fprintf(c.Stdout, "(the store holds more shared settings rows than it reads, %d: the nodes hold the namespaces after them or keep their last good settings)\n", outbox.MaxSettings)
 	}
@@ -469,6 +472,9 @@ func why(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		capped(r.Ready, r.Capped), admin.Age(c.now(), r.ReadySince), capped(r.Scheduled, r.Capped), capped(r.Claimed, r.Capped),
 		capped(r.Dead, r.Capped), capped(r.Settled, r.Capped))
 	fmt.Fprintf(c.Stdout, "shared settings: %s\n", settingsText(t.Settings))
+	if err := printRates(ctx, c, s, t.Namespace, []admin.Tenant{t}, false); err != nil {
+		return err
+	}
 	for _, f := range strings.Split(t.Faults, "; ") {
 		if f != "" {
 			fmt.Fprintf(c.Stdout, "  BAD: %s\n", oneLine(f, 100))

@@ -98,7 +98,7 @@ func TestAdminHostileNamespace(t *testing.T) {
 			}
 			code, page := a.do("GET", "/tenant?ns="+url.QueryEscape(hostile), nil)
 			text := html.UnescapeString(page)
-			if code != 200 || !strings.Contains(text, "<h1>"+hostile+"</h1>") || !strings.Contains(text, `<td class="l">`+hostile+"-dead</td>") ||
+			if code != 200 || !strings.Contains(text, "<h1>"+hostile+"</h1>") || !strings.Contains(text, `class="payload-link">`+hostile+"-dead</a></td>") ||
 				!strings.Contains(text, "<tr><td>1</td>") {
 				t.Fatalf("the tenant page of %q: %d\n%s", hostile, code, page)
 			}
