@@ -89,7 +89,7 @@ func TestRouteColumnsCollateC(t *testing.T) {
 	}
 	shape := schemaShape(t, adminPool, schema)
 	for _, index := range []string{
-		"outbox_pkey", "outbox_dispatch_key_key", "outbox_route_oldest_idx", "outbox_oldest_idx",
+		"outbox_key", "outbox_route_oldest_idx", "outbox_oldest_idx",
 		"outbox_live_lease_idx", "outbox_settled_idx", "outbox_route_claimable_idx",
 	} {
 		if !strings.Contains(shape, "INDEX "+index+" ON {schema}.outbox") {
