@@ -56,6 +56,10 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
 	SELECT format('constraint %s %s', c.conname, pg_get_constraintdef(c.oid))
 	FROM pg_catalog.pg_constraint c
 	WHERE c.conrelid = $1::regclass
+	UNION ALL
+	SELECT format('options %s', c.reloptions)
+	FROM pg_catalog.pg_class c
+	WHERE c.oid = $1::regclass
 ) s`, pgx.Identifier{schema, "outbox"}.Sanitize()).Scan(&shape); err != nil {
 		t.Fatal(err)
 	}

@@ -74,6 +74,7 @@ WITH c AS (
 		snoozes = CASE WHEN c.outcome = 4 THEN o.snoozes + 1 ELSE o.snoozes END
 	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
 	WHERE o.dispatch_key = c.dispatch_key
+		AND o.dispatch_key = ANY ($2::text[]) -- an index bound, whatever the join: see liveLease
 		AND o.token = c.token
 		AND ` + liveLease + `
 	RETURNING o.dispatch_key, o.state
@@ -92,7 +93,12 @@ ORDER BY c.ord`
 // Complete that could use it walked it, every claimed row, for each entry
 // (TestExplainNothingClaimed). As a condition of the updated table, it is
 // rechecked against a concurrently updated row's newest version all the
-// same.
+// same. Both statements also bound the key by their array of keys
+// (dispatch_key = ANY), which gives the planner an index scan of the key
+// whatever join it picks for a large batch (at 1,000 entries over a small
+// outbox it may hash the rows it finds and probe with the sorted entries,
+// which keeps the key order of the updates; TestExplainUsesIndexes checks
+// the plans of a small batch).
 const liveLease = `CASE WHEN o.state = 'claimed' THEN o.lease_expires_at > t.now ELSE false END`
 
 // extendSQL is ExtendLeases' statement. $2: lease µs, $3, $4: the leases as
@@ -109,6 +115,7 @@ WITH c AS (
 		lease_expires_at = t.now + $2::bigint * interval '1 microsecond'
 	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
 	WHERE o.dispatch_key = c.dispatch_key
+		AND o.dispatch_key = ANY ($3::text[]) -- an index bound, whatever the join: see liveLease
 		AND o.token = c.token
 		AND ` + liveLease + `
 	RETURNING o.dispatch_key, o.lease_expires_at
