@@ -69,9 +69,11 @@ func nextNamespace(after string) string {
 
 // Namespaces returns the state of the namespaces p selects (see
 // [outbox.Operator]) in one statement, so every count is of one snapshot.
-// Cost: one index probe per namespace for the page, then per namespace
-// eight range reads of outbox_namespace_state_idx of at most p.Cap entries
-// each: O(namespaces × (log n + p.Cap)); docs/operate.md shows the plan.
+// Cost: two index probes per namespace for the page, then per namespace
+// five range reads of outbox_namespace_state_idx of at most p.Cap entries
+// each, and three of outbox_live_lease_idx (the claimed rows) of at most
+// every claimed row each: O(namespaces × (log n + p.Cap + claimed));
+// docs/operate-explain.md shows the plans.
 // Bad params are an [*outbox.ArgumentError].
 func (s *Store) Namespaces(ctx context.Context, p outbox.NamespacesParams) ([]outbox.NamespaceState, error) {
 	const op = "Namespaces"
