@@ -4,8 +4,9 @@ import "strings"
 
 // claimableRows is the rows a claim may take, as a subquery over ctid and
 // the order columns cols, in the claims' order, at most limit rows, each
-// locked FOR UPDATE SKIP LOCKED: the pending rows claimable now, from
-// pendingIndex (a partial index over pending rows, walked in order), and
+// locked FOR UPDATE SKIP LOCKED: the pending rows claimable now, from the
+// claim's index (outbox_route_oldest_idx or outbox_oldest_idx, partial on
+// pending rows, walked in order), and
 // the claimed rows whose lease expired, from outbox_live_lease_idx (a range
 // lease_expires_at <= now over claimed rows: one descent, empty while no
 // lease has expired). cond is the conditions both share (route, shards),
@@ -73,8 +74,8 @@ WITH picked AS (
 // The claim's update, shared by the scoped and the unscoped claim: the
 // picked rows (already locked FOR UPDATE SKIP LOCKED) get a fresh token, one
 // more attempt and a lease of $2 microseconds. The picked rows are found by
-// ctid (a TID scan: no index), gathered into an array: a locked row cannot
-// move, and a join with picked would let the planner, which cannot
+// ctid (a TID scan: no index), gathered into an array: no other statement
+// can update a row this one has locked, so its ctid holds; and a join with picked would let the planner, which cannot
 // estimate a LIMIT taken from a parameter array, hash the whole table to
 // update a hundred rows.
 const claimUpdate = `
