@@ -2,54 +2,82 @@ package pgstore
 
 import "strings"
 
+// claimableRows is the rows a claim may take, as a subquery over ctid and
+// the order columns cols, in the claims' order, at most limit rows, each
+// locked FOR UPDATE SKIP LOCKED: the pending rows claimable now, from the
+// claim's index (outbox_route_oldest_idx or outbox_oldest_idx, partial on
+// pending rows, walked in order), and
+// the claimed rows whose lease expired, from outbox_live_lease_idx (a range
+// lease_expires_at <= now over claimed rows: one descent, empty while no
+// lease has expired). cond is the conditions both share (route, shards),
+// each line starting with AND. Each branch stops at limit rows in its own
+// order and the union is cut to limit in the same order; a pending row
+// that a claimed row with an expired lease displaces stays locked (not
+// updated) until the claim's transaction ends, which only delays it to
+// another claimer. FOR UPDATE is not allowed on a UNION's branches
+// themselves, so each is a subquery.
+func claimableRows(cols, order, limit, cond string) string {
+	branch := func(alias, state string) string {
+		return `
+			SELECT ` + alias + `.* FROM (
+				SELECT o.ctid, ` + cols + `
+				FROM {schema}.outbox o
+				WHERE ` + state + cond + `
+				ORDER BY ` + order + `
+				LIMIT ` + limit + `
+				FOR UPDATE SKIP LOCKED
+			) ` + alias
+	}
+	return `(
+		SELECT x.ctid FROM (` + branch("p", `o.state = 'pending'
+					AND o.claimable_at <= coalesce($1::timestamptz, now())`) + `
+			UNION ALL` + branch("e", `o.state = 'claimed'
+					AND o.lease_expires_at <= coalesce($1::timestamptz, now())`) + `
+		) x
+		ORDER BY ` + strings.ReplaceAll(order, "o.", "x.") + `
+		LIMIT ` + limit + `
+	)`
+}
+
 // claimScopedSQL is ClaimOutboxRowsScoped's statement. $2: lease µs, $3:
 // owned shards, $4..$6: the scopes as parallel arrays (namespace, task
 // queue, limit), $7: all shards owned. One statement claims every scope: a
-// LATERAL subquery per scope walks outbox_route_oldest_idx highest priority
-// first, then oldest, and locks at most its limit of claimable rows,
-// skipping rows another claimer has locked. Oldest first, the walk reads and
-// skips the route's older rows that are not claimable (delayed, leased, on
-// other shards): claimable_at is a filter here, not a bound, since a range
-// on it would not be in enqueue order.
-const claimScopedSQL = `
+// LATERAL subquery per scope (claimableRows) walks outbox_route_oldest_idx
+// highest priority first, then oldest, and locks at most its limit of
+// claimable rows, skipping rows another claimer has locked, with the
+// route's claimed rows whose lease expired in the same order. Oldest
+// first, the walk reads and skips the route's older pending rows that are
+// not claimable (delayed, on other shards): claimable_at is a filter here,
+// not a bound, since a range on it would not be in enqueue order.
+var claimScopedSQL = `
 WITH picked AS (
-	SELECT c.id
+	SELECT c.ctid
 	FROM unnest($4::text[], $5::text[], $6::int8[]) AS s (namespace, task_queue, lim)
-	CROSS JOIN LATERAL (
-		SELECT o.id
-		FROM {schema}.outbox o
-		WHERE o.namespace = s.namespace
-			AND o.task_queue = s.task_queue
-			AND o.state NOT IN ('settled', 'dead')
-			AND o.claimable_at <= coalesce($1::timestamptz, now())
-			AND ($7::bool OR o.shard = ANY ($3::int4[]))
-		ORDER BY o.priority DESC, o.enqueued_at, o.id
-		LIMIT s.lim
-		FOR UPDATE SKIP LOCKED
-	) c
+	CROSS JOIN LATERAL ` + claimableRows("o.priority, o.enqueued_at, o.id", "o.priority DESC, o.enqueued_at, o.id", "s.lim", `
+					AND o.namespace = s.namespace
+					AND o.task_queue = s.task_queue
+					AND ($7::bool OR o.shard = ANY ($3::int4[]))`) + ` c
 )` + claimUpdate
 
 // claimUnscopedSQL is ClaimOutboxRowsUnscoped's statement. $2: lease µs, $3:
 // owned shards, $4: limit, $5: all shards owned. Oldest first over
-// outbox_oldest_idx, whatever the route.
-const claimUnscopedSQL = `
+// outbox_oldest_idx, whatever the route, with the claimed rows whose lease
+// expired in the same order (claimableRows).
+var claimUnscopedSQL = `
 WITH picked AS (
-	SELECT o.id
-	FROM {schema}.outbox o
-	WHERE o.state NOT IN ('settled', 'dead')
-		AND o.claimable_at <= coalesce($1::timestamptz, now())
-		AND ($5::bool OR o.shard = ANY ($3::int4[]))
-	ORDER BY o.enqueued_at, o.id
-	LIMIT (SELECT $4::int8) -- not a constant to the planner: see routeCount
-	FOR UPDATE SKIP LOCKED
+	SELECT c.ctid
+	FROM ` + claimableRows("o.enqueued_at, o.id", "o.enqueued_at, o.id",
+	"(SELECT $4::int8) -- not a constant to the planner: see routeCount\n", `
+					AND ($5::bool OR o.shard = ANY ($3::int4[]))`) + ` c
 )` + claimUpdate
 
 // The claim's update, shared by the scoped and the unscoped claim: the
 // picked rows (already locked FOR UPDATE SKIP LOCKED) get a fresh token, one
-// more attempt and a lease of $2 microseconds. The picked ids are gathered
-// into an array and found through the primary key: a join with picked would
-// let the planner, which cannot estimate a LIMIT taken from a parameter
-// array, hash the whole table to update a hundred rows.
+// more attempt and a lease of $2 microseconds. The picked rows are found by
+// ctid (a TID scan: no index), gathered into an array: no other statement
+// can update a row this one has locked, so its ctid holds; and a join with picked would let the planner, which cannot
+// estimate a LIMIT taken from a parameter array, hash the whole table to
+// update a hundred rows.
 const claimUpdate = `
 UPDATE {schema}.outbox o SET
 	state            = 'claimed',
@@ -57,7 +85,7 @@ UPDATE {schema}.outbox o SET
 	token            = nextval('{schema}.claim_token_seq'),
 	claimed_at       = coalesce($1::timestamptz, now()),
 	lease_expires_at = coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond'
-WHERE o.id = ANY (ARRAY(SELECT picked.id FROM picked))
+WHERE o.ctid = ANY (ARRAY(SELECT picked.ctid FROM picked))
 RETURNING ` + rowColumns
 
 // fenced turns a claim statement into its fenced form, for a store a
@@ -75,7 +103,7 @@ RETURNING ` + rowColumns
 // locking CTE from being folded into its one use.
 func fenced(claim, epochs, node string) string {
 	const head, filter = "WITH picked AS (", "o.shard = ANY ($3::int4[]))"
-	if strings.Count(claim, head) != 1 || strings.Count(claim, filter) != 1 {
+	if strings.Count(claim, head) != 1 || strings.Count(claim, filter) != 2 {
 		panic("pgstore: fenced: the claim statement changed shape")
 	}
 	claim = strings.Replace(claim, head, `WITH owned AS MATERIALIZED (
@@ -87,6 +115,6 @@ func fenced(claim, epochs, node string) string {
 	ORDER BY f.shard
 	FOR SHARE OF f
 ), picked AS (`, 1)
-	return strings.Replace(claim, filter, filter+`
-		AND o.shard = ANY (ARRAY(SELECT owned.shard FROM owned))`, 1)
+	return strings.ReplaceAll(claim, filter, filter+`
+					AND o.shard = ANY (ARRAY(SELECT owned.shard FROM owned))`)
 }

@@ -56,6 +56,10 @@ SELECT string_agg(line, E'\n' ORDER BY line) FROM (
 	SELECT format('constraint %s %s', c.conname, pg_get_constraintdef(c.oid))
 	FROM pg_catalog.pg_constraint c
 	WHERE c.conrelid = $1::regclass
+	UNION ALL
+	SELECT format('options %s', c.reloptions)
+	FROM pg_catalog.pg_class c
+	WHERE c.oid = $1::regclass
 ) s`, pgx.Identifier{schema, "outbox"}.Sanitize()).Scan(&shape); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +93,7 @@ func TestRouteColumnsCollateC(t *testing.T) {
 	}
 	shape := schemaShape(t, adminPool, schema)
 	for _, index := range []string{
-		"outbox_pkey", "outbox_dispatch_key_key", "outbox_route_oldest_idx", "outbox_oldest_idx",
+		"outbox_key", "outbox_route_oldest_idx", "outbox_oldest_idx",
 		"outbox_live_lease_idx", "outbox_settled_idx", "outbox_route_claimable_idx",
 	} {
 		if !strings.Contains(shape, "INDEX "+index+" ON {schema}.outbox") {

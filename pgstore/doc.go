@@ -55,7 +55,9 @@
 // least once" shows how, with the dispatch key and the claim token).
 // Settling, dedup and dead-lettering happen once, fenced by the claim token:
 //
-// Every dispatch key is UNIQUE; Enqueue and EnqueueTx are insert-or-ignore.
+// Every dispatch key is unique (the primary key is (dispatch_key, shard),
+// and a key's shard is a function of the key and the recorded shard
+// count, which never changes); Enqueue and EnqueueTx are insert-or-ignore.
 // A claim is one statement that locks its rows FOR UPDATE SKIP LOCKED and
 // stamps each with a lease and a fresh token from a sequence, so two
 // claimers never both hold a live lease on a row. Complete (and Settle,

@@ -155,7 +155,7 @@ ins AS (
 		(SELECT coalesce($1::timestamptz, now()) AS now) t
 	WHERE same.ok
 	ORDER BY m.dispatch_key
-	ON CONFLICT (dispatch_key) DO NOTHING
+	ON CONFLICT (dispatch_key, shard) DO NOTHING
 	RETURNING 1
 )
 SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL, same.ok
@@ -239,15 +239,15 @@ SELECT count(pg_advisory_xact_lock(` + capLockClassSQL + `, hashtext($1::text ||
 FROM (SELECT n FROM unnest($2::text[]) WITH ORDINALITY AS u (n, i) ORDER BY i) u`
 
 // capCountSQL returns the namespaces of $1 holding more unfinished rows than
-// their caps $2: per namespace a walk of outbox_route_oldest_idx's entries
-// of the namespace (its predicate is the unfinished rows), stopped at the
-// cap + 1.
+// their caps $2: per namespace a walk of outbox_route_claimable_idx's
+// entries of the namespace (its predicate is the unfinished rows, pending
+// and claimed), stopped at the cap + 1.
 const capCountSQL = `
 SELECT u.n, u.c
 FROM unnest($1::text[], $2::int8[]) AS u (n, c)
 WHERE (SELECT count(*) FROM (
 	SELECT 1 FROM {schema}.outbox o
-	WHERE o.namespace = u.n AND o.state NOT IN ('settled', 'dead')
+	WHERE o.namespace = u.n AND o.state IN ('pending', 'claimed')
 	LIMIT u.c + 1) x) > u.c
 LIMIT 1`
 

@@ -26,7 +26,7 @@ WITH ins AS (
 	) m,
 		(SELECT coalesce($1::timestamptz, now()) AS now) t
 	ORDER BY m.dispatch_key
-	ON CONFLICT (dispatch_key) DO NOTHING
+	ON CONFLICT (dispatch_key, shard) DO NOTHING
 	RETURNING 1
 )
 SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL
@@ -35,8 +35,8 @@ FROM (SELECT count(*) AS n FROM ins) c`
 // completeSQL is Complete's statement. $2..$6: the completions as parallel
 // arrays (dispatch key, token, outcome 1 settle / 2 retry / 3 dead-letter /
 // 4 snooze, retry or snooze delay µs, error). A snooze gives the claim's
-// attempt back, counts a snooze, and records its error only if it has one. One UPDATE … FROM the arrays, through the dispatch
-// key's unique index. The fence — token, state claimed, live lease — is on
+// attempt back, counts a snooze, and records its error only if it has one. One UPDATE … FROM the arrays, through the primary
+// key (dispatch_key, shard), by its dispatch_key prefix. The fence — token, state claimed, live lease — is on
 // the updated table itself, so a concurrent re-claim is rechecked against
 // the row's newest version (READ COMMITTED's EvalPlanQual) and the
 // completion loses. A retry of a row that has had max_attempts claims (0: no
@@ -44,10 +44,10 @@ FROM (SELECT count(*) AS n FROM ins) c`
 // entry updates at most its row, and the final join reports, in argument
 // order, each entry's new state, or NULL for a lost lease. The update walks
 // the entries in dispatch-key order (a nested loop over the sorted entries,
-// each through the unique index), so it locks rows in that order: two calls
+// each through the primary key), so it locks rows in that order: two calls
 // over the same rows — a completer and a heartbeat's ExtendLeases, entries
 // in any order — wait for each other rather than deadlock.
-const completeSQL = `
+var completeSQL = `
 WITH c AS (
 	SELECT *
 	FROM unnest($2::text[], $3::int8[], $4::int4[], $5::int8[], $6::text[])
@@ -74,9 +74,9 @@ WITH c AS (
 		snoozes = CASE WHEN c.outcome = 4 THEN o.snoozes + 1 ELSE o.snoozes END
 	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
 	WHERE o.dispatch_key = c.dispatch_key
+		AND o.dispatch_key = ANY ($2::text[]) -- an index bound, whatever the join: see liveLease
 		AND o.token = c.token
-		AND o.state = 'claimed'
-		AND o.lease_expires_at > t.now
+		AND ` + liveLease + `
 	RETURNING o.dispatch_key, o.state
 )
 SELECT d.state
@@ -84,10 +84,27 @@ FROM c
 LEFT JOIN done d ON d.dispatch_key = c.dispatch_key
 ORDER BY c.ord`
 
+// liveLease is the fence of Complete and ExtendLeases on the row o: claimed,
+// under a lease live at t.now. It is one CASE so that the planner can
+// neither bound an index scan by it nor prove outbox_live_lease_idx's
+// predicate (state = 'claimed') from it: both statements then find their
+// rows through the key. On an outbox ANALYZEd while no row was claimed,
+// the statistics say that index is empty, and the generic plan of a
+// Complete that could use it walked it, every claimed row, for each entry
+// (TestExplainNothingClaimed). As a condition of the updated table, it is
+// rechecked against a concurrently updated row's newest version all the
+// same. Both statements also bound the key by their array of keys
+// (dispatch_key = ANY), which gives the planner an index scan of the key
+// whatever join it picks for a large batch (at 1,000 entries over a small
+// outbox it may hash the rows it finds and probe with the sorted entries,
+// which keeps the key order of the updates; TestExplainUsesIndexes checks
+// the plans of a small batch).
+const liveLease = `CASE WHEN o.state = 'claimed' THEN o.lease_expires_at > t.now ELSE false END`
+
 // extendSQL is ExtendLeases' statement. $2: lease µs, $3, $4: the leases as
 // parallel arrays (dispatch key, token). Fenced as completeSQL is; reports
 // each entry's new lease end, or NULL for a lost lease, in argument order.
-const extendSQL = `
+var extendSQL = `
 WITH c AS (
 	SELECT *
 	FROM unnest($3::text[], $4::int8[]) WITH ORDINALITY AS c (dispatch_key, token, ord)
@@ -98,9 +115,9 @@ WITH c AS (
 		lease_expires_at = t.now + $2::bigint * interval '1 microsecond'
 	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
 	WHERE o.dispatch_key = c.dispatch_key
+		AND o.dispatch_key = ANY ($3::text[]) -- an index bound, whatever the join: see liveLease
 		AND o.token = c.token
-		AND o.state = 'claimed'
-		AND o.lease_expires_at > t.now
+		AND ` + liveLease + `
 	RETURNING o.dispatch_key, o.lease_expires_at
 )
 SELECT d.lease_expires_at
@@ -157,13 +174,13 @@ FROM (SELECT count(*) AS n, CASE WHEN count(DISTINCT namespace) = 1 THEN min(nam
 // purge is the statement that deletes up to $2 rows in state that
 // finished before $1, oldest first: PurgeSettled's, served by
 // outbox_settled_idx, and PurgeDead's, by outbox_finished_dead_idx, then
-// the primary key: an id array, not a join, so that no plan can hash the
-// whole table to find the rows.
+// by ctid (a TID scan of the rows it locked): a ctid array, not a join, so
+// that no plan can hash the whole table to find the rows.
 func purge(state string) string {
 	return `
 DELETE FROM {schema}.outbox o
-WHERE o.id = ANY (ARRAY(
-	SELECT p.id
+WHERE o.ctid = ANY (ARRAY(
+	SELECT p.ctid
 	FROM {schema}.outbox p
 	WHERE p.state = '` + state + `' AND p.finished_at < $1
 	ORDER BY p.finished_at

@@ -15,22 +15,28 @@ import (
 var _ outbox.Operator = (*Store)(nil)
 
 // namespaceCountsSQL counts the namespaces of the CTE names(name), each
-// count a range of outbox_namespace_state_idx capped by a LIMIT at $2, so
-// it reads at most $2 entries per count; $1 is the clock. The ready rows'
-// earliest claimable_at per state is the first entry of its
-// (namespace, state) range: one entry each.
+// count capped by a LIMIT at $2; $1 is the clock. The pending, dead and
+// settled counts are each a range of outbox_namespace_state_idx, so they
+// read at most $2 entries each. That index leaves claimed rows out (a claim
+// adds no entry to it): the claimed counts are ranges of
+// outbox_live_lease_idx (lease_expires_at over claimed rows; a claimed
+// row's claimable_at is its lease_expires_at) with the namespace checked
+// in the index entry, so they read at most the claimed rows of every
+// namespace, which the ceilings bound. The ready rows' earliest
+// claimable_at per state is the first entry of its range: one entry for
+// the pending rows, the first of the namespace's for the claimed ones.
 const namespaceCountsSQL = `
 SELECT n.name, c.*
 FROM names n, (SELECT coalesce($1::timestamptz, now()) AS now) t, LATERAL (SELECT
 	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'pending' AND o.claimable_at <= t.now LIMIT $2) x),
-	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'claimed' AND o.claimable_at <= t.now LIMIT $2) x),
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.state = 'claimed' AND o.lease_expires_at <= t.now AND o.namespace = n.name LIMIT $2) x),
 	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'pending' AND o.claimable_at > t.now LIMIT $2) x),
-	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'claimed' AND o.claimable_at > t.now LIMIT $2) x),
+	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.state = 'claimed' AND o.lease_expires_at > t.now AND o.namespace = n.name LIMIT $2) x),
 	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'dead' LIMIT $2) x),
 	(SELECT count(*) FROM (SELECT FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'settled' LIMIT $2) x),
 	least(
 		(SELECT o.claimable_at FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'pending' AND o.claimable_at <= t.now ORDER BY o.claimable_at LIMIT 1),
-		(SELECT o.claimable_at FROM {schema}.outbox o WHERE o.namespace = n.name AND o.state = 'claimed' AND o.claimable_at <= t.now ORDER BY o.claimable_at LIMIT 1)),
+		(SELECT o.lease_expires_at FROM {schema}.outbox o WHERE o.state = 'claimed' AND o.lease_expires_at <= t.now AND o.namespace = n.name ORDER BY o.lease_expires_at LIMIT 1)),
 	t.now
 ) c
 ORDER BY n.name`
@@ -40,21 +46,34 @@ const namespacesOneSQL = `
 WITH names(name) AS (SELECT $3::text)` + namespaceCountsSQL
 
 // namespacesPageSQL is the counts of the next $4 namespaces after $3,
-// found by a loose scan of outbox_namespace_state_idx: one index probe
-// per namespace.
-const namespacesPageSQL = `
+// found by a loose scan of outbox_namespace_state_idx (every row but the
+// claimed ones) and of outbox_route_claimable_idx (pending and claimed
+// rows), whose union holds every row: two index probes per namespace.
+var namespacesPageSQL = `
 WITH RECURSIVE ns(name, k) AS (
-	SELECT (SELECT min(o.namespace) FROM {schema}.outbox o WHERE o.namespace > $3::text), 1
+	SELECT ` + nextNamespace("$3::text") + `, 1
 	UNION ALL
-	SELECT (SELECT min(o.namespace) FROM {schema}.outbox o WHERE o.namespace > ns.name), ns.k + 1
+	SELECT ` + nextNamespace("ns.name") + `, ns.k + 1
 	FROM ns WHERE ns.name IS NOT NULL AND ns.k < $4::int
 ), names(name) AS (SELECT name FROM ns WHERE name IS NOT NULL)` + namespaceCountsSQL
 
+// nextNamespace is the first namespace after after with a row in any
+// state: the lesser of the first in outbox_namespace_state_idx (whose
+// predicate leaves out claimed rows) and the first in
+// outbox_route_claimable_idx (pending and claimed rows).
+func nextNamespace(after string) string {
+	return `least(
+		(SELECT min(o.namespace) FROM {schema}.outbox o WHERE o.state <> 'claimed' AND o.namespace > ` + after + `),
+		(SELECT min(o.namespace) FROM {schema}.outbox o WHERE o.state IN ('pending', 'claimed') AND o.namespace > ` + after + `))`
+}
+
 // Namespaces returns the state of the namespaces p selects (see
 // [outbox.Operator]) in one statement, so every count is of one snapshot.
-// Cost: one index probe per namespace for the page, then per namespace
-// eight range reads of outbox_namespace_state_idx of at most p.Cap entries
-// each: O(namespaces × (log n + p.Cap)); docs/operate.md shows the plan.
+// Cost: two index probes per namespace for the page, then per namespace
+// five range reads of outbox_namespace_state_idx of at most p.Cap entries
+// each, and three of outbox_live_lease_idx (the claimed rows) of at most
+// every claimed row each: O(namespaces × (log n + p.Cap + claimed));
+// docs/operate-explain.md shows the plans.
 // Bad params are an [*outbox.ArgumentError].
 func (s *Store) Namespaces(ctx context.Context, p outbox.NamespacesParams) ([]outbox.NamespaceState, error) {
 	const op = "Namespaces"

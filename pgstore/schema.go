@@ -319,11 +319,67 @@ CREATE INDEX history_at_idx ON {schema}.history (at, id);
 CREATE INDEX history_namespace_idx ON {schema}.history (namespace, at, id);
 CREATE INDEX history_thin_idx ON {schema}.history (node, namespace, bucket, at, id);
 `,
+
+	// 13: the claiming schema (issue 31): fewer index entries per claimed
+	// and per settled row, and keys a Citus cluster distributed by shard
+	// accepts (every UNIQUE and PRIMARY KEY holds the distribution column).
+	//
+	// The dispatch key's uniqueness moves to the primary key (dispatch_key,
+	// shard). A row's shard is a function of its key and the recorded shard
+	// count, which never changes, so two rows with one key have one shard:
+	// the promise is the same, and it is never without an index that keeps
+	// it — the new key is built, under this transaction's ACCESS EXCLUSIVE
+	// lock, before the old one is dropped. Leading with dispatch_key keeps
+	// the lookups by key (Complete, ExtendLeases, Get, Requeue, DeleteDead)
+	// one descent of the key, with no shard to pass. id keeps its sequence
+	// and order (the claims' tie-break) but loses its index: the claims and
+	// the purges update or delete the rows they locked by ctid.
+	//
+	// The claim indexes (outbox_route_oldest_idx, outbox_oldest_idx) hold
+	// pending rows only, so a claim (pending → claimed) and a settle add no
+	// entry to them; the claims find the rows whose lease expired through
+	// outbox_live_lease_idx (lease_expires_at <= now over claimed rows, an
+	// empty range while no lease has expired). outbox_namespace_state_idx
+	// leaves out claimed rows, so a claim adds no entry to it either;
+	// Namespaces counts claimed rows from outbox_live_lease_idx.
+	// outbox_route_claimable_idx (the counts' walk) keeps claimed rows: a
+	// claim still adds one entry to it.
+	//
+	// The outbox's pages are filled to half (fillfactor 50), so that a
+	// claim's and a settle's new row version fits on its page: an update
+	// that must move its row to another page logs one more record (the old
+	// version is marked locked while the page is released). Rows already
+	// there keep their pages; new pages are filled to half. The cost is
+	// room: a kept settled row takes about twice the heap.
+	//
+	// Per claimed row: the row lock, the update, and entries in the key,
+	// outbox_live_lease_idx and outbox_route_claimable_idx; per settled
+	// row: the update, and entries in the key, outbox_settled_idx and
+	// outbox_namespace_state_idx. BenchmarkRowCost measures both, before
+	// and after (pgstore/EXPLAIN.md, "Database work per row"). The
+	// rebuild holds an ACCESS EXCLUSIVE lock on the outbox while it runs;
+	// no row is rewritten.
+	`
+ALTER TABLE {schema}.outbox SET (fillfactor = 50);
+ALTER TABLE {schema}.outbox DROP CONSTRAINT outbox_pkey;
+ALTER TABLE {schema}.outbox ADD CONSTRAINT outbox_key PRIMARY KEY (dispatch_key, shard);
+ALTER TABLE {schema}.outbox DROP CONSTRAINT outbox_dispatch_key_key;
+
+DROP INDEX {schema}.outbox_route_oldest_idx;
+CREATE INDEX outbox_route_oldest_idx ON {schema}.outbox (namespace, task_queue, priority DESC, enqueued_at, id)
+	INCLUDE (shard, claimable_at) WHERE state = 'pending';
+DROP INDEX {schema}.outbox_oldest_idx;
+CREATE INDEX outbox_oldest_idx ON {schema}.outbox (enqueued_at, id)
+	INCLUDE (shard, claimable_at) WHERE state = 'pending';
+DROP INDEX {schema}.outbox_namespace_state_idx;
+CREATE INDEX outbox_namespace_state_idx ON {schema}.outbox (namespace, state, claimable_at)
+	WHERE state <> 'claimed';
+`,
 }
 
 // SchemaVersion is the schema version this package migrates to: the number
 // of migrations it knows.
-const SchemaVersion = 12
+const SchemaVersion = 13
 
 // advisoryLock serialises the migrators of one schema.
 const advisoryLock = `SELECT pg_advisory_xact_lock(hashtext('github.com/outboxkit/backpressure/pgstore'), hashtext($1))`

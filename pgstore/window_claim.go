@@ -31,8 +31,10 @@ import (
 // eligible route after its route cursor in task-queue order (or its first),
 // and whether it had any other route with a claimable row (other). picked
 // locks the row ClaimOutboxRowsScoped with limit 1 would take on that
-// route, highest priority first, then oldest, skipping locked rows; the
-// claim's update follows, returning each row with its namespace's other.
+// route (claimableRows), highest priority first, then oldest, skipping
+// locked rows; the claim's update follows (by ctid), returning each row
+// with its namespace's other, joined by namespace: picked has one row per
+// namespace.
 func windowClaimSQL(fence bool) string {
 	valid := func(r string) string {
 		return `octet_length(` + r + `.namespace) BETWEEN 1 AND ` + strconv.Itoa(outbox.MaxNamespaceBytes) +
@@ -56,7 +58,7 @@ func windowClaimSQL(fence bool) string {
 	FOR SHARE OF f
 ), `
 		filter = `
-			AND o.shard = ANY (ARRAY(SELECT owned.shard FROM owned))`
+					AND o.shard = ANY (ARRAY(SELECT owned.shard FROM owned))`
 	}
 	return head + `walk (namespace, task_queue, wrapped, n, elig, k, has) AS (
 	SELECT nx.namespace, nx.task_queue, nx.wrapped, c.n, e.elig, e.elig::int::int8, e.elig
@@ -82,20 +84,12 @@ func windowClaimSQL(fence bool) string {
 	WHERE w.elig
 	ORDER BY w.namespace, (w.task_queue > rc.task_queue COLLATE "C") IS TRUE DESC, w.task_queue
 ), picked AS (
-	SELECT p.id, ch.other
+	SELECT p.ctid, ch.namespace, ch.other
 	FROM chosen ch
-	CROSS JOIN LATERAL (
-		SELECT o.id
-		FROM {schema}.outbox o
-		WHERE o.namespace = ch.namespace
-			AND o.task_queue = ch.task_queue
-			AND o.state NOT IN ('settled', 'dead')
-			AND o.claimable_at <= coalesce($1::timestamptz, now())
-			AND ($9::bool OR o.shard = ANY ($3::int4[]))` + filter + `
-		ORDER BY o.priority DESC, o.enqueued_at, o.id
-		LIMIT 1
-		FOR UPDATE SKIP LOCKED
-	) p
+	CROSS JOIN LATERAL ` + claimableRows("o.priority, o.enqueued_at, o.id", "o.priority DESC, o.enqueued_at, o.id", "1", `
+					AND o.namespace = ch.namespace
+					AND o.task_queue = ch.task_queue
+					AND ($9::bool OR o.shard = ANY ($3::int4[]))`+filter) + ` p
 ), upd AS (
 	UPDATE {schema}.outbox o SET
 		state            = 'claimed',
@@ -103,12 +97,12 @@ func windowClaimSQL(fence bool) string {
 		token            = nextval('{schema}.claim_token_seq'),
 		claimed_at       = coalesce($1::timestamptz, now()),
 		lease_expires_at = coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond'
-	WHERE o.id = ANY (ARRAY(SELECT picked.id FROM picked))
+	WHERE o.ctid = ANY (ARRAY(SELECT picked.ctid FROM picked))
 	RETURNING o.*
 )
 SELECT ` + rowColumns + `, p.other
 FROM upd o
-JOIN picked p ON p.id = o.id
+JOIN picked p ON p.namespace = o.namespace -- one row per namespace: see chosen
 ORDER BY o.namespace`
 }
 
