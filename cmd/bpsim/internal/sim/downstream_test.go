@@ -202,12 +202,17 @@ func TestDownstreamCall(t *testing.T) {
 	d.done(2, true, 100)
 	d.done(5, false, 100)
 	// One 429 of 2 ticks over a second of capacity 2 (20 slot-ticks):
-	// u = 0.1, so 5 ticks × 1.1 → 6.
-	if svc, rej := d.call(5, 5, s); rej || svc != 6 {
-		t.Fatalf("call after a 429: %d ticks, 429 %v; want 6", svc, rej)
+	// u = 0.1, so 5 ticks × 1.1 = 5.5: the half tick is carried, the
+	// next call pays it (5, then 6: the mean is exact, not rounded up).
+	if svc, rej := d.call(5, 5, s); rej || svc != 5 {
+		t.Fatalf("call after a 429: %d ticks, 429 %v; want 5 (half a tick carried)", svc, rej)
+	}
+	d.done(6, false, 100)
+	if svc, rej := d.call(6, 5, s); rej || svc != 6 {
+		t.Fatalf("second call after a 429: %d ticks, 429 %v; want 6 (the carried half plus its own)", svc, rej)
 	}
 	// A second later the 429 is forgotten.
-	d.done(11, false, 100)
+	d.done(12, false, 100)
 	if svc, rej := d.call(16, 5, s); rej || svc != 5 {
 		t.Fatalf("call a second later: %d ticks, 429 %v; want 5", svc, rej)
 	}
@@ -266,4 +271,45 @@ func TestDownstreamScenarioErrors(t *testing.T) {
 	if err != nil || again.Tenants[0].Downstream == nil || again.Tenants[0].Downstream.Capacity != 3 || len(again.Arms) != 2 {
 		t.Errorf("round trip: %v, %+v", err, again)
 	}
+}
+
+// TestSweepOrderRotates: in a scenario with downstreams, every node sweeps
+// first (and last) once in any len(nodes) consecutive ticks, each tick's
+// order a rotation of the nodes; without downstreams the order is fixed.
+func TestSweepOrderRotates(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 6).Draw(rt, "nodes")
+		from := rapid.IntRange(0, 1000).Draw(rt, "from")
+		r := &policyRun{}
+		for i := range n {
+			r.nodes = append(r.nodes, &node{id: i})
+		}
+		if got := r.sweepOrder(from); !slices.Equal(got, r.nodes) {
+			rt.Fatalf("no downstreams: order %v at tick %d, want the nodes' own", ids(got), from)
+		}
+		r.ds = []*downstreamRun{nil}
+		first, last := map[int]int{}, map[int]int{}
+		for tick := from; tick < from+n; tick++ {
+			got := r.sweepOrder(tick)
+			k := slices.Index(r.nodes, got[0])
+			if len(got) != n || k < 0 || !slices.Equal(got, append(slices.Clone(r.nodes[k:]), r.nodes[:k]...)) {
+				rt.Fatalf("tick %d: order %v is not a rotation of %v", tick, ids(got), ids(r.nodes))
+			}
+			first[got[0].id]++
+			last[got[n-1].id]++
+		}
+		for _, nd := range r.nodes {
+			if first[nd.id] != 1 || last[nd.id] != 1 {
+				rt.Fatalf("over %d ticks from %d node %d swept first %d and last %d times, want once each", n, from, nd.id, first[nd.id], last[nd.id])
+			}
+		}
+	})
+}
+
+func ids(ns []*node) []int {
+	out := make([]int, len(ns))
+	for i, n := range ns {
+		out[i] = n.id
+	}
+	return out
 }
