@@ -212,8 +212,8 @@ func (p AdaptiveCeilings) success(s aimdState, now time.Time, atCeiling bool) ai
 	return s
 }
 
-// claimsHeld returns when the Retry-After s keeps holds the namespace's
-// claims until: its end with HoldClaims, else zero (no hold).
+// claimsHeld returns until when the Retry-After s keeps holds the
+// namespace's claims: its end with HoldClaims, else zero (no hold).
 func (p AdaptiveCeilings) claimsHeld(s aimdState) time.Time {
 	if !p.HoldClaims {
 		return time.Time{}

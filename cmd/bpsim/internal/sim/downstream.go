@@ -37,7 +37,8 @@ const (
 	// adaptive ceilings on (dispatch.Options.Adaptive, from the
 	// scenario's Adaptive, defaults where it says nothing): each node
 	// lowers a tenant's ceiling on a 429 and raises it while calls
-	// succeed, and a Retry-After holds the tenant's rows on that node.
+	// succeed (with holdClaims, a Retry-After also holds the tenant's
+	// rows on that node).
 	Adaptive Policy = "adaptive"
 )
 
