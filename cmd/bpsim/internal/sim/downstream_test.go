@@ -252,6 +252,9 @@ func TestDownstreamScenarioErrors(t *testing.T) {
 		{``, `, "arms": ["static"]`, "arms"},
 		{`, "downstream": {"capacity": 3}`, `, "arms": ["static", "unscoped"]`, "arms[1]"},
 		{`, "downstream": {"capacity": 3}`, `, "arms": ["static", "static"]`, "arms[1]"},
+		{`, "downstream": {"capacity": 3}`, `, "adaptive": {"decrease": 1.5}`, "adaptive.decrease"},
+		{`, "downstream": {"capacity": 3}`, `, "adaptive": {"window": "-1s"}`, "adaptive.window"},
+		{`, "downstream": {"capacity": 3}`, `, "adaptive": {"holdClaims": "yes"}`, "adaptive.holdClaims"},
 	}
 	for _, tt := range tests {
 		_, err := ParseScenario([]byte(strings.Replace(strings.Replace(base, "%s", tt.tenant, 1), "%s", tt.top, 1)))
@@ -260,7 +263,8 @@ func TestDownstreamScenarioErrors(t *testing.T) {
 			t.Errorf("%s %s: %v; want an error on %s", tt.tenant, tt.top, err, tt.field)
 		}
 	}
-	ds, err := ParseScenario([]byte(strings.Replace(strings.Replace(base, "%s", `, "downstream": {"capacity": 3}`, 1), "%s", `, "arms": ["oracle", "static"]`, 1)))
+	ds, err := ParseScenario([]byte(strings.Replace(strings.Replace(base, "%s", `, "downstream": {"capacity": 3}`, 1), "%s",
+		`, "arms": ["oracle", "static"], "adaptive": {"decrease": 1, "window": "6s", "holdClaims": true}`, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +285,8 @@ func TestDownstreamScenarioErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := ParseScenario(b)
-	if err != nil || again.Tenants[0].Downstream == nil || again.Tenants[0].Downstream.Capacity != 3 || len(again.Arms) != 2 {
+	want := AdaptiveSpec{Decrease: 1, Window: 6 * time.Second, HoldClaims: true}
+	if err != nil || again.Tenants[0].Downstream == nil || again.Tenants[0].Downstream.Capacity != 3 || len(again.Arms) != 2 || again.Adaptive != want {
 		t.Errorf("round trip: %v, %+v", err, again)
 	}
 }
