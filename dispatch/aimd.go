@@ -53,9 +53,10 @@ type AdaptiveCeilings struct {
 	Decrease float64
 	// Window is the quiet time after a signal before the ceiling is
 	// raised (the shortest time between a node's signal and its next
-	// probe): [MinAdaptiveWindow] to outbox.MaxDelay. 0 means 6s. It trades the
-	// signals of probing (about one rise per node per Window at a full
-	// downstream) against how soon a downstream that grew is found.
+	// probe): [MinAdaptiveWindow] to outbox.MaxDelay. 0 means 6s. It
+	// trades the signals of probing (about one rise per node per Window
+	// at a full downstream) against how soon a downstream that grew is
+	// found.
 	Window time.Duration
 	// HoldClaims makes a Retry-After hold the namespace's rows on this
 	// node until then (no claim at all: its rows in flight drain). By
@@ -175,8 +176,9 @@ func (p AdaptiveCeilings) clamp(s aimdState, static int) aimdState {
 // signal returns s after a downstream's signal at now, with held the rows
 // of the namespace this node held (the signalled one among them) and
 // retryAfter the wait asked (0: none): the ceiling comes down to the
-// calls the downstream took (by Decrease at the first signal in Window),
-// the increase starts again from Increase, and the Retry-After is kept.
+// calls the downstream took (and by Decrease below them if it rose since
+// the last signal), the Window's quiet time starts again, and the
+// Retry-After is kept.
 func (p AdaptiveCeilings) signal(s aimdState, now time.Time, held int, retryAfter time.Duration) aimdState {
 	level := max(0, min(s.ceiling, held)-1)
 	c := min(s.ceiling, level)
