@@ -113,7 +113,7 @@ test-browser: browser
 clean:
 	rm -rf $(BIN) bpsim-out
 
-# Redraw the README's charts from bpsim's default, weights, hand-off and rates scenarios.
+# Redraw the README's charts from bpsim's default, weights, hand-off, rates and downstream scenarios.
 chart:
 	$(GO) run ./cmd/bpsim -quiet -out $${TMPDIR:-/tmp}/bpsim-docs
 	cp $${TMPDIR:-/tmp}/bpsim-docs/bpsim.png docs/bpsim.png
@@ -123,3 +123,5 @@ chart:
 	cp $${TMPDIR:-/tmp}/bpsim-handoff/backpressure.png docs/bpsim-handoff.png
 	$(GO) run ./cmd/bpsim -quiet -scenario cmd/bpsim/scenarios/rates.json -out $${TMPDIR:-/tmp}/bpsim-rates
 	cp $${TMPDIR:-/tmp}/bpsim-rates/backpressure-starts.png docs/bpsim-rates.png
+	$(GO) run ./cmd/bpsim -quiet -scenario cmd/bpsim/scenarios/downstream.json -out $${TMPDIR:-/tmp}/bpsim-downstream
+	cp $${TMPDIR:-/tmp}/bpsim-downstream/downstream.png docs/bpsim-downstream.png

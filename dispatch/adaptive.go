@@ -24,7 +24,9 @@ type AdaptiveCeiling struct {
 	// above that).
 	Static int
 	// HoldUntil is when the downstream's Retry-After lets the namespace's
-	// rows be claimed again; zero when no hold is to come (or Pinned).
+	// rows be claimed again, with AdaptiveCeilings.HoldClaims; zero when
+	// no hold is to come (or Pinned, or without HoldClaims: the Retry-After
+	// then only keeps the ceiling from rising).
 	HoldUntil time.Time
 	// Pinned is the operator's pin ([Dispatcher.PinAdaptiveCeiling]); 0
 	// when the controller steers.
@@ -142,11 +144,11 @@ func (a *adaptive) observe(namespace string, err error, held int) {
 		if ev.Cut = !e.s.cutAt.Equal(before.cutAt); ev.Cut {
 			e.preCut = before.ceiling
 		}
-		if e.s.hold.After(now) && !before.hold.After(now) {
+		if h := a.p.claimsHeld(e.s); h.After(now) && !a.p.claimsHeld(before).After(now) {
 			e.holdSet = now
 		}
 	} else {
-		e.s = a.p.success(e.s, held >= e.s.ceiling)
+		e.s = a.p.success(e.s, now, held >= e.s.ceiling)
 	}
 	if !signal && e.s == before {
 		return
@@ -185,9 +187,9 @@ func (a *adaptive) settle(plan backpressure.Plan) {
 // seed's producer compliance turned on the dispatcher: for each namespace
 // the controller holds that the sweep claimed rows of (claimed), what the
 // downstream asked for since the sweep began (at launched): the learned
-// ceiling (the higher one before a cut made since; 0 while a Retry-After
-// that began before the sweep still holds), against what the dispatcher
-// claimed, the plan's claimed rows plus the sweep's. The planner keeps
+// ceiling (the higher one before a cut made since; with HoldClaims, 0
+// while a Retry-After that began before the sweep still holds), against
+// what the dispatcher claimed, the plan's claimed rows plus the sweep's. The planner keeps
 // that within the ceiling it applied, so only a ceiling applied above the
 // learned one (a pin) breaches. A breach is counted, reported
 // (Metrics.Adapted with Breach) and logged once per episode; an episode
@@ -206,7 +208,7 @@ func (a *adaptive) check(plan backpressure.Plan, claimed map[string]int, launche
 		if e.s.cutAt.After(launched) {
 			asked = max(asked, e.preCut)
 		}
-		if e.s.hold.After(now) && e.holdSet.Before(launched) {
+		if a.p.claimsHeld(e.s).After(now) && e.holdSet.Before(launched) {
 			asked = 0
 		}
 		used := r.Claimed + n
@@ -215,7 +217,7 @@ func (a *adaptive) check(plan backpressure.Plan, claimed map[string]int, launche
 			continue
 		}
 		e.breaches++
-		c := e.view(now)
+		c := e.view(a.p, now)
 		a.m.Adapted(AdaptEvent{Namespace: ns, Breach: true, Held: used, Ceiling: c.Ceiling, Learned: c.Learned, Static: c.Static, HoldUntil: c.HoldUntil, Pinned: c.Pinned})
 		if !e.breaching {
 			e.breaching = true
@@ -229,7 +231,7 @@ func (a *adaptive) check(plan backpressure.Plan, claimed map[string]int, launche
 // its static ceiling with no hold and no pin is cleared. The caller holds
 // a.mu.
 func (a *adaptive) install(namespace string, e *nsAdapt, now time.Time, ev *AdaptEvent) {
-	c := e.view(now)
+	c := e.view(a.p, now)
 	ev.Ceiling, ev.Learned, ev.Static, ev.HoldUntil, ev.Pinned = c.Ceiling, c.Learned, c.Static, c.HoldUntil, c.Pinned
 	if e.pinned == 0 && e.s.recovered(now) {
 		delete(a.ns, namespace)
@@ -239,11 +241,11 @@ func (a *adaptive) install(namespace string, e *nsAdapt, now time.Time, ev *Adap
 	_ = a.bp.SetAdaptiveCeiling(namespace, c.Ceiling, c.HoldUntil)
 }
 
-// view is e as [AdaptiveCeiling] shows it at now.
-func (e *nsAdapt) view(now time.Time) AdaptiveCeiling {
+// view is e as [AdaptiveCeiling] shows it at now, under p.
+func (e *nsAdapt) view(p AdaptiveCeilings, now time.Time) AdaptiveCeiling {
 	c := AdaptiveCeiling{Ceiling: e.s.ceiling, Learned: e.s.ceiling, Static: e.s.static, Pinned: e.pinned, Signals: e.signals, Breaches: e.breaches}
-	if now.Before(e.s.hold) {
-		c.HoldUntil = e.s.hold
+	if h := p.claimsHeld(e.s); now.Before(h) {
+		c.HoldUntil = h
 	}
 	if e.pinned > 0 {
 		c.Ceiling, c.HoldUntil = e.pinned, time.Time{}
@@ -271,7 +273,7 @@ func (d *Dispatcher) AdaptiveCeilings() map[string]AdaptiveCeiling {
 			var ev AdaptEvent
 			a.install(ns, e, now, &ev)
 		}
-		out[ns] = e.view(now)
+		out[ns] = e.view(a.p, now)
 	}
 	return out
 }

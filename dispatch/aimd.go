@@ -14,21 +14,24 @@ import (
 // its static one (the quota's per-node share, [backpressure.Backpressure.Ceiling])
 // when its handlers report [Overloaded] (or, with Timeouts, hit a
 // deadline), and raises it back while they succeed at the ceiling. The
-// planner applies it ([backpressure.Backpressure.SetAdaptiveCeiling]); a
-// Retry-After also holds the namespace's rows until then. Every zero field
-// takes its default; docs/adaptive.md states the controller as invariants.
+// planner applies it ([backpressure.Backpressure.SetAdaptiveCeiling]).
+// Every zero field takes its default; docs/adaptive.md states the
+// controller as invariants and the measurements behind the defaults.
 //
 // With S the static ceiling (an Unlimited one, or one above what the
 // node can hold, counts as Workers + Queue), F = min(Floor, S), A the
-// adaptive ceiling and K the namespace's rows this node holds:
+// adaptive ceiling and K the namespace's rows this node holds (the
+// signalled row among them):
 //
 //	start:       A = S
 //	bounds:      F ≤ A ≤ S, always
-//	signal:      A ← max(F, ⌊min(A, K) · Decrease⌋), at most once per Window
-//	             (a signal within Window of the last cut changes only the hold)
-//	Retry-After: the namespace is held until max(hold, now + RetryAfter)
-//	success:     counted when K ≥ A at the success; after A such successes
-//	             A ← min(S, A + max(Increase, ⌊(L − A)/2⌋)), L the level of the last cut
+//	signal:      level = min(A, K) − 1, the calls the downstream took;
+//	             A ← max(F, ⌊level · Decrease⌋) if A rose since the last
+//	             signal (a probe found the downstream full),
+//	             A ← max(F, min(A, level)) otherwise
+//	Retry-After: no increase until then (with HoldClaims, no claim either)
+//	success:     counted when K ≥ A, Window after the last signal and past
+//	             the Retry-After; after A such successes A ← min(S, A + Increase)
 //	S changes:   an uncut A follows S; a cut one is clamped into [F, S]
 type AdaptiveCeilings struct {
 	// Floor is the lowest the adaptive ceiling goes, 1 to
@@ -36,24 +39,34 @@ type AdaptiveCeilings struct {
 	// flight (or its static ceiling, if lower), so that successes can
 	// raise it again. 0 means 1.
 	Floor int
-	// Increase is the additive step, 1 to [MaxAdaptiveStep]: after a
-	// ceiling's worth of successes at the ceiling it rises by Increase,
-	// or by half the gap to the level of the last cut when that is more
-	// (back quickly to where the downstream last complained, then probe
-	// past it). 0 means 1.
+	// Increase is the additive step, 1 to [MaxAdaptiveStep]: once Window
+	// has passed since the last signal, every ceiling's worth of
+	// successes at the ceiling raises it by Increase (each rise past what
+	// the downstream takes costs a signal). 0 means 1.
 	Increase int
-	// Decrease is the multiplicative factor of a cut, in (0, 1): the
-	// ceiling becomes ⌊min(ceiling, rows held) × Decrease⌋, at least
-	// Floor. 0 means 0.5; NaN and values outside (0, 1) are refused.
+	// Decrease is the factor of a cut after a rise, in (0, 1]: a signal
+	// brings the ceiling down to its level, min(ceiling, rows held) − 1,
+	// the calls the downstream took; if the ceiling rose since the last
+	// signal (a probe that found the downstream full) to ⌊level ×
+	// Decrease⌋, leaving room for the next probe of any node. 0 means
+	// 0.9; NaN and values outside (0, 1] are refused.
 	Decrease float64
-	// Window is the shortest time between two cuts of a namespace's
-	// ceiling, so that the signals of the rows already in flight when it
-	// was cut do not cut it again: [MinAdaptiveWindow] to outbox.MaxDelay.
-	// 0 means 2s.
+	// Window is the quiet time after a signal before the ceiling is
+	// raised (the shortest time between a node's signal and its next
+	// probe): [MinAdaptiveWindow] to outbox.MaxDelay. 0 means 6s. It
+	// trades the signals of probing (about one rise per node per Window
+	// at a full downstream) against how soon a downstream that grew is
+	// found.
 	Window time.Duration
+	// HoldClaims makes a Retry-After hold the namespace's rows on this
+	// node until then (no claim at all: its rows in flight drain). By
+	// default the signalled row alone waits for it (it is snoozed until
+	// then) and the ceiling is not raised before it: the rows the
+	// downstream took stay in flight.
+	HoldClaims bool
 	// Timeouts makes a handler's error matching context.DeadlineExceeded
-	// a signal too (a cut, with no hold). The row itself is still a
-	// failure, retried after the backoff.
+	// a signal too (a cut, with no Retry-After). The row itself is still
+	// a failure, retried after the backoff.
 	Timeouts bool
 	// Now is the controller's clock; nil means the Backpressure's
 	// (Config.Clock, else time.Now). A hold's end is compared with the
@@ -72,8 +85,8 @@ const (
 )
 
 const (
-	defaultAdaptiveDecrease = 0.5
-	defaultAdaptiveWindow   = 2 * time.Second
+	defaultAdaptiveDecrease = 0.9
+	defaultAdaptiveWindow   = 6 * time.Second
 )
 
 // adaptiveRules are optionRules' checks of Options.Adaptive, as given.
@@ -91,14 +104,14 @@ var adaptiveRules = []optionRule{
 		return ""
 	}},
 	{"Adaptive.Decrease", func(o Options) string {
-		if a := o.Adaptive; a != nil && (math.IsNaN(a.Decrease) || a.Decrease < 0 || a.Decrease >= 1) {
-			return fmt.Sprintf("is %v, not in (0, 1) (0 means 0.5)", a.Decrease)
+		if a := o.Adaptive; a != nil && (math.IsNaN(a.Decrease) || a.Decrease < 0 || a.Decrease > 1) {
+			return fmt.Sprintf("is %v, not in (0, 1] (0 means 0.9)", a.Decrease)
 		}
 		return ""
 	}},
 	{"Adaptive.Window", func(o Options) string {
 		if a := o.Adaptive; a != nil && (a.Window < 0 || a.Window > 0 && a.Window < MinAdaptiveWindow || a.Window > outbox.MaxDelay) {
-			return fmt.Sprintf("is %v, not in [%v, outbox.MaxDelay] (0 means 2s)", a.Window, MinAdaptiveWindow)
+			return fmt.Sprintf("is %v, not in [%v, outbox.MaxDelay] (0 means 6s)", a.Window, MinAdaptiveWindow)
 		}
 		return ""
 	}},
@@ -126,12 +139,13 @@ func (p AdaptiveCeilings) withDefaults() AdaptiveCeilings {
 // steps take and return, so that they are pure functions of it, their
 // inputs and the time.
 type aimdState struct {
-	ceiling int       // A, in [min(Floor, static), static]
-	static  int       // S, the static ceiling it was last clamped to (≥ 0)
-	lastCut int       // L: the rows held at the last cut (0: never cut)
-	cutAt   time.Time // when it was last cut (zero: never)
-	hold    time.Time // the namespace is held until then (zero: no hold)
-	good    int       // successes at the ceiling since A last changed
+	ceiling  int       // A, in [min(Floor, static), static]
+	static   int       // S, the static ceiling it was last clamped to (≥ 0)
+	cutAt    time.Time // the last signal that lowered A (zero: never)
+	signalAt time.Time // the last signal (zero: never)
+	hold     time.Time // the Retry-After asked ends then (zero: none)
+	good     int       // successes counted since the last signal or rise
+	rose     bool      // A rose since the last signal: a signal now is a probe's
 }
 
 // floor returns min(Floor, S).
@@ -156,20 +170,26 @@ func (p AdaptiveCeilings) clamp(s aimdState, static int) aimdState {
 		s.ceiling = min(max(s.ceiling, p.floor(static)), static)
 	}
 	s.static = static
-	s.lastCut = min(s.lastCut, static)
 	return s
 }
 
 // signal returns s after a downstream's signal at now, with held the rows
-// of the namespace this node held and retryAfter the wait asked (0: none):
-// a cut, unless one was made less than Window ago, and the hold extended.
+// of the namespace this node held (the signalled one among them) and
+// retryAfter the wait asked (0: none): the ceiling comes down to the
+// calls the downstream took (and by Decrease below them if it rose since
+// the last signal), the Window's quiet time starts again, and the
+// Retry-After is kept.
 func (p AdaptiveCeilings) signal(s aimdState, now time.Time, held int, retryAfter time.Duration) aimdState {
-	if s.cutAt.IsZero() || now.Sub(s.cutAt) >= p.Window {
-		level := max(0, min(s.ceiling, held))
-		s.lastCut = level
-		s.ceiling = max(p.floor(s.static), int(float64(level)*p.Decrease))
-		s.cutAt, s.good = now, 0
+	level := max(0, min(s.ceiling, held)-1)
+	c := min(s.ceiling, level)
+	if s.rose {
+		c = int(float64(level) * p.Decrease)
 	}
+	if c = max(p.floor(s.static), c); c < s.ceiling {
+		s.cutAt = now
+	}
+	s.ceiling = c
+	s.signalAt, s.good, s.rose = now, 0, false
 	if retryAfter > 0 {
 		if until := now.Add(retryAfter); until.After(s.hold) {
 			s.hold = until
@@ -178,26 +198,33 @@ func (p AdaptiveCeilings) signal(s aimdState, now time.Time, held int, retryAfte
 	return s
 }
 
-// success returns s after a handler's success, with atCeiling whether the
-// namespace's rows held reached A: a ceiling's worth of them raises A.
-func (p AdaptiveCeilings) success(s aimdState, atCeiling bool) aimdState {
-	if !atCeiling || s.ceiling >= s.static {
+// success returns s after a handler's success at now, with atCeiling
+// whether the namespace's rows held reached A: once Window has passed
+// since the last signal and the Retry-After is over, a ceiling's worth of
+// them raises A by Increase.
+func (p AdaptiveCeilings) success(s aimdState, now time.Time, atCeiling bool) aimdState {
+	if !atCeiling || s.ceiling >= s.static || now.Before(s.hold) || !s.signalAt.IsZero() && now.Sub(s.signalAt) < p.Window {
 		return s
 	}
 	if s.good++; s.good < s.ceiling {
 		return s
 	}
-	step := p.Increase
-	if s.lastCut > s.ceiling {
-		step = max(step, (s.lastCut-s.ceiling)/2)
-	}
-	s.ceiling = min(s.static, s.ceiling+step)
-	s.good = 0
+	s.ceiling = min(s.static, s.ceiling+p.Increase)
+	s.good, s.rose = 0, true
 	return s
 }
 
+// claimsHeld returns until when the Retry-After s keeps holds the
+// namespace's claims: its end with HoldClaims, else zero (no hold).
+func (p AdaptiveCeilings) claimsHeld(s aimdState) time.Time {
+	if !p.HoldClaims {
+		return time.Time{}
+	}
+	return s.hold
+}
+
 // recovered reports whether s is back where it started at now: A = S and
-// no hold to come, so the namespace needs no entry.
+// no Retry-After to come, so the namespace needs no entry.
 func (s aimdState) recovered(now time.Time) bool {
 	return s.ceiling >= s.static && !now.Before(s.hold)
 }

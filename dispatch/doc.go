@@ -85,8 +85,10 @@
 //
 // Adaptive ceilings (Options.Adaptive, [AdaptiveCeilings]): a handler's
 // [Overloaded] signal (HTTP 429 or 503 through [OverloadedResponse]) cuts
-// its namespace's ceiling on this node by AIMD and holds its rows for the
-// Retry-After; successes at the ceiling raise it back to the static one.
+// its namespace's ceiling on this node to the calls the downstream took,
+// and it is not raised before the Retry-After (with HoldClaims the
+// namespace's rows are held until then); successes at the ceiling raise it
+// back to the static one.
 // [Dispatcher.AdaptiveCeilings] shows it, [Dispatcher.PinAdaptiveCeiling]
 // and [Dispatcher.ResetAdaptiveCeiling] steer it, [Metrics].Adapted
 // reports it, and after every sweep the dispatcher checks its claims

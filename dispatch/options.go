@@ -193,8 +193,9 @@ type Options struct {
 
 	// Adaptive, when not nil, turns on adaptive ceilings: a namespace
 	// whose handlers report a downstream's [Overloaded] signal gets a
-	// lower ceiling on this node, learned by AIMD, and a Retry-After
-	// holds its rows until then (see [AdaptiveCeilings], docs/adaptive.md).
+	// lower ceiling on this node, learned from the signals, not raised
+	// before their Retry-After (with HoldClaims, its rows are held until
+	// then; see [AdaptiveCeilings], docs/adaptive.md).
 	// Nil, the default: off; the dispatcher behaves as without it.
 	Adaptive *AdaptiveCeilings
 

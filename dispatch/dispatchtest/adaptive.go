@@ -69,10 +69,10 @@ func (c *concurrency) leave() { c.now.Add(-1) }
 
 // adaptiveRun runs a dispatcher with Options.Adaptive over rows of "hot"
 // and "cold" (quota 20 each, 40 workers), hot's handler answering
-// Overloaded(retryAfter) above a concurrency of capacity, until every row
-// is settled, and returns the metrics and the dispatcher's final adaptive
-// ceilings.
-func (c Results) adaptiveRun(t *testing.T, capacity int64, retryAfter time.Duration, rows int) (*adaptiveMetrics, *concurrency, map[string]dispatch.AdaptiveCeiling, []outbox.Row) {
+// Overloaded(retryAfter) above a concurrency of capacity (with hold, the
+// controller's HoldClaims), until every row is settled, and returns the
+// metrics and the dispatcher's final adaptive ceilings.
+func (c Results) adaptiveRun(t *testing.T, capacity int64, retryAfter time.Duration, hold bool, rows int) (*adaptiveMetrics, *concurrency, map[string]dispatch.AdaptiveCeiling, []outbox.Row) {
 	t.Helper()
 	s := c.Open(t)
 	var msgs []outbox.Message
@@ -107,7 +107,7 @@ func (c Results) adaptiveRun(t *testing.T, capacity int64, retryAfter time.Durat
 	opts := dispatch.Options{
 		Workers: 40, PollInterval: 10 * time.Millisecond, Metrics: m,
 		MaxSnoozes: dispatch.MaxSnoozesLimit, OverloadSnooze: 5 * time.Millisecond,
-		Adaptive: &dispatch.AdaptiveCeilings{Window: 20 * time.Millisecond},
+		Adaptive: &dispatch.AdaptiveCeilings{Window: 20 * time.Millisecond, HoldClaims: hold},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	bp, err := backpressure.New(backpressure.Config{BatchSize: 40, DefaultQuota: 20}, everyShard(t, s.ShardCount()))
@@ -159,7 +159,7 @@ func (c Results) adaptiveRun(t *testing.T, capacity int64, retryAfter time.Durat
 // an attempt (every row settles at Attempts 1 with MaxAttempts 1), no row
 // is lost, and each is settled exactly once.
 func (c Results) adaptive(t *testing.T) {
-	m, cold, _, rows := c.adaptiveRun(t, 4, 0, 150)
+	m, cold, _, rows := c.adaptiveRun(t, 4, 0, false, 150)
 	checkSettledOnce(t, m, rows)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -191,12 +191,12 @@ func (c Results) adaptive(t *testing.T) {
 	}
 }
 
-// adaptiveHold: a Retry-After holds the hot namespace: every sweep that
+// adaptiveHold: with HoldClaims, a Retry-After holds the hot namespace: every sweep that
 // reports a hold grants hot nothing (reason HeldAdaptive for its pending
 // rows), cold is never held, and once the holds end every row settles,
 // once, at Attempts 1.
 func (c Results) adaptiveHold(t *testing.T) {
-	m, _, _, rows := c.adaptiveRun(t, 2, 30*time.Millisecond, 40)
+	m, _, _, rows := c.adaptiveRun(t, 2, 30*time.Millisecond, true, 40)
 	checkSettledOnce(t, m, rows)
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -37,8 +37,9 @@ import (
 //     static 20 and its claims stay within it; another namespace keeps
 //     its static ceiling; no attempt spent, no row lost, each settled
 //     exactly once.
-//   - AdaptiveHold: a Retry-After holds the namespace (no grant while a
-//     sweep reports the hold), not the other; every row then settles once.
+//   - AdaptiveHold: with HoldClaims, a Retry-After holds the namespace
+//     (no grant while a sweep reports the hold), not the other; every row
+//     then settles once.
 //
 // A store's own tests call [Results.Run].
 type Results struct {

@@ -37,7 +37,8 @@ const (
 	// adaptive ceilings on (dispatch.Options.Adaptive, from the
 	// scenario's Adaptive, defaults where it says nothing): each node
 	// lowers a tenant's ceiling on a 429 and raises it while calls
-	// succeed, and a Retry-After holds the tenant's rows on that node.
+	// succeed (with holdClaims, a Retry-After also holds the tenant's
+	// rows on that node).
 	Adaptive Policy = "adaptive"
 )
 
@@ -345,6 +346,9 @@ type downstreamRun struct {
 	recent    []int
 	recentSum int
 	recentAt  int
+	// slowCarry is the fraction of a tick of slowdown owed to the next
+	// served call (in [0, 1)).
+	slowCarry float64
 
 	calls, succeeded, rejected int
 	goodInWindow               int // calls served and settled inside the arrival window
@@ -438,10 +442,15 @@ func (d *downstreamRun) call(t, base int, s Scenario) (service int, rejected boo
 	if d.recentSum == 0 || d.spec.Slowdown == 0 {
 		return base, false
 	}
-	// The 429s' share of the last second's capacity, in slot-ticks.
+	// The 429s' share of the last second's capacity, in slot-ticks. The
+	// slowdown's fraction of a tick is carried to the next call rather
+	// than rounded up: rounded up, a single 429 (u = 1/240 at C = 24)
+	// made every call of the next second a whole tick (~20%) slower.
 	u := float64(d.recentSum*rejectTicks) / float64(d.capacity*len(d.recent))
-	f := 1 + d.spec.Slowdown*min(1, u)
-	return max(base, int(math.Ceil(float64(base)*f))), false
+	d.slowCarry += float64(base) * d.spec.Slowdown * min(1, u)
+	extra := int(d.slowCarry)
+	d.slowCarry -= float64(extra)
+	return base + extra, false
 }
 
 // done ends a call at tick t.
@@ -661,7 +670,8 @@ func armOptions(p Policy, s Scenario, clock *simClock) func(*dispatch.Options) {
 	}
 	return func(o *dispatch.Options) {
 		a := s.Adaptive
-		o.Adaptive = &dispatch.AdaptiveCeilings{Floor: a.Floor, Increase: a.Increase, Decrease: a.Decrease, Window: a.Window, Timeouts: a.Timeouts, Now: clock.Now}
+		o.Adaptive = &dispatch.AdaptiveCeilings{Floor: a.Floor, Increase: a.Increase, Decrease: a.Decrease, Window: a.Window,
+			HoldClaims: a.HoldClaims, Timeouts: a.Timeouts, Now: clock.Now}
 	}
 }
 
@@ -671,9 +681,12 @@ func armOptions(p Policy, s Scenario, clock *simClock) func(*dispatch.Options) {
 type AdaptiveSpec struct {
 	Floor    int           // 0..dispatch.MaxAdaptiveStep (0: 1)
 	Increase int           // 0..dispatch.MaxAdaptiveStep (0: 1)
-	Decrease float64       // [0, 1) (0: 0.5)
-	Window   time.Duration // 0 (2s), or dispatch.MinAdaptiveWindow..outbox.MaxDelay
-	Timeouts bool
+	Decrease float64       // [0, 1] (0: 0.9)
+	Window   time.Duration // 0 (6s), or dispatch.MinAdaptiveWindow..outbox.MaxDelay
+	// HoldClaims: a Retry-After holds the tenant's claims on the node
+	// (dispatch.AdaptiveCeilings.HoldClaims).
+	HoldClaims bool
+	Timeouts   bool
 }
 
 type adaptiveJSON struct {
@@ -682,6 +695,19 @@ type adaptiveJSON struct {
 	Decrease *float64 `json:"decrease,omitempty"`
 	Window   *string  `json:"window,omitempty"`
 	Timeouts *bool    `json:"timeouts,omitempty"`
+	Hold     *bool    `json:"holdClaims,omitempty"`
+}
+
+// boolField decodes a JSON boolean into *dst.
+func boolField(dst **bool) func(json.RawMessage, string) error {
+	return func(raw json.RawMessage, at string) error {
+		var b bool
+		if err := json.Unmarshal(raw, &b); err != nil {
+			return &ScenarioError{Field: at, Problem: "want true or false, got " + describe(raw)}
+		}
+		*dst = &b
+		return nil
+	}
 }
 
 // decodeAdaptive decodes the scenario's "adaptive" into *dst.
@@ -689,18 +715,12 @@ func decodeAdaptive(dst *AdaptiveSpec) func(json.RawMessage, string) error {
 	return func(raw json.RawMessage, at string) error {
 		var j adaptiveJSON
 		if err := decodeObject(raw, at, map[string]func(json.RawMessage, string) error{
-			"floor":    intField(&j.Floor),
-			"increase": intField(&j.Increase),
-			"decrease": floatField(&j.Decrease),
-			"window":   stringField(&j.Window),
-			"timeouts": func(raw json.RawMessage, at string) error {
-				var b bool
-				if err := json.Unmarshal(raw, &b); err != nil {
-					return &ScenarioError{Field: at, Problem: "want true or false, got " + describe(raw)}
-				}
-				j.Timeouts = &b
-				return nil
-			},
+			"floor":      intField(&j.Floor),
+			"increase":   intField(&j.Increase),
+			"decrease":   floatField(&j.Decrease),
+			"window":     stringField(&j.Window),
+			"timeouts":   boolField(&j.Timeouts),
+			"holdClaims": boolField(&j.Hold),
 		}); err != nil {
 			return err
 		}
@@ -710,6 +730,9 @@ func decodeAdaptive(dst *AdaptiveSpec) func(json.RawMessage, string) error {
 		}
 		if j.Timeouts != nil {
 			a.Timeouts = *j.Timeouts
+		}
+		if j.Hold != nil {
+			a.HoldClaims = *j.Hold
 		}
 		var err error
 		if a.Window, err = parseDuration(at+".window", j.Window, 0); err != nil {
@@ -741,6 +764,9 @@ func (a AdaptiveSpec) json() *adaptiveJSON {
 	if a.Timeouts {
 		j.Timeouts = ptr(true)
 	}
+	if a.HoldClaims {
+		j.Hold = ptr(true)
+	}
 	return j
 }
 
@@ -754,10 +780,10 @@ func (a AdaptiveSpec) validate() error {
 		return bad("floor", "%d is out of range: want 1..%d (0 or left out: 1)", a.Floor, dispatch.MaxAdaptiveStep)
 	case a.Increase < 0 || a.Increase > dispatch.MaxAdaptiveStep:
 		return bad("increase", "%d is out of range: want 1..%d (0 or left out: 1)", a.Increase, dispatch.MaxAdaptiveStep)
-	case math.IsNaN(a.Decrease) || a.Decrease < 0 || a.Decrease >= 1:
-		return bad("decrease", "%v is out of range: want (0, 1) (0 or left out: 0.5)", a.Decrease)
+	case math.IsNaN(a.Decrease) || a.Decrease < 0 || a.Decrease > 1:
+		return bad("decrease", "%v is out of range: want (0, 1] (0 or left out: 0.9)", a.Decrease)
 	case a.Window < 0 || a.Window > 0 && a.Window < dispatch.MinAdaptiveWindow || a.Window > outbox.MaxDelay:
-		return bad("window", "%v is out of range: want %v..%v (0 or left out: 2s)", a.Window, dispatch.MinAdaptiveWindow, outbox.MaxDelay)
+		return bad("window", "%v is out of range: want %v..%v (0 or left out: 6s)", a.Window, dispatch.MinAdaptiveWindow, outbox.MaxDelay)
 	}
 	return nil
 }

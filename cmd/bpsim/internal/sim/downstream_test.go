@@ -15,7 +15,9 @@ import (
 // shortDownstream is scenarios/downstream.json in a 24 s window, its
 // capacity changes moved in proportion (20 s → 8 s, 40 s → 16 s), so that
 // each phase still has steady time after the 5 s the targets allow for
-// convergence.
+// convergence, and the adaptive controller's Window with them (its
+// default 6 s → 2.4 s: the quiet time before a probe bounds how soon a
+// grown downstream is found).
 func shortDownstream(t *testing.T) Scenario {
 	t.Helper()
 	s, err := LoadScenario("../../scenarios/downstream.json")
@@ -30,6 +32,9 @@ func shortDownstream(t *testing.T) Scenario {
 				d.Changes[k].At = time.Duration(d.Changes[k].At.Seconds()*scale) * time.Second
 			}
 		}
+	}
+	if s.Adaptive.Window == 0 {
+		s.Adaptive.Window = time.Duration(float64(6*time.Second) * scale)
 	}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
@@ -116,16 +121,24 @@ func checkDownstreamArms(t *testing.T, cfg Config) {
 		if !(sd.VsOracle > 0 && sd.VsOracle < 0.95) || bd.VsOracle < 1 {
 			t.Errorf("%s: goodput ×oracle static %.3f, no-signals %.3f; want static < 0.95, no-signals ≥ 1", st.Name, sd.VsOracle, bd.VsOracle)
 		}
-		// Adaptive ceilings turn the 429s into a bound: far fewer than
-		// static's, and most of the oracle's goodput kept. (The bounds are
-		// loose: the figures against the targets are the -seeds run's.)
+		// Adaptive ceilings turn the 429s into a bound: some (probes), at
+		// most 60 per 1,000 steady calls (static: hundreds; the short
+		// Window probes more often than the default's 6 s), most of the
+		// oracle's goodput kept, and in-flight converged on C in every
+		// phase. (The bounds leave room for one seed of a short run: the
+		// figures against the targets are the -seeds run's.)
 		ad := adaptive.Tenants[i].Downstream
-		if ad.Rejected == 0 || ad.RejectedPer1000 > sd.RejectedPer1000/4 || ad.SteadyRejectedPer1000 > sd.SteadyRejectedPer1000/4 {
-			t.Errorf("adaptive: %s: %.1f 429s per 1,000 calls (%.1f steady); static %.1f (%.1f); want some, under a quarter of static's",
+		if ad.Rejected == 0 || ad.SteadyRejectedPer1000 > 60 || ad.RejectedPer1000 > sd.RejectedPer1000/10 {
+			t.Errorf("adaptive: %s: %.1f 429s per 1,000 calls (%.1f steady); static %.1f (%.1f); want some, ≤ 60 steady, under a tenth of static's",
 				st.Name, ad.RejectedPer1000, ad.SteadyRejectedPer1000, sd.RejectedPer1000, sd.SteadyRejectedPer1000)
 		}
-		if ad.VsOracle < 0.6 {
-			t.Errorf("adaptive: %s: goodput %.3f× the oracle's, want ≥ 0.6", st.Name, ad.VsOracle)
+		if ad.VsOracle < 0.8 {
+			t.Errorf("adaptive: %s: goodput %.3f× the oracle's, want ≥ 0.8", st.Name, ad.VsOracle)
+		}
+		for k, c := range ad.Convergence {
+			if !c.Converged {
+				t.Errorf("adaptive: %s: change %d (C %d at %v): never converged", st.Name, k, c.Capacity, c.At)
+			}
 		}
 		if len(ad.Ceilings.Inflight) != 1 || len(ad.Ceilings.Inflight[0]) == 0 || slices.Min(ad.Ceilings.Inflight[0]) >= st.Quota {
 			t.Errorf("adaptive: %s: ceilings timeline %v never went below the quota %d", st.Name, ad.Ceilings.Inflight, st.Quota)
@@ -202,12 +215,17 @@ func TestDownstreamCall(t *testing.T) {
 	d.done(2, true, 100)
 	d.done(5, false, 100)
 	// One 429 of 2 ticks over a second of capacity 2 (20 slot-ticks):
-	// u = 0.1, so 5 ticks × 1.1 → 6.
-	if svc, rej := d.call(5, 5, s); rej || svc != 6 {
-		t.Fatalf("call after a 429: %d ticks, 429 %v; want 6", svc, rej)
+	// u = 0.1, so 5 ticks × 1.1 = 5.5: the half tick is carried, the
+	// next call pays it (5, then 6: the mean is exact, not rounded up).
+	if svc, rej := d.call(5, 5, s); rej || svc != 5 {
+		t.Fatalf("call after a 429: %d ticks, 429 %v; want 5 (half a tick carried)", svc, rej)
+	}
+	d.done(6, false, 100)
+	if svc, rej := d.call(6, 5, s); rej || svc != 6 {
+		t.Fatalf("second call after a 429: %d ticks, 429 %v; want 6 (the carried half plus its own)", svc, rej)
 	}
 	// A second later the 429 is forgotten.
-	d.done(11, false, 100)
+	d.done(12, false, 100)
 	if svc, rej := d.call(16, 5, s); rej || svc != 5 {
 		t.Fatalf("call a second later: %d ticks, 429 %v; want 5", svc, rej)
 	}
@@ -234,6 +252,9 @@ func TestDownstreamScenarioErrors(t *testing.T) {
 		{``, `, "arms": ["static"]`, "arms"},
 		{`, "downstream": {"capacity": 3}`, `, "arms": ["static", "unscoped"]`, "arms[1]"},
 		{`, "downstream": {"capacity": 3}`, `, "arms": ["static", "static"]`, "arms[1]"},
+		{`, "downstream": {"capacity": 3}`, `, "adaptive": {"decrease": 1.5}`, "adaptive.decrease"},
+		{`, "downstream": {"capacity": 3}`, `, "adaptive": {"window": "-1s"}`, "adaptive.window"},
+		{`, "downstream": {"capacity": 3}`, `, "adaptive": {"holdClaims": "yes"}`, "adaptive.holdClaims"},
 	}
 	for _, tt := range tests {
 		_, err := ParseScenario([]byte(strings.Replace(strings.Replace(base, "%s", tt.tenant, 1), "%s", tt.top, 1)))
@@ -242,7 +263,8 @@ func TestDownstreamScenarioErrors(t *testing.T) {
 			t.Errorf("%s %s: %v; want an error on %s", tt.tenant, tt.top, err, tt.field)
 		}
 	}
-	ds, err := ParseScenario([]byte(strings.Replace(strings.Replace(base, "%s", `, "downstream": {"capacity": 3}`, 1), "%s", `, "arms": ["oracle", "static"]`, 1)))
+	ds, err := ParseScenario([]byte(strings.Replace(strings.Replace(base, "%s", `, "downstream": {"capacity": 3}`, 1), "%s",
+		`, "arms": ["oracle", "static"], "adaptive": {"decrease": 1, "window": "6s", "holdClaims": true}`, 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +285,49 @@ func TestDownstreamScenarioErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := ParseScenario(b)
-	if err != nil || again.Tenants[0].Downstream == nil || again.Tenants[0].Downstream.Capacity != 3 || len(again.Arms) != 2 {
+	want := AdaptiveSpec{Decrease: 1, Window: 6 * time.Second, HoldClaims: true}
+	if err != nil || again.Tenants[0].Downstream == nil || again.Tenants[0].Downstream.Capacity != 3 || len(again.Arms) != 2 || again.Adaptive != want {
 		t.Errorf("round trip: %v, %+v", err, again)
 	}
+}
+
+// TestSweepOrderRotates: in a scenario with downstreams, every node sweeps
+// first (and last) once in any len(nodes) consecutive ticks, each tick's
+// order a rotation of the nodes; without downstreams the order is fixed.
+func TestSweepOrderRotates(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 6).Draw(rt, "nodes")
+		from := rapid.IntRange(0, 1000).Draw(rt, "from")
+		r := &policyRun{}
+		for i := range n {
+			r.nodes = append(r.nodes, &node{id: i})
+		}
+		if got := r.sweepOrder(from); !slices.Equal(got, r.nodes) {
+			rt.Fatalf("no downstreams: order %v at tick %d, want the nodes' own", ids(got), from)
+		}
+		r.ds = []*downstreamRun{nil}
+		first, last := map[int]int{}, map[int]int{}
+		for tick := from; tick < from+n; tick++ {
+			got := r.sweepOrder(tick)
+			k := slices.Index(r.nodes, got[0])
+			if len(got) != n || k < 0 || !slices.Equal(got, append(slices.Clone(r.nodes[k:]), r.nodes[:k]...)) {
+				rt.Fatalf("tick %d: order %v is not a rotation of %v", tick, ids(got), ids(r.nodes))
+			}
+			first[got[0].id]++
+			last[got[n-1].id]++
+		}
+		for _, nd := range r.nodes {
+			if first[nd.id] != 1 || last[nd.id] != 1 {
+				rt.Fatalf("over %d ticks from %d node %d swept first %d and last %d times, want once each", n, from, nd.id, first[nd.id], last[nd.id])
+			}
+		}
+	})
+}
+
+func ids(ns []*node) []int {
+	out := make([]int, len(ns))
+	for i, n := range ns {
+		out[i] = n.id
+	}
+	return out
 }

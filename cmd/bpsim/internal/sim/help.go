@@ -93,7 +93,7 @@ cmd/bpsim/scenario.sample.json is the default scenario.
       }
     ],
     "arms": ["no-signals", "static", "oracle", "adaptive"],
-    "adaptive": {"floor": 1, "increase": 1, "decrease": 0.5, "window": "2s"}
+    "adaptive": {"floor": 1, "increase": 1, "decrease": 0.9, "window": "6s", "holdClaims": false}
                              optional, with a downstream: the arms to compare, in
                              order (left out: all; -policies overrides): no-signals
                              (no downstream limit), static (the quotas as given),

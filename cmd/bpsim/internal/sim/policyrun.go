@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -577,7 +578,7 @@ func (r *policyRun) sweepNodes(ctx context.Context, t int) (claimedNow int, err 
 	}
 	clear(r.claimedTick)
 	swept := false
-	for _, n := range r.nodes {
+	for _, n := range r.sweepOrder(t) {
 		if !r.mem.live(n.id, t) {
 			continue
 		}
@@ -611,6 +612,20 @@ func (r *policyRun) sweepNodes(ctx context.Context, t int) (claimedNow int, err 
 		}
 	}
 	return claimedNow, nil
+}
+
+// sweepOrder is the order in which the nodes sweep at tick t: their
+// order, or, in a scenario with downstreams, that order rotated by t. A
+// downstream answers its calls in the order they come, so the first node
+// to sweep takes every slot freed since the last tick, and a fixed order
+// would give the same node every freed slot and the others every 429,
+// which no real cluster of racing nodes does.
+func (r *policyRun) sweepOrder(t int) []*node {
+	if r.ds == nil || len(r.nodes) < 2 {
+		return r.nodes
+	}
+	k := t % len(r.nodes)
+	return append(slices.Clone(r.nodes[k:]), r.nodes[:k]...)
 }
 
 // claimed records row, claimed by node n's sweep at tick t.
