@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,8 +39,9 @@ const (
 // history behind it, and tenant "big" (paused) holds more rows than the
 // pages count. On drain's page it checks that the three charts are there
 // (rows/s, backlog, held by reason), that the backlog's line falls from
-// bucket to bucket, that the time to drain and the ages of the figures are
-// shown, and that the time to drain was within 25% of the time the drain
+// bucket to bucket and says it is a lower bound (≥) when a node capped the
+// backlog it counted, that the time to drain and the ages of the figures
+// are shown, and that the time to drain was within 25% of the time the drain
 // then took; on the tenants page, the overview charts and big's counts
 // marked ≥ (capped). It saves a screenshot of drain's page
 // (-update-screenshots copies it to docs/admin-history.png; only the
@@ -128,6 +130,14 @@ func browserHistory(t *testing.T, chromium string, b backend) {
 		t.Errorf("drain's page charts %q, want tenant-rates tenant-backlog tenant-held", charts)
 	}
 	checkFalls(t, eval("the backlog's line", `document.querySelector('#tenant-backlog polyline').getAttribute('points')`))
+	pts, err := s.History(ctx, outbox.HistoryParams{Namespace: "drain", Since: loaded.Add(-admin.ChartSpan)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := slices.ContainsFunc(pts, func(p outbox.HistoryPoint) bool { return p.BacklogCapped })
+	if label := eval("the backlog chart", `document.querySelector('#tenant-backlog').textContent`); strings.Contains(label, "≥ (capped)") != capped {
+		t.Errorf("the backlog chart says %q; the node capped a point's backlog: %v", label, capped)
+	}
 	if held := eval("the held chart", `document.querySelector('#tenant-held').textContent`); !strings.Contains(held, "rate") {
 		t.Errorf("the held-by-reason chart does not name the reason rate: %q", held)
 	}
@@ -166,7 +176,7 @@ func browserHistory(t *testing.T, chromium string, b backend) {
 	if off > 0.25 {
 		t.Errorf("drain's page said %v to drain; it took %v (off by %.0f%%, above 25%%)", estimate, took, 100*off)
 	}
-	t.Logf("drain's page said %v to drain (%s); it took %v (off by %.1f%%)", estimate, m[1], took, 100*off)
+	t.Logf("drain's page said %v to drain (newest point %s old, backlog capped %v); it took %v (off by %.1f%%)", estimate, m[1], capped, took, 100*off)
 }
 
 // seedDrainHistory appends the history node-a left before now: a point
