@@ -4,10 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,50 +39,60 @@ const (
 )
 
 // historyFor is how long each arm of BenchmarkHistoryCost runs its
-// producer (300 ms under -benchtime=1x, to prove it runs).
+// producer: a minute, so that each node prunes about as often as it does
+// in service (300 ms under -benchtime=1x, to prove it runs).
 func historyFor() time.Duration {
 	if f := flag.Lookup("test.benchtime"); f != nil && f.Value.String() == "1x" {
 		return 300 * time.Millisecond
 	}
-	return 10 * time.Second
+	return historyPruneEvery
 }
 
 // BenchmarkHistoryCost is what dispatch.Operate.History costs the
-// database, beside the same run without it: a producer enqueues no-op
-// rows at 2,000 rows/s (transactions of 20 rows every 10 ms) over 10
-// namespaces for 10 s while one dispatcher (Workers 100, BatchSize 100,
-// Operate with shared settings and reports at their defaults) drains them,
-// with History off and on, the two arms alternating first from iteration
-// to iteration, each on a fresh schema whose history already holds what a
-// node of 10 namespaces leaves in steady state (a full hour of points
-// every 2 s, thinned older ones for a day, one minute not yet pruned).
+// database, beside the same run without it: in each iteration two clusters
+// of dispatchers run at once, one with History off and one with it on, each
+// on a fresh schema, so that both see the same load on the machine at
+// every instant (which of the two is set up first alternates). In each, a producer enqueues no-op rows at 2,000 rows/s
+// (transactions of 20 rows every 10 ms) over 10 namespaces for a minute while
+// the cluster (1 or 3 nodes, each owning its share of the shards; Workers
+// 100, BatchSize 100, Operate with shared settings and reports at their
+// defaults) drains them. Each schema's history already holds what the
+// nodes leave in steady state: a full hour of points every 2 s, thinned
+// older ones for a day, one minute not yet pruned.
 //
-// The dispatcher's claims and results run on one pool, its settings and
-// reports on a second, and the history (AppendHistory, PruneHistory) on a
-// third of one connection, so that each one's server CPU is its own
-// backends' (/proc/<pid>/schedstat: nanoseconds, user and system). It
-// reports per row:
+// Each node's claims and results run on a pool of its own, the nodes'
+// settings and reports on another, and the history (AppendHistory,
+// PruneHistory) on a third of one connection, the calls one at a time, so
+// that each one's server CPU is its own backends' (/proc/<pid>/schedstat:
+// nanoseconds, user and system; sampled every 100 ms, so that a backend
+// whose connection the pool closes keeps the CPU it was last seen with).
+// It reports per row:
 //
 //   - off-pg-µs/row, on-pg-µs/row: the database CPU of everything the
-//     dispatcher ran (claims, results, settings, reports, and the history
-//     in the on arm); on/off-ratio their ratio over the whole run and
-//     on/off-median the median of the iterations' ratios. Side by side on
-//     a shared machine these move by more than the history's share from
-//     arm to arm, and a 10 s arm runs the prune once where a node runs it
-//     once a minute, so they show the history is lost in the noise, not
-//     how small it is;
-//   - history-µs/row: the history's own CPU at the rates a node runs it
-//     (each append's mean CPU once per 2 s report, each prune's once a
-//     minute) per row at the arm's rate, and overhead-%: that over the on
-//     arm's database CPU per row without the history, the issue's bound
-//     (at most 1%);
+//     cluster ran (claims, results, settings, reports, and the history in
+//     the on arm); on/off-ratio their ratio over the whole run and
+//     on/off-median the median of the iterations' ratios. They move by
+//     more than the history's share from iteration to iteration, so they
+//     bound it from above rather than measure it;
+//   - history-µs/row: the history's own CPU at the rates the nodes run it
+//     (each append's mean CPU once per node per 2 s report, each prune's
+//     once per node a minute) per row at the arm's rate, and overhead-%:
+//     that over the on arm's database CPU per row without the history,
+//     the issue's bound (at most 1%);
 //   - append-µs, prune-µs: one append's (10 points) and one prune's CPU;
-//     rows/s: the rate the producer reached.
+//     rows/s: the rate the producers reached; exited-backends: how many
+//     backends exited during the runs (each may lose up to 100 ms of CPU).
 //
-// Run it with (about 3 minutes):
+// Run it with (about 10 minutes):
 //
-//	cd bench && go test -run '^$' -bench HistoryCost -benchtime 6x -timeout 30m
+//	cd bench && go test -run '^$' -bench HistoryCost -benchtime 4x -timeout 30m
 func BenchmarkHistoryCost(b *testing.B) {
+	for _, nodes := range []int{1, 3} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) { benchHistoryCost(b, nodes) })
+	}
+}
+
+func benchHistoryCost(b *testing.B, nodes int) {
 	if cpuAdmin == nil {
 		cpuAdmin = openPool(b, 2)
 	}
@@ -88,20 +100,28 @@ func BenchmarkHistoryCost(b *testing.B) {
 	var ratios []float64   // each iteration's on/off database CPU per row
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		order := []int{0, 1}
-		if i%2 == 1 {
-			order = []int{1, 0}
+		// The arm prepared second alternates: it starts the run having
+		// idled less.
+		var runs [2]*historyRun
+		for _, on := range [][]int{{0, 1}, {1, 0}}[i%2] {
+			runs[on] = prepareHistoryRun(b, on == 1, nodes)
 		}
+		var wg sync.WaitGroup
+		for _, r := range runs {
+			wg.Go(r.run)
+		}
+		wg.Wait()
 		var pair [2]historyArm
-		for _, on := range order {
-			pair[on] = runHistoryArm(b, on == 1)
+		for on, r := range runs {
+			pair[on] = r.finish(b)
 			arms[on].add(pair[on])
 		}
 		if pair[0].dispatcher > 0 && pair[1].dispatcher >= 0 {
 			r := pair[1].perRow(true) / pair[0].perRow(false)
 			ratios = append(ratios, r)
-			b.Logf("iteration %d: off %.1f µs/row at %.0f rows/s, on %.1f µs/row at %.0f rows/s: on/off %.3f",
-				i, pair[0].perRow(false), pair[0].rate(), pair[1].perRow(true), pair[1].rate(), r)
+			b.Logf("iteration %d: off %.1f µs/row (settings and reports %.2f) at %.0f rows/s, on %.1f µs/row (settings and reports %.2f, history %.2f) at %.0f rows/s: on/off %.3f",
+				i, pair[0].perRow(false), pair[0].operatePerRow(), pair[0].rate(), pair[1].perRow(true), pair[1].operatePerRow(),
+				pair[1].perRow(true)-pair[1].perRow(false), pair[1].rate(), r)
 		}
 	}
 	off, on := arms[0], arms[1]
@@ -115,14 +135,14 @@ func BenchmarkHistoryCost(b *testing.B) {
 	slices.Sort(ratios)
 	b.ReportMetric(ratios[len(ratios)/2], "on/off-median")
 	b.ReportMetric(float64(on.rows+off.rows)/(on.took+off.took).Seconds(), "rows/s")
+	b.ReportMetric(float64(on.exited+off.exited), "exited-backends")
 	if on.appends == 0 || on.prunes == 0 {
 		return // too short a run for a report (-benchtime=1x)
 	}
 	appendCPU := on.append / time.Duration(on.appends)
 	pruneCPU := on.prune / time.Duration(on.prunes)
-	rowsPerSecond := on.rate()
-	perSecond := appendCPU.Seconds()/historyReport.Seconds() + pruneCPU.Seconds()/historyPruneEvery.Seconds()
-	history := perSecond / rowsPerSecond * 1e6
+	perSecond := float64(nodes) * (appendCPU.Seconds()/historyReport.Seconds() + pruneCPU.Seconds()/historyPruneEvery.Seconds())
+	history := perSecond / on.rate() * 1e6
 	b.ReportMetric(history, "history-µs/row")
 	b.ReportMetric(100*history/on.perRow(false), "overhead-%")
 	b.ReportMetric(float64(appendCPU.Nanoseconds())/1000, "append-µs")
@@ -130,15 +150,17 @@ func BenchmarkHistoryCost(b *testing.B) {
 }
 
 // historyArm sums one arm's runs: rows drained, the producer's time, the
-// server CPU of the dispatcher's claims, results, settings and reports
-// (< 0: unknown), and of its history appends and prunes with their
-// counts.
+// server CPU of the nodes' claims, results, settings and reports (< 0:
+// unknown; operate: of it, settings and reports), and of their history
+// appends and prunes with their counts.
 type historyArm struct {
 	rows            int
 	took            time.Duration
 	dispatcher      time.Duration
+	operate         time.Duration
 	append, prune   time.Duration
 	appends, prunes int
+	exited          int // backends that exited during the runs (their CPU counted as last seen)
 }
 
 // perRow is the database CPU per row in µs: the dispatcher's, with the
@@ -149,6 +171,12 @@ func (a historyArm) perRow(history bool) float64 {
 		cpu += a.append + a.prune
 	}
 	return float64(cpu.Nanoseconds()) / 1000 / float64(a.rows)
+}
+
+// operatePerRow is the database CPU per row in µs of the settings and
+// reports.
+func (a historyArm) operatePerRow() float64 {
+	return float64(a.operate.Nanoseconds()) / 1000 / float64(a.rows)
 }
 
 // rate is the rows enqueued per second of the producers' time.
@@ -162,17 +190,33 @@ func (a *historyArm) add(r historyArm) {
 	} else {
 		a.dispatcher = -1
 	}
+	a.operate += r.operate
 	a.append += r.append
 	a.prune += r.prune
 	a.appends += r.appends
 	a.prunes += r.prunes
+	a.exited += r.exited
 }
 
-// runHistoryArm runs one arm on a fresh schema with its history seeded.
-func runHistoryArm(b *testing.B, history bool) historyArm {
+// historyRun is one arm's cluster, running until finish.
+type historyRun struct {
+	history  bool
+	apps     []string // the cluster's pools: settings and reports first, then each node's claims
+	meter    *historyMeter
+	producer *pgstore.Store
+	started  atomic.Int64
+	cancel   context.CancelFunc
+	ran      []chan error // each node's Run
+	out      historyArm
+	err      error // run's
+}
+
+// prepareHistoryRun starts an arm's cluster of nodes on a fresh schema
+// with its history seeded, and waits a second for it to settle.
+func prepareHistoryRun(b *testing.B, history bool, nodes int) *historyRun {
 	ctx := context.Background()
-	claimPool, operatePool, historyPool := openPool(b, 0), openPool(b, 4), openPool(b, 1)
-	schema := freshSchema(b, claimPool, "history")
+	operatePool, historyPool := openPool(b, 4), openPool(b, 1)
+	schema := freshSchema(b, operatePool, "history")
 	open := func(pool *pgxpool.Pool) *pgstore.Store {
 		s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: schema})
 		if err != nil {
@@ -181,82 +225,192 @@ func runHistoryArm(b *testing.B, history bool) historyArm {
 		b.Cleanup(func() { _ = s.Close() })
 		return s
 	}
-	claims, operate, hist := open(claimPool), open(operatePool), open(historyPool)
-	producer := open(openPool(b, 2))
-	seedHistory(b, hist, historyPool, schema, time.Now())
-	meter := newHistoryMeter(b, operate, hist, historyPool)
-
-	var started atomic.Int64
-	all, _ := backpressure.AllShards(claims.ShardCount())
-	bp, err := backpressure.New(backpressure.Config{BatchSize: dispatchBatch, DefaultQuota: backpressure.Unlimited}, all)
-	if err != nil {
-		b.Fatal(err)
+	operate, hist := open(operatePool), open(historyPool)
+	r := &historyRun{history: history, producer: open(openPool(b, 2)), apps: []string{appOf(operatePool)}}
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", historyNode, i)
 	}
-	handler := func(context.Context, outbox.Row) error {
-		started.Add(1)
-		return nil
-	}
-	disp, err := dispatch.New(bp, claims, handler, dispatch.Options{Workers: dispatchWorkers, Logger: quietLogger(),
-		Operate: &dispatch.Operate{Node: historyNode, Store: meter, SharedSettings: true, History: history}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	seedHistory(b, hist, historyPool, schema, names, time.Now())
+	r.meter = newHistoryMeter(b, operate, hist, historyPool)
 	runCtx, cancel := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- disp.Run(runCtx) }()
+	r.cancel = cancel
+	for i, name := range names {
+		claimPool := openPool(b, 0)
+		r.apps = append(r.apps, appOf(claimPool))
+		claims := open(claimPool)
+		var owned []int
+		for sh := i; sh < claims.ShardCount(); sh += nodes {
+			owned = append(owned, sh)
+		}
+		frac, err := backpressure.NewOwnedShardFraction(owned, claims.ShardCount())
+		if err != nil {
+			b.Fatal(err)
+		}
+		bp, err := backpressure.New(backpressure.Config{BatchSize: dispatchBatch, DefaultQuota: backpressure.Unlimited}, frac)
+		if err != nil {
+			b.Fatal(err)
+		}
+		disp, err := dispatch.New(bp, claims, func(context.Context, outbox.Row) error { r.started.Add(1); return nil },
+			dispatch.Options{Workers: dispatchWorkers, Logger: quietLogger(),
+				Operate: &dispatch.Operate{Node: name, Store: r.meter, SharedSettings: true, History: history}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ran := make(chan error, 1)
+		go func() { ran <- disp.Run(runCtx) }()
+		r.ran = append(r.ran, ran)
+	}
 	time.Sleep(time.Second) // settings read, subscribed, idle
+	return r
+}
 
-	var apps []string
-	for _, p := range []*pgxpool.Pool{claimPool, operatePool} {
-		app, _ := appNames.Load(p)
-		apps = append(apps, app.(string))
-	}
-	before := make([]map[int]time.Duration, len(apps))
-	for i, app := range apps {
-		before[i] = backendRuntime(ctx, cpuAdmin, app)
-	}
+func appOf(pool *pgxpool.Pool) string {
+	app, _ := appNames.Load(pool)
+	return app.(string)
+}
+
+// run produces the arm's rows, waits until they all started, and measures
+// the cluster's database CPU meanwhile; a failure goes to r.err. It runs
+// beside the other arm's, on a goroutine of its own.
+func (r *historyRun) run() {
+	cpu := newCPUSampler(r.apps)
 	began := time.Now()
-	n := produceBatches(b, producer, historyFor())
+	n, err := produceBatches(r.producer, historyFor())
+	if err != nil {
+		r.err = err
+		return
+	}
 	took := time.Since(began)
-	for deadline := time.Now().Add(time.Minute); started.Load() < int64(n); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); r.started.Load() < int64(n); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			b.Fatalf("dispatch: %d of %d rows started after a minute", started.Load(), n)
+			r.err = fmt.Errorf("dispatch: %d of %d rows started after a minute", r.started.Load(), n)
+			return
 		}
 	}
 	time.Sleep(20 * time.Millisecond) // the last results written
-	out := historyArm{rows: n, took: took}
-	for i, app := range apps {
-		after := backendRuntime(ctx, cpuAdmin, app)
-		if before[i] == nil || after == nil || out.dispatcher < 0 {
-			out.dispatcher = -1
+	r.out = historyArm{rows: n, took: took}
+	spent := cpu.stop()
+	if spent == nil {
+		r.out.dispatcher = -1
+		return
+	}
+	for i, d := range spent {
+		r.out.dispatcher += d
+		if i == 0 {
+			r.out.operate += d
+		}
+	}
+	r.out.exited = cpu.exited
+}
+
+// cpuSampler follows the database CPU of the backends of some pools
+// (by application_name) every 100 ms, so that a backend that exits (a
+// connection the pool closed) keeps the CPU it was last seen with: at most
+// 100 ms of one backend's CPU is lost per exit.
+type cpuSampler struct {
+	apps   []string
+	first  []map[int]time.Duration // at the start
+	last   []map[int]time.Duration // the greatest seen since
+	exited int                     // backends seen that were gone at the end
+	bad    bool                    // a sample could not be read
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newCPUSampler(apps []string) *cpuSampler {
+	c := &cpuSampler{apps: apps, done: make(chan struct{})}
+	for _, app := range apps {
+		m := backendRuntime(context.Background(), cpuAdmin, app)
+		c.bad = c.bad || m == nil
+		c.first, c.last = append(c.first, m), append(c.last, maps.Clone(m))
+	}
+	c.wg.Go(func() {
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-time.After(100 * time.Millisecond):
+				c.sample()
+			}
+		}
+	})
+	return c
+}
+
+// sample updates last; only the sampler's goroutine and stop (after it
+// ended) call it.
+func (c *cpuSampler) sample() []map[int]time.Duration {
+	now := make([]map[int]time.Duration, len(c.apps))
+	for i, app := range c.apps {
+		now[i] = backendRuntime(context.Background(), cpuAdmin, app)
+		if now[i] == nil {
+			c.bad = true
 			continue
 		}
-		for pid, t := range after {
-			out.dispatcher += t - before[i][pid] // a backend opened since counts from 0
+		for pid, t := range now[i] {
+			if c.last[i] == nil {
+				c.last[i] = map[int]time.Duration{}
+			}
+			c.last[i][pid] = max(c.last[i][pid], t)
 		}
 	}
-	cancel()
-	if err := <-ran; err != nil {
-		b.Fatalf("dispatch Run: %v", err)
+	return now
+}
+
+// stop ends the sampling and returns each pool's CPU since the start (a
+// backend opened since counts from 0), or nil if it could not be read.
+func (c *cpuSampler) stop() []time.Duration {
+	close(c.done)
+	c.wg.Wait()
+	now := c.sample()
+	if c.bad {
+		return nil
 	}
-	out.append, out.prune, out.appends, out.prunes = meter.take(b)
-	if !history && out.appends+out.prunes > 0 {
-		b.Fatalf("History off, yet %d appends and %d prunes", out.appends, out.prunes)
+	out := make([]time.Duration, len(c.apps))
+	for i := range c.apps {
+		for pid, t := range c.last[i] {
+			out[i] += t - c.first[i][pid]
+			if _, ok := now[i][pid]; !ok {
+				c.exited++
+			}
+		}
 	}
 	return out
 }
 
-// seedHistory fills the history with what one node of historyNamespaces
-// namespaces, reporting every historyReport, leaves at now in steady
-// state: a point every report for a day, thinned as the prune a minute
-// before now left it (outbox.ThinHistory).
-func seedHistory(b *testing.B, s *pgstore.Store, pool *pgxpool.Pool, schema string, now time.Time) {
+// finish stops the arm's cluster and returns what run measured, with its
+// history's CPU; it fails b if anything failed.
+func (r *historyRun) finish(b *testing.B) historyArm {
+	r.cancel()
+	for _, ran := range r.ran {
+		if err := <-ran; err != nil {
+			b.Fatalf("dispatch Run: %v", err)
+		}
+	}
+	if r.err != nil {
+		b.Fatal(r.err)
+	}
+	r.out.append, r.out.prune, r.out.appends, r.out.prunes = r.meter.take(b)
+	if !r.history && r.out.appends+r.out.prunes > 0 {
+		b.Fatalf("History off, yet %d appends and %d prunes", r.out.appends, r.out.prunes)
+	}
+	return r.out
+}
+
+// seedHistory fills the history with what nodes of historyNamespaces
+// namespaces, reporting every historyReport, leave at now in steady state:
+// a point every report for a day, thinned as the prune a minute before now
+// left it (outbox.ThinHistory).
+func seedHistory(b *testing.B, s *pgstore.Store, pool *pgxpool.Pool, schema string, nodes []string, now time.Time) {
 	ctx := context.Background()
 	var points []outbox.HistoryPoint
 	for at := now.Add(-outbox.HistoryRetention); at.Before(now); at = at.Add(historyReport) {
-		for ns := range historyNamespaces {
-			points = append(points, outbox.HistoryPoint{Node: historyNode, At: at, Interval: historyReport,
-				NamespaceCounters: outbox.NamespaceCounters{Namespace: fmt.Sprintf("ns%d", ns), Started: 400, Settled: 400, Backlog: 25}})
+		for _, node := range nodes {
+			for ns := range historyNamespaces {
+				points = append(points, outbox.HistoryPoint{Node: node, At: at, Interval: historyReport,
+					NamespaceCounters: outbox.NamespaceCounters{Namespace: fmt.Sprintf("ns%d", ns), Started: 400, Settled: 400, Backlog: 25}})
+			}
 		}
 	}
 	points = outbox.ThinHistory(points, now.Add(-historyPruneEvery))
@@ -275,10 +429,10 @@ func seedHistory(b *testing.B, s *pgstore.Store, pool *pgxpool.Pool, schema stri
 // historyMeter is the dispatcher's Operate.Store: settings and reports go
 // to Operator, the history to h, whose pool holds one connection (the
 // backend pid), and each history call's server CPU is that backend's
-// schedstat run time across the call. The dispatcher calls the history
-// from its one operator loop.
+// schedstat run time across the call. The nodes' calls take turns (mu).
 type historyMeter struct {
 	outbox.Operator
+	mu              sync.Mutex // one history call at a time: each call's CPU is its own
 	h               *pgstore.Store
 	pool            *pgxpool.Pool
 	pid             int32
@@ -298,6 +452,8 @@ func newHistoryMeter(b *testing.B, op outbox.Operator, h *pgstore.Store, pool *p
 }
 
 func (m *historyMeter) AppendHistory(ctx context.Context, points []outbox.HistoryPoint) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	before := m.runtime()
 	err := m.h.AppendHistory(ctx, points)
 	m.add(&m.append, &m.appends, before, err)
@@ -309,6 +465,8 @@ func (m *historyMeter) History(ctx context.Context, p outbox.HistoryParams) ([]o
 }
 
 func (m *historyMeter) PruneHistory(ctx context.Context, now time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	before := m.runtime()
 	n, err := m.h.PruneHistory(ctx, now)
 	m.add(&m.prune, &m.prunes, before, err)
@@ -334,6 +492,8 @@ func (m *historyMeter) runtime() time.Duration { return schedRuntime(int(m.pid))
 // take returns the history's CPU and calls, and fails b if a call failed
 // or the pool's one connection was replaced (its CPU then unmeasured).
 func (m *historyMeter) take(b *testing.B) (appendCPU, pruneCPU time.Duration, appends, prunes int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.failed != nil {
 		b.Fatalf("history: %v", m.failed)
 	}
@@ -345,8 +505,8 @@ func (m *historyMeter) take(b *testing.B) (appendCPU, pruneCPU time.Duration, ap
 }
 
 // backendRuntime is backendCPU at nanosecond resolution: each backend's
-// run time from /proc/<pid>/schedstat (user and system), nil when one
-// cannot be read.
+// run time from /proc/<pid>/schedstat (user and system), nil when none
+// can be read (the server is not on this machine).
 func backendRuntime(ctx context.Context, admin *pgxpool.Pool, app string) map[int]time.Duration {
 	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
 	if err != nil {
@@ -358,13 +518,14 @@ func backendRuntime(ctx context.Context, admin *pgxpool.Pool, app string) map[in
 	}
 	out := make(map[int]time.Duration, len(pids))
 	for _, pid := range pids {
-		t := schedRuntime(int(pid))
-		if t < 0 {
-			return nil
+		if t := schedRuntime(int(pid)); t >= 0 {
+			out[int(pid)] = t
 		}
-		out[int(pid)] = t
 	}
-	return out
+	if len(out) == 0 && len(pids) > 0 {
+		return nil // not on this machine
+	}
+	return out // less a backend that exited since the query
 }
 
 // schedRuntime is process pid's time on a CPU so far (the first field of
@@ -388,7 +549,7 @@ func schedRuntime(pid int) time.Duration {
 // produceBatches enqueues historyRate rows a second into s for d, in
 // transactions of historyBatch rows over historyNamespaces namespaces,
 // and returns how many rows it enqueued.
-func produceBatches(b *testing.B, s *pgstore.Store, d time.Duration) int {
+func produceBatches(s *pgstore.Store, d time.Duration) (int, error) {
 	every := time.Second * historyBatch / historyRate
 	begin := time.Now()
 	n := 0
@@ -401,9 +562,9 @@ func produceBatches(b *testing.B, s *pgstore.Store, d time.Duration) int {
 			ms[i] = outbox.Message{DispatchKey: fmt.Sprintf("s%d", n+i), Namespace: fmt.Sprintf("ns%d", (n+i)%historyNamespaces), TaskQueue: "q"}
 		}
 		if _, err := s.Enqueue(context.Background(), ms); err != nil {
-			b.Fatalf("enqueue: %v", err)
+			return n, fmt.Errorf("enqueue: %w", err)
 		}
 		n += len(ms)
 	}
-	return n
+	return n, nil
 }
