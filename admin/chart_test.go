@@ -55,3 +55,19 @@ func TestPayloadView(t *testing.T) {
 		t.Errorf("binary payload shown as %q (text %v); want hex", d.Body, d.Text)
 	}
 }
+
+// TestBacklogChartSaysCapped checks that the backlog chart says its line
+// is a lower bound exactly when a sample's backlog was capped.
+func TestBacklogChartSaysCapped(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
+	for _, capped := range []bool{false, true} {
+		th := TenantHistory{Namespace: "a", Step: time.Minute}
+		for i := range 5 {
+			th.Samples = append(th.Samples, HistorySample{At: t0.Add(time.Duration(i) * time.Minute), Backlog: 100 - 10*i, BacklogCapped: capped && i == 4})
+		}
+		charts := chartsOf("t", th, t0.Add(-time.Minute), t0.Add(5*time.Minute))
+		if got := strings.Contains(string(charts[1]), "≥ (capped)"); got != capped {
+			t.Errorf("a backlog with its last sample capped %v: the chart says capped %v:\n%s", capped, got, charts[1])
+		}
+	}
+}

@@ -506,6 +506,7 @@ func (h *handler) tenant(w http.ResponseWriter, r *http.Request) {
 
 type deadData struct {
 	Namespace, After string
+	Faults           string // where Namespace's shared settings do not apply (NamespaceFaults)
 	Rows             []outbox.Row
 	Next             string // the After of the next page, "" for none
 	// Groups are the dead letters by error, on the first page only.
@@ -531,6 +532,10 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Rows = rows
+	if d.Faults, err = faultsOf(r.Context(), h.s, d.Namespace); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if len(rows) == deadPage {
 		d.Next = rows[len(rows)-1].DispatchKey
 	}
@@ -545,8 +550,28 @@ func (h *handler) dead(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "dead.html", "Dead letters", false, d)
 }
 
+// payload serves GET /payload?key=KEY: one dead letter's payload.
+func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		http.Error(w, "admin: key is missing", http.StatusBadRequest)
+		return
+	}
+	row, err := h.s.Get(r.Context(), key)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if row.State != outbox.StateDead {
+		http.Error(w, "admin: "+key+" is not a dead letter", http.StatusNotFound)
+		return
+	}
+	h.render(w, r, "payload.html", "Dead letter "+key, false, payloadOf(row))
+}
+
 type auditData struct {
 	Namespace string
+	Faults    string // where Namespace's shared settings do not apply (NamespaceFaults)
 	Entries   []outbox.AuditEntry
 	More      bool // a next page may follow: ?before= the last ID
 }
@@ -569,7 +594,12 @@ func (h *handler) audit(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	h.render(w, r, "audit.html", "Audit trail", false, auditData{Namespace: p.Namespace, Entries: es, More: len(es) == auditPage})
+	faults, err := faultsOf(r.Context(), h.s, p.Namespace)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.render(w, r, "audit.html", "Audit trail", false, auditData{Namespace: p.Namespace, Faults: faults, Entries: es, More: len(es) == auditPage})
 }
 
 func (h *handler) nodes(w http.ResponseWriter, r *http.Request) {

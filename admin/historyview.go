@@ -58,14 +58,20 @@ func ratesOf(id string, th TenantHistory, backlog int, capped bool, from, to tim
 	return r
 }
 
-// chartsOf draws th: rows started and settled per second, the backlog,
+// chartsOf draws th: rows started and settled per second, the backlog
+// (labelled "backlog ≥ (capped)" when a node counted a sample's backlog
+// only as deep as its plan needed, so the line is a lower bound there),
 // and rows held by reason.
 func chartsOf(id string, th TenantHistory, from, to time.Time) []template.HTML {
 	at := make([]time.Time, len(th.Samples))
 	started, settled, backlog := make([]float64, len(at)), make([]float64, len(at)), make([]float64, len(at))
 	reasons := map[string][]float64{}
+	backlogLabel := "backlog"
 	for i, s := range th.Samples {
 		at[i], started[i], settled[i], backlog[i] = s.At, s.StartedPerSecond, s.SettledPerSecond, float64(s.Backlog)
+		if s.BacklogCapped {
+			backlogLabel = "backlog ≥ (capped)"
+		}
 		for r := range s.Held {
 			if reasons[r] == nil {
 				reasons[r] = make([]float64, len(at))
@@ -84,7 +90,7 @@ func chartsOf(id string, th TenantHistory, from, to time.Time) []template.HTML {
 	slices.SortFunc(held, func(a, b ChartSeries) int { return compareStrings(a.Label, b.Label) })
 	return []template.HTML{
 		Chart(id+"-rates", "rows/s", from, to, []ChartSeries{{Label: "started", At: at, Values: started}, {Label: "settled", At: at, Values: settled}}),
-		Chart(id+"-backlog", "backlog", from, to, []ChartSeries{{Label: "backlog", At: at, Values: backlog}}),
+		Chart(id+"-backlog", "backlog", from, to, []ChartSeries{{Label: backlogLabel, At: at, Values: backlog}}),
 		Chart(id+"-held", "held by reason", from, to, held),
 	}
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"encoding/hex"
-	"net/http"
 	"unicode/utf8"
 
 	"github.com/outboxkit/backpressure/outbox"
@@ -40,23 +39,4 @@ func payloadOf(r outbox.Row) payloadData {
 	d.Shown = len(p)
 	d.Row.Payload = nil
 	return d
-}
-
-// payload serves GET /payload?key=KEY: one dead letter's payload.
-func (h *handler) payload(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("key")
-	if key == "" {
-		http.Error(w, "admin: key is missing", http.StatusBadRequest)
-		return
-	}
-	row, err := h.s.Get(r.Context(), key)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	if row.State != outbox.StateDead {
-		http.Error(w, "admin: "+key+" is not a dead letter", http.StatusNotFound)
-		return
-	}
-	h.render(w, r, "payload.html", "Dead letter "+key, false, payloadOf(row))
 }

@@ -32,8 +32,8 @@ type HistoryStore interface {
 //     2) fail twice; the history's points of the node sum to exactly 20
 //     started and 20 settled for ok, and 10 started, 5 failed and 5 dead
 //     for bad.
-//   - Drain: a seeded backlog of 600 rows of one tenant drains at a rate
-//     of 150/s; two seconds in, [admin.EstimateDrain] over the history
+//   - Drain: a seeded backlog of 300 rows of one tenant drains at a rate
+//     of 50/s; two seconds in, [admin.EstimateDrain] over the history
 //     and the live backlog is within 25% of the time the drain then took.
 type History struct {
 	// Open returns a new handle of the store under test; the test's
@@ -132,7 +132,10 @@ func (c History) counters(t *testing.T) {
 }
 
 func (c History) drain(t *testing.T) {
-	const rows, rate = 600, 150.0
+	// A rate a loaded machine keeps up with under -race: at 150/s a SQLite
+	// node on 2 busy cores drained at 75 to 103/s, unevenly, and the
+	// estimate missed by up to 45%.
+	const rows, rate = 300, 50.0
 	s := c.Open(t)
 	historyEnqueue(t, s, "t", rows, 0)
 	backlog := func() (int, bool) {

@@ -88,7 +88,8 @@ func badRows(t *testing.T, b backend, c *clock) admin.Store {
 
 // TestBadSettingsRows checks outboxctl on a store holding settings rows and
 // a node report only SQL can write: every command keeps working, lists the
-// bad rows as bad with their fault, and set, pause, resume and reset
+// bad rows as bad with their fault (dead list and audit of a bad namespace
+// too), and set, pause, resume and reset
 // overwrite them; a quota of -5 is refused on a paused namespace too.
 func TestBadSettingsRows(t *testing.T) {
 	for _, b := range backends(t) {
@@ -111,6 +112,13 @@ func TestBadSettingsRows(t *testing.T) {
 			expect(0, []string{`"Fault"`}, "tenants", "-json")
 			expect(0, []string{"BAD", "Quotas", "node-2"}, "why", "xneg")
 			expect(0, []string{"node-bad", "UNREADABLE", "xneg"}, "nodes")
+			expect(0, []string{"BAD", "xneg", "node-2: Quotas = -5 (held)"}, "dead", "list", "-namespace", "xneg")
+			expect(0, []string{"BAD", "xnull", "settings row"}, "audit", "-namespace", "xnull")
+			for _, args := range [][]string{{"dead", "list", "-namespace", "delta"}, {"audit", "-namespace", "delta"}, {"dead", "list"}} {
+				if _, out, _ := run(t, b, c, args...); strings.Contains(out, "BAD") {
+					t.Errorf("outboxctl %s shows a settings fault:\n%s", strings.Join(args, " "), out)
+				}
+			}
 			expect(2, []string{"Quotas"}, "set", "quota", "delta", "-5") // delta is paused
 			expect(0, []string{"paused"}, "why", "delta")
 			expect(0, []string{"xnull: paused"}, "pause", "xnull")
@@ -128,7 +136,9 @@ func TestBadSettingsRows(t *testing.T) {
 }
 
 // TestBadSettingsAdmin checks the admin pages on the same store: the
-// tenants, tenant and nodes pages answer 200 and show the bad rows as bad,
+// tenants, tenant and nodes pages, and a bad namespace's dead letters and
+// audit trail, answer 200 and show the bad rows as bad (and a good
+// namespace's pages no fault),
 // and the tenant page's Reset overwrites a bad row.
 func TestBadSettingsAdmin(t *testing.T) {
 	for _, b := range backends(t) {
@@ -141,9 +151,16 @@ func TestBadSettingsAdmin(t *testing.T) {
 			for _, p := range []struct{ path, want string }{
 				{"/", "xneg"}, {"/", `class="err"`}, {"/tenant?ns=xnull", "cannot be applied"}, {"/tenant?ns=xneg", "node-2"},
 				{"/tenant?ns=xnull", `id="reset"`}, {"/nodes", "node-bad"}, {"/nodes", "cannot be read"},
+				{"/dead?ns=xnull", `id="faults"`}, {"/dead?ns=xneg", "node-2: Quotas = -5 (held)"},
+				{"/audit?ns=xarr", `id="faults"`}, {"/audit?ns=xneg", "node-2: Quotas = -5 (held)"},
 			} {
 				if code, body := cl.do("GET", p.path, nil); code != 200 || !strings.Contains(body, p.want) {
 					t.Errorf("GET %s = %d, want 200 with %q:\n%.600s", p.path, code, p.want, body)
+				}
+			}
+			for _, path := range []string{"/dead?ns=delta", "/audit?ns=delta", "/dead", "/audit"} {
+				if code, body := cl.do("GET", path, nil); code != 200 || strings.Contains(body, `id="faults"`) {
+					t.Errorf("GET %s = %d, want 200 without a settings fault:\n%.600s", path, code, body)
 				}
 			}
 			tok := cl.token("/tenant?ns=xnull")

@@ -16,7 +16,6 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -223,13 +222,6 @@ func (c Config) printSchema(g global) error {
 	return err
 }
 
-func (c Config) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
-}
-
 // cmdArgs are one command's flags and arguments.
 type cmdArgs struct {
 	fs        *flag.FlagSet
@@ -339,8 +331,6 @@ func (c Config) json(v any) error {
 	_, err := c.Stdout.Write(jsonText(b.Bytes()))
 	return err
 }
-
-func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
 func capped(n int, capped bool) string {
 	if capped && n >= outbox.DefaultCountCap {
@@ -560,6 +550,9 @@ func deadList(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 		}
 		return c.json(out)
 	}
+	if err := printFaults(ctx, c, s, a.namespace); err != nil {
+		return err
+	}
 	w := table(c.Stdout)
 	fmt.Fprintln(w, "KEY\tNAMESPACE\tTASK_QUEUE\tATTEMPTS\tDIED\tLAST_ERROR")
 	now := c.now()
@@ -724,6 +717,9 @@ func audit(ctx context.Context, c Config, s admin.Store, a *cmdArgs) error {
 	}
 	if a.json {
 		return c.json(es)
+	}
+	if err := printFaults(ctx, c, s, a.namespace); err != nil {
+		return err
 	}
 	if len(es) == 0 {
 		_, err := fmt.Fprintln(c.Stdout, "no change recorded")
