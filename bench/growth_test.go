@@ -67,7 +67,7 @@ func BenchmarkBacklogGrowth(b *testing.B) {
 	if arms[0].cpuKnown && arms[1].cpuKnown {
 		r := perRow(1) / perRow(0)
 		b.ReportMetric(r, "pg-large/small")
-		summary.record(fmt.Sprintf("PostgreSQL CPU per row, fair-10-wide, %d rows / %d rows", large, small), "%.2f×", "≤ 1.1×", r,
+		summary.record("PostgreSQL CPU per row, fair-10-wide, "+thousands(large)+" rows / "+thousands(small)+" rows", "%.2f×", "≤ 1.1×", r,
 			fmt.Sprintf("%.1f / %.1f µs", perRow(1), perRow(0)))
 	}
 }

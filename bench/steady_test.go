@@ -177,10 +177,7 @@ func (a *steadyArm) cpuPerRow() float64 { return float64(a.cpu.Microseconds()) /
 // steady rows at rate: the default options' (def's) PostgreSQL CPU per
 // row over River 1 ms's (river1's), and the default's p99.
 func summarizeSteady(b *testing.B, rate int, def, river1 *steadyArm) {
-	rateName := fmt.Sprintf("%d", rate)
-	if rate == 2000 {
-		rateName = "2,000"
-	}
+	rateName := thousands(rate)
 	if def.cpuKnown && river1.cpuKnown {
 		r := def.cpuPerRow() / river1.cpuPerRow()
 		b.ReportMetric(r, "default/river-1ms-pg")
