@@ -246,7 +246,7 @@ func summarizeDrain(b *testing.B, arms []*arm, byName map[string]*arm, perArm in
 		}
 	}
 	best := bestFair(arms, 10, perArm)
-	if best == nil || graphile == nil || !best.cpuKnown || !graphile.cpuKnown {
+	if best == nil || graphile == nil || !best.cpuKnown || !graphile.cpuKnown || graphile.pgCPU <= 0 {
 		return
 	}
 	ours := float64(best.pgCPU.Microseconds()) / float64(perArm)

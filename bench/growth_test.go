@@ -64,7 +64,7 @@ func BenchmarkBacklogGrowth(b *testing.B) {
 		}
 	}
 	b.ReportMetric(rate(1)/rate(0), "rate-large/small")
-	if arms[0].cpuKnown && arms[1].cpuKnown {
+	if arms[0].cpuKnown && arms[1].cpuKnown && arms[0].pgCPU > 0 {
 		r := perRow(1) / perRow(0)
 		b.ReportMetric(r, "pg-large/small")
 		summary.record("PostgreSQL CPU per row, fair-10-wide, "+thousands(large)+" rows / "+thousands(small)+" rows", "%.2f×", "≤ 1.1×", r,

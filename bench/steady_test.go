@@ -178,7 +178,7 @@ func (a *steadyArm) cpuPerRow() float64 { return float64(a.cpu.Microseconds()) /
 // row over River 1 ms's (river1's), and the default's p99.
 func summarizeSteady(b *testing.B, rate int, def, river1 *steadyArm) {
 	rateName := thousands(rate)
-	if def.cpuKnown && river1.cpuKnown {
+	if def.cpuKnown && river1.cpuKnown && river1.cpu > 0 { // 0: too short a run for /proc's 10 ms ticks
 		r := def.cpuPerRow() / river1.cpuPerRow()
 		b.ReportMetric(r, "default/river-1ms-pg")
 		summary.record("steady "+rateName+" rows/s, default options: PostgreSQL CPU per row / River 1 ms", "%.2f×", "≤ 0.5×", r,
