@@ -71,7 +71,7 @@ bench:
 # and each store's own drain loop.
 bench-drain:
 	cd bench/graphile && npm ci --no-audit --no-fund --loglevel=error
-	cd bench && $(GO) test -run '^$$' -bench Drain -benchtime=3x -count=3 -timeout=30m
+	cd bench && $(GO) test -run '^$$' -bench Drain -benchtime=3x -count=3 -timeout=45m
 	cd bench && $(GO) test -run '^$$' -bench BacklogGrowth -benchtime=2x -timeout=30m
 	cd pgstore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
 	cd sqlitestore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
