@@ -65,10 +65,14 @@ bench:
 	@set -e; for d in $(MODULES); do (cd $$d && $(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./...); done
 
 # The end-to-end figures of the README: a 20,000-row backlog drained by
-# River and by dispatch on PostgreSQL, and by each store's own drain loop.
+# River, graphile-worker and dispatch on PostgreSQL (and on SQLite), a
+# summary table of issue 31's drain rows after it; the fair-10-wide arm at
+# 200,000 rows against 20,000 (BenchmarkBacklogGrowth, its own summary);
+# and each store's own drain loop.
 bench-drain:
 	cd bench/graphile && npm ci --no-audit --no-fund --loglevel=error
-	cd bench && $(GO) test -run '^$$' -bench Drain -benchtime=3x -count=3 -timeout=30m
+	cd bench && $(GO) test -run '^$$' -bench Drain -benchtime=3x -count=3 -timeout=45m
+	cd bench && $(GO) test -run '^$$' -bench BacklogGrowth -benchtime=2x -timeout=30m
 	cd pgstore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
 	cd sqlitestore && $(GO) test -run '^$$' -bench Drain -benchtime=3x
 
@@ -80,7 +84,8 @@ bench-history:
 
 # The steady-state figures of the README: a producer at 500 and 2,000 rows/s,
 # enqueue → handler start and the database's CPU per row, dispatch against
-# River on PostgreSQL and on SQLite.
+# River on PostgreSQL and on SQLite, then a summary table of issue 31's
+# steady rows.
 bench-steady:
 	cd bench && $(GO) test -run '^$$' -bench Steady -benchtime=2x -timeout=30m
 

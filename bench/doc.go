@@ -19,9 +19,19 @@
 //
 //	cd bench && go test -run '^$' -bench 'Drain$' -benchtime 3x -count 3 -timeout 30m
 //
-// (about a minute per count on 2 cores). With -benchtime=1x, as CI's
-// bench-smoke runs it, the backlog is 2,000 rows instead of 20,000: that
-// proves the benchmark runs, and is not the figure.
+// (4.5–6 minutes per count on the shared, loaded 2-core machine on
+// 2026-12-06, 18 arms). With -benchtime=1x, as CI's bench-smoke runs it,
+// the backlog is 2,000 rows instead of 20,000: that proves the benchmark
+// runs, and is not the figure.
+//
+// After the benchmarks of a run, TestMain prints the rows of issue 31's
+// table that they measured (see summary): BenchmarkDrain's ratios against
+// graphile-worker, River and the unscoped dispatcher and its CPU per row,
+// BenchmarkBacklogGrowth's CPU per row at 200,000 rows against 20,000 (a
+// benchmark of its own: an iteration drains 220,000 rows), and
+// BenchmarkSteady's CPU per row against River 1 ms and p99, each the
+// median and range over -count runs, every ratio of arms paired in one
+// run.
 //
 // The PostgreSQL benchmarks need PostgreSQL (TEST_DATABASE_URL, default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and skip

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,12 +66,11 @@ var cpuAdmin *pgxpool.Pool
 //   - unscoped-N: the same dispatcher, store, workers and completion path,
 //     claiming oldest first whatever the namespace, with no counts (see
 //     unscopedStore);
-//   - fair-10-wide, unscoped-10-wide: the same at 10 namespaces with
-//     River's concurrency, Workers 1,000 and BatchSize 1,000 (a sweep's
-//     round trips cost about the same for 100 rows as for 1,000);
-//     fair-1000-wide likewise at 1,000 namespaces; fair-N-wide-serial the
-//     same with one claim in flight (Options.ClaimsInFlight 1) rather than
-//     the default two; fair-1000-window the fair-1000 arm on a store with
+//   - fair-N-wide, unscoped-N-wide: the same with River's concurrency,
+//     Workers 1,000 and BatchSize 1,000 (a sweep's round trips cost about
+//     the same for 100 rows as for 1,000); fair-N-wide-serial the same
+//     with one claim in flight (Options.ClaimsInFlight 1) rather than the
+//     default two; fair-1000-window the fair-1000 arm on a store with
 //     pgstore's opt-in window claim (Options.WindowClaims), reported as
 //     window/counted-1000;
 //   - graphile-local, graphile-plain: graphile-worker 0.18.0 under Node,
@@ -94,62 +94,21 @@ var cpuAdmin *pgxpool.Pool
 //
 //	cd bench && go test -run '^$' -bench 'Drain$' -benchtime 3x -count 3 -timeout 30m
 //
+// It also reports, and prints in the summary table after the run (see
+// TestMain), issue 31's drain rows: the best fair arm at each N (the
+// fastest of fair-N and its variants, see bestFair) over graphile-local
+// and over river-1ms (best-fair-N/graphile-local, best-fair-N/river-1ms),
+// fair/unscoped-N-wide, and the best fair arm's pg-µs/row at 10
+// namespaces over graphile-local's (best-fair-10/graphile-local-pg).
+//
 // Under -benchtime=1x the backlog is 2,000 rows rather than 20,000 (see
 // drainBacklog).
 func BenchmarkDrain(b *testing.B) {
 	rows := drainBacklog()
-	riverPool := openPool(b, 40)
 	trips := &tripCounter{}
 	dispatchPool := openTracedPool(b, 0, trips)
 	cpuAdmin = openPool(b, 2)
-	r := newRiver(b, riverPool)
-	arms := []*arm{
-		{name: "river-default", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return r.drain(tb, rows, 10, 100, 0) }},
-		{name: "river-1ms", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) {
-			return r.drain(tb, rows, 10, 100, time.Millisecond)
-		}},
-	}
-	if g := newGraphile(b, cpuAdmin); g != nil {
-		arms = append(arms,
-			&arm{name: "graphile-local", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return g.drain(tb, rows, "local") }},
-			&arm{name: "graphile-plain", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return g.drain(tb, rows, "plain") }})
-	}
-	for _, ns := range []int{10, 1000} {
-		fair := newDispatchSetup(b, dispatchPool, ns, false)
-		unscoped := newDispatchSetup(b, dispatchPool, ns, true)
-		arms = append(arms,
-			&arm{name: fmt.Sprintf("fair-%d", ns), stats: fair.drain, trips: trips},
-			&arm{name: fmt.Sprintf("unscoped-%d", ns), stats: unscoped.drain, trips: trips})
-	}
-	// pgstore's opt-in window claim (Options.WindowClaims), where the window
-	// rule applies: 1,000 namespaces, BatchSize 100.
-	window := newDispatchSetupWith(b, dispatchPool, 1000, false, pgstore.Options{WindowClaims: true})
-	arms = append(arms, &arm{name: "fair-1000-window", stats: window.drain, trips: trips})
-	// The same dispatcher with River's concurrency: 1,000 workers, and
-	// sweeps of up to 1,000 rows (a sweep claims at most min(idle workers,
-	// BatchSize)). A sensitivity figure, not the headline: it shows how
-	// far the sweep's fixed cost per round trip is what bounds the rate.
-	for _, unscoped := range []bool{false, true} {
-		s := newDispatchSetup(b, dispatchPool, 10, unscoped)
-		s.workers, s.batch = wideWorkers, wideWorkers
-		name := "fair-10-wide"
-		if unscoped {
-			name = "unscoped-10-wide"
-		}
-		arms = append(arms, &arm{name: name, stats: s.drain, trips: trips})
-	}
-	// The default two claims in flight against one (ClaimsInFlight 1): what
-	// overlapping claims buys.
-	for _, ns := range []int{10, 1000} {
-		s := newDispatchSetup(b, dispatchPool, ns, false)
-		s.workers, s.batch, s.inFlight = wideWorkers, wideWorkers, 1
-		arms = append(arms, &arm{name: fmt.Sprintf("fair-%d-wide-serial", ns), stats: s.drain, trips: trips})
-		if ns == 1000 {
-			s := newDispatchSetup(b, dispatchPool, ns, false)
-			s.workers, s.batch = wideWorkers, wideWorkers
-			arms = append(arms, &arm{name: "fair-1000-wide", stats: s.drain, trips: trips})
-		}
-	}
+	arms := drainArms(b, openPool(b, 40), dispatchPool, trips)
 	if *armsFlag != "" {
 		re, err := regexp.Compile(*armsFlag)
 		if err != nil {
@@ -187,6 +146,125 @@ func BenchmarkDrain(b *testing.B) {
 	ratio("fair-10-wide/river", byName["fair-10-wide"], fasterRiver)
 	ratio("window/counted-1000", byName["fair-1000-window"], byName["fair-1000"])
 	ratio("fair/unscoped-10-wide", byName["fair-10-wide"], byName["unscoped-10-wide"])
+	summarizeDrain(b, arms, byName, perArm)
+}
+
+// drainArms returns BenchmarkDrain's arms: River's on riverPool,
+// graphile-worker's when installed, and the dispatcher's on dispatchPool
+// (whose round trips trips counts).
+func drainArms(b *testing.B, riverPool, dispatchPool *pgxpool.Pool, trips *tripCounter) []*arm {
+	r := newRiver(b, riverPool)
+	arms := []*arm{
+		{name: "river-default", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return r.drain(tb, rows, 10, 100, 0) }},
+		{name: "river-1ms", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) {
+			return r.drain(tb, rows, 10, 100, time.Millisecond)
+		}},
+	}
+	if g := newGraphile(b, cpuAdmin); g != nil {
+		arms = append(arms,
+			&arm{name: "graphile-local", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return g.drain(tb, rows, "local") }},
+			&arm{name: "graphile-plain", stats: func(tb testing.TB, rows int) (time.Duration, drainStats) { return g.drain(tb, rows, "plain") }})
+	}
+	for _, ns := range []int{10, 1000} {
+		fair := newDispatchSetup(b, dispatchPool, ns, false)
+		unscoped := newDispatchSetup(b, dispatchPool, ns, true)
+		arms = append(arms,
+			&arm{name: fmt.Sprintf("fair-%d", ns), stats: fair.drain, trips: trips},
+			&arm{name: fmt.Sprintf("unscoped-%d", ns), stats: unscoped.drain, trips: trips})
+	}
+	// pgstore's opt-in window claim (Options.WindowClaims), where the window
+	// rule applies: 1,000 namespaces, BatchSize 100.
+	window := newDispatchSetupWith(b, dispatchPool, 1000, false, pgstore.Options{WindowClaims: true})
+	arms = append(arms, &arm{name: "fair-1000-window", stats: window.drain, trips: trips})
+	// The same dispatcher with River's concurrency: 1,000 workers, and
+	// sweeps of up to 1,000 rows (a sweep claims at most min(idle workers,
+	// BatchSize)), fair and unscoped, at 10 and 1,000 namespaces; and fair
+	// with one claim in flight (ClaimsInFlight 1) rather than the default
+	// two: what overlapping claims buy.
+	for _, ns := range []int{10, 1000} {
+		for _, v := range []struct {
+			suffix   string
+			unscoped bool
+			inFlight int
+		}{{"fair-%d-wide", false, 0}, {"unscoped-%d-wide", true, 0}, {"fair-%d-wide-serial", false, 1}} {
+			s := newDispatchSetup(b, dispatchPool, ns, v.unscoped)
+			s.workers, s.batch, s.inFlight = wideWorkers, wideWorkers, v.inFlight
+			arms = append(arms, &arm{name: fmt.Sprintf(v.suffix, ns), stats: s.drain, trips: trips})
+		}
+	}
+	return arms
+}
+
+// bestFair returns the fastest of the arms that run the fair planner at ns
+// namespaces (fair-<ns> and its -wide, -wide-serial and -window variants:
+// the default options, River's concurrency, and the documented options),
+// or nil when none ran.
+func bestFair(arms []*arm, ns, perArm int) *arm {
+	var best *arm
+	prefix := fmt.Sprintf("fair-%d", ns)
+	for _, a := range arms {
+		if a.name != prefix && !strings.HasPrefix(a.name, prefix+"-") {
+			continue
+		}
+		if best == nil || a.rate(perArm) > best.rate(perArm) {
+			best = a
+		}
+	}
+	return best
+}
+
+// summarizeDrain reports, and records in the summary table in the order of
+// issue 31's table, the drain rows: the best fair arm over graphile-worker's
+// local queue and over River with a 1 ms cooldown, at 10 and 1,000
+// namespaces; fair over unscoped with BatchSize 1,000 at each; and the
+// PostgreSQL CPU per row of the best fair arm at 10 namespaces against
+// graphile-worker's. Rows whose arms did not run are left out.
+func summarizeDrain(b *testing.B, arms []*arm, byName map[string]*arm, perArm int) {
+	graphile, river1 := byName["graphile-local"], byName["river-1ms"]
+	nss := []int{10, 1000}
+	targets := map[string][2]string{"graphile-local": {"≥ 1.1×", "≥ 1.0×"}, "river-1ms": {"≥ 1.5×", "≥ 1.3×"}}
+	for _, peer := range []*arm{graphile, river1} {
+		for i, ns := range nss {
+			best := bestFair(arms, ns, perArm)
+			if peer == nil || best == nil {
+				continue
+			}
+			r := best.rate(perArm) / peer.rate(perArm)
+			b.ReportMetric(r, fmt.Sprintf("best-fair-%d/%s", ns, peer.name))
+			summary.record(fmt.Sprintf("best fair %s namespaces / %s (rows/s)", thousands(ns), peer.name), "%.2f×",
+				targets[peer.name][i], r, "best: "+best.name)
+		}
+	}
+	for _, ns := range nss {
+		fair, unscoped := byName[fmt.Sprintf("fair-%d-wide", ns)], byName[fmt.Sprintf("unscoped-%d-wide", ns)]
+		if fair != nil && unscoped != nil {
+			r := fair.rate(perArm) / unscoped.rate(perArm)
+			if ns == 1000 { // 10's is reported above as fair/unscoped-10-wide
+				b.ReportMetric(r, "fair/unscoped-1000-wide")
+			}
+			summary.record(fmt.Sprintf("fair / the same dispatcher unscoped, %s namespaces, BatchSize 1,000 (rows/s)", thousands(ns)), "%.2f", "≥ 0.95", r, "")
+		}
+	}
+	best := bestFair(arms, 10, perArm)
+	if best == nil || graphile == nil || !best.cpuKnown || !graphile.cpuKnown || graphile.pgCPU <= 0 {
+		return
+	}
+	ours := float64(best.pgCPU.Microseconds()) / float64(perArm)
+	theirs := float64(graphile.pgCPU.Microseconds()) / float64(perArm)
+	b.ReportMetric(ours/theirs, "best-fair-10/graphile-local-pg")
+	note := "best: " + best.name
+	summary.record("PostgreSQL CPU per row, best fair 10 namespaces (µs)", "%.1f", "≤ 13 on the quiet machine", ours, note)
+	summary.record("PostgreSQL CPU per row, graphile-local (µs)", "%.1f", "", theirs, "")
+	summary.record("PostgreSQL CPU per row, best fair 10 namespaces / graphile-local", "%.2f×", "≤ 1.0×", ours/theirs, note)
+}
+
+// thousands formats n with a comma between thousands, as the README does.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // runDrainArms runs every arm once per iteration of b, in an order that
