@@ -220,13 +220,9 @@ func scanRouteCount(rows *sql.Rows, mode countMode, ids map[backpressure.Route][
 	if !list.Valid || list.String == "" {
 		return c, nil
 	}
-	var got []int64
-	for f := range strings.SplitSeq(list.String, ",") {
-		id, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return c, fmt.Errorf("row IDs of %s: %w", c.Route, err)
-		}
-		got = append(got, id)
+	got, err := claimOrderIDs(list.String)
+	if err != nil {
+		return c, fmt.Errorf("row IDs of %s: %w", c.Route, err)
 	}
 	ids[c.Route] = got
 	c.Count = len(got)
@@ -293,15 +289,53 @@ func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure
 
 // inClaimOrder sorts rows, claimed by claims and in ID (enqueue) order, into
 // the order ClaimOutboxRowsScoped returns: grouped by claim in the claims'
-// order and, within a claim, highest priority first, then oldest (the sort
-// is stable, so rows of one priority keep their ID order). It allocates
-// only for claims that are not in ascending route order (a plan's are).
+// order and, within a claim, highest priority first, then oldest. Each
+// row's claim is looked up once (not once per comparison), and rows
+// already in that order are returned as they are. Cost: O(n log claims)
+// for the look-ups, plus O(n log n) when the rows must move.
 func inClaimOrder(rows []outbox.Row, claims []backpressure.ScopedClaim) []outbox.Row {
 	index := claimIndex(claims)
-	slices.SortStableFunc(rows, func(a, b outbox.Row) int {
-		return cmp.Or(cmp.Compare(index(a.Route()), index(b.Route())), cmp.Compare(b.Priority, a.Priority))
-	})
-	return rows
+	keys := make([]claimKey, len(rows))
+	for i := range rows {
+		keys[i] = claimKey{claim: index(rows[i].Route()), rank: -rows[i].Priority, id: rows[i].ID, at: i}
+	}
+	if slices.IsSortedFunc(keys, claimKey.compare) {
+		return rows
+	}
+	slices.SortFunc(keys, claimKey.compare)
+	out := make([]outbox.Row, len(rows))
+	for i, k := range keys {
+		out[i] = rows[k.at]
+	}
+	return out
+}
+
+// claimKey is where a claimed row goes in claim order: its claim's index,
+// its claim rank (negated priority) and its ID, which no two rows share,
+// so the order is total; at is the row's index before sorting.
+type claimKey struct {
+	claim, rank int
+	id          int64
+	at          int
+}
+
+func (a claimKey) compare(b claimKey) int {
+	return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.rank, b.rank), cmp.Compare(a.id, b.id))
+}
+
+// inListOrder returns rows, in ID order, in the order of ids, which lists
+// the ID of every row (and perhaps more) in the order wanted: one binary
+// search per ID. It serves a claim by the IDs a count listed in claim
+// order, whose rows are then already in claim order with no comparison of
+// routes.
+func inListOrder(rows []outbox.Row, ids []int64) []outbox.Row {
+	out := make([]outbox.Row, 0, len(rows))
+	for _, id := range ids {
+		if i, ok := slices.BinarySearchFunc(rows, id, func(r outbox.Row, id int64) int { return cmp.Compare(r.ID, id) }); ok {
+			out = append(out, rows[i])
+		}
+	}
+	return out
 }
 
 // claimIndex returns a function giving the index in claims of the claim
@@ -468,6 +502,47 @@ func collect(out []outbox.Row, rows *sql.Rows, token int64, now, leaseEnd time.T
 	return out, nil
 }
 
+// claimOrderIDs parses a countIDs list, "id,id,…;rank,rank,…" (the rows'
+// IDs and claim ranks, position for position, in the order SQLite
+// aggregated them), into the IDs in claim order: by rank (highest priority
+// first), then ID (oldest first). Rows that arrive in that order, as the
+// route index yields them, are not moved; the order does not rest on it.
+func claimOrderIDs(list string) ([]int64, error) {
+	idList, rankList, ok := strings.Cut(list, ";")
+	if !ok {
+		return nil, fmt.Errorf("%q has no rank list", list)
+	}
+	n := strings.Count(idList, ",") + 1
+	if strings.Count(rankList, ",")+1 != n {
+		return nil, fmt.Errorf("%q: the ID and rank lists differ in length", list)
+	}
+	keys := make([]claimKey, 0, n)
+	for f := range strings.SplitSeq(idList, ",") {
+		id, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, claimKey{id: id})
+	}
+	i := 0
+	for f := range strings.SplitSeq(rankList, ",") {
+		rank, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		keys[i].rank = rank
+		i++
+	}
+	if !slices.IsSortedFunc(keys, claimKey.compare) {
+		slices.SortFunc(keys, claimKey.compare)
+	}
+	ids := make([]int64, n)
+	for i, k := range keys {
+		ids[i] = k.id
+	}
+	return ids, nil
+}
+
 // countClaimedSQL is CountClaimedOutboxRows's statement: ?1 now, cond the
 // shard filter (parameter ?2). It reads only the live-lease index.
 func countClaimedSQL(cond string) string {
@@ -525,9 +600,14 @@ func routeCountsSQL(cond, where string, mode countMode) string {
 		// with no aggregate over it.
 		rows = strings.Replace(rows, "LIMIT ?2", "LIMIT 1", 1)
 	} else {
-		// The IDs in claim order (highest priority first, then oldest),
-		// which the claim by ID takes the first of.
-		agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id, ',' ORDER BY claim_rank, id)"}[mode]
+		// The IDs and their claim ranks, position for position, which
+		// claimOrderIDs puts in claim order (highest priority first, then
+		// oldest) for the claim by ID to take the first of. Both lists are
+		// built in one pass over the same rows, so they line up whatever
+		// order SQLite feeds the aggregate; an ORDER BY in the aggregate
+		// would sort every route's rows again in SQL, though the route
+		// index already yields them in that order.
+		agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id) || ';' || group_concat(claim_rank)"}[mode]
 		if mode == countIDs {
 			rows = strings.Replace(rows, "SELECT o.id FROM", "SELECT o.id, o.claim_rank FROM", 1)
 		}
