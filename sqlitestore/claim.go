@@ -63,7 +63,8 @@ func withShards(args []any, arg []byte) []any {
 // CountClaimedOutboxRows returns, per namespace, the rows on the owned
 // shards that hold a live lease now (pending, expired and settled rows are
 // not counted; namespaces with none are left out). One read statement over
-// the live-lease index: O(live leases).
+// the claimed-row index, outbox_leased, in namespace order: O(claimed rows),
+// live leases and the expired ones not yet claimed again.
 func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
 	s := (*Store)(c)
 	if err := s.ready(); err != nil {
@@ -544,7 +545,8 @@ func claimOrderIDs(list string) ([]int64, error) {
 }
 
 // countClaimedSQL is CountClaimedOutboxRows's statement: ?1 now, cond the
-// shard filter (parameter ?2). It reads only the live-lease index.
+// shard filter (parameter ?2). It reads only outbox_leased, whose
+// namespace order is the GROUP BY's.
 func countClaimedSQL(cond string) string {
 	return `
 SELECT namespace, count(*) FROM outbox
