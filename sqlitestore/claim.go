@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -324,19 +325,33 @@ func (a claimKey) compare(b claimKey) int {
 	return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.rank, b.rank), cmp.Compare(a.id, b.id))
 }
 
-// inListOrder returns rows, in ID order, in the order of ids, which lists
-// the ID of every row (and perhaps more) in the order wanted: one binary
-// search per ID. It serves a claim by the IDs a count listed in claim
-// order, whose rows are then already in claim order with no comparison of
-// routes.
+// inListOrder puts rows, in ID order, into the order of ids, which lists
+// the ID of every row (and perhaps IDs of no row) in the order wanted, and
+// returns them. It serves a claim by the IDs a count listed in claim
+// order, whose rows are then in claim order with no comparison of routes.
+// It moves the rows in place, each once: one binary search per ID, then
+// the permutation's cycles.
 func inListOrder(rows []outbox.Row, ids []int64) []outbox.Row {
-	out := make([]outbox.Row, 0, len(rows))
+	from := make([]int, 0, len(rows)) // from[k]: the index in rows of the k-th row wanted
 	for _, id := range ids {
-		if i, ok := slices.BinarySearchFunc(rows, id, func(r outbox.Row, id int64) int { return cmp.Compare(r.ID, id) }); ok {
-			out = append(out, rows[i])
+		if i := sort.Search(len(rows), func(i int) bool { return rows[i].ID >= id }); i < len(rows) && rows[i].ID == id {
+			from = append(from, i)
 		}
 	}
-	return out
+	if len(from) != len(rows) { // a row ids does not list: no claim by ID returns one
+		return rows
+	}
+	for start := range from {
+		if from[start] < 0 || from[start] == start {
+			continue
+		}
+		held, k := rows[start], start
+		for from[k] != start {
+			rows[k], from[k], k = rows[from[k]], -1, from[k]
+		}
+		rows[k], from[k] = held, -1
+	}
+	return rows
 }
 
 // claimIndex returns a function giving the index in claims of the claim
