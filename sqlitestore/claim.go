@@ -581,7 +581,7 @@ type countMode int
 
 const (
 	countOnly    countMode = iota // the capped count
-	countIDs                      // the IDs of the rows counted, comma-separated (NULL for none)
+	countIDs                      // the IDs of the rows counted and their claim ranks, "ids;ranks" (see claimOrderIDs; NULL for none)
 	countFirstID                  // the ID of the first row, for a cap of 1 (NULL for none)
 )
 
