@@ -246,8 +246,19 @@ func drainStore(b *testing.B, template string) *Store {
 	return s
 }
 
-// drain empties s the way mode says and returns how many rows it drained.
+// drain empties s the way mode says and returns how many rows it drained,
+// drainRows.
 func drain(b *testing.B, s *Store, mode string) int {
+	done := drainAll(b, s, mode)
+	if done != drainRows {
+		b.Fatalf("%s drained %d rows, want %d", mode, done, drainRows)
+	}
+	return done
+}
+
+// drainAll empties s the way mode says and returns how many rows it
+// drained.
+func drainAll(b *testing.B, s *Store, mode string) int {
 	ctx := b.Context()
 	shards, err := backpressure.AllShards(s.ShardCount())
 	if err != nil {
@@ -295,8 +306,70 @@ func drain(b *testing.B, s *Store, mode string) int {
 		}
 		done += len(rows)
 	}
-	if done != drainRows {
-		b.Fatalf("%s drained %d rows, want %d", mode, done, drainRows)
-	}
 	return done
+}
+
+// costRows is the backlog BenchmarkDrainCost drains.
+const costRows = 2_000
+
+// BenchmarkDrainCost is the drain of BenchmarkDrain (10 namespaces) made
+// for counting instructions, which, unlike times, repeat on a loaded
+// machine: each iteration copies a file store holding costRows rows, opens
+// it, drains it in one mode (fair: Sweep then one Complete per batch;
+// unscoped: the unscoped claim then one Complete) and closes it; mode none
+// only copies, opens and closes, the cost to subtract. Run each mode under
+// callgrind for a fixed count:
+//
+//	go test -c -o /tmp/sqlitestore.test
+//	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.fair \
+//		/tmp/sqlitestore.test -test.run '^$' -test.bench 'DrainCost/mode=fair$' -test.benchtime 3x
+//
+// then (Ir of fair − Ir of none) / (3 × costRows) is the instructions per
+// row drained. (GODEBUG=asyncpreemptoff=1: callgrind aborts on Go's
+// preemption signals.)
+func BenchmarkDrainCost(b *testing.B) {
+	for _, mode := range []string{"fair", "unscoped", "none"} {
+		b.Run("mode="+mode, func(b *testing.B) {
+			b.ReportAllocs()
+			template := costTemplate(b)
+			rows := 0
+			start := time.Now()
+			for b.Loop() {
+				s := drainStore(b, template)
+				if mode != "none" {
+					n := drainAll(b, s, mode)
+					if n != costRows {
+						b.Fatalf("%s drained %d rows, want %d", mode, n, costRows)
+					}
+					rows += n
+				}
+				_ = s.Close()
+			}
+			if rows > 0 {
+				b.ReportMetric(float64(rows)/time.Since(start).Seconds(), "rows/s")
+			}
+		})
+	}
+}
+
+// costTemplate writes a closed file store holding costRows rows over 10
+// namespaces, one task queue each, enqueued round-robin.
+func costTemplate(b *testing.B) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "template.db")
+	s, err := Open(b.Context(), path, Options{SyncNormal: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	msgs := make([]outbox.Message, costRows)
+	for i := range msgs {
+		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "ns" + strconv.Itoa(i%10), TaskQueue: "q", Payload: []byte("payload")}
+	}
+	if _, err := s.Enqueue(b.Context(), msgs); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return path
 }

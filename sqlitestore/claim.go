@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +64,8 @@ func withShards(args []any, arg []byte) []any {
 // CountClaimedOutboxRows returns, per namespace, the rows on the owned
 // shards that hold a live lease now (pending, expired and settled rows are
 // not counted; namespaces with none are left out). One read statement over
-// the live-lease index: O(live leases).
+// the claimed-row index, outbox_leased, in namespace order: O(claimed rows),
+// live leases and the expired ones not yet claimed again.
 func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
 	s := (*Store)(c)
 	if err := s.ready(); err != nil {
@@ -220,13 +222,9 @@ func scanRouteCount(rows *sql.Rows, mode countMode, ids map[backpressure.Route][
 	if !list.Valid || list.String == "" {
 		return c, nil
 	}
-	var got []int64
-	for f := range strings.SplitSeq(list.String, ",") {
-		id, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return c, fmt.Errorf("row IDs of %s: %w", c.Route, err)
-		}
-		got = append(got, id)
+	got, err := claimOrderIDs(list.String)
+	if err != nil {
+		return c, fmt.Errorf("row IDs of %s: %w", c.Route, err)
 	}
 	ids[c.Route] = got
 	c.Count = len(got)
@@ -293,14 +291,66 @@ func (c *claimer) ClaimOutboxRowsScoped(ctx context.Context, shards backpressure
 
 // inClaimOrder sorts rows, claimed by claims and in ID (enqueue) order, into
 // the order ClaimOutboxRowsScoped returns: grouped by claim in the claims'
-// order and, within a claim, highest priority first, then oldest (the sort
-// is stable, so rows of one priority keep their ID order). It allocates
-// only for claims that are not in ascending route order (a plan's are).
+// order and, within a claim, highest priority first, then oldest. Each
+// row's claim is looked up once (not once per comparison), and rows
+// already in that order are returned as they are. Cost: O(n log claims)
+// for the look-ups, plus O(n log n) when the rows must move.
 func inClaimOrder(rows []outbox.Row, claims []backpressure.ScopedClaim) []outbox.Row {
 	index := claimIndex(claims)
-	slices.SortStableFunc(rows, func(a, b outbox.Row) int {
-		return cmp.Or(cmp.Compare(index(a.Route()), index(b.Route())), cmp.Compare(b.Priority, a.Priority))
-	})
+	keys := make([]claimKey, len(rows))
+	for i := range rows {
+		keys[i] = claimKey{claim: index(rows[i].Route()), rank: -rows[i].Priority, id: rows[i].ID, at: i}
+	}
+	if slices.IsSortedFunc(keys, claimKey.compare) {
+		return rows
+	}
+	slices.SortFunc(keys, claimKey.compare)
+	out := make([]outbox.Row, len(rows))
+	for i, k := range keys {
+		out[i] = rows[k.at]
+	}
+	return out
+}
+
+// claimKey is where a claimed row goes in claim order: its claim's index,
+// its claim rank (negated priority) and its ID, which no two rows share,
+// so the order is total; at is the row's index before sorting.
+type claimKey struct {
+	claim, rank int
+	id          int64
+	at          int
+}
+
+func (a claimKey) compare(b claimKey) int {
+	return cmp.Or(cmp.Compare(a.claim, b.claim), cmp.Compare(a.rank, b.rank), cmp.Compare(a.id, b.id))
+}
+
+// inListOrder puts rows, in ID order, into the order of ids, which lists
+// the ID of every row (and perhaps IDs of no row) in the order wanted, and
+// returns them. It serves a claim by the IDs a count listed in claim
+// order, whose rows are then in claim order with no comparison of routes.
+// It moves the rows in place, each once: one binary search per ID, then
+// the permutation's cycles.
+func inListOrder(rows []outbox.Row, ids []int64) []outbox.Row {
+	from := make([]int, 0, len(rows)) // from[k]: the index in rows of the k-th row wanted
+	for _, id := range ids {
+		if i := sort.Search(len(rows), func(i int) bool { return rows[i].ID >= id }); i < len(rows) && rows[i].ID == id {
+			from = append(from, i)
+		}
+	}
+	if len(from) != len(rows) { // a row ids does not list: no claim by ID returns one
+		return rows
+	}
+	for start := range from {
+		if from[start] < 0 || from[start] == start {
+			continue
+		}
+		held, k := rows[start], start
+		for from[k] != start {
+			rows[k], from[k], k = rows[from[k]], -1, from[k]
+		}
+		rows[k], from[k] = held, -1
+	}
 	return rows
 }
 
@@ -468,8 +518,50 @@ func collect(out []outbox.Row, rows *sql.Rows, token int64, now, leaseEnd time.T
 	return out, nil
 }
 
+// claimOrderIDs parses a countIDs list, "id,id,…;rank,rank,…" (the rows'
+// IDs and claim ranks, position for position, in the order SQLite
+// aggregated them), into the IDs in claim order: by rank (highest priority
+// first), then ID (oldest first). Rows that arrive in that order, as the
+// route index yields them, are not moved; the order does not rest on it.
+func claimOrderIDs(list string) ([]int64, error) {
+	idList, rankList, ok := strings.Cut(list, ";")
+	if !ok {
+		return nil, fmt.Errorf("%q has no rank list", list)
+	}
+	n := strings.Count(idList, ",") + 1
+	if strings.Count(rankList, ",")+1 != n {
+		return nil, fmt.Errorf("%q: the ID and rank lists differ in length", list)
+	}
+	keys := make([]claimKey, 0, n)
+	for f := range strings.SplitSeq(idList, ",") {
+		id, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, claimKey{id: id})
+	}
+	i := 0
+	for f := range strings.SplitSeq(rankList, ",") {
+		rank, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		keys[i].rank = rank
+		i++
+	}
+	if !slices.IsSortedFunc(keys, claimKey.compare) {
+		slices.SortFunc(keys, claimKey.compare)
+	}
+	ids := make([]int64, n)
+	for i, k := range keys {
+		ids[i] = k.id
+	}
+	return ids, nil
+}
+
 // countClaimedSQL is CountClaimedOutboxRows's statement: ?1 now, cond the
-// shard filter (parameter ?2). It reads only the live-lease index.
+// shard filter (parameter ?2). It reads only outbox_leased, whose
+// namespace order is the GROUP BY's.
 func countClaimedSQL(cond string) string {
 	return `
 SELECT namespace, count(*) FROM outbox
@@ -489,7 +581,7 @@ type countMode int
 
 const (
 	countOnly    countMode = iota // the capped count
-	countIDs                      // the IDs of the rows counted, comma-separated (NULL for none)
+	countIDs                      // the IDs of the rows counted and their claim ranks, "ids;ranks" (see claimOrderIDs; NULL for none)
 	countFirstID                  // the ID of the first row, for a cap of 1 (NULL for none)
 )
 
@@ -525,9 +617,14 @@ func routeCountsSQL(cond, where string, mode countMode) string {
 		// with no aggregate over it.
 		rows = strings.Replace(rows, "LIMIT ?2", "LIMIT 1", 1)
 	} else {
-		// The IDs in claim order (highest priority first, then oldest),
-		// which the claim by ID takes the first of.
-		agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id, ',' ORDER BY claim_rank, id)"}[mode]
+		// The IDs and their claim ranks, position for position, which
+		// claimOrderIDs puts in claim order (highest priority first, then
+		// oldest) for the claim by ID to take the first of. Both lists are
+		// built in one pass over the same rows, so they line up whatever
+		// order SQLite feeds the aggregate; an ORDER BY in the aggregate
+		// would sort every route's rows again in SQL, though the route
+		// index already yields them in that order.
+		agg := [...]string{countOnly: "count(*)", countIDs: "group_concat(id) || ';' || group_concat(claim_rank)"}[mode]
 		if mode == countIDs {
 			rows = strings.Replace(rows, "SELECT o.id FROM", "SELECT o.id, o.claim_rank FROM", 1)
 		}

@@ -41,9 +41,12 @@ func stateOf(n int) outbox.State {
 // that token, under a live lease (ready_at > now); a row that is not is
 // left alone and missing from RETURNING. A retry of a row that has had
 // max_attempts claims (0: no limit) dead-letters it. It finds each row by
-// the dispatch_key index.
+// the dispatch_key index. c is MATERIALIZED so that each entry's fields
+// are read out of the JSON once: inlined, every use of f.next, f.outcome
+// and f.err in the SET list would extract its field from the JSON again
+// (19k of 292k instructions per row of an unscoped drain, callgrind).
 const completeSQL = `
-WITH c(key, token, outcome, retry_end, err) AS (
+WITH c(key, token, outcome, retry_end, err) AS MATERIALIZED (
 	SELECT value->>0, value->>1, value->>2, value->>3, value->>4 FROM json_each(?1)),
 f(id, outcome, retry_end, err, next) AS (
 	SELECT o.id, c.outcome, c.retry_end, c.err,

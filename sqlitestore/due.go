@@ -10,15 +10,14 @@ import (
 
 // nextDueSQL is NextDue's statement (?1 now, cond the shard filter reading
 // ?2): per namespace with a pending or claimed row (outbox_routes), the
-// first entry of its pending rows after now in outbox_namespace_state,
-// keyed (namespace, state, ready_at): one seek each, then, on a node owning
-// part of the shards, a step per row on a shard it does not own. The
-// predicate state >= 0 is that index's, repeated so that SQLite may use it.
+// first entry of its pending rows after now in outbox_pending, keyed
+// (namespace, ready_at, shard) and covering: one seek each, then, on a node
+// owning part of the shards, a step per row on a shard it does not own.
 func nextDueSQL(cond string) string {
 	return `
 SELECT min((
-	SELECT o.ready_at FROM outbox o INDEXED BY outbox_namespace_state
-	WHERE o.state >= 0 AND o.namespace = r.namespace AND o.state = 0 AND o.ready_at > ?1` + cond + `
+	SELECT o.ready_at FROM outbox o INDEXED BY outbox_pending
+	WHERE o.state = 0 AND o.namespace = r.namespace AND o.ready_at > ?1` + cond + `
 	ORDER BY o.ready_at LIMIT 1))
 FROM (SELECT DISTINCT namespace FROM outbox_routes) r`
 }

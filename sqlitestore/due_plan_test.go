@@ -7,7 +7,7 @@ import (
 
 // TestNextDuePlanSeeksPerNamespace: NextDue's statement reads the
 // namespaces from outbox_routes and, per namespace, seeks
-// outbox_namespace_state for the first pending row after now, with no
+// the covering outbox_pending for the first pending row after now, with no
 // sort and no scan of the outbox, on a node owning every shard or a part.
 func TestNextDuePlanSeeksPerNamespace(t *testing.T) {
 	s := openT(t, ":memory:", Options{})
@@ -16,7 +16,7 @@ func TestNextDuePlanSeeksPerNamespace(t *testing.T) {
 		args int
 	}{{"", 1}, {ownedCond(2), 2}} {
 		plan := explain(t, s.reader, nextDueSQL(c.cond), c.args)
-		want := "INDEX outbox_namespace_state (namespace=? AND state=? AND ready_at>?)" // covering when every shard is owned
+		want := "COVERING INDEX outbox_pending (namespace=? AND ready_at>?)"
 		if !strings.Contains(plan, "SEARCH o USING ") || !strings.Contains(plan, want+"\n") {
 			t.Errorf("shard filter %q: plan lacks %q:\n%s", c.cond, want, plan)
 		}

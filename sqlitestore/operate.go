@@ -14,36 +14,50 @@ import (
 
 var _ outbox.Operator = (*Store)(nil)
 
-// namespaceCounts counts one namespace's rows, each count a range of
-// outbox_namespace_state capped at ?3 by a LIMIT, so it reads at most ?3
-// entries per count: ?1 namespace, ?2 now, ?3 cap. The min(ready_at) of a
-// (namespace, state) prefix is its first entry.
+// namespaceCounts counts one namespace's rows, each count a range of the
+// partial index of the state it counts, keyed by namespace first
+// (outbox_pending, outbox_leased, outbox_dead, outbox_settled), capped at
+// ?3 by a LIMIT, so it reads at most ?3 entries per count: ?1 namespace,
+// ?2 now, ?3 cap. The min(ready_at) of a namespace's pending or claimed
+// rows is the first entry of its range.
 const namespaceCounts = `
 SELECT
-	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 0 AND ready_at <= ?2 LIMIT ?3)),
-	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 1 AND ready_at <= ?2 LIMIT ?3)),
-	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 0 AND ready_at > ?2 LIMIT ?3)),
-	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 1 AND ready_at > ?2 LIMIT ?3)),
-	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 3 LIMIT ?3)),
-	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 2 LIMIT ?3)),
-	coalesce((SELECT min(ready_at) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 0), 0),
-	coalesce((SELECT min(ready_at) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace = ?1 AND state = 1), 0)`
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_pending WHERE state = 0 AND namespace = ?1 AND ready_at <= ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_leased WHERE state = 1 AND namespace = ?1 AND ready_at <= ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_pending WHERE state = 0 AND namespace = ?1 AND ready_at > ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_leased WHERE state = 1 AND namespace = ?1 AND ready_at > ?2 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_dead WHERE state = 3 AND namespace = ?1 LIMIT ?3)),
+	(SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_settled WHERE state = 2 AND namespace = ?1 LIMIT ?3)),
+	coalesce((SELECT min(ready_at) FROM outbox INDEXED BY outbox_pending WHERE state = 0 AND namespace = ?1), 0),
+	coalesce((SELECT min(ready_at) FROM outbox INDEXED BY outbox_leased WHERE state = 1 AND namespace = ?1), 0)`
+
+// namespaceAfter is the first namespace after after (an SQL expression)
+// with a row in any state: the least of one probe of each state's index.
+func namespaceAfter(after string) string {
+	var probes []string
+	for _, ix := range []struct{ index, state string }{
+		{"outbox_pending", "0"}, {"outbox_leased", "1"}, {"outbox_settled", "2"}, {"outbox_dead", "3"},
+	} {
+		probes = append(probes, `SELECT (SELECT min(namespace) FROM outbox INDEXED BY `+ix.index+` WHERE state = `+ix.state+` AND namespace > `+after+`) AS name`)
+	}
+	return `(SELECT min(name) FROM (` + strings.Join(probes, " UNION ALL ") + `))`
+}
 
 // namespacePage finds the next ?2 namespaces after ?1 with a loose scan of
-// outbox_namespace_state: one index probe per namespace.
-const namespacePage = `
+// the four state indexes: four index probes per namespace.
+var namespacePage = `
 WITH RECURSIVE ns(name, n) AS (
-	SELECT (SELECT min(namespace) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace > ?1), 1
+	SELECT ` + namespaceAfter("?1") + `, 1
 	UNION ALL
-	SELECT (SELECT min(namespace) FROM outbox INDEXED BY outbox_namespace_state WHERE state >= 0 AND namespace > ns.name), n + 1
+	SELECT ` + namespaceAfter("ns.name") + `, n + 1
 	FROM ns WHERE ns.name IS NOT NULL AND n < ?2
 )
 SELECT name FROM ns WHERE name IS NOT NULL`
 
 // Namespaces returns the state of the namespaces p selects (see
 // [outbox.Operator]): one read transaction, so every count is of one
-// snapshot. Cost: one index probe per namespace for the page, then per
-// namespace eight range reads of outbox_namespace_state of at most p.Cap
+// snapshot. Cost: four index probes per namespace for the page, then per
+// namespace eight range reads of the state indexes of at most p.Cap
 // entries each: O(namespaces × (log rows + p.Cap)). Bad params are an
 // *outbox.ArgumentError.
 func (s *Store) Namespaces(ctx context.Context, p outbox.NamespacesParams) ([]outbox.NamespaceState, error) {

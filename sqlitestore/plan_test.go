@@ -21,7 +21,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 			want []string
 		}{
 			{"CountClaimedOutboxRows", countClaimedSQL(strings.ReplaceAll(cond, "?7", "?2")), 2,
-				[]string{"SEARCH outbox USING COVERING INDEX outbox_leased (ready_at>?)"}},
+				[]string{"SCAN outbox USING COVERING INDEX outbox_leased"}},
 			{"CountPendingOutboxRows", countPendingSQL(strings.ReplaceAll(cond, "?7", "?3")), 3,
 				[]string{"SEARCH o USING COVERING INDEX outbox_route_claimable (namespace=? AND task_queue=?)"}},
 			{"ClaimOutboxRowsScoped", scopedClaimSQL(cond), 7, []string{

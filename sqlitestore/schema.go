@@ -171,6 +171,28 @@ CREATE INDEX history_at ON history (at, id);
 CREATE INDEX history_namespace ON history (namespace, at, id);
 CREATE INDEX history_thin ON history (node, namespace, bucket, at, id);
 `,
+
+	// 9: the per-namespace counts of Namespaces and NextDue from indexes
+	// the hot path writes less. outbox_namespace_state, one entry per row
+	// keyed (namespace, state, ready_at), was rewritten (an entry deleted
+	// and one inserted) by every claim and every completion. In its place,
+	// one partial index per state, each keyed by namespace first:
+	// outbox_pending (state 0), which a claim deletes from and a retry
+	// inserts into; outbox_leased re-keyed (namespace, ready_at, shard)
+	// (state 1), which a claim and a completion already wrote;
+	// outbox_settled (state 2), which a settling completion inserts into;
+	// and outbox_dead (state 3) as it was. A claim and a settle together
+	// now write two index entries for these counts rather than four.
+	// CountClaimedOutboxRows reads outbox_leased whole (every claimed row,
+	// live or expired, in namespace order) rather than the live range of
+	// it. Indexes only: every row is kept as it is.
+	`
+DROP INDEX outbox_namespace_state;
+DROP INDEX outbox_leased;
+CREATE INDEX outbox_leased ON outbox (namespace, ready_at, shard) WHERE state = 1;
+CREATE INDEX outbox_pending ON outbox (namespace, ready_at, shard) WHERE state = 0;
+CREATE INDEX outbox_settled ON outbox (namespace) WHERE state = 2;
+`,
 }
 
 // schemaVersion is the newest schema version this package knows.

@@ -134,16 +134,18 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 	}
 	ids, known := v.idsOf(claims, sarg)
 	v.counted = nil // the rows are claimed now, or the claim failed; either way count again
-	var rows []outbox.Row
-	if known {
-		rows, err = v.s.claimIn(ctx, v.tx, claimByIDSQL(cond), sarg, v.now, len(ids), idList(ids), nil, nil)
-	} else {
-		rows, err = v.s.claimScoped(ctx, v.tx, cond, sarg, claims, v.now)
+	if !known {
+		rows, err := v.s.claimScoped(ctx, v.tx, cond, sarg, claims, v.now)
+		if err != nil {
+			return nil, v.s.fail("claim", err)
+		}
+		return inClaimOrder(rows, claims), nil
 	}
+	rows, err := v.s.claimIn(ctx, v.tx, claimByIDSQL(cond), sarg, v.now, len(ids), idList(ids), nil, nil)
 	if err != nil {
 		return nil, v.s.fail("claim", err)
 	}
-	return inClaimOrder(rows, claims), nil
+	return inListOrder(rows, ids), nil // ids are in claim order
 }
 
 // idsOf returns the first Limit counted IDs of each claim's route, and
