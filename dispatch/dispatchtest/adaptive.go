@@ -121,25 +121,7 @@ func (c Results) adaptiveRun(t *testing.T, capacity int64, retryAfter time.Durat
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- d.Run(ctx) }()
-	deadline := time.Now().Add(c.Timeout)
-	var out []outbox.Row
-	for {
-		out = out[:0]
-		for _, k := range keys {
-			r, err := s.Get(context.Background(), k)
-			if err != nil {
-				t.Fatalf("Get(%q): %v", k, err)
-			}
-			if !finished(r) {
-				break
-			}
-			out = append(out, r)
-		}
-		if len(out) == len(keys) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	out := awaitRows(t, s, keys, finished, time.Now().Add(c.Timeout))
 	ceilings := d.AdaptiveCeilings()
 	cancel()
 	if err := <-ran; err != nil {

@@ -281,6 +281,9 @@ func journalCounts(t *testing.T, path string) (settles, runs map[string]int) {
 	return settles, runs
 }
 
+// parent runs the crash test's parent side (see the package doc): rounds
+// of a child killed at a random point of its progress, then a last child
+// that drains the outbox, then the checks.
 func (c Crash) parent(t *testing.T) CrashResult {
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
@@ -290,87 +293,127 @@ func (c Crash) parent(t *testing.T) CrashResult {
 		t.Fatalf("Open: %v", err)
 	}
 	defer store.Close()
-	journal, stderr := filepath.Join(dir, "journal"), filepath.Join(dir, "stderr")
-	rnd := rand.New(rand.NewPCG(c.Seed, 0x6469737061746368))
-	t.Cleanup(func() {
-		if t.Failed() {
-			if b, err := os.ReadFile(stderr); err == nil && len(b) > 0 {
-				t.Logf("children's stderr (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
+	p := &crashParent{Crash: c, t: t, ctx: ctx, store: store,
+		journal: filepath.Join(dir, "journal"), stderr: filepath.Join(dir, "stderr"),
+		rnd: rand.New(rand.NewPCG(c.Seed, 0x6469737061746368))}
+	t.Cleanup(p.logStderr)
+	p.killRounds()
+	p.drain()
+	return p.check()
+}
+
+// crashParent is the parent's state during one crash test: its store, the
+// children's journal and stderr files, the seeded draws, and how many rows
+// it has enqueued (keys crashKey(0) to crashKey(next−1)).
+type crashParent struct {
+	Crash
+	t               *testing.T
+	ctx             context.Context
+	store           outbox.Store
+	journal, stderr string
+	rnd             *rand.Rand
+	next            int
+}
+
+// crashKey is the dispatch key of the crash test's k-th row.
+func crashKey(k int) string { return fmt.Sprintf("crash-%06d", k) }
+
+// logStderr logs the tail of the children's stderr when the test failed.
+func (p *crashParent) logStderr() {
+	if p.t.Failed() {
+		if b, err := os.ReadFile(p.stderr); err == nil && len(b) > 0 {
+			p.t.Logf("children's stderr (last 4 KiB):\n%s", b[max(0, len(b)-4096):])
+		}
+	}
+}
+
+// enqueueUpTo enqueues rows, in batches of 1 to 40, until n are enqueued,
+// spread over the namespaces round-robin.
+func (p *crashParent) enqueueUpTo(n int) {
+	for p.next < n {
+		batch := min(n-p.next, 1+p.rnd.IntN(40))
+		msgs := make([]outbox.Message, batch)
+		for i := range msgs {
+			k := p.next + i
+			msgs[i] = outbox.Message{
+				DispatchKey: crashKey(k),
+				Namespace:   fmt.Sprintf("tenant-%d", k%p.Namespaces),
+				TaskQueue:   "q",
 			}
 		}
+		if _, err := p.store.Enqueue(p.ctx, msgs); err != nil {
+			p.t.Fatalf("Enqueue: %v", err)
+		}
+		p.next += batch
+	}
+}
+
+// poll waits until cond holds, failing the test (waiting for what) when
+// the test's timeout ends first.
+func (p *crashParent) poll(what string, cond func() bool) {
+	for !cond() {
+		select {
+		case <-p.ctx.Done():
+			p.t.Fatalf("waiting for %s: %v", what, p.ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// settled is how many rows the journal shows settled.
+func (p *crashParent) settled() int {
+	s, _ := journalCounts(p.t, p.journal)
+	return len(s)
+}
+
+// killRounds runs Kills rounds: each starts a child, enqueues the round's
+// rows while it runs, and SIGKILLs it at a random point of its progress.
+func (p *crashParent) killRounds() {
+	perRound := p.Rows / (p.Kills + 1)
+	for round := range p.Kills {
+		child := p.startChild(p.t, p.journal, p.stderr)
+		p.enqueueUpTo((round + 1) * perRound)
+		target := p.settled() + 1 + p.rnd.IntN(max(1, perRound))
+		p.poll(fmt.Sprintf("round %d's progress", round), func() bool { return p.settled() >= min(target, p.next) })
+		if err := child.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			p.t.Fatalf("SIGKILL: %v", err)
+		}
+		<-child.done
+	}
+}
+
+// drain starts the last child, enqueues the remaining rows, waits until
+// the store counts every row settled, then stops the child cleanly.
+func (p *crashParent) drain() {
+	child := p.startChild(p.t, p.journal, p.stderr)
+	p.enqueueUpTo(p.Rows)
+	p.poll("every row settled", func() bool {
+		st, err := p.store.Stats(p.ctx)
+		return err == nil && st.Settled == p.Rows
 	})
+	_ = child.stdin.Close()
+	if err := <-child.done; err != nil {
+		p.t.Errorf("last child: %v", err)
+	}
+}
 
-	next := 0
-	enqueueUpTo := func(n int) {
-		for next < n {
-			batch := min(n-next, 1+rnd.IntN(40))
-			msgs := make([]outbox.Message, batch)
-			for i := range msgs {
-				k := next + i
-				msgs[i] = outbox.Message{
-					DispatchKey: fmt.Sprintf("crash-%06d", k),
-					Namespace:   fmt.Sprintf("tenant-%d", k%c.Namespaces),
-					TaskQueue:   "q",
-				}
-			}
-			if _, err := store.Enqueue(ctx, msgs); err != nil {
-				t.Fatalf("Enqueue: %v", err)
-			}
-			next += batch
-		}
-	}
-	poll := func(what string, cond func() bool) {
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("waiting for %s: %v", what, ctx.Err())
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	settled := func() int {
-		s, _ := journalCounts(t, journal)
-		return len(s)
-	}
-
-	// Each round: start a child, enqueue the round's rows while it runs,
-	// and kill it at a random point of its progress.
-	perRound := c.Rows / (c.Kills + 1)
-	for round := range c.Kills {
-		p := c.startChild(t, journal, stderr)
-		enqueueUpTo((round + 1) * perRound)
-		target := settled() + 1 + rnd.IntN(max(1, perRound))
-		poll(fmt.Sprintf("round %d's progress", round), func() bool { return settled() >= min(target, next) })
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatalf("SIGKILL: %v", err)
-		}
-		<-p.done
-	}
-
-	// The last child drains the outbox, then stops cleanly.
-	p := c.startChild(t, journal, stderr)
-	enqueueUpTo(c.Rows)
-	poll("every row settled", func() bool {
-		st, err := store.Stats(ctx)
-		return err == nil && st.Settled == c.Rows
-	})
-	_ = p.stdin.Close()
-	if err := <-p.done; err != nil {
-		t.Errorf("last child: %v", err)
-	}
-
-	st, err := store.Stats(ctx)
+// check checks the end state: the store's Stats count every row settled
+// and no other; every row is settled, was settled at most once by the
+// journal, and had its handler run. It returns what the test saw.
+func (p *crashParent) check() CrashResult {
+	t := p.t
+	st, err := p.store.Stats(p.ctx)
 	if err != nil {
 		t.Fatalf("Stats: %v", err)
 	}
-	if want := (outbox.Stats{Settled: c.Rows, Total: c.Rows}); st != want {
+	if want := (outbox.Stats{Settled: p.Rows, Total: p.Rows}); st != want {
 		t.Errorf("Stats = %+v, want %+v", st, want)
 	}
-	settles, runs := journalCounts(t, journal)
+	settles, runs := journalCounts(t, p.journal)
 	reruns := 0
-	for k := range c.Rows {
-		key := fmt.Sprintf("crash-%06d", k)
-		row, err := store.Get(ctx, key)
+	for k := range p.Rows {
+		key := crashKey(k)
+		row, err := p.store.Get(p.ctx, key)
 		if err != nil {
 			t.Errorf("Get(%s): %v", key, err)
 			continue
@@ -386,6 +429,6 @@ func (c Crash) parent(t *testing.T) CrashResult {
 		}
 		reruns += max(0, runs[key]-1)
 	}
-	t.Logf("%d rows settled through %d kills; %d handler runs repeated after a crash", c.Rows, c.Kills, reruns)
-	return CrashResult{Rows: c.Rows, Kills: c.Kills, Reruns: reruns}
+	t.Logf("%d rows settled through %d kills; %d handler runs repeated after a crash", p.Rows, p.Kills, reruns)
+	return CrashResult{Rows: p.Rows, Kills: p.Kills, Reruns: reruns}
 }

@@ -105,31 +105,11 @@ func (c Results) runUntil(t *testing.T, s outbox.Store, opts dispatch.Options, h
 		opts.Workers = 4
 	}
 	defer startDispatcher(t, s, backpressure.Config{BatchSize: 10, DefaultQuota: backpressure.Unlimited}, opts, h)()
-	deadline := time.Now().Add(c.Timeout)
-	for {
-		rows := make([]outbox.Row, 0, len(keys))
-		for _, k := range keys {
-			r, err := s.Get(context.Background(), k)
-			if err != nil {
-				t.Fatalf("Get(%q): %v", k, err)
-			}
-			if !done(r) {
-				break
-			}
-			rows = append(rows, r)
-		}
-		if len(rows) == len(keys) {
-			return rows
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rows %q not done in %v", keys, c.Timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
+	rows := awaitRows(t, s, keys, done, time.Now().Add(c.Timeout))
+	if len(rows) != len(keys) {
+		t.Fatalf("rows %q not done in %v", keys, c.Timeout)
 	}
-}
-
-func finished(r outbox.Row) bool {
-	return r.State == outbox.StateSettled || r.State == outbox.StateDead
+	return rows
 }
 
 func (c Results) snooze(t *testing.T) {

@@ -1,5 +1,7 @@
 package sim
 
+import "time"
+
 // maxSamples bounds a timeline's samples per tenant, so that a long run
 // keeps a small report: past it, neighbouring samples merge.
 const maxSamples = 4000
@@ -42,4 +44,9 @@ func (s *sampler) add(inflight []int) {
 		}
 		s.stride *= 2
 	}
+}
+
+// ceilTicks returns d in ticks, rounded up.
+func ceilTicks(d, tick time.Duration) time.Duration {
+	return (d + tick - 1) / tick
 }
