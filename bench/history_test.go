@@ -528,12 +528,8 @@ func (m *historyMeter) take(b *testing.B) (appendCPU, pruneCPU time.Duration, ap
 // run time from /proc/<pid>/schedstat (user and system), nil when none
 // can be read (the server is not on this machine).
 func backendRuntime(ctx context.Context, admin *pgxpool.Pool, app string) map[int]time.Duration {
-	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
-	if err != nil {
-		return nil
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
+	pids, ok := backendPIDs(ctx, admin, app)
+	if !ok {
 		return nil
 	}
 	out := make(map[int]time.Duration, len(pids))

@@ -116,12 +116,8 @@ var appNames sync.Map // *pgxpool.Pool → string
 // server (other schemas, other clients). It needs the server on this
 // machine; elsewhere it returns nil, and the figure is not reported.
 func backendCPU(ctx context.Context, admin *pgxpool.Pool, app string) map[int]time.Duration {
-	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
-	if err != nil {
-		return nil
-	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
+	pids, ok := backendPIDs(ctx, admin, app)
+	if !ok {
 		return nil
 	}
 	out := make(map[int]time.Duration, len(pids))
@@ -182,4 +178,18 @@ func (m *cpuMeter) stop() time.Duration {
 		d += t - m.before[pid]
 	}
 	return d
+}
+
+// backendPIDs lists the process IDs of the PostgreSQL backends whose
+// application_name is app; ok is false if the server could not be asked.
+func backendPIDs(ctx context.Context, admin *pgxpool.Pool, app string) (pids []int32, ok bool) {
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return nil, false
+	}
+	pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, false
+	}
+	return pids, true
 }
