@@ -1,0 +1,233 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// cpuArm is one outbox BenchmarkRowCPU measures: a costArm, the DDL that
+// makes it a variant of this package's schema ({s}: the quoted schema),
+// and the backend CPU its claims and Completes took (µs).
+type cpuArm struct {
+	costArm
+	ddl      string
+	cpu      [2]float64
+	settleTo string // the table a settle moves the row to, "" for none
+}
+
+// moveComplete is the settled-row move's prototype of a settle: the
+// completed rows are deleted from the outbox and inserted, settled, into
+// {s}.settled in the same statement (DELETE … RETURNING). It settles only
+// (every entry's outcome is taken as 1); it prices the move's Complete,
+// not its enqueue (which would add a key to a keys table) nor its reads.
+const moveComplete = `
+WITH done AS (
+	DELETE FROM {s}.outbox o
+	USING (SELECT * FROM unnest($2::text[], $3::int8[], $4::int4[], $5::int8[], $6::text[]) AS c (dispatch_key, token, outcome, delay_us, error)
+		ORDER BY c.dispatch_key) c,
+		(SELECT coalesce($1::timestamptz, now()) AS now) t
+	WHERE o.dispatch_key = c.dispatch_key AND o.dispatch_key = ANY ($2::text[]) AND o.token = c.token
+		AND CASE WHEN o.state = 'claimed' THEN o.lease_expires_at > t.now ELSE false END
+	RETURNING o.*, t.now AS fin
+)
+INSERT INTO {s}.settled (id, dispatch_key, namespace, task_queue, shard, payload, state, attempts, token, enqueued_at,
+	visible_at, claimed_at, lease_expires_at, finished_at, last_error, max_attempts, priority, headers, snoozes)
+SELECT id, dispatch_key, namespace, task_queue, shard, payload, 'settled', attempts, token, enqueued_at,
+	visible_at, claimed_at, lease_expires_at, fin, last_error, max_attempts, priority, headers, snoozes
+FROM done
+RETURNING dispatch_key, state`
+
+// BenchmarkRowCPU measures the PostgreSQL CPU of a drained row's claim and
+// Complete as the dispatcher sends them (a claim of 1,000 rows, 50 per
+// route, then Completes of 100), on this package's schema and on variants
+// of it, side by side in one run (in an order that rotates from iteration
+// to iteration), each arm on its own outbox with the same backlog as
+// BenchmarkRowCost's. The CPU is the backend's own
+// (getrusage, which log_statement_stats reports per protocol message,
+// received here as notices): what the backend spent parsing, planning and
+// executing, whatever else the machine runs. The arms:
+//
+//   - store: this package's schema and statements;
+//   - v13-complete: version 13's first Complete (testdata/v13), which put
+//     the results in argument order in the database;
+//   - claimable-pending: outbox_route_claimable_idx over pending rows only
+//     (a claim then adds no entry to it; the counts would have to find
+//     the expired leases elsewhere);
+//   - move, move-keyidx: the settled-row move's prototype (moveComplete):
+//     settled rows leave the outbox for a table with no index, or with an
+//     index on the dispatch key (what Get would need), and the outbox
+//     keeps no index of settled rows (outbox_settled_idx and
+//     outbox_namespace_state_idx dropped).
+//
+// It reports each arm's claim and complete CPU per row, and each arm's
+// complete CPU over store's (…/store-complete).
+//
+//	cd pgstore && go test -run '^$' -bench RowCPU -benchtime 10x -count 5
+func BenchmarkRowCPU(b *testing.B) {
+	pool := newPool(b, nil, 4)
+	settled := `CREATE TABLE {s}.settled (LIKE {s}.outbox INCLUDING DEFAULTS EXCLUDING GENERATED);
+DROP INDEX {s}.outbox_settled_idx; DROP INDEX {s}.outbox_namespace_state_idx;`
+	arms := []*cpuArm{
+		{costArm: costArm{name: "store"}},
+		{costArm: costArm{name: "v13-complete", complete: "testdata/v13/complete.sql"}},
+		{costArm: costArm{name: "claimable-pending"}, ddl: `DROP INDEX {s}.outbox_route_claimable_idx;
+CREATE INDEX outbox_route_claimable_idx ON {s}.outbox (namespace, task_queue, claimable_at) INCLUDE (shard) WHERE state = 'pending';`},
+		{costArm: costArm{name: "move", complete: moveComplete}, ddl: settled, settleTo: "settled"},
+		{costArm: costArm{name: "move-keyidx", complete: moveComplete}, ddl: settled + `CREATE INDEX ON {s}.settled (dispatch_key);`, settleTo: "settled"},
+	}
+	for _, a := range arms {
+		cpuArmSetup(b, pool, a)
+	}
+	meter := &cpuNotices{}
+	conn := meter.connect(b)
+	rows := 0
+	for b.Loop() {
+		for k := range arms { // in an order that rotates, so that no arm is always first
+			a := arms[(rows/1000+k)%len(arms)]
+			a.cpu[0] += meter.measure(func() { cpuClaim(b, conn, a.claim) })
+			keys, tokens := costClaimed(b, a.table)
+			if len(keys) != 1000 {
+				b.Fatalf("%s: claimed %d rows, want 1000", a.name, len(keys))
+			}
+			a.cpu[1] += meter.measure(func() {
+				for lo := 0; lo < len(keys); lo += 100 {
+					cpuComplete(b, conn, a.complete, keys[lo:lo+100], tokens[lo:lo+100])
+				}
+			})
+		}
+		rows += 1000
+	}
+	for _, a := range arms {
+		b.ReportMetric(a.cpu[0]/float64(rows), a.name+"-claim-cpu-µs/row")
+		b.ReportMetric(a.cpu[1]/float64(rows), a.name+"-complete-cpu-µs/row")
+		if a != arms[0] {
+			b.ReportMetric(a.cpu[1]/arms[0].cpu[1], a.name+"/store-complete")
+		}
+	}
+}
+
+// cpuArmSetup creates a's outbox at this package's version, applies its
+// DDL, sets its statements (a.complete: a statement with {s}, a testdata
+// path, or "" for the store's) and fills it as BenchmarkRowCost does.
+func cpuArmSetup(b *testing.B, pool *pgxpool.Pool, a *cpuArm) {
+	arm := costSchema(b, pool, a.name)
+	q := strings.TrimSuffix(arm.table, ".outbox")
+	if a.ddl != "" {
+		if _, err := adminPool.Exec(b.Context(), strings.ReplaceAll(a.ddl, "{s}", q)); err != nil {
+			b.Fatalf("%s: %v", a.name, err)
+		}
+	}
+	switch {
+	case strings.HasPrefix(a.complete, "testdata/"):
+		arm.complete = costStatement(b, a.complete, q)
+	case a.complete != "":
+		arm.complete = strings.ReplaceAll(a.complete, "{s}", q)
+	}
+	arm.name = a.name
+	a.costArm = *arm
+	costFill(b, a.table, 10, 2, 1000)
+}
+
+// cpuClaim runs one scoped claim of 50 rows from each of BenchmarkRowCost's
+// 20 routes on conn.
+func cpuClaim(b *testing.B, conn *pgx.Conn, claim string) {
+	shards := make([]int32, 64)
+	for i := range shards {
+		shards[i] = int32(i)
+	}
+	var nss, tqs []string
+	var lims []int64
+	for ns := range 10 {
+		for q := range 2 {
+			nss, tqs, lims = append(nss, fmt.Sprintf("ns%02d", ns)), append(tqs, fmt.Sprint("q", q)), append(lims, 50)
+		}
+	}
+	if _, err := conn.Exec(b.Context(), claim, nil, int64(30_000_000), shards, nss, tqs, lims, true); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// cpuComplete settles keys (claimed under tokens) with one Complete
+// statement on conn and checks that every row was settled.
+func cpuComplete(b *testing.B, conn *pgx.Conn, complete string, keys []string, tokens []int64) {
+	outcomes, delays, errs := make([]int32, len(keys)), make([]int64, len(keys)), make([]string, len(keys))
+	for i := range outcomes {
+		outcomes[i] = 1
+	}
+	r, err := conn.Query(b.Context(), complete, nil, keys, tokens, outcomes, delays, errs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	settled := 0
+	for r.Next() {
+		vals, err := r.Values()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st, ok := vals[len(vals)-1].(string); ok && st == "settled" {
+			settled++
+		}
+	}
+	if err := r.Err(); err != nil || settled != len(keys) {
+		b.Fatalf("settled %d of %d rows: %v", settled, len(keys), err)
+	}
+}
+
+// cpuNotices sums the backend CPU that log_statement_stats reports, per
+// protocol message, to a connection made by connect.
+type cpuNotices struct {
+	mu  sync.Mutex
+	sum float64 // µs
+}
+
+// usageLine is the line of log_statement_stats' report with the CPU times.
+var usageLine = regexp.MustCompile(`([0-9.]+) s user, ([0-9.]+) s system`)
+
+// connect opens a connection whose backend reports each message's
+// resource use to the client, summed into m.
+func (m *cpuNotices) connect(b *testing.B) *pgx.Conn {
+	cfg, err := pgx.ParseConfig(databaseURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.RuntimeParams["log_statement_stats"] = "on"
+	cfg.RuntimeParams["client_min_messages"] = "log"
+	cfg.RuntimeParams["jit"] = "off"
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		x := usageLine.FindStringSubmatch(n.Detail)
+		if x == nil {
+			return
+		}
+		user, _ := strconv.ParseFloat(x[1], 64)
+		system, _ := strconv.ParseFloat(x[2], 64)
+		m.mu.Lock()
+		m.sum += (user + system) * 1e6
+		m.mu.Unlock()
+	}
+	conn, err := pgx.ConnectConfig(b.Context(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// measure returns the backend CPU (µs) reported while f ran.
+func (m *cpuNotices) measure(f func()) float64 {
+	m.mu.Lock()
+	before := m.sum
+	m.mu.Unlock()
+	f()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sum - before
+}
