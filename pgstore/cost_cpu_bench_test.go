@@ -1,8 +1,10 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -230,4 +232,67 @@ func (m *cpuNotices) measure(f func()) float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.sum - before
+}
+
+// BenchmarkCommitCPU measures what a commit costs the backend, which no
+// statement's messages report (the commit runs at the protocol's Sync,
+// after the statement's last message): one-row upserts, each its own
+// transaction, with synchronous_commit on (the default: the commit waits
+// for its WAL to be flushed, and the backend flushes it itself unless the
+// WAL writer has) and off, side by side. It reports, per transaction, the
+// backend's whole CPU from /proc/<pid>/stat (10 ms ticks, so it needs a
+// few thousand transactions), the CPU its messages reported, and the
+// difference: the commit and the protocol's loop. The drains' per-row
+// figure carries one such commit per claim, per Complete and per count.
+//
+//	cd pgstore && go test -run '^$' -bench CommitCPU -benchtime 3000x -count 5
+func BenchmarkCommitCPU(b *testing.B) {
+	m := &cpuNotices{}
+	conn := m.connect(b)
+	q := pgx.Identifier{testSchema(b)}.Sanitize()
+	ctx := b.Context()
+	if _, err := adminPool.Exec(ctx, "CREATE SCHEMA "+q+"; CREATE TABLE "+q+".t (k int PRIMARY KEY, v int NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	var proc, msgs [2]float64
+	modes := [2]string{"on", "off"}
+	n := 0
+	for b.Loop() {
+		for i, mode := range modes {
+			if _, err := conn.Exec(ctx, "SET synchronous_commit = "+mode); err != nil {
+				b.Fatal(err)
+			}
+			before := backendTicks(b, pid)
+			msgs[i] += m.measure(func() {
+				if _, err := conn.Exec(ctx, "INSERT INTO "+q+".t VALUES ($1, 0) ON CONFLICT (k) DO UPDATE SET v = t.v + 1", n%1000); err != nil {
+					b.Fatal(err)
+				}
+			})
+			proc[i] += backendTicks(b, pid) - before
+		}
+		n++
+	}
+	for i, mode := range modes {
+		b.ReportMetric(proc[i]/float64(n), "sync-"+mode+"-proc-µs/tx")
+		b.ReportMetric(msgs[i]/float64(n), "sync-"+mode+"-messages-µs/tx")
+		b.ReportMetric((proc[i]-msgs[i])/float64(n), "sync-"+mode+"-unattributed-µs/tx")
+	}
+}
+
+// backendTicks returns the CPU (user + system, µs, in 10 ms ticks) the
+// process pid has spent, from /proc/<pid>/stat; the benchmark is skipped
+// where the server's processes cannot be read.
+func backendTicks(b *testing.B, pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Skipf("the server's backend is not readable here: %v", err)
+	}
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	user, _ := strconv.ParseFloat(f[11], 64)
+	system, _ := strconv.ParseFloat(f[12], 64)
+	return (user + system) * 1e4 // USER_HZ is 100 on Linux
 }
