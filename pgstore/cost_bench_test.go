@@ -35,6 +35,7 @@ type explainCost struct {
 // shared read).
 type costArm struct {
 	name, table, claim, complete string
+	enqueue                      string // the store's Enqueue statement ("" for v12)
 	acc                          [2][7]float64
 }
 
@@ -123,7 +124,7 @@ func costSchema(b *testing.B, pool *pgxpool.Pool, name string) *costArm {
 		}
 	}
 	sql := pgstore.Statements(s)
-	return &costArm{name: name, table: table, claim: sql["claimScoped"], complete: sql["complete"]}
+	return &costArm{name: name, table: table, claim: sql["claimScoped"], complete: sql["complete"], enqueue: sql["enqueue"]}
 }
 
 // costSchemaV12 builds an outbox at schema version 12 by its migrations,

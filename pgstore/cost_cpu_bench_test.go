@@ -10,10 +10,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outboxkit/backpressure/outbox"
 )
 
 // cpuArm is one outbox BenchmarkRowCPU measures: a costArm, the DDL that
@@ -21,16 +23,16 @@ import (
 // and the backend CPU its claims and Completes took (µs).
 type cpuArm struct {
 	costArm
-	ddl      string
-	cpu      [2]float64
-	settleTo string // the table a settle moves the row to, "" for none
+	ddl  string
+	cpu  [4]float64 // claim, Complete, enqueue, the move's keys
+	keys bool       // the move's: an enqueue also inserts its keys into {s}.keys
 }
 
 // moveComplete is the settled-row move's prototype of a settle: the
 // completed rows are deleted from the outbox and inserted, settled, into
 // {s}.settled in the same statement (DELETE … RETURNING). It settles only
 // (every entry's outcome is taken as 1); it prices the move's Complete,
-// not its enqueue (which would add a key to a keys table) nor its reads.
+// not its reads; its enqueue is priced apart (keysInsert).
 const moveComplete = `
 WITH done AS (
 	DELETE FROM {s}.outbox o
@@ -48,9 +50,17 @@ SELECT id, dispatch_key, namespace, task_queue, shard, payload, 'settled', attem
 FROM done
 RETURNING dispatch_key, state`
 
+// keysInsert is the settled-row move's addition to an enqueue: each key
+// goes into {s}.keys, the one place its uniqueness is kept while its row
+// moves from the outbox to the settled table.
+const keysInsert = `INSERT INTO {s}.keys (dispatch_key, shard)
+SELECT * FROM unnest($1::text[], $2::int4[]) ORDER BY 1
+ON CONFLICT DO NOTHING`
+
 // BenchmarkRowCPU measures the PostgreSQL CPU of a drained row's claim and
 // Complete as the dispatcher sends them (a claim of 1,000 rows, 50 per
-// route, then Completes of 100), on this package's schema and on variants
+// route, then Completes of 100), and of the Enqueue of 1,000 more rows over
+// the same routes (so the backlog stays as it was), on this package's schema and on variants
 // of it, side by side in one run (in an order that rotates from iteration
 // to iteration), each arm on its own outbox with the same backlog as
 // BenchmarkRowCost's. The CPU is the backend's own
@@ -67,24 +77,29 @@ RETURNING dispatch_key, state`
 //   - move, move-keyidx: the settled-row move's prototype (moveComplete):
 //     settled rows leave the outbox for a table with no index, or with an
 //     index on the dispatch key (what Get would need), and the outbox
-//     keeps no index of settled rows (outbox_settled_idx and
-//     outbox_namespace_state_idx dropped).
+//     keeps no index of settled rows (outbox_settled_idx dropped,
+//     outbox_namespace_state_idx over pending and dead rows); an enqueue
+//     also inserts its
+//     keys into a keys table (keysInsert, measured as keys-cpu-µs/row).
 //
-// It reports each arm's claim and complete CPU per row, and each arm's
-// complete CPU over store's (…/store-complete).
+// It reports each arm's claim, complete and enqueue CPU per row (and the
+// move's keys), and each arm's complete CPU over store's
+// (…/store-complete).
 //
 //	cd pgstore && go test -run '^$' -bench RowCPU -benchtime 10x -count 5
 func BenchmarkRowCPU(b *testing.B) {
 	pool := newPool(b, nil, 4)
 	settled := `CREATE TABLE {s}.settled (LIKE {s}.outbox INCLUDING DEFAULTS EXCLUDING GENERATED);
-DROP INDEX {s}.outbox_settled_idx; DROP INDEX {s}.outbox_namespace_state_idx;`
+DROP INDEX {s}.outbox_settled_idx; DROP INDEX {s}.outbox_namespace_state_idx;
+CREATE INDEX outbox_namespace_state_idx ON {s}.outbox (namespace, state, claimable_at) WHERE state IN ('pending', 'dead');
+CREATE TABLE {s}.keys (dispatch_key text, shard integer, PRIMARY KEY (dispatch_key, shard));`
 	arms := []*cpuArm{
 		{costArm: costArm{name: "store"}},
 		{costArm: costArm{name: "v13-complete", complete: "testdata/v13/complete.sql"}},
 		{costArm: costArm{name: "claimable-pending"}, ddl: `DROP INDEX {s}.outbox_route_claimable_idx;
 CREATE INDEX outbox_route_claimable_idx ON {s}.outbox (namespace, task_queue, claimable_at) INCLUDE (shard) WHERE state = 'pending';`},
-		{costArm: costArm{name: "move", complete: moveComplete}, ddl: settled, settleTo: "settled"},
-		{costArm: costArm{name: "move-keyidx", complete: moveComplete}, ddl: settled + `CREATE INDEX ON {s}.settled (dispatch_key);`, settleTo: "settled"},
+		{costArm: costArm{name: "move", complete: moveComplete}, ddl: settled, keys: true},
+		{costArm: costArm{name: "move-keyidx", complete: moveComplete}, ddl: settled + `CREATE INDEX ON {s}.settled (dispatch_key);`, keys: true},
 	}
 	for _, a := range arms {
 		cpuArmSetup(b, pool, a)
@@ -105,12 +120,17 @@ CREATE INDEX outbox_route_claimable_idx ON {s}.outbox (namespace, task_queue, cl
 					cpuComplete(b, conn, a.complete, keys[lo:lo+100], tokens[lo:lo+100])
 				}
 			})
+			cpuEnqueue(b, conn, meter, a, rows)
 		}
 		rows += 1000
 	}
 	for _, a := range arms {
 		b.ReportMetric(a.cpu[0]/float64(rows), a.name+"-claim-cpu-µs/row")
 		b.ReportMetric(a.cpu[1]/float64(rows), a.name+"-complete-cpu-µs/row")
+		b.ReportMetric(a.cpu[2]/float64(rows), a.name+"-enqueue-cpu-µs/row")
+		if a.keys {
+			b.ReportMetric(a.cpu[3]/float64(rows), a.name+"-keys-cpu-µs/row")
+		}
 		if a != arms[0] {
 			b.ReportMetric(a.cpu[1]/arms[0].cpu[1], a.name+"/store-complete")
 		}
@@ -137,6 +157,37 @@ func cpuArmSetup(b *testing.B, pool *pgxpool.Pool, a *cpuArm) {
 	arm.name = a.name
 	a.costArm = *arm
 	costFill(b, a.table, 10, 2, 1000)
+}
+
+// cpuEnqueue enqueues 1,000 new rows, keyed from first, into a's outbox
+// with the store's Enqueue statement, 50 to each of BenchmarkRowCost's 20
+// routes, and for the move's arms inserts their keys into {s}.keys; it
+// adds the CPU of each to a.cpu.
+func cpuEnqueue(b *testing.B, conn *pgx.Conn, meter *cpuNotices, a *cpuArm, first int) {
+	const n = 1000
+	keys, nss, tqs := make([]string, n), make([]string, n), make([]string, n)
+	shards, prios, attempts := make([]int32, n), make([]int16, n), make([]int32, n)
+	payloads, headers, runAts := make([][]byte, n), make([][]byte, n), make([]*time.Time, n)
+	for i := range n {
+		ns, q := i%10, (i/10)%2
+		keys[i] = fmt.Sprintf("ns%02d/q%d/e%d", ns, q, first+i)
+		nss[i], tqs[i] = fmt.Sprintf("ns%02d", ns), fmt.Sprint("q", q)
+		shards[i], payloads[i] = int32(outbox.ShardFor(keys[i], 64)), []byte(keys[i])
+	}
+	a.cpu[2] += meter.measure(func() {
+		if _, err := conn.Exec(b.Context(), a.enqueue, nil, keys, nss, tqs, shards, payloads, runAts, attempts, "bench_none", prios, headers); err != nil {
+			b.Fatalf("%s: enqueue: %v", a.name, err)
+		}
+	})
+	if !a.keys {
+		return
+	}
+	q := strings.TrimSuffix(a.table, ".outbox")
+	a.cpu[3] += meter.measure(func() {
+		if _, err := conn.Exec(b.Context(), strings.ReplaceAll(keysInsert, "{s}", q), keys, shards); err != nil {
+			b.Fatalf("%s: keys: %v", a.name, err)
+		}
+	})
 }
 
 // cpuClaim runs one scoped claim of 50 rows from each of BenchmarkRowCost's
