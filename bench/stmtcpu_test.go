@@ -164,21 +164,6 @@ func BenchmarkDrainStatements(b *testing.B) {
 	}
 }
 
-// drainPrepared empties d's outbox, enqueues rows rows over its
-// namespaces and ANALYZEs it, as dispatchSetup.drain does before its clock
-// starts.
-func drainPrepared(tb testing.TB, d *dispatchSetup, rows int) {
-	ctx := context.Background()
-	table := pgx.Identifier{d.store.Schema(), "outbox"}.Sanitize()
-	if _, err := adminExec(ctx, d, "TRUNCATE "+table); err != nil {
-		tb.Fatalf("truncate: %v", err)
-	}
-	enqueueBacklog(tb, d.store, rows, d.namespaces)
-	if _, err := adminExec(ctx, d, "ANALYZE "+table); err != nil {
-		tb.Fatalf("analyze: %v", err)
-	}
-}
-
 // openStatsPool is openPool (pgxpool's default size) with t tracing the
 // statements and summing the CPU each backend reports per message.
 func openStatsPool(tb testing.TB, t *stmtCPU) *pgxpool.Pool {
