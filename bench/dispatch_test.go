@@ -98,6 +98,21 @@ type drainStats struct {
 // included, as for River), and what its sweeps did.
 func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStats) {
 	tb.Helper()
+	drainPrepared(tb, d, rows)
+	var store dispatch.Store = d.store
+	if d.unscoped {
+		store = unscopedStore{d.store}
+	}
+	opts := dispatch.Options{Workers: d.workers, ClaimsInFlight: d.inFlight}
+	elapsed, st, cpu := drainDispatch(tb, d.store, store, rows, d.batch, opts, func() cpuStopper { return startCPU(cpuAdmin, d.pool) })
+	st.pgCPU = cpu
+	return elapsed, st
+}
+
+// drainPrepared empties d's outbox, enqueues rows rows over its
+// namespaces and ANALYZEs it: what a drain does before its clock starts.
+func drainPrepared(tb testing.TB, d *dispatchSetup, rows int) {
+	tb.Helper()
 	ctx := context.Background()
 	table := pgx.Identifier{d.store.Schema(), "outbox"}.Sanitize()
 	if _, err := adminExec(ctx, d, "TRUNCATE "+table); err != nil {
@@ -107,14 +122,6 @@ func (d *dispatchSetup) drain(tb testing.TB, rows int) (time.Duration, drainStat
 	if _, err := adminExec(ctx, d, "ANALYZE "+table); err != nil {
 		tb.Fatalf("analyze: %v", err)
 	}
-	var store dispatch.Store = d.store
-	if d.unscoped {
-		store = unscopedStore{d.store}
-	}
-	opts := dispatch.Options{Workers: d.workers, ClaimsInFlight: d.inFlight}
-	elapsed, st, cpu := drainDispatch(tb, d.store, store, rows, d.batch, opts, func() cpuStopper { return startCPU(cpuAdmin, d.pool) })
-	st.pgCPU = cpu
-	return elapsed, st
 }
 
 // backlogStore is what a drain needs of pgstore's and sqlitestore's Store

@@ -33,6 +33,11 @@
 // median and range over -count runs, every ratio of arms paired in one
 // run.
 //
+// BenchmarkDrainStatements says where the best fair drain's PostgreSQL CPU
+// goes, by kind of statement (claims, Completes, counts, the rest and the
+// commits), from the CPU each backend reports per protocol message
+// (docs/pgstore.md, "Where a drained row's PostgreSQL CPU goes").
+//
 // The PostgreSQL benchmarks need PostgreSQL (TEST_DATABASE_URL, default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and skip
 // without it (fail with PGSTORE_REQUIRE set).

@@ -35,36 +35,42 @@ type explainCost struct {
 // shared read).
 type costArm struct {
 	name, table, claim, complete string
+	enqueue                      string // the store's Enqueue statement ("" for v12)
 	acc                          [2][7]float64
 }
 
 // BenchmarkRowCost measures where the database work of a drained row goes,
-// before and after migration 13, side by side in one run: three outboxes,
+// before and after migration 13, side by side in one run: five outboxes,
 // one at schema version 12 (built by migrations 1 to 12, claimed and
-// completed with version 12's statements, testdata/v12) and two at this
-// package's version (the store's own statements), one of them with its
-// pages filled whole (fillfactor 100, as before), each with the same
+// completed with version 12's statements, testdata/v12) and four at this
+// package's version (the store's own statements), two of them with their
+// pages filled whole (fillfactor 100, as before) or to 70%, one completed
+// with version 13's first Complete (testdata/v13, v13-complete: the
+// statement that put the results in order in the database), each with the same
 // backlog of 20,000 rows in 10 namespaces × 2 task queues. Each iteration
 // runs, on each outbox in turn, one scoped claim of 1,000 rows (50 per
 // route, the dispatcher's wide sweep) and one Complete of those 1,000
 // settles, each under EXPLAIN (ANALYZE, BUFFERS, WAL), with the store's
 // parameters. It reports per row, for each arm and statement: the
 // execution time, shared buffers hit and dirtied, WAL records, full-page
-// images and bytes; and the after/before ratios of WAL records and of
-// execution time of claim + complete. Per-node timing is off (TIMING
+// images and bytes; the after/before ratios of WAL records and of
+// execution time of claim + complete; and complete-µs/v13-complete, the
+// store's Complete over version 13's first. Per-node timing is off (TIMING
 // OFF), so the execution time carries no clock reads per row:
 // claim-µs/row + complete-µs/row is the backend's execution time of a
 // drained row, before parsing, planning, the network and the commit's WAL
 // flush, a floor under any drain's database CPU per row. Both statements'
-// writes are in their top node (the claim's UPDATE is the statement; the
-// Complete's data-modifying CTE is referenced by its final join), so the
-// WAL counts are whole.
+// writes are in their top node (the claim's and the Complete's UPDATE is
+// the statement; v12's and v13-complete's data-modifying CTE is referenced
+// by their final join), so the WAL counts are whole.
 //
 //	cd pgstore && go test -run '^$' -bench RowCost -benchtime 5x
 func BenchmarkRowCost(b *testing.B) {
 	pool := newPool(b, nil, 4)
 	before := costSchemaV12(b, pool)
-	arms := []*costArm{before, costSchema(b, pool, "v13-ff100"), costSchema(b, pool, "v13-ff70"), costSchema(b, pool, "v13")}
+	v13Complete := costSchema(b, pool, "v13-complete")
+	v13Complete.complete = costStatement(b, "testdata/v13/complete.sql", strings.TrimSuffix(v13Complete.table, ".outbox"))
+	arms := []*costArm{before, costSchema(b, pool, "v13-ff100"), costSchema(b, pool, "v13-ff70"), v13Complete, costSchema(b, pool, "v13")}
 	const namespaces, queues, perRoute = 10, 2, 1000
 	for _, a := range arms {
 		costFill(b, a.table, namespaces, queues, perRoute)
@@ -118,7 +124,7 @@ func costSchema(b *testing.B, pool *pgxpool.Pool, name string) *costArm {
 		}
 	}
 	sql := pgstore.Statements(s)
-	return &costArm{name: name, table: table, claim: sql["claimScoped"], complete: sql["complete"]}
+	return &costArm{name: name, table: table, claim: sql["claimScoped"], complete: sql["complete"], enqueue: sql["enqueue"]}
 }
 
 // costSchemaV12 builds an outbox at schema version 12 by its migrations,
@@ -134,15 +140,19 @@ func costSchemaV12(b *testing.B, pool *pgxpool.Pool) *costArm {
 	if _, err := pool.Exec(b.Context(), ddl); err != nil {
 		b.Fatal(err)
 	}
-	read := func(name string) string {
-		text, err := os.ReadFile("testdata/v12/" + name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, stmt, _ := strings.Cut(string(text), "\n") // the provenance line
-		return strings.ReplaceAll(stmt, "{schema}", q)
+	return &costArm{name: "v12", table: q + ".outbox", claim: costStatement(b, "testdata/v12/claim_scoped.sql", q),
+		complete: costStatement(b, "testdata/v12/complete.sql", q)}
+}
+
+// costStatement reads a statement of an earlier version from path (its
+// first line says where it comes from) and puts the quoted schema q in it.
+func costStatement(b *testing.B, path, q string) string {
+	text, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return &costArm{name: "v12", table: q + ".outbox", claim: read("claim_scoped.sql"), complete: read("complete.sql")}
+	_, stmt, _ := strings.Cut(string(text), "\n") // the provenance line
+	return strings.ReplaceAll(stmt, "{schema}", q)
 }
 
 // costFill inserts the backlog into table as Enqueue would (the shard of
@@ -225,4 +235,7 @@ func costReport(b *testing.B, arms []*costArm, n float64) {
 	first, last := arms[0].acc, arms[len(arms)-1].acc
 	b.ReportMetric((last[0][3]+last[1][3])/(first[0][3]+first[1][3]), "walrec-ratio")
 	b.ReportMetric((last[0][0]+last[1][0])/(first[0][0]+first[1][0]), "µs-ratio")
+	if prev := arms[len(arms)-2]; prev.name == "v13-complete" {
+		b.ReportMetric(last[1][0]/prev.acc[1][0], "complete-µs/v13-complete")
+	}
 }

@@ -66,29 +66,42 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		if err != nil {
 			return err
 		}
-		i := 0
-		var state *string
-		_, err = pgx.ForEachRow(rows, []any{&state}, func() error {
-			if i >= len(results) {
-				return fmt.Errorf("more results than completions")
-			}
-			if state != nil {
-				results[i] = outbox.Result{State: outbox.State(*state)}
-			} else {
-				results[i] = outbox.Result{Err: &outbox.LeaseLostError{Op: op, DispatchKey: keys[i], Token: tokens[i]}}
-			}
-			i++
+		var key, state string
+		updated := make(map[string]outbox.State, len(keys))
+		_, err = pgx.ForEachRow(rows, []any{&key, &state}, func() error {
+			updated[key] = outbox.State(state)
 			return nil
 		})
-		if err == nil && i != len(results) {
-			err = fmt.Errorf("%d results for %d completions", i, len(results))
+		if err != nil {
+			return err
 		}
-		return err
+		return completeResults(op, results, keys, tokens, updated)
 	})
 	if err != nil {
 		return nil, opError(op, err)
 	}
 	return results, nil
+}
+
+// completeResults fills results, in argument order, from the rows that
+// completeSQL updated (updated: key → new state): an entry whose row was
+// not updated lost its lease. A key the statement returned that no entry
+// holds is an error (it cannot happen: the statement updates rows by the
+// entries' keys).
+func completeResults(op string, results []outbox.Result, keys []string, tokens []int64, updated map[string]outbox.State) error {
+	found := 0
+	for i, k := range keys {
+		if st, ok := updated[k]; ok {
+			results[i] = outbox.Result{State: st}
+			found++
+		} else {
+			results[i] = outbox.Result{Err: &outbox.LeaseLostError{Op: op, DispatchKey: k, Token: tokens[i]}}
+		}
+	}
+	if found != len(updated) {
+		return fmt.Errorf("%d rows updated, %d of them by the completions' keys", len(updated), found)
+	}
+	return nil
 }
 
 // ExtendLeases extends each live lease to Lease() from now (the store's

@@ -35,54 +35,53 @@ FROM (SELECT count(*) AS n FROM ins) c`
 // completeSQL is Complete's statement. $2..$6: the completions as parallel
 // arrays (dispatch key, token, outcome 1 settle / 2 retry / 3 dead-letter /
 // 4 snooze, retry or snooze delay µs, error). A snooze gives the claim's
-// attempt back, counts a snooze, and records its error only if it has one. One UPDATE … FROM the arrays, through the primary
-// key (dispatch_key, shard), by its dispatch_key prefix. The fence — token, state claimed, live lease — is on
-// the updated table itself, so a concurrent re-claim is rechecked against
-// the row's newest version (READ COMMITTED's EvalPlanQual) and the
-// completion loses. A retry of a row that has had max_attempts claims (0: no
-// limit) is a dead-letter. The keys are distinct (Complete checks), so each
-// entry updates at most its row, and the final join reports, in argument
-// order, each entry's new state, or NULL for a lost lease. The update walks
-// the entries in dispatch-key order (a nested loop over the sorted entries,
-// each through the primary key), so it locks rows in that order: two calls
-// over the same rows — a completer and a heartbeat's ExtendLeases, entries
-// in any order — wait for each other rather than deadlock.
+// attempt back, counts a snooze, and records its error only if it has one.
+// One UPDATE … FROM the arrays, through the primary key (dispatch_key,
+// shard), by its dispatch_key prefix. The fence — token, state claimed, live
+// lease — is on the updated table itself, so a concurrent re-claim is
+// rechecked against the row's newest version (READ COMMITTED's
+// EvalPlanQual) and the completion loses. A retry of a row that has had
+// max_attempts claims (0: no limit) is a dead-letter. The keys are distinct
+// (Complete checks), so each entry updates at most its row; the statement
+// returns the key and new state of each row it updated, and Complete puts
+// them back in argument order (an entry with no row returned lost its
+// lease). Until version 13 a final join of the entries with the updated
+// rows did that in the database, ordered by the entries' ordinality: it
+// cost a fifth of the statement's CPU (BenchmarkRowCost, v13-complete,
+// and docs/pgstore.md, "Where a drained row's CPU goes"). The update walks
+// the entries in dispatch-key order (a merge or nested loop over the sorted
+// entries, each through the primary key), so it locks rows in that order:
+// two calls over the same rows — a completer and a heartbeat's
+// ExtendLeases, entries in any order — wait for each other rather than
+// deadlock.
 var completeSQL = `
-WITH c AS (
+UPDATE {schema}.outbox o SET
+	state = CASE
+		WHEN c.outcome = 1 THEN 'settled'
+		WHEN c.outcome = 4 THEN 'pending'
+		WHEN c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN 'dead'
+		ELSE 'pending' END,
+	finished_at = CASE
+		WHEN c.outcome = 4 THEN NULL
+		WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN t.now
+		END,
+	visible_at = CASE
+		WHEN c.outcome = 4 THEN t.now + c.delay_us * interval '1 microsecond'
+		WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN o.visible_at
+		ELSE t.now + c.delay_us * interval '1 microsecond' END,
+	last_error = CASE WHEN c.outcome = 1 OR (c.outcome = 4 AND c.error = '') THEN o.last_error ELSE c.error END,
+	attempts = CASE WHEN c.outcome = 4 THEN o.attempts - 1 ELSE o.attempts END,
+	snoozes = CASE WHEN c.outcome = 4 THEN o.snoozes + 1 ELSE o.snoozes END
+FROM (
 	SELECT *
-	FROM unnest($2::text[], $3::int8[], $4::int4[], $5::int8[], $6::text[])
-		WITH ORDINALITY AS c (dispatch_key, token, outcome, delay_us, error, ord)
-), t AS (
-	SELECT coalesce($1::timestamptz, now()) AS now
-), done AS (
-	UPDATE {schema}.outbox o SET
-		state = CASE
-			WHEN c.outcome = 1 THEN 'settled'
-			WHEN c.outcome = 4 THEN 'pending'
-			WHEN c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN 'dead'
-			ELSE 'pending' END,
-		finished_at = CASE
-			WHEN c.outcome = 4 THEN NULL
-			WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN t.now
-			END,
-		visible_at = CASE
-			WHEN c.outcome = 4 THEN t.now + c.delay_us * interval '1 microsecond'
-			WHEN c.outcome = 1 OR c.outcome = 3 OR (o.max_attempts > 0 AND o.attempts >= o.max_attempts) THEN o.visible_at
-			ELSE t.now + c.delay_us * interval '1 microsecond' END,
-		last_error = CASE WHEN c.outcome = 1 OR (c.outcome = 4 AND c.error = '') THEN o.last_error ELSE c.error END,
-		attempts = CASE WHEN c.outcome = 4 THEN o.attempts - 1 ELSE o.attempts END,
-		snoozes = CASE WHEN c.outcome = 4 THEN o.snoozes + 1 ELSE o.snoozes END
-	FROM (SELECT * FROM c ORDER BY c.dispatch_key) c, t -- lock order: see complete
-	WHERE o.dispatch_key = c.dispatch_key
-		AND o.dispatch_key = ANY ($2::text[]) -- an index bound, whatever the join: see liveLease
-		AND o.token = c.token
-		AND ` + liveLease + `
-	RETURNING o.dispatch_key, o.state
-)
-SELECT d.state
-FROM c
-LEFT JOIN done d ON d.dispatch_key = c.dispatch_key
-ORDER BY c.ord`
+	FROM unnest($2::text[], $3::int8[], $4::int4[], $5::int8[], $6::text[]) AS c (dispatch_key, token, outcome, delay_us, error)
+	ORDER BY c.dispatch_key -- lock order: see above
+) c, (SELECT coalesce($1::timestamptz, now()) AS now) t
+WHERE o.dispatch_key = c.dispatch_key
+	AND o.dispatch_key = ANY ($2::text[]) -- an index bound, whatever the join: see liveLease
+	AND o.token = c.token
+	AND ` + liveLease + `
+RETURNING o.dispatch_key, o.state`
 
 // liveLease is the fence of Complete and ExtendLeases on the row o: claimed,
 // under a lease live at t.now. It is one CASE so that the planner can
