@@ -286,7 +286,7 @@ func writeExplainDoc(t *testing.T, schema string) {
 	b.WriteString("scan must stop at the cap, and with a cap of 100, above it, where every entry of each route is read\n")
 	b.WriteString("whatever the plan and PostgreSQL may pick a bitmap scan of the route. Either way the count's range is\n")
 	b.WriteString("bounded by claimable_at <= now (an Index Cond), so rows in retry back-off or under a live lease are not read.\n")
-	b.WriteString("The claims walk a route oldest first and filter claimable_at: they read the older rows they skip.\n")
+	b.WriteString("The claims walk a route oldest first and filter visible_at (a pending row's claimable_at): they read the older rows they skip.\n")
 	b.WriteString("The test fails if a statement stops using its index or reads the table sequentially,\n")
 	b.WriteString("under custom plans and under the generic plans a cached prepared statement may switch to.\n")
 	b.WriteString("The test schema's name is shown as `{schema}`.\n")
