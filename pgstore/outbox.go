@@ -24,6 +24,21 @@ func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressur
 	if err != nil {
 		return nil, err
 	}
+	read := func() (map[string]int, error) { return s.countClaimed(ctx, owned, all) }
+	var claimed map[string]int
+	if s.kept != nil {
+		claimed, err = s.countClaimedKept(shards, read)
+	} else {
+		claimed, err = read()
+	}
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return claimed, nil
+}
+
+// countClaimed reads the claimed counts on the owned shards.
+func (s *Store) countClaimed(ctx context.Context, owned []int32, all bool) (map[string]int, error) {
 	var claimed map[string]int
 	if err := s.run(ctx, anyLoss, func() error {
 		claimed = make(map[string]int)
@@ -41,7 +56,7 @@ func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressur
 		})
 		return err
 	}); err != nil {
-		return nil, opError(op, err)
+		return nil, err
 	}
 	return claimed, nil
 }
@@ -65,6 +80,10 @@ func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressur
 	}
 	if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
 		return nil, err
+	}
+	if s.kept != nil {
+		_, pending, _, err := s.countKept(ctx, op, shards, backpressure.CountParams{CapPerRoute: capPerRoute})
+		return pending, err
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -117,6 +136,11 @@ func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.Owned
 	args, err := s.countArgs(op, shards, p)
 	if err != nil {
 		return nil, nil, err
+	}
+	if s.kept != nil {
+		if claimed, pending, ok, err := s.countKept(ctx, op, shards, p); ok || err != nil {
+			return claimed, pending, err
+		}
 	}
 	if !p.Claimed {
 		sql := s.sql.countPending
@@ -295,8 +319,10 @@ func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args .
 			return nil, nil
 		}
 	}
-	claimed, err := collectNoJIT(ctx, s, anyLoss, sql, params,
-		func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
+	claimed, err := s.claimKept(func() ([]outbox.Row, error) {
+		return collectNoJIT(ctx, s, anyLoss, sql, params,
+			func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
+	})
 	if err != nil {
 		return nil, opError(op, err)
 	}
