@@ -99,7 +99,7 @@ type Options struct {
 
 	// RecountInterval is the longest the store answers the planner's
 	// counts from the counts it keeps (see "Kept counts" in the package
-	// doc) before it reads them from the database again: 0 means
+	// doc) before it reads them all from the database again: 0 means
 	// [DefaultRecountInterval]; a negative value keeps nothing, so every
 	// count reads the database, as before kept counts. Kept counts never
 	// loosen a ceiling: a count the store cannot know is read.
