@@ -4,14 +4,16 @@
 //
 // A [Counts] is one store instance's (one node's) bookkeeping. The store
 // asks it first ([Counts.Claimed], [Counts.Pending], [Counts.Window]); on
-// a miss it reads the database and hands the read back ([Counts.Refreshed],
-// [Counts.RefreshedClaimed]). Every statement that changes counts reports
-// its outcome: a claim the rows it took ([Counts.Claimed] via
-// [Change.Claimed]), a completion what it settled, retried or
-// dead-lettered ([Change.Completed]), an enqueue or a notification the
-// namespaces it added rows to ([Counts.Touched]), and anything whose
-// outcome is unknown makes everything unknown ([Counts.Forget],
-// [Change.Failed]).
+// a miss it reads the database, of the namespaces [Counts.Stale] names or
+// of all, under a [Counts.Ticket], and hands the read back
+// ([Counts.Refreshed], [Counts.RefreshedClaimed]). Every statement that
+// changes counts is a [Change] ([Counts.Begin]) that reports its outcome:
+// a claim the rows it took ([Change.Claimed]), a completion what it
+// settled, retried or dead-lettered ([Change.Completed]), and one whose
+// outcome is unknown makes everything unknown ([Change.Failed]). An
+// enqueue or a notification names the namespaces it added rows to
+// ([Counts.Touched]); a change the store cannot see forgets everything
+// ([Counts.Forget]).
 //
 // A kept value answers only while it is exact: an answer equals what a
 // full count would return at that instant (one taken while a change is in
