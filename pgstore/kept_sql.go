@@ -36,17 +36,7 @@ FROM (` + claimedCounts("$4::bool") + `
 UNION ALL
 SELECT 1, nx.namespace, nx.task_queue, c.n, d.at
 FROM routes nx` + routeCount("$4::bool") + `
-LEFT JOIN LATERAL (
-	SELECT o.claimable_at AS at
-	FROM {schema}.outbox o
-	WHERE o.namespace = nx.namespace
-		AND o.task_queue = nx.task_queue
-		AND o.state IN ('pending', 'claimed')
-		AND o.claimable_at > coalesce($1::timestamptz, now())
-		AND ($4::bool OR o.shard = ANY ($2::int4[]))
-	ORDER BY o.claimable_at
-	LIMIT 1
-) d ON true
+LEFT JOIN LATERAL ` + routeDue("$4::bool") + ` d ON true
 WHERE c.n > 0 OR d.at IS NOT NULL
 ORDER BY 1, 2, 3`
 }
