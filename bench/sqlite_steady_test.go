@@ -35,6 +35,7 @@ type steadyArm struct {
 	rows     int
 	cpu      time.Duration
 	cpuKnown bool
+	trips    int64 // the consumer's round trips over the runs, where counted
 }
 
 // percentile returns the q-th quantile (0 < q < 1) of a's latencies,

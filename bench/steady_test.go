@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -126,18 +127,24 @@ func BenchmarkSteady(b *testing.B) {
 	cpuAdmin = openPool(b, 2)
 	for _, rate := range []int{500, 2000} {
 		arms := []*steadyArm{
-			{name: "dispatch-coalesce-none", run: func(b *testing.B, l *latencies) (int, time.Duration) { return steadyDispatch(b, rate, -1, l) }},
-			{name: "dispatch-coalesce-2ms", run: func(b *testing.B, l *latencies) (int, time.Duration) { return steadyDispatch(b, rate, 0, l) }},
-			{name: "dispatch-coalesce-10ms", run: func(b *testing.B, l *latencies) (int, time.Duration) {
-				return steadyDispatch(b, rate, 10*time.Millisecond, l)
-			}},
-			{name: "dispatch-coalesce-50ms", run: func(b *testing.B, l *latencies) (int, time.Duration) {
-				return steadyDispatch(b, rate, 50*time.Millisecond, l)
-			}},
+			dispatchArm("dispatch-coalesce-none", rate, -1, 0),
+			dispatchArm("dispatch-coalesce-2ms", rate, 0, 0),
+			dispatchArm("dispatch-coalesce-10ms", rate, 10*time.Millisecond, 0),
+			dispatchArm("dispatch-coalesce-50ms", rate, 50*time.Millisecond, 0),
 			{name: "river-default", run: func(b *testing.B, l *latencies) (int, time.Duration) { return steadyRiver(b, rate, 0, l) }},
 			{name: "river-1ms", run: func(b *testing.B, l *latencies) (int, time.Duration) {
 				return steadyRiver(b, rate, time.Millisecond, l)
 			}},
+			// The default options without kept counts: every sweep reads.
+			dispatchArm("dispatch-coalesce-2ms-recount", rate, 0, -1),
+		}
+		def, river1, recount := arms[1], arms[5], arms[6]
+		if *steadyArmsFlag != "" {
+			re, err := regexp.Compile(*steadyArmsFlag)
+			if err != nil {
+				b.Fatalf("-steady.arms: %v", err)
+			}
+			arms = slices.DeleteFunc(arms, func(a *steadyArm) bool { return !re.MatchString(a.name) })
 		}
 		b.Run(fmt.Sprintf("rate-%d", rate), func(b *testing.B) {
 			for _, a := range arms {
@@ -159,8 +166,16 @@ func BenchmarkSteady(b *testing.B) {
 				if a.cpuKnown {
 					b.ReportMetric(a.cpuPerRow(), a.name+"-pg-µs/row")
 				}
+				if a.trips > 0 {
+					b.ReportMetric(float64(a.trips)/float64(a.rows), a.name+"-trips/row")
+				}
 			}
-			summarizeSteady(b, rate, arms[1], arms[5])
+			if slices.Contains(arms, def) && slices.Contains(arms, river1) {
+				summarizeSteady(b, rate, def, river1)
+			}
+			if slices.Contains(arms, def) && slices.Contains(arms, recount) && def.cpuKnown && recount.cpuKnown && recount.cpu > 0 {
+				b.ReportMetric(def.cpuPerRow()/recount.cpuPerRow(), "kept/recount-pg")
+			}
 		})
 	}
 }
@@ -188,10 +203,28 @@ func summarizeSteady(b *testing.B, rate int, def, river1 *steadyArm) {
 		fmt.Sprintf("River 1 ms: %.1f", river1.msAt(0.99)))
 }
 
-func steadyDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies) (int, time.Duration) {
-	pool := openPool(b, 0)
+// steadyArmsFlag picks BenchmarkSteady's arms, to measure two side by
+// side (the summary rows need dispatch-coalesce-2ms and river-1ms).
+var steadyArmsFlag = flag.String("steady.arms", "", "run only the steady arms whose name matches this regexp")
+
+// dispatchArm is a steady arm of the dispatcher on pgstore at rate, with
+// Options.Coalesce coalesce and pgstore's Options.RecountInterval recount;
+// it counts the consumer's round trips into the arm's trips.
+func dispatchArm(name string, rate int, coalesce, recount time.Duration) *steadyArm {
+	a := &steadyArm{name: name}
+	a.run = func(b *testing.B, l *latencies) (int, time.Duration) {
+		trips := &tripCounter{}
+		n, c := steadyDispatch(b, rate, coalesce, recount, trips, l)
+		a.trips += trips.n.Load()
+		return n, c
+	}
+	return a
+}
+
+func steadyDispatch(b *testing.B, rate int, coalesce, recount time.Duration, trips *tripCounter, l *latencies) (int, time.Duration) {
+	pool := openTracedPool(b, 0, trips)
 	ctx := context.Background()
-	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: freshSchema(b, pool, "steady")})
+	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: freshSchema(b, pool, "steady"), RecountInterval: recount})
 	if err != nil {
 		b.Fatalf("pgstore.New: %v", err)
 	}
@@ -203,7 +236,7 @@ func steadyDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies
 	defer producer.Close()
 	stop := startSteadyDispatch(b, s, s.ShardCount(), dispatchWorkers, coalesce, l)
 	time.Sleep(time.Second) // subscribed and idle
-	n, c := steadyProduce(b, rate, l, func() cpuStopper { return startCPU(cpuAdmin, pool) }, enqueueSteady(producer, 10), "dispatch", "rows")
+	n, c := steadyProduce(b, rate, l, func() cpuStopper { trips.n.Store(0); return startCPU(cpuAdmin, pool) }, enqueueSteady(producer, 10), "dispatch", "rows")
 	stop()
 	return n, c
 }

@@ -44,8 +44,9 @@ type ScopedClaim struct {
 // the store's (a row is settled, retried or dead-lettered by one claim only,
 // fenced by its token; its handler runs at least once).
 // Each method is one round trip to the database (one statement or one
-// transaction) and honours ctx: when ctx is done it returns ctx's error
-// (wrapped is fine) and changes nothing.
+// transaction; a count the store keeps from its own statements, none) and
+// honours ctx: when ctx is done it returns ctx's error (wrapped is fine)
+// and changes nothing.
 //
 // Every method sees only rows whose shard, ShardFor(dispatch_key,
 // shards.ShardCount()), is owned by shards. A store placed with a different

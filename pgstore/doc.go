@@ -146,11 +146,35 @@
 // # Wake-ups
 //
 // The enqueue statement (and Requeue's) calls pg_notify on a channel named
-// after the schema when it inserted rows. PostgreSQL delivers a
-// notification only when its transaction commits and folds identical ones
-// within a transaction, so a bulk enqueue, or many EnqueueTx calls in one
-// transaction, wake dispatchers once. [Store.Subscribe] serves them through
-// one listening connection per Store.
+// after the schema when it inserted rows, with the namespaces it inserted
+// into as the payload (a JSON array; empty when that would pass 7,000
+// bytes, and Requeue's is always empty: any namespace). PostgreSQL
+// delivers a notification only when its transaction commits and folds
+// identical ones within a transaction, so a bulk enqueue, or many EnqueueTx
+// calls into the same namespaces in one transaction, wake dispatchers
+// once. [Store.Subscribe] serves them through one listening connection per
+// Store.
+//
+// # Kept counts
+//
+// A Store answers the planner's counts (CountClaimedOutboxRows,
+// CountPendingOutboxRows, CountOutboxRows) without a statement when
+// nothing can have changed them since it last read them: it keeps them
+// from what its own claims, completions and enqueues return, and from the
+// notifications it hears while a subscriber listens ([Store.Subscribe]),
+// which name the namespaces that got rows; it then reads only those
+// namespaces' counts. A count it cannot know exactly is read: claimed
+// counts always exact, pending counts kept only while it listens (another
+// process's enqueue may be missing from them until its notification
+// arrives, as from a count read a moment earlier), never past a lease's
+// end or a delayed row's run-at, and read whole at least every
+// Options.RecountInterval. Kept counts assume, as the planner does, that
+// only this node claims on its shards and that rows are completed through
+// the Store that claimed them; a change made to the outbox outside the
+// store's calls (SQL of one's own, an operator tool's requeue in another
+// process) is seen within RecountInterval. A Membership's fenced store
+// ([Membership.Store]) keeps nothing. Mechanism and figures:
+// docs/pgstore.md, "Kept counts".
 // explain_test.go checks with EXPLAIN that each statement uses its index,
 // and that the count's claimable_at is an index bound, with a route whose
 // backlog is mostly delayed; EXPLAIN.md shows the plans.

@@ -22,17 +22,25 @@ import (
 var nextDueSQL = pendingCounts.with + `
 SELECT min(d.at), coalesce($1::timestamptz, now())
 FROM routes nx
-CROSS JOIN LATERAL (
+CROSS JOIN LATERAL ` + routeDue("$3::bool") + ` d`
+
+// routeDue is the seek both nextDueSQL and the kept counts' reads
+// (kept_sql.go) make per route nx: its first entry of
+// outbox_route_claimable_idx after now ($1) on an owned shard ($2, or
+// every shard when all is true), as at.
+func routeDue(all string) string {
+	return `(
 	SELECT o.claimable_at AS at
 	FROM {schema}.outbox o
 	WHERE o.namespace = nx.namespace
 		AND o.task_queue = nx.task_queue
 		AND o.state IN ('pending', 'claimed')
 		AND o.claimable_at > coalesce($1::timestamptz, now())
-		AND ($3::bool OR o.shard = ANY ($2::int4[]))
+		AND (` + all + ` OR o.shard = ANY ($2::int4[]))
 	ORDER BY o.claimable_at
 	LIMIT 1
-) d`
+)`
+}
 
 // NextDue returns how long until the earliest row of the owned shards
 // that is not claimable now becomes claimable, and true; 0 and false when

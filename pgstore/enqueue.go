@@ -46,6 +46,9 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 		inserted, err = scanEnqueue(s.pool.QueryRow(ctx, s.sql.enqueue, args...))
 		return err
 	})
+	if s.kept != nil { // committed, or perhaps (err): read their counts again
+		s.kept.Touched(namespacesOf(msgs))
+	}
 	if err != nil {
 		return 0, opError(op, err)
 	}
@@ -156,10 +159,10 @@ ins AS (
 	WHERE same.ok
 	ORDER BY m.dispatch_key
 	ON CONFLICT (dispatch_key, shard) DO NOTHING
-	RETURNING 1
+	RETURNING namespace
 )
-SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL, same.ok
-FROM (SELECT count(*) AS n FROM ins) c, same`
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, ` + notifyPayload + `) END) IS NULL, same.ok
+FROM (SELECT count(*) AS n, json_agg(DISTINCT namespace)::text AS names FROM ins) c, same`
 
 // identitySQL reads the identity EnqueueTx checks: the database's name,
 // the settings table's oid and the schema's store id.

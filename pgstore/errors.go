@@ -60,6 +60,8 @@ func (s *Store) run(ctx context.Context, again bool, fn func() error) error {
 		return err
 	}
 	s.dropDeadConnections(ctx)
+	// The statement may have changed rows unseen.
+	s.kept.Forget()
 	if !again && !pgconn.SafeToRetry(err) { // unsent: only a statement that never left
 		return err
 	}

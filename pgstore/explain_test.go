@@ -111,6 +111,11 @@ WHERE namespace = 'outage' AND dispatch_key < $2`, f.now, fmt.Sprintf("outage/%0
 		// pending counts, each over its index as above.
 		{"sweepCount", []any{f.now, quarter, int64(10), false}, []string{"outbox_live_lease_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
 		{"sweepCountWindow", []any{f.now, quarter, int64(10), "ns020", int64(5), false}, []string{"outbox_live_lease_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o", "Parallel"}, "claimable_at <="},
+		// The kept counts' reads (kept_sql.go): both counts, and per
+		// route the next due entry, as nextDue seeks it; of every
+		// namespace, or of those a notification named, walked from each.
+		{"keptAll", []any{f.now, quarter, int64(10), false}, []string{"outbox_live_lease_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o"}, "claimable_at <="},
+		{"keptNamespaces", []any{f.now, quarter, int64(10), false, []string{"ns001", "ns017", "outage"}}, []string{"outbox_live_lease_idx", "outbox_route_claimable_idx"}, []string{"Bitmap", "Sort Key: o", "Seq Scan"}, "claimable_at >"},
 		// The claims walk the pending rows in order (no sort of a
 		// route's backlog: checked by sortsOnlyLeases below) and the
 		// expired leases by a range of outbox_live_lease_idx, sorted;

@@ -30,6 +30,8 @@ func Statements(s *Store) map[string]string {
 		"requeue":            s.sql.requeue,
 		"purgeSettled":       s.sql.purgeSettled,
 		"purgeDead":          s.sql.purgeDead,
+		"keptAll":            s.keptSQL.all,
+		"keptNamespaces":     s.keptSQL.namespaces,
 	}
 }
 

@@ -61,6 +61,7 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		}
 	}
 	results := make([]outbox.Result, len(completions))
+	kept, at := s.kept.Begin(), s.keptNow()
 	err := s.runOnce(ctx, func() error {
 		rows, err := s.pool.Query(ctx, s.sql.complete, s.clock(), keys, tokens, outcomes, delays, texts)
 		if err != nil {
@@ -78,8 +79,10 @@ func (s *Store) Complete(ctx context.Context, completions []outbox.Completion) (
 		return completeResults(op, results, keys, tokens, updated)
 	})
 	if err != nil {
+		kept.Failed()
 		return nil, opError(op, err)
 	}
+	kept.Completed(completions, results, at)
 	return results, nil
 }
 
@@ -311,6 +314,7 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	if err := outbox.CheckOperation(ctx, op); err != nil {
 		return 0, err
 	}
+	defer s.kept.Touched(nil) // rows put back to pending, in namespaces unknown here
 	moved, err := s.auditedRows(ctx, outbox.ActionRequeue, dispatchKeys, func(tx pgx.Tx) (int, string, error) {
 		var n int64
 		var notified bool

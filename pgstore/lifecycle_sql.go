@@ -27,10 +27,17 @@ WITH ins AS (
 		(SELECT coalesce($1::timestamptz, now()) AS now) t
 	ORDER BY m.dispatch_key
 	ON CONFLICT (dispatch_key, shard) DO NOTHING
-	RETURNING 1
+	RETURNING namespace
 )
-SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, '') END) IS NULL
-FROM (SELECT count(*) AS n FROM ins) c`
+SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, ` + notifyPayload + `) END) IS NULL
+FROM (SELECT count(*) AS n, json_agg(DISTINCT namespace)::text AS names FROM ins) c`
+
+// notifyPayload is an enqueue's notification payload, from c.names, the
+// JSON array of the namespaces it inserted rows into: that array, or an
+// empty payload (any namespace) when it would pass 7,000 bytes (PostgreSQL refuses a
+// payload of 8,000). A store that hears it reads only those namespaces'
+// pending counts again (kept.go).
+const notifyPayload = `CASE WHEN octet_length(c.names) <= 7000 THEN c.names ELSE '' END`
 
 // completeSQL is Complete's statement. $2..$6: the completions as parallel
 // arrays (dispatch key, token, outcome 1 settle / 2 retry / 3 dead-letter /

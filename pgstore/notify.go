@@ -195,7 +195,9 @@ func (s *Store) listenLoop(ctx context.Context, conn *pgx.Conn) {
 		firstPause = 50 * time.Millisecond
 		maxPause   = 5 * time.Second
 	)
+	s.kept.Listening(true)
 	defer func() {
+		s.kept.Listening(false)
 		if conn != nil {
 			_ = conn.Close(context.Background())
 		}
@@ -214,9 +216,12 @@ func (s *Store) listenLoop(ctx context.Context, conn *pgx.Conn) {
 				continue
 			}
 			conn, pause = c, firstPause
+			s.kept.Listening(true)
 			s.listen.wake()
 		}
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			s.kept.Listening(false)
 			_ = conn.Close(context.Background())
 			conn = nil
 			if ctx.Err() != nil {
@@ -224,6 +229,7 @@ func (s *Store) listenLoop(ctx context.Context, conn *pgx.Conn) {
 			}
 			continue
 		}
+		s.kept.Touched(heard(n.Payload)) // before the wake-up, so the sweep it starts reads them
 		s.listen.wake()
 	}
 }

@@ -24,6 +24,21 @@ func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressur
 	if err != nil {
 		return nil, err
 	}
+	read := func() (map[string]int, error) { return s.countClaimed(ctx, owned, all) }
+	var claimed map[string]int
+	if s.kept != nil {
+		claimed, err = s.countClaimedKept(shards, read)
+	} else {
+		claimed, err = read()
+	}
+	if err != nil {
+		return nil, opError(op, err)
+	}
+	return claimed, nil
+}
+
+// countClaimed reads the claimed counts on the owned shards.
+func (s *Store) countClaimed(ctx context.Context, owned []int32, all bool) (map[string]int, error) {
 	var claimed map[string]int
 	if err := s.run(ctx, anyLoss, func() error {
 		claimed = make(map[string]int)
@@ -41,7 +56,7 @@ func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressur
 		})
 		return err
 	}); err != nil {
-		return nil, opError(op, err)
+		return nil, err
 	}
 	return claimed, nil
 }
@@ -65,6 +80,10 @@ func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressur
 	}
 	if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
 		return nil, err
+	}
+	if s.kept != nil {
+		_, pending, _, err := s.countKept(ctx, op, shards, backpressure.CountParams{CapPerRoute: capPerRoute})
+		return pending, err
 	}
 	owned, all, _, err := s.ownedShards(op, shards)
 	if err != nil {
@@ -117,6 +136,11 @@ func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.Owned
 	args, err := s.countArgs(op, shards, p)
 	if err != nil {
 		return nil, nil, err
+	}
+	if s.kept != nil {
+		if claimed, pending, ok, err := s.countKept(ctx, op, shards, p); ok || err != nil {
+			return claimed, pending, err
+		}
 	}
 	if !p.Claimed {
 		sql := s.sql.countPending
@@ -295,73 +319,12 @@ func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args .
 			return nil, nil
 		}
 	}
-	claimed, err := collectNoJIT(ctx, s, anyLoss, sql, params,
-		func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
+	claimed, err := s.claimKept(func() ([]outbox.Row, error) {
+		return collectNoJIT(ctx, s, anyLoss, sql, params,
+			func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
+	})
 	if err != nil {
 		return nil, opError(op, err)
 	}
 	return claimed, nil
-}
-
-// noJIT turns JIT off for the rest of the implicit transaction it runs in.
-// set_config with is_local, not SET LOCAL: SET LOCAL outside an explicit
-// transaction block logs a warning on every call.
-const noJIT = `SELECT set_config('jit', 'off', true)`
-
-// batchNoJIT runs sql with args with JIT off, and run on its results:
-// noJIT and sql go as one batch, one round trip, and run in one implicit
-// transaction, so the setting ends with it and the pool's session keeps its
-// own. The claims, the pending counts and PurgeSettled run this way. Their
-// row limits are parameters the planner estimates at a tenth of a route or
-// of an index, so with a large backlog their estimated cost passes
-// jit_above_cost, and PostgreSQL would compile each call: at 2,000,000
-// unsettled rows in 20 routes, about 15 ms for a claim whose work takes 4–5
-// ms. JIT is decided when a plan is made but compiled when the executor
-// starts, so turning it off also stops a cached generic plan that was made
-// with it on.
-//
-// again says whether the batch may run a second time after a lost
-// connection (see [Store.run]).
-func (s *Store) batchNoJIT(ctx context.Context, again bool, sql string, args []any, read func(pgx.BatchResults) error) error {
-	return s.run(ctx, again, func() error { return s.batchNoJITOnce(ctx, sql, args, read) })
-}
-
-func (s *Store) batchNoJITOnce(ctx context.Context, sql string, args []any, run func(pgx.BatchResults) error) (err error) {
-	b := &pgx.Batch{}
-	b.Queue(noJIT)
-	b.Queue(sql, args...)
-	br := s.pool.SendBatch(ctx, b)
-	defer func() {
-		// Always, even if run panics: closing releases the connection.
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err = br.Exec(); err != nil {
-		return err
-	}
-	return run(br)
-}
-
-// queryNoJIT is batchNoJIT for a statement that returns rows, read by read.
-func (s *Store) queryNoJIT(ctx context.Context, again bool, sql string, args []any, read func(pgx.Rows) error) error {
-	return s.batchNoJIT(ctx, again, sql, args, func(br pgx.BatchResults) error {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		return read(rows)
-	})
-}
-
-// collectNoJIT is queryNoJIT collecting each row with fn.
-func collectNoJIT[T any](ctx context.Context, s *Store, again bool, sql string, args []any, fn pgx.RowToFunc[T]) ([]T, error) {
-	var out []T
-	err := s.queryNoJIT(ctx, again, sql, args, func(rows pgx.Rows) error {
-		var err error
-		out, err = pgx.CollectRows(rows, fn)
-		return err
-	})
-	return out, err
 }

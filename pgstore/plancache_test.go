@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/backpressure"
@@ -22,7 +23,22 @@ import (
 func TestCountsUseGenericPlans(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, nil, 1) // one connection: its prepared statements are the store's
-	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: testSchema(t)})
+	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: testSchema(t), RecountInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kept keeps its counts, and reads them with its own statements: of
+	// every namespace, and of those a notification named.
+	kept, err := pgstore.New(ctx, pool, pgstore.Options{Schema: s.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken, err := kept.Subscribe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// recount reads every namespace on every count.
+	recount, err := pgstore.New(ctx, pool, pgstore.Options{Schema: s.Schema(), RecountInterval: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,9 +76,13 @@ func TestCountsUseGenericPlans(t *testing.T) {
 		if _, _, err := claimerOf(s).CountOutboxRows(ctx, all, withClaimed(backpressure.CountParams{CapPerRoute: 5 + i})); err != nil {
 			t.Fatal(err)
 		}
+		keptCounts(t, kept, all, woken, i)
+		if _, err := claimerOf(recount).CountPendingOutboxRows(ctx, all, 5+i); err != nil {
+			t.Fatal(err)
+		}
 	}
 	stmts := pgstore.Statements(s)
-	for _, name := range []string{"countPending", "countPendingWindow", "sweepCount", "sweepCountWindow", "claimUnscoped"} {
+	for _, name := range []string{"countPending", "countPendingWindow", "sweepCount", "sweepCountWindow", "claimUnscoped", "keptAll", "keptNamespaces"} {
 		var generic, custom int64
 		err := pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
 			strings.TrimSpace(stmts[name])).Scan(&generic, &custom)
@@ -72,6 +92,23 @@ func TestCountsUseGenericPlans(t *testing.T) {
 		if generic == 0 {
 			t.Errorf("%s: %d custom plans and no generic plan in 10 calls; want PostgreSQL to settle on the generic plan", name, custom)
 		}
+	}
+}
+
+// keptCounts makes kept read its counts of every namespace (a cap it
+// never read to) and then, after an enqueue it hears of, of one namespace.
+func keptCounts(t *testing.T, kept *pgstore.Store, all backpressure.OwnedShardFraction, woken <-chan struct{}, i int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := claimerOf(kept).CountPendingOutboxRows(ctx, all, 100+i); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kept.Enqueue(ctx, []outbox.Message{{DispatchKey: fmt.Sprint("kept", i), Namespace: "ns1", TaskQueue: "q0", Payload: []byte("p")}}); err != nil {
+		t.Fatal(err)
+	}
+	<-woken
+	if _, err := claimerOf(kept).CountPendingOutboxRows(ctx, all, 100+i); err != nil {
+		t.Fatal(err)
 	}
 }
 

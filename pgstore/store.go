@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/keptcount"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -95,7 +96,18 @@ type Options struct {
 	// still migrated. Tools that only inspect or act on an outbox set it,
 	// so that a mistyped schema name does not create a new, empty one.
 	MustExist bool
+
+	// RecountInterval is the longest the store answers the planner's
+	// counts from the counts it keeps (see "Kept counts" in the package
+	// doc) before it reads them all from the database again: 0 means
+	// [DefaultRecountInterval]; a negative value keeps nothing, so every
+	// count reads the database, as before kept counts. Kept counts never
+	// loosen a ceiling: a count the store cannot know is read.
+	RecountInterval time.Duration
 }
+
+// DefaultRecountInterval is Options.RecountInterval's default.
+const DefaultRecountInterval = time.Second
 
 // Store is a PostgreSQL outbox for many dispatcher nodes sharing one
 // database. It implements [outbox.Store] and [outbox.Notifier]. A Store is
@@ -136,7 +148,9 @@ type Store struct {
 	channel     string   // the LISTEN/NOTIFY channel of the schema
 	identity    identity // of the store's database and schema, for EnqueueTx
 	listen      listener
-	fence       *Membership // non-nil for a Membership's store: fenced claims
+	fence       *Membership       // non-nil for a Membership's store: fenced claims
+	kept        *keptcount.Counts // nil: every count reads (see kept.go)
+	keptSQL     keptStatements
 
 	// views are the fenced views of the Memberships joined through this
 	// store; Close closes them too, so their subscribers' channels close
@@ -211,6 +225,8 @@ func newStore(ctx context.Context, op string, pool *pgxpool.Pool, opts Options) 
 		sql:         sql,
 		channel:     channelName(opts.Schema),
 		identity:    id,
+		kept:        newKept(opts.RecountInterval),
+		keptSQL:     prepareKept(quoted),
 	}, nil
 }
 

@@ -152,17 +152,20 @@ func (c windowClaimer) ClaimOutboxWindow(ctx context.Context, shards backpressur
 	}
 	rows := []outbox.Row{}
 	grants := []backpressure.RouteCount{}
-	err = s.queryNoJIT(ctx, anyLoss, sql, params, func(res pgx.Rows) error {
-		for res.Next() {
-			var other bool
-			r, err := scanRow(res, &other)
-			if err != nil {
-				return err
+	_, err = s.claimKept(func() ([]outbox.Row, error) {
+		err := s.queryNoJIT(ctx, anyLoss, sql, params, func(res pgx.Rows) error {
+			for res.Next() {
+				var other bool
+				r, err := scanRow(res, &other)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, r)
+				grants = append(grants, validate.WindowRoute(r.Route(), other))
 			}
-			rows = append(rows, r)
-			grants = append(grants, validate.WindowRoute(r.Route(), other))
-		}
-		return res.Err()
+			return res.Err()
+		})
+		return rows, err
 	})
 	if err != nil {
 		return nil, nil, opError(op, err)

@@ -11,7 +11,7 @@ import (
 
 // testRoundTrips checks that each OutboxStore call, and each Enqueue,
 // Settle and Retry, is one round trip to the database, however many routes
-// or rows it covers.
+// or rows it covers (a count at most one).
 func testRoundTrips[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]) {
 	t.Run("OnePerCall", func(t *testing.T) {
 		e := setup(t, newHarness)
@@ -26,20 +26,23 @@ func testRoundTrips[R any](t *testing.T, newHarness func(*testing.T) *Harness[R]
 			claims = append(claims, scope(ns, "q", 2))
 		}
 		var rows []R
+		// A count is at most one: a store may answer it from counts it
+		// keeps (pgstore's kept counts).
 		calls := []struct {
-			name string
-			call func()
+			name  string
+			call  func()
+			least int64
 		}{
-			{"Enqueue(200 rows)", func() { e.enqueue(ms...) }},
-			{"CountClaimedOutboxRows", func() { e.countClaimed(e.all) }},
-			{"CountPendingOutboxRows(50 routes)", func() { e.countPending(e.all, 3) }},
-			{"ClaimOutboxRowsScoped(50 scopes)", func() { rows = e.need("claim(50 scopes)", e.claim(e.all, claims...), 2) }},
-			{"Settle", func() { e.settle(rows[0]) }},
-			{"Retry", func() { e.retry(rows[1], time.Second) }},
-			{"CountClaimedOutboxRows with claims", func() { e.countClaimed(e.all) }},
+			{"Enqueue(200 rows)", func() { e.enqueue(ms...) }, 1},
+			{"CountClaimedOutboxRows", func() { e.countClaimed(e.all) }, 0},
+			{"CountPendingOutboxRows(50 routes)", func() { e.countPending(e.all, 3) }, 0},
+			{"ClaimOutboxRowsScoped(50 scopes)", func() { rows = e.need("claim(50 scopes)", e.claim(e.all, claims...), 2) }, 1},
+			{"Settle", func() { e.settle(rows[0]) }, 1},
+			{"Retry", func() { e.retry(rows[1], time.Second) }, 1},
+			{"CountClaimedOutboxRows with claims", func() { e.countClaimed(e.all) }, 0},
 		}
 		for _, c := range calls {
-			e.oneRoundTrip(c.name, c.call)
+			e.tripsBetween(c.name, c.call, c.least)
 		}
 	})
 }

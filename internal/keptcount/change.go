@@ -1,0 +1,150 @@
+package keptcount
+
+import (
+	"time"
+
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Change is one statement in flight that changes counts: a claim or a
+// completion. Begin it before the statement is sent and end it exactly
+// once, with the statement's outcome (Claimed, Completed) or with Failed
+// when the outcome is unknown. While a change is in flight no read is kept
+// (it may or may not have seen the change), but kept values still answer:
+// as a read made just before the change would.
+type Change struct{ c *Counts }
+
+// Begin starts a change.
+func (c *Counts) Begin() Change {
+	if c != nil {
+		c.mu.Lock()
+		c.gen++
+		c.busy++
+		c.mu.Unlock()
+	}
+	return Change{c}
+}
+
+// end ends ch under c.mu, which it returns locked (nil: kept counts off).
+func (ch Change) end() *Counts {
+	c := ch.c
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	c.gen++
+	c.busy--
+	return c
+}
+
+// Failed ends a change whose outcome is unknown: every kept value is
+// forgotten.
+func (ch Change) Failed() {
+	if c := ch.end(); c != nil {
+		c.forget()
+		c.mu.Unlock()
+	}
+}
+
+// Claimed ends a claim that took rows (each with its new lease): each is
+// one more claimed row of its namespace and one less claimable row of its
+// route, and its lease's end is an instant from which the kept values may
+// change (the row turns claimable if it is not completed by then).
+func (ch Change) Claimed(rows []outbox.Row) {
+	c := ch.end()
+	if c == nil {
+		return
+	}
+	defer c.mu.Unlock()
+	for _, r := range rows {
+		route := outbox.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}
+		c.leases[r.Lease()] = lease{route: route, shard: r.Shard, expires: r.LeaseExpiresAt}
+		if !c.counts(r.Shard) {
+			continue
+		}
+		c.before(r.LeaseExpiresAt)
+		if c.claimed != nil {
+			c.claimed[r.Namespace]++
+		}
+		c.addPending(route, -1)
+	}
+}
+
+// Completed ends a completion: completions and their results, index by
+// index, and at, an instant no later than the one the statement ran at. A
+// completion that took effect is one claimed row less; one that put its
+// row back to pending is, after its Delay, one claimable row more. A
+// completion of a lease this node did not claim (or no longer knows)
+// forgets every kept value.
+func (ch Change) Completed(completions []outbox.Completion, results []outbox.Result, at time.Time) {
+	c := ch.end()
+	if c == nil {
+		return
+	}
+	defer c.mu.Unlock()
+	for i, r := range results {
+		l, known := c.leases[completions[i].Lease]
+		delete(c.leases, completions[i].Lease)
+		if r.Err != nil {
+			continue
+		}
+		if !known {
+			c.forget()
+			return
+		}
+		if !c.counts(l.shard) {
+			continue
+		}
+		if c.claimed != nil {
+			switch c.claimed[l.route.Namespace]--; {
+			case c.claimed[l.route.Namespace] < 0:
+				c.forget()
+				return
+			case c.claimed[l.route.Namespace] == 0:
+				delete(c.claimed, l.route.Namespace)
+			}
+		}
+		if r.State != outbox.StatePending {
+			continue
+		}
+		if d := completions[i].Delay; d > 0 {
+			c.before(at.Add(d))
+		} else {
+			c.addPending(l.route, 1)
+		}
+	}
+}
+
+// counts reports whether the kept values count the rows of shard; c.mu
+// held.
+func (c *Counts) counts(shard int) bool { return c.set && c.shards.Owns(shard) }
+
+// before makes at an instant from which the kept values may change; c.mu
+// held.
+func (c *Counts) before(at time.Time) {
+	if t := at.Add(-Margin); t.Before(c.until) {
+		c.until = t
+	}
+}
+
+// addPending adds d to route's kept pending count; c.mu held. A count that
+// can no longer be known exactly (a lower bound below 1, or below 0) makes
+// its namespace stale.
+func (c *Counts) addPending(route outbox.Route, d int) {
+	if c.pending == nil || c.stale[route.Namespace] {
+		return
+	}
+	v := c.pending[route]
+	v.n += d
+	switch {
+	case v.n < 0, v.atLeast && v.n < 1:
+		if c.stale == nil {
+			c.stale = map[string]bool{}
+		}
+		c.stale[route.Namespace] = true
+	case v.n == 0:
+		delete(c.pending, route)
+	default:
+		c.pending[route] = v
+	}
+}

@@ -1,0 +1,194 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/keptcount"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Kept counts (docs/pgstore.md, "Kept counts"): the store answers the
+// planner's counts from internal/keptcount when nothing can have changed
+// them, and otherwise reads them with kept_sql.go's statements, which also
+// say when each route's counts change next by themselves. The claims and
+// Complete report what they did; Enqueue, the notifications the store
+// hears (their payload names the namespaces) and Requeue make namespaces
+// stale; a lost connection, a failed claim or completion, forgets
+// everything. A Membership's fenced view keeps nothing (kept is nil): its
+// shards may change under it between two statements.
+
+// keptStatements are kept_sql.go's statements, expanded for a schema.
+type keptStatements struct{ all, namespaces string }
+
+func prepareKept(quoted string) keptStatements {
+	return keptStatements{all: expand(quoted, keptAllSQL), namespaces: expand(quoted, keptNamespacesSQL)}
+}
+
+// newKept returns the kept counts Options.RecountInterval asks for: nil
+// (none) when it is negative.
+func newKept(interval time.Duration) *keptcount.Counts {
+	switch {
+	case interval < 0:
+		return nil
+	case interval == 0:
+		interval = DefaultRecountInterval
+	}
+	return keptcount.New(interval)
+}
+
+// keptNow is the instant kept counts are judged at: the injected clock's,
+// else the process's.
+func (s *Store) keptNow() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// maxStaleRead is the most namespaces a read of stale namespaces names;
+// with more, the store reads every namespace.
+const maxStaleRead = 1000
+
+// countKept returns the counts p asks for (its parameters checked) from
+// the kept counts, reading and keeping what they lack; ok false (and no
+// error) for a window they do not hold, which the caller reads as before.
+func (s *Store) countKept(ctx context.Context, op string, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (claimed map[string]int, pending []backpressure.RouteCount, ok bool, err error) {
+	k, now := s.kept, s.keptNow()
+	if p.Claimed {
+		if claimed, ok = k.Claimed(shards, now); !ok && p.Namespaces > 0 {
+			return nil, nil, false, nil
+		}
+	}
+	if p.Namespaces > 0 {
+		pending, ok = k.Window(shards, now, p)
+		return claimed, pending, ok, nil
+	}
+	if pending, ok = k.Pending(shards, now, p.CapPerRoute); ok && (claimed != nil || !p.Claimed) {
+		return claimed, pending, true, nil
+	}
+	claimed, pending, err = s.readKept(ctx, op, shards, p.CapPerRoute, now)
+	if !p.Claimed {
+		claimed = nil
+	}
+	return claimed, pending, err == nil, err
+}
+
+// readKept reads the claimed counts and the pending counts at capPerRoute,
+// of the stale namespaces when the kept counts know the others, else of
+// all, and keeps what it read.
+func (s *Store) readKept(ctx context.Context, op string, shards backpressure.OwnedShardFraction, capPerRoute int, now time.Time) (map[string]int, []backpressure.RouteCount, error) {
+	k := s.kept
+	owned, all, _, err := s.ownedShards(op, shards)
+	if err != nil {
+		return nil, nil, err
+	}
+	if names, ok := k.Stale(shards, now, capPerRoute); ok && len(names) <= maxStaleRead {
+		t := k.Ticket(now)
+		claimed, routes, err := s.keptRead(ctx, s.keptSQL.namespaces, s.clock(), owned, int64(capPerRoute), all, names)
+		if err != nil {
+			return nil, nil, opError(op, err)
+		}
+		if pending, ok := k.Refreshed(t, shards, claimed, names, routes, capPerRoute); ok {
+			return claimed, pending, nil
+		}
+		now = s.keptNow()
+	}
+	t := k.Ticket(now)
+	claimed, routes, err := s.keptRead(ctx, s.keptSQL.all, s.clock(), owned, int64(capPerRoute), all)
+	if err != nil {
+		return nil, nil, opError(op, err)
+	}
+	k.Refreshed(t, shards, claimed, nil, routes, capPerRoute)
+	pending := []backpressure.RouteCount{}
+	for _, r := range routes {
+		if r.Count > 0 {
+			pending = append(pending, backpressure.RouteCount{Route: r.Route, Count: r.Count})
+		}
+	}
+	return claimed, pending, nil
+}
+
+// keptRead runs one of kept_sql.go's statements with args.
+func (s *Store) keptRead(ctx context.Context, sql string, args ...any) (map[string]int, []keptcount.RouteRead, error) {
+	var (
+		claimed map[string]int
+		routes  []keptcount.RouteRead
+		kind    int32
+		r       keptcount.RouteRead
+		n       int64
+		due     *time.Time
+	)
+	err := s.queryNoJIT(ctx, anyLoss, sql, args, func(rows pgx.Rows) error {
+		claimed, routes = map[string]int{}, nil
+		_, err := pgx.ForEachRow(rows, []any{&kind, &r.Route.Namespace, &r.Route.TaskQueue, &n, &due}, func() error {
+			if kind == 0 {
+				claimed[r.Route.Namespace] = int(n)
+				return nil
+			}
+			r.Count, r.Due = int(n), time.Time{}
+			if due != nil {
+				r.Due = *due
+			}
+			routes = append(routes, r)
+			return nil
+		})
+		return err
+	})
+	return claimed, routes, err
+}
+
+// countClaimedKept is CountClaimedOutboxRows from the kept counts, or a
+// read of the claimed counts that it keeps.
+func (s *Store) countClaimedKept(shards backpressure.OwnedShardFraction, read func() (map[string]int, error)) (map[string]int, error) {
+	now := s.keptNow()
+	if claimed, ok := s.kept.Claimed(shards, now); ok {
+		return claimed, nil
+	}
+	t := s.kept.Ticket(now)
+	claimed, err := read()
+	if err == nil {
+		s.kept.RefreshedClaimed(t, shards, claimed)
+	}
+	return claimed, err
+}
+
+// claimKept runs a claim statement through claim, reporting what it did
+// to the kept counts.
+func (s *Store) claimKept(claim func() ([]outbox.Row, error)) ([]outbox.Row, error) {
+	ch := s.kept.Begin()
+	rows, err := claim()
+	if err != nil {
+		ch.Failed()
+	} else {
+		ch.Claimed(rows)
+	}
+	return rows, err
+}
+
+// heard is what a notification's payload says: the namespaces its
+// enqueue added rows to, a JSON array; nil (any namespace) for any other
+// payload, as an older version's empty one.
+func heard(payload string) []string {
+	var names []string
+	if json.Unmarshal([]byte(payload), &names) != nil {
+		return nil
+	}
+	return names
+}
+
+// namespacesOf returns the namespaces of msgs, each once.
+func namespacesOf(msgs []outbox.Message) []string {
+	seen := make(map[string]bool, len(msgs))
+	names := []string{}
+	for _, m := range msgs {
+		if !seen[m.Namespace] {
+			seen[m.Namespace] = true
+			names = append(names, m.Namespace)
+		}
+	}
+	return names
+}
