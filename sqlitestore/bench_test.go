@@ -309,61 +309,71 @@ func drainAll(b *testing.B, s *Store, mode string) int {
 	return done
 }
 
-// costRows is the backlog BenchmarkDrainCost drains.
+// costRows is the backlog BenchmarkDrainCost drains over 10 namespaces;
+// over 1,000 it drains ten times as many, 20 rows a namespace.
 const costRows = 2_000
 
-// BenchmarkDrainCost is the drain of BenchmarkDrain (10 namespaces) made
-// for counting instructions, which, unlike times, repeat on a loaded
-// machine: each iteration copies a file store holding costRows rows, opens
-// it, drains it in one mode (fair: Sweep then one Complete per batch;
-// unscoped: the unscoped claim then one Complete) and closes it; mode none
-// only copies, opens and closes, the cost to subtract. Run each mode under
-// callgrind for a fixed count:
+// BenchmarkDrainCost is the drain of BenchmarkDrain made for counting
+// instructions, which, unlike times, repeat on a loaded machine: each
+// iteration copies a file store holding costRows rows over 10 namespaces
+// (or 10 × costRows over 1,000), opens it, drains it in one mode (fair:
+// Sweep then one Complete per batch; unscoped: the unscoped claim then one
+// Complete) and closes it; mode none only copies, opens and closes, the
+// cost to subtract. Run each mode under callgrind for a fixed count:
 //
 //	go test -c -o /tmp/sqlitestore.test
-//	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.fair \
-//		/tmp/sqlitestore.test -test.run '^$' -test.bench 'DrainCost/mode=fair$' -test.benchtime 3x
+//	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOGC=off GOMAXPROCS=1 valgrind --tool=callgrind \
+//		--callgrind-out-file=/tmp/cg.fair /tmp/sqlitestore.test -test.run '^$' \
+//		-test.bench 'DrainCost/^namespaces=10$/^mode=fair$' -test.benchtime 3x
 //
 // then (Ir of fair − Ir of none) / (3 × costRows) is the instructions per
-// row drained. (GODEBUG=asyncpreemptoff=1: callgrind aborts on Go's
-// preemption signals.)
+// row drained. (asyncpreemptoff: callgrind aborts on Go's preemption
+// signals; cpu.rdtscp=off: valgrind 3.19 cannot run RDTSCP, which the
+// runtime's lock timing uses; GOMAXPROCS=1 keeps the scheduler's own work
+// from varying between runs, to within 0.2%.)
 func BenchmarkDrainCost(b *testing.B) {
-	for _, mode := range []string{"fair", "unscoped", "none"} {
-		b.Run("mode="+mode, func(b *testing.B) {
-			b.ReportAllocs()
-			template := costTemplate(b)
-			rows := 0
-			start := time.Now()
-			for b.Loop() {
-				s := drainStore(b, template)
-				if mode != "none" {
-					n := drainAll(b, s, mode)
-					if n != costRows {
-						b.Fatalf("%s drained %d rows, want %d", mode, n, costRows)
+	for _, namespaces := range []int{10, 1000} {
+		rows := costRows
+		if namespaces > 10 {
+			rows *= 10
+		}
+		for _, mode := range []string{"fair", "unscoped", "none"} {
+			b.Run(fmt.Sprintf("namespaces=%d/mode=%s", namespaces, mode), func(b *testing.B) {
+				b.ReportAllocs()
+				template := costTemplate(b, rows, namespaces)
+				drained := 0
+				start := time.Now()
+				for b.Loop() {
+					s := drainStore(b, template)
+					if mode != "none" {
+						n := drainAll(b, s, mode)
+						if n != rows {
+							b.Fatalf("%s drained %d rows, want %d", mode, n, rows)
+						}
+						drained += n
 					}
-					rows += n
+					_ = s.Close()
 				}
-				_ = s.Close()
-			}
-			if rows > 0 {
-				b.ReportMetric(float64(rows)/time.Since(start).Seconds(), "rows/s")
-			}
-		})
+				if drained > 0 {
+					b.ReportMetric(float64(drained)/time.Since(start).Seconds(), "rows/s")
+				}
+			})
+		}
 	}
 }
 
-// costTemplate writes a closed file store holding costRows rows over 10
-// namespaces, one task queue each, enqueued round-robin.
-func costTemplate(b *testing.B) string {
+// costTemplate writes a closed file store holding rows rows over
+// namespaces namespaces, one task queue each, enqueued round-robin.
+func costTemplate(b *testing.B, rows, namespaces int) string {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "template.db")
 	s, err := Open(b.Context(), path, Options{SyncNormal: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	msgs := make([]outbox.Message, costRows)
+	msgs := make([]outbox.Message, rows)
 	for i := range msgs {
-		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "ns" + strconv.Itoa(i%10), TaskQueue: "q", Payload: []byte("payload")}
+		msgs[i] = outbox.Message{DispatchKey: "k" + strconv.Itoa(i), Namespace: "ns" + strconv.Itoa(i%namespaces), TaskQueue: "q", Payload: []byte("payload")}
 	}
 	if _, err := s.Enqueue(b.Context(), msgs); err != nil {
 		b.Fatal(err)

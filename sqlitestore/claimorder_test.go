@@ -97,47 +97,52 @@ func TestInListOrderMatchesNaive(t *testing.T) {
 	})
 }
 
-// TestClaimOrderIDs: a count's "ids;ranks" list comes back in claim order
-// (lowest rank, that is highest priority, first, then lowest ID), whatever
-// the order of its pairs; a malformed list is an error.
+// TestClaimOrderIDs: a count's list of "id" and "id:rank" entries comes
+// back in claim order (lowest rank, that is highest priority, first, then
+// lowest ID), whatever the order of its entries; a malformed list is an
+// error.
 func TestClaimOrderIDs(t *testing.T) {
 	for i, c := range []struct {
 		list string
 		want []int64
 	}{
-		{"7;0", []int64{7}},
-		{"3,5,9;0,0,0", []int64{3, 5, 9}},
-		{"9,3,5;0,0,0", []int64{3, 5, 9}},
-		{"3,5,9;1,0,-1", []int64{9, 5, 3}},
-		{"4,8,2,6;0,-3,0,-3", []int64{6, 8, 2, 4}},
+		{"7", []int64{7}},
+		{"3,5,9", []int64{3, 5, 9}},
+		{"9,3,5", []int64{3, 5, 9}},
+		{"3:1,5,9:-1", []int64{9, 5, 3}},
+		{"4,8:-3,2,6:-3", []int64{6, 8, 2, 4}},
+		{"4:0,2", []int64{2, 4}},
 	} {
 		got, err := claimOrderIDs(c.list)
 		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("step %d: claimOrderIDs(%q) = %v, %v; want %v", i, c.list, got, err, c.want)
 		}
 	}
-	for i, bad := range []string{"1,2", "1,2;0", "1;0,0", "x;0", "1;y", ";"} {
+	for i, bad := range []string{"", ",", "1,", "x", "1:y", "1:", ":1", "1;0"} {
 		if got, err := claimOrderIDs(bad); err == nil {
 			t.Errorf("step %d: claimOrderIDs(%q) = %v, nil; want an error", i, bad, got)
 		}
 	}
 }
 
-// TestClaimOrderIDsMatchesNaive: for any IDs and ranks, claimOrderIDs
-// returns the IDs sorted by (rank, ID).
+// TestClaimOrderIDsMatchesNaive: for any IDs and ranks, in any order,
+// claimOrderIDs returns the IDs sorted by (rank, ID).
 func TestClaimOrderIDsMatchesNaive(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ids := rapid.SliceOfNDistinct(rapid.Int64Range(1, 1000), 1, 30, rapid.ID[int64]).Draw(rt, "ids")
 		ranks := rapid.SliceOfN(rapid.IntRange(-3, 3), len(ids), len(ids)).Draw(rt, "ranks")
-		var idText, rankText []string
+		var entries []string
 		type pair struct {
 			rank int
 			id   int64
 		}
 		var pairs []pair
 		for i, id := range ids {
-			idText = append(idText, strconv.FormatInt(id, 10))
-			rankText = append(rankText, strconv.Itoa(ranks[i]))
+			e := strconv.FormatInt(id, 10)
+			if ranks[i] != 0 {
+				e += ":" + strconv.Itoa(ranks[i])
+			}
+			entries = append(entries, e)
 			pairs = append(pairs, pair{ranks[i], id})
 		}
 		slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.id, b.id)) })
@@ -145,7 +150,7 @@ func TestClaimOrderIDsMatchesNaive(t *testing.T) {
 		for _, p := range pairs {
 			want = append(want, p.id)
 		}
-		list := strings.Join(idText, ",") + ";" + strings.Join(rankText, ",")
+		list := strings.Join(entries, ",")
 		if got, err := claimOrderIDs(list); err != nil || !slices.Equal(got, want) {
 			rt.Fatalf("claimOrderIDs(%q) = %v, %v; want %v", list, got, err, want)
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
-	"strings"
 
 	"github.com/outboxkit/backpressure"
 	check "github.com/outboxkit/backpressure/internal/validate"
@@ -121,8 +120,10 @@ func (s *Store) claimWindowIn(ctx context.Context, tx *sql.Tx, shards backpressu
 	if len(rows) != len(ids) {
 		return nil, nil, errWindowLost
 	}
-	slices.SortFunc(rows, func(a, b outbox.Row) int { return strings.Compare(a.Namespace, b.Namespace) })
-	return rows, grants, nil
+	// ids are in namespace order (served is sorted, one row each), so
+	// putting the rows in the order of ids sorts them by namespace, each
+	// row moved once rather than swapped whole by a sort.
+	return inListOrder(rows, ids), grants, nil
 }
 
 // errWindowLost is a row counted claimable in a write transaction that its

@@ -23,6 +23,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -109,9 +110,9 @@ func (c Call) Messages(msgs []outbox.Message) error {
 func (c Call) Claims(claims []backpressure.ScopedClaim) error {
 	var seen map[backpressure.Route]int // built once the claims leave ascending order
 	for i, cl := range claims {
-		at := fmt.Sprintf("claims[%d].", i)
+		at := func() string { return elem("claims", i) + "." } // formatted only for an error
 		if cl.Limit < 1 {
-			return c.Argf(at+"Limit", "%d is below 1", cl.Limit)
+			return c.Argf(at()+"Limit", "%d is below 1", cl.Limit)
 		}
 		if err := cl.Route.Validate(); err != nil {
 			field, reason := "Route", err.Error()
@@ -121,7 +122,7 @@ func (c Call) Claims(claims []backpressure.ScopedClaim) error {
 					field = "Route.TaskQueue"
 				}
 			}
-			return c.Arg(at+field, reason)
+			return c.Arg(at()+field, reason)
 		}
 		if seen == nil && i > 0 && claims[i-1].Route.Compare(cl.Route) >= 0 {
 			// Out of order: claims[:i] are strictly ascending, so distinct.
@@ -132,7 +133,7 @@ func (c Call) Claims(claims []backpressure.ScopedClaim) error {
 		}
 		if seen != nil {
 			if j, dup := seen[cl.Route]; dup {
-				return c.Argf(at+"Route", "%q is also claims[%d]", cl.Route.String(), j)
+				return c.Argf(at()+"Route", "%q is also claims[%d]", cl.Route.String(), j)
 			}
 			seen[cl.Route] = i
 		}
@@ -245,12 +246,11 @@ func WindowRoute(route backpressure.Route, others bool) backpressure.RouteCount 
 // Snooze's Delay within 0 to MaxDelay, and every dispatch key a valid key named once.
 func (c Call) Completions(cs []outbox.Completion) error {
 	for i, cm := range cs {
-		at := fmt.Sprintf("completions[%d].", i)
 		switch {
 		case cm.Outcome != outbox.Settle && cm.Outcome != outbox.Retry && cm.Outcome != outbox.DeadLetter && cm.Outcome != outbox.Snooze:
-			return c.Argf(at+"Outcome", "%v is not Settle, Retry, DeadLetter or Snooze", cm.Outcome)
+			return c.Argf(elem("completions", i)+".Outcome", "%v is not Settle, Retry, DeadLetter or Snooze", cm.Outcome)
 		case (cm.Outcome == outbox.Retry || cm.Outcome == outbox.Snooze) && (cm.Delay < 0 || cm.Delay > outbox.MaxDelay):
-			return c.Argf(at+"Delay", "%v is outside 0 to outbox.MaxDelay (%v)", cm.Delay, outbox.MaxDelay)
+			return c.Argf(elem("completions", i)+".Delay", "%v is outside 0 to outbox.MaxDelay (%v)", cm.Delay, outbox.MaxDelay)
 		}
 	}
 	return c.uniqueKeys("completions", len(cs), func(i int) string { return cs[i].DispatchKey })
@@ -262,28 +262,34 @@ func (c Call) Leases(ls []outbox.Lease) error {
 	return c.uniqueKeys("leases", len(ls), func(i int) string { return ls[i].DispatchKey })
 }
 
+// uniqueKeys checks the n dispatch keys key returns, named name[i]: each a
+// valid key named once. It formats an argument's name only to report it.
 func (c Call) uniqueKeys(name string, n int, key func(int) string) error {
 	seen := make(map[string]int, n)
 	for i := range n {
 		k := key(i)
-		arg := fmt.Sprintf("%s[%d].DispatchKey", name, i)
-		if err := c.DispatchKey(arg, k); err != nil {
-			return err
+		if reason := Key(k); reason != "" {
+			return c.Arg(elem(name, i)+".DispatchKey", reason)
 		}
 		if j, dup := seen[k]; dup {
-			return c.Argf(arg, "%q is also %s[%d]", k, name, j)
+			return c.Argf(elem(name, i)+".DispatchKey", "%q is also %s", k, elem(name, j))
 		}
 		seen[k] = i
 	}
 	return nil
 }
 
+// elem names element i of the list argument name: "name[i]".
+func elem(name string, i int) string {
+	return name + "[" + strconv.Itoa(i) + "]"
+}
+
 // Keys checks a list of dispatch keys (Requeue's): each a valid key. A key
 // may appear more than once.
 func (c Call) Keys(keys []string) error {
 	for i, k := range keys {
-		if err := c.DispatchKey(fmt.Sprintf("dispatchKeys[%d]", i), k); err != nil {
-			return err
+		if reason := Key(k); reason != "" {
+			return c.Arg(elem("dispatchKeys", i), reason)
 		}
 	}
 	return nil
