@@ -311,3 +311,36 @@ func nonZero(m map[string]int) map[string]int {
 	}
 	return out
 }
+
+// TestRefreshedLeavesNotifiedNamespacesStale: a notification naming b
+// that arrives between the store's Stale (which named a) and its Ticket
+// is not in the read of a; the read may be kept, but its answer must not
+// give b's count from before the notification (b's new rows would be
+// missing: pending understated after a notification).
+func TestRefreshedLeavesNotifiedNamespacesStale(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	all, _ := backpressure.AllShards(8)
+	a, b := routes[0], routes[2]
+	k := keptcount.New(10 * time.Second)
+	k.Listening(true)
+	if _, ok := k.Refreshed(k.Ticket(now), all, map[string]int{}, nil, []keptcount.RouteRead{{Route: a, Count: 1}, {Route: b, Count: 1}}, 3); !ok {
+		t.Fatal("a full read was not kept")
+	}
+	k.Touched([]string{a.Namespace}) // an enqueue into a
+	names, ok := k.Stale(all, now, 3)
+	if !ok || fmt.Sprint(names) != "[a]" {
+		t.Fatalf("Stale = %v, %v, want [a], true", names, ok)
+	}
+	k.Touched([]string{b.Namespace}) // b's notification, before the read's ticket
+	got, ok := k.Refreshed(k.Ticket(now), all, map[string]int{}, names, []keptcount.RouteRead{{Route: a, Count: 2}}, 3)
+	if ok {
+		t.Fatalf("Refreshed of [a] answered %v with b notified since Stale", got)
+	}
+	if got, ok := k.Pending(all, now, 3); ok {
+		t.Fatalf("Pending = %v with b notified and not read", got)
+	}
+	names, ok = k.Stale(all, now, 3)
+	if !ok || fmt.Sprint(names) != "[b]" {
+		t.Fatalf("Stale after the read of a = %v, %v, want [b], true", names, ok)
+	}
+}

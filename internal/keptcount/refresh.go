@@ -89,7 +89,10 @@ func (c *Counts) Refreshed(t Ticket, shards outbox.OwnedShardFraction, claimed m
 			c.pending[r.Route] = value{n: r.Count, atLeast: r.Count >= capPerRoute}
 		}
 	}
-	if c.pending == nil {
+	// A namespace touched since the caller's Stale (a notification between
+	// its Stale and its Ticket) is not in this read: its kept routes are
+	// from before, so nothing answers until it is read too.
+	if c.pending == nil || len(c.stale) > 0 {
 		return nil, false
 	}
 	return c.capped(capPerRoute, func(string) bool { return true })
