@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // LongLines is the length above which a function counts as long.
@@ -90,15 +91,33 @@ type node struct {
 	calls map[*types.Func]bool
 }
 
+// sources is the importer every graph type-checks its imports with, from
+// source, and the file set it and the measured packages share: one per
+// process, so that a package several measured packages import (the
+// standard library's, gonum's) is type-checked once, not once per
+// Measure. The importer is not safe for concurrent use: graph holds mu.
+var sources struct {
+	mu   sync.Mutex
+	fset *token.FileSet
+	imp  types.Importer
+}
+
 // graph type-checks the package in dir, over its non-test files, and
 // returns its name and its functions with what each calls.
 func graph(dir string) (string, map[*types.Func]*node, error) {
-	fset, files, err := parseDir(dir)
+	sources.mu.Lock()
+	defer sources.mu.Unlock()
+	if sources.imp == nil {
+		sources.fset = token.NewFileSet()
+		sources.imp = importer.ForCompiler(sources.fset, "source", nil)
+	}
+	fset := sources.fset
+	files, err := parseDir(fset, dir)
 	if err != nil {
 		return "", nil, err
 	}
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Defs: map[*ast.Ident]types.Object{}}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil), Error: func(error) {}}
+	conf := types.Config{Importer: sources.imp, Error: func(error) {}}
 	pkg, _ := conf.Check(files[0].Name.Name, fset, files, info)
 	if pkg == nil {
 		return "", nil, fmt.Errorf("structure: cannot type-check %s", dir)
@@ -131,13 +150,12 @@ func graph(dir string) (string, map[*types.Func]*node, error) {
 	return pkg.Name(), nodes, nil
 }
 
-// parseDir parses the non-test files of dir.
-func parseDir(dir string) (*token.FileSet, []*ast.File, error) {
+// parseDir parses the non-test files of dir into fset.
+func parseDir(fset *token.FileSet, dir string) ([]*ast.File, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fset := token.NewFileSet()
 	var files []*ast.File
 	for _, e := range entries {
 		n := e.Name()
@@ -146,14 +164,14 @@ func parseDir(dir string) (*token.FileSet, []*ast.File, error) {
 		}
 		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		files = append(files, f)
 	}
 	if len(files) == 0 {
-		return nil, nil, fmt.Errorf("structure: no Go files in %s", dir)
+		return nil, fmt.Errorf("structure: no Go files in %s", dir)
 	}
-	return fset, files, nil
+	return files, nil
 }
 
 // long returns the functions over LongLines lines, longest first.
