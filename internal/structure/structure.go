@@ -7,10 +7,13 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -91,15 +94,18 @@ type node struct {
 	calls map[*types.Func]bool
 }
 
-// sources is the importer every graph type-checks its imports with, from
-// source, and the file set it and the measured packages share: one per
-// process, so that a package several measured packages import (the
-// standard library's, gonum's) is type-checked once, not once per
-// Measure. The importer is not safe for concurrent use: graph holds mu.
+// sources is the importer every graph type-checks against, reading the
+// compiler's export data of the packages the measured ones import (go
+// list -export builds them, or finds them in the build cache), and the file
+// set it and the measured packages share: one per process, so that a
+// package several measured packages import is read once. exports maps an
+// import path to its export data file. The importer is not safe for
+// concurrent use: graph holds mu.
 var sources struct {
-	mu   sync.Mutex
-	fset *token.FileSet
-	imp  types.Importer
+	mu      sync.Mutex
+	fset    *token.FileSet
+	imp     types.Importer
+	exports map[string]string
 }
 
 // graph type-checks the package in dir, over its non-test files, and
@@ -108,12 +114,21 @@ func graph(dir string) (string, map[*types.Func]*node, error) {
 	sources.mu.Lock()
 	defer sources.mu.Unlock()
 	if sources.imp == nil {
-		sources.fset = token.NewFileSet()
-		sources.imp = importer.ForCompiler(sources.fset, "source", nil)
+		sources.fset, sources.exports = token.NewFileSet(), map[string]string{}
+		sources.imp = importer.ForCompiler(sources.fset, "gc", func(path string) (io.ReadCloser, error) {
+			f, ok := sources.exports[path]
+			if !ok {
+				return nil, fmt.Errorf("structure: no export data for %s", path)
+			}
+			return os.Open(f)
+		})
 	}
 	fset := sources.fset
 	files, err := parseDir(fset, dir)
 	if err != nil {
+		return "", nil, err
+	}
+	if err := listExports(dir, files); err != nil {
 		return "", nil, err
 	}
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Defs: map[*ast.Ident]types.Object{}}
@@ -148,6 +163,39 @@ func graph(dir string) (string, map[*types.Func]*node, error) {
 		}
 	}
 	return pkg.Name(), nodes, nil
+}
+
+// listExports adds to sources.exports the export data of every package
+// files import, directly or not, from one go list run in dir.
+func listExports(dir string, files []*ast.File) error {
+	args := []string{"list", "-deps", "-export", "-f", "{{.ImportPath}}\t{{.Export}}"}
+	seen := map[string]bool{}
+	for _, f := range files {
+		for _, spec := range f.Imports {
+			path, _ := strconv.Unquote(spec.Path.Value)
+			if path != "unsafe" && path != "C" && !seen[path] && sources.exports[path] == "" {
+				seen[path] = true
+				args = append(args, path)
+			}
+		}
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("structure: go list -export in %s: %v\n%s", dir, err, stderr.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if path, file, ok := strings.Cut(line, "\t"); ok && file != "" {
+			sources.exports[path] = file
+		}
+	}
+	return nil
 }
 
 // parseDir parses the non-test files of dir into fset.
