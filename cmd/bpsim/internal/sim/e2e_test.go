@@ -41,12 +41,14 @@ func smallScenario() Scenario {
 // TestRunSQLite runs the small scenario end to end on SQLite, under all
 // three policies, and checks what the simulation is for.
 func TestRunSQLite(t *testing.T) {
+	t.Parallel() // simulated time, its own files or schemas: independent of every other test
 	checkRun(t, Config{Scenario: smallScenario(), Seed: 1, TempDir: t.TempDir(), OutDir: filepath.Join(t.TempDir(), "out")})
 }
 
 // TestRunPostgres runs the same on PostgreSQL, when one is reachable,
 // without the files (TestRunSQLite checks those).
 func TestRunPostgres(t *testing.T) {
+	t.Parallel() // simulated time, its own files or schemas: independent of every other test
 	dsn := testDatabaseURL(t)
 	checkRun(t, Config{Scenario: smallScenario(), Seed: 1, DSN: dsn})
 }
