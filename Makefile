@@ -7,6 +7,9 @@ BIN         := $(CURDIR)/bin
 STATICCHECK := $(BIN)/staticcheck
 STATICCHECK_VERSION := v0.8.2
 MODULES      = $(shell $(GO) list -m -f '{{.Dir}}')
+# Every package of every module in go.work: the go command and staticcheck
+# take them in one invocation, each loading the shared dependencies once.
+PACKAGES     = github.com/outboxkit/backpressure/...
 RAPID_CHECKS ?= 1000
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
@@ -25,21 +28,19 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt -w needed on:"; echo "$$out"; exit 1; fi
 
 vet:
-	@set -e; for d in $(MODULES); do echo "go vet $$d"; (cd $$d && $(GO) vet ./...); done
+	$(GO) vet $(PACKAGES)
 
 staticcheck: $(STATICCHECK)
-	@set -e; for d in $(MODULES); do echo "staticcheck $$d"; (cd $$d && $(STATICCHECK) ./...); done
+	$(STATICCHECK) $(PACKAGES)
 
 # The root package's property tests run RAPID_CHECKS cases each. The
 # admin pages' browser test (cmd/outboxctl) needs Chromium: without it, it
 # skips, and this says so in one line; make browser installs it.
 unit:
 	@command -v chromium >/dev/null 2>&1 || echo "browser test skipped: no chromium (make browser installs Debian's; make test-browser runs it)"
-	$(GO) test -race -count=1 . -rapid.checks=$(RAPID_CHECKS)
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '^github.com/outboxkit/backpressure$$')
-	@# Nested modules package by package, pgstore in a lane of its own
-	@# beside the others (see scripts/test-modules).
-	GO=$(GO) scripts/test-modules $(filter-out $(CURDIR),$(MODULES))
+	@# Every module's packages, TEST_JOBS at a time, the longest first
+	@# (see scripts/test-modules).
+	GO=$(GO) ROOT_TEST_ARGS=-rapid.checks=$(RAPID_CHECKS) scripts/test-modules $(CURDIR) $(filter-out $(CURDIR),$(MODULES))
 
 # The long run of the unit tests: the root's property tests at 10,000 cases
 # each, and the areas make test runs on one variant only (sqlitestore's
@@ -56,9 +57,10 @@ outside:
 install-check:
 	.ci/install
 
-# Every benchmark once, to prove they still run.
+# Every benchmark once, to prove they still run: one go test over every
+# package, its output shown if one fails.
 bench-smoke:
-	@set -e; for d in $(MODULES); do (cd $$d && $(GO) test -run '^$$' -bench . -benchtime=1x ./... >/dev/null) && echo "benchmarks ran: $$d"; done
+	@log=$$(mktemp); if $(GO) test -run '^$$' -bench . -benchtime=1x $(PACKAGES) >$$log 2>&1; then grep -E '^ok' $$log; rm -f $$log; else cat $$log; rm -f $$log; exit 1; fi
 
 # The measured figures of the README: make bench (BENCHTIME=3s for steadier numbers).
 bench:

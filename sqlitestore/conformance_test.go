@@ -26,6 +26,7 @@ import (
 func TestConformance(t *testing.T) {
 	for _, kind := range []string{"File", "Memory"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // each its own database: the in-memory run overlaps the file's longer one
 			storetest.Run(t, func(t *testing.T) *storetest.Harness[outbox.Row] {
 				path := ":memory:"
 				if kind == "File" {

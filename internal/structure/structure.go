@@ -7,11 +7,15 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // LongLines is the length above which a function counts as long.
@@ -90,15 +94,45 @@ type node struct {
 	calls map[*types.Func]bool
 }
 
+// sources is the importer every graph type-checks against, reading the
+// compiler's export data of the packages the measured ones import (go
+// list -export builds them, or finds them in the build cache), and the file
+// set it and the measured packages share: one per process, so that a
+// package several measured packages import is read once. exports maps an
+// import path to its export data file. The importer is not safe for
+// concurrent use: graph holds mu.
+var sources struct {
+	mu      sync.Mutex
+	fset    *token.FileSet
+	imp     types.Importer
+	exports map[string]string
+}
+
 // graph type-checks the package in dir, over its non-test files, and
 // returns its name and its functions with what each calls.
 func graph(dir string) (string, map[*types.Func]*node, error) {
-	fset, files, err := parseDir(dir)
+	sources.mu.Lock()
+	defer sources.mu.Unlock()
+	if sources.imp == nil {
+		sources.fset, sources.exports = token.NewFileSet(), map[string]string{}
+		sources.imp = importer.ForCompiler(sources.fset, "gc", func(path string) (io.ReadCloser, error) {
+			f, ok := sources.exports[path]
+			if !ok {
+				return nil, fmt.Errorf("structure: no export data for %s", path)
+			}
+			return os.Open(f)
+		})
+	}
+	fset := sources.fset
+	files, err := parseDir(fset, dir)
 	if err != nil {
 		return "", nil, err
 	}
+	if err := listExports(dir, files); err != nil {
+		return "", nil, err
+	}
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Defs: map[*ast.Ident]types.Object{}}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil), Error: func(error) {}}
+	conf := types.Config{Importer: sources.imp, Error: func(error) {}}
 	pkg, _ := conf.Check(files[0].Name.Name, fset, files, info)
 	if pkg == nil {
 		return "", nil, fmt.Errorf("structure: cannot type-check %s", dir)
@@ -131,13 +165,45 @@ func graph(dir string) (string, map[*types.Func]*node, error) {
 	return pkg.Name(), nodes, nil
 }
 
-// parseDir parses the non-test files of dir.
-func parseDir(dir string) (*token.FileSet, []*ast.File, error) {
+// listExports adds to sources.exports the export data of every package
+// files import, directly or not, from one go list run in dir.
+func listExports(dir string, files []*ast.File) error {
+	args := []string{"list", "-deps", "-export", "-f", "{{.ImportPath}}\t{{.Export}}"}
+	seen := map[string]bool{}
+	for _, f := range files {
+		for _, spec := range f.Imports {
+			path, _ := strconv.Unquote(spec.Path.Value)
+			if path != "unsafe" && path != "C" && !seen[path] && sources.exports[path] == "" {
+				seen[path] = true
+				args = append(args, path)
+			}
+		}
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("structure: go list -export in %s: %v\n%s", dir, err, stderr.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if path, file, ok := strings.Cut(line, "\t"); ok && file != "" {
+			sources.exports[path] = file
+		}
+	}
+	return nil
+}
+
+// parseDir parses the non-test files of dir into fset.
+func parseDir(fset *token.FileSet, dir string) ([]*ast.File, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fset := token.NewFileSet()
 	var files []*ast.File
 	for _, e := range entries {
 		n := e.Name()
@@ -146,14 +212,14 @@ func parseDir(dir string) (*token.FileSet, []*ast.File, error) {
 		}
 		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.SkipObjectResolution)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		files = append(files, f)
 	}
 	if len(files) == 0 {
-		return nil, nil, fmt.Errorf("structure: no Go files in %s", dir)
+		return nil, fmt.Errorf("structure: no Go files in %s", dir)
 	}
-	return fset, files, nil
+	return files, nil
 }
 
 // long returns the functions over LongLines lines, longest first.

@@ -45,12 +45,14 @@ func shortDownstream(t *testing.T) Scenario {
 // TestDownstreamArmsSQLite runs the arms of the downstream scenario on
 // SQLite and checks what the comparison rests on.
 func TestDownstreamArmsSQLite(t *testing.T) {
+	t.Parallel() // simulated time, its own files or schemas: independent of every other test
 	checkDownstreamArms(t, Config{Scenario: shortDownstream(t), Seed: 1, TempDir: t.TempDir()})
 }
 
 // TestDownstreamArmsPostgres runs the same on PostgreSQL, when one is
 // reachable.
 func TestDownstreamArmsPostgres(t *testing.T) {
+	t.Parallel() // simulated time, its own files or schemas: independent of every other test
 	checkDownstreamArms(t, Config{Scenario: shortDownstream(t), Seed: 1, DSN: testDatabaseURL(t)})
 }
 

@@ -41,12 +41,14 @@ func smallScenario() Scenario {
 // TestRunSQLite runs the small scenario end to end on SQLite, under all
 // three policies, and checks what the simulation is for.
 func TestRunSQLite(t *testing.T) {
+	t.Parallel() // simulated time, its own files or schemas: independent of every other test
 	checkRun(t, Config{Scenario: smallScenario(), Seed: 1, TempDir: t.TempDir(), OutDir: filepath.Join(t.TempDir(), "out")})
 }
 
 // TestRunPostgres runs the same on PostgreSQL, when one is reachable,
 // without the files (TestRunSQLite checks those).
 func TestRunPostgres(t *testing.T) {
+	t.Parallel() // simulated time, its own files or schemas: independent of every other test
 	dsn := testDatabaseURL(t)
 	checkRun(t, Config{Scenario: smallScenario(), Seed: 1, DSN: dsn})
 }
@@ -209,6 +211,7 @@ func checkOutDir(t *testing.T, dir string, rep *Report) {
 // are the same, because time is simulated and the workload drawn from the
 // seed.
 func TestRunIsReproducible(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s := smallScenario()
 	s.Duration = 2 * time.Second
 	s.Tenants[0].Arrivals[0].Rows = 40
@@ -308,6 +311,7 @@ func testDatabaseURL(t *testing.T) string {
 // the quota and quota + nodes − 1 (quota 12 → 5 + 4 + 4 = 13). Under
 // backpressure no tenant's cluster-wide peak exceeds that sum.
 func TestRunSQLite64Shards(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s := smallScenario()
 	s.ShardCount = 64
 	rep, err := Run(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{Backpressure}}, &bytes.Buffer{})

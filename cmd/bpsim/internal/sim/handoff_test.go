@@ -83,6 +83,7 @@ func TestHandoffHoldsQuotas(t *testing.T) {
 // owners' headroom counts those rows, since counts are per shard, so no
 // sweep leaves a node over its ceiling.
 func TestHandoffWhileClaimsLive(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s := handoffScenario()
 	s.MembershipLease = 500 * time.Millisecond
 	rep, err := Run(context.Background(), Config{Scenario: s, Seed: 1, TempDir: t.TempDir(), Policies: []Policy{Backpressure}}, &bytes.Buffer{})

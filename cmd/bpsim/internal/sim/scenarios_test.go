@@ -112,6 +112,7 @@ func heldRows(p *PolicyReport) int {
 // proportion to the weights 1:2:4 while all three wait, within a row of
 // rounding per node and weight.
 func TestWeightsShareTheBatch(t *testing.T) {
+	t.Parallel() // simulated time, its own files: independent of every other test
 	s, err := LoadScenario("../../scenarios/weights.json")
 	if err != nil {
 		t.Fatal(err)
