@@ -6,8 +6,8 @@
 // ratios (the machines are shared and noisy, so only ratios taken side by
 // side mean much). See BenchmarkDrain for the arms and their settings, and
 // BenchmarkSteady for the latency of rows trickling in (its
-// dispatch-coalesce-2ms-recount arm is the default options with pgstore's
-// kept counts off). BenchmarkKeptCounts isolates the trickle's sweep
+// dispatch-coalesce-2ms-kept arm is the default options with pgstore's
+// kept counts on). BenchmarkKeptCounts isolates the trickle's sweep
 // (count, claim, complete) to compare kept counts with counts read on
 // every sweep.
 //

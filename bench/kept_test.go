@@ -32,8 +32,9 @@ func keptCycles() int {
 }
 
 // BenchmarkKeptCounts is the steady trickle's sweep without the
-// dispatcher's timing, to compare pgstore's kept counts (the default) with
-// counts read on every sweep (RecountInterval −1, arm recount): per cycle
+// dispatcher's timing, to compare pgstore's kept counts (RecountInterval
+// RecommendedRecountInterval, arm kept) with counts read on every sweep
+// (the default, arm recount): per cycle
 // another store enqueues one row into one of 10 namespaces, the consumer
 // hears its notification and sweeps as a dispatcher does at a trickle —
 // CountOutboxRows with the claimed counts, a scoped claim of the routes it
@@ -52,7 +53,7 @@ func BenchmarkKeptCounts(b *testing.B) {
 	cpuAdmin = openPool(b, 2)
 	for _, standing := range []int{0, 1000} {
 		b.Run(fmt.Sprintf("standing-%d", standing), func(b *testing.B) {
-			arms := []*keptArm{{name: "kept"}, {name: "recount", recount: -1}}
+			arms := []*keptArm{{name: "kept", recount: pgstore.RecommendedRecountInterval}, {name: "recount"}}
 			rotateArms(b, len(arms), func(i int) { arms[i].run(b, standing, keptCycles()) })
 			for _, a := range arms {
 				b.ReportMetric(float64(a.cpu.Microseconds())/float64(a.cycles), a.name+"-pg-µs/row")
@@ -90,7 +91,7 @@ func (a *keptArm) run(b *testing.B, standing, cycles int) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	producer, err := pgstore.New(ctx, openPool(b, 2), pgstore.Options{Schema: s.Schema(), RecountInterval: -1})
+	producer, err := pgstore.New(ctx, openPool(b, 2), pgstore.Options{Schema: s.Schema()})
 	if err != nil {
 		b.Fatal(err)
 	}

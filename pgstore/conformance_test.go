@@ -19,6 +19,9 @@ import (
 // outbox.Store, so the suite defaults everything else from it, reading rows
 // back through Get. The WindowClaim area's stores have Options.WindowClaims,
 // so that it checks the window claim; every other area runs the default.
+// Every area keeps its counts (Options.RecountInterval, off by default), so
+// that the suite checks the kept counts' answers too; the store's other
+// tests run the default, counts read on every call.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) *storetest.Harness[outbox.Row] {
 		clock := storetest.NewClock()
@@ -27,7 +30,8 @@ func TestConformance(t *testing.T) {
 		schema := testSchema(t)
 		const lease = 30 * time.Second
 		s, err := pgstore.New(t.Context(), pool, pgstore.Options{Schema: schema, Lease: lease, Now: clock.Now,
-			WindowClaims: strings.HasPrefix(t.Name(), "TestConformance/WindowClaim/")})
+			WindowClaims:    strings.HasPrefix(t.Name(), "TestConformance/WindowClaim/"),
+			RecountInterval: pgstore.RecommendedRecountInterval})
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}

@@ -157,7 +157,10 @@
 //
 // # Kept counts
 //
-// A Store answers the planner's counts (CountClaimedOutboxRows,
+// With Options.RecountInterval positive (off by default: on a plain
+// trickle they cost more than they save; beside many namespaces holding
+// delayed rows they halve the counts' cost), a Store answers the planner's
+// counts (CountClaimedOutboxRows,
 // CountPendingOutboxRows, CountOutboxRows) without a statement when
 // nothing can have changed them since it last read them: it keeps them
 // from what its own claims, completions and enqueues return, and from the

@@ -29,13 +29,10 @@ func prepareKept(quoted string) keptStatements {
 }
 
 // newKept returns the kept counts Options.RecountInterval asks for: nil
-// (none) when it is negative.
+// (none) unless it is positive.
 func newKept(interval time.Duration) *keptcount.Counts {
-	switch {
-	case interval < 0:
+	if interval <= 0 {
 		return nil
-	case interval == 0:
-		interval = DefaultRecountInterval
 	}
 	return keptcount.New(interval)
 }

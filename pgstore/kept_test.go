@@ -62,7 +62,7 @@ func TestKeptCountsMatchFullCounts(t *testing.T) {
 			rt.Fatal(err)
 		}
 		kf := &keptFixture{fixture: base, ref: ref, producer: ref, shards: []backpressure.OwnedShardFraction{base.all, half}, f: base.all}
-		kf.kept, err = pgstore.New(base.ctx, base.pool, pgstore.Options{Schema: base.schema, Now: clock, Lease: time.Second, WindowClaims: true})
+		kf.kept, err = pgstore.New(base.ctx, base.pool, pgstore.Options{Schema: base.schema, Now: clock, Lease: time.Second, WindowClaims: true, RecountInterval: pgstore.RecommendedRecountInterval})
 		if err != nil {
 			rt.Fatal(err)
 		}

@@ -23,13 +23,13 @@ import (
 func TestCountsUseGenericPlans(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, nil, 1) // one connection: its prepared statements are the store's
-	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: testSchema(t), RecountInterval: -1})
+	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: testSchema(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// kept keeps its counts, and reads them with its own statements: of
 	// every namespace, and of those a notification named.
-	kept, err := pgstore.New(ctx, pool, pgstore.Options{Schema: s.Schema()})
+	kept, err := pgstore.New(ctx, pool, pgstore.Options{Schema: s.Schema(), RecountInterval: pgstore.RecommendedRecountInterval})
 	if err != nil {
 		t.Fatal(err)
 	}

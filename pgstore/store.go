@@ -97,17 +97,24 @@ type Options struct {
 	// so that a mistyped schema name does not create a new, empty one.
 	MustExist bool
 
-	// RecountInterval is the longest the store answers the planner's
-	// counts from the counts it keeps (see "Kept counts" in the package
-	// doc) before it reads them all from the database again: 0 means
-	// [DefaultRecountInterval]; a negative value keeps nothing, so every
-	// count reads the database, as before kept counts. Kept counts never
-	// loosen a ceiling: a count the store cannot know is read.
+	// RecountInterval, when positive, turns kept counts on (see "Kept
+	// counts" in the package doc): the store answers the planner's counts
+	// from the counts it keeps for at most RecountInterval before it reads
+	// them all from the database again. Zero (the default) or a negative
+	// value keeps nothing: every count reads the database. Kept counts never
+	// loosen a ceiling on one node: a count the store cannot know is read.
+	// They are off by default because on a plain trickle they cost more
+	// than they save (docs/pgstore.md, "Kept counts", has the figures);
+	// they pay off beside many namespaces holding delayed rows.
+	// [RecommendedRecountInterval] is the interval measured there.
 	RecountInterval time.Duration
 }
 
-// DefaultRecountInterval is Options.RecountInterval's default.
-const DefaultRecountInterval = time.Second
+// RecommendedRecountInterval is the Options.RecountInterval the kept
+// counts were measured with: the bound on how long a change made outside
+// the store's sight (SQL run by hand, a second process claiming on the same
+// shards) can go unseen.
+const RecommendedRecountInterval = time.Second
 
 // Store is a PostgreSQL outbox for many dispatcher nodes sharing one
 // database. It implements [outbox.Store] and [outbox.Notifier]. A Store is
