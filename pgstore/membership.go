@@ -14,6 +14,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -476,7 +477,7 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 	sql := &m.store.sql.membership
 	err = pgx.BeginFunc(ctx, m.store.pool, func(tx pgx.Tx) error {
 		held, drain = map[int32]int64{}, []int32{}
-		rows, err := tx.Query(ctx, sql.renew, m.node, m.lease.Microseconds(), m.incarnation)
+		rows, err := tx.Query(ctx, sql.renew, m.node, m.lease.Microseconds(), m.incarnation, m.beatGuard())
 		if err != nil {
 			return err
 		}
@@ -514,6 +515,21 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 		return err
 	})
 	return held, drain, err
+}
+
+// beatGuard is the idle_in_transaction_session_timeout a heartbeat's
+// transaction runs under, in ms as text: half the member lease. The
+// transaction locks ownership rows in its second statement and holds them
+// until it commits; a node frozen between its statements (a SIGSTOP, a
+// stalled VM, a long GC pause) would otherwise hold them for as long as it
+// is frozen, and every other node's heartbeat would wait on them, so no
+// shard could change hands and the frozen node's shards would not be
+// taken over. With the guard the server ends such a session, releasing
+// its locks, half a lease after its last statement; a heartbeat idle that
+// long would have come back too late to be of use anyway (see Heartbeat's
+// timeout of one lease). TestChaosMembership's SIGSTOPs found it.
+func (m *Membership) beatGuard() string {
+	return strconv.FormatInt(max((m.lease/2).Milliseconds(), 1), 10)
 }
 
 // setHeld installs a new held set and publishes the owned set if it

@@ -24,7 +24,9 @@ SELECT generate_series(0, $1::int4 - 1)
 ON CONFLICT (shard) DO NOTHING`
 
 // memberRenewSQL is a heartbeat's first statement (see beat). $1: node, $2:
-// lease µs, $3: incarnation. Renews (or starts) the node's member lease, a
+// lease µs, $3: incarnation, $4: the transaction's guard, ms as text (see
+// beatGuard): idle_in_transaction_session_timeout for the rest of the
+// transaction. Renews (or starts) the node's member lease, a
 // rejoin after it lapsed counting as a new join, and returns the live
 // members, the node included. Another incarnation's row is taken over only
 // once its member lease and every ownership lease under the name have lapsed
@@ -33,7 +35,8 @@ ON CONFLICT (shard) DO NOTHING`
 // rows returned. Members whose lease lapsed over an hour ago are deleted, so
 // crashed nodes' rows do not pile up.
 const memberRenewSQL = `
-WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now),
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS now,
+	set_config('idle_in_transaction_session_timeout', $4::text, true) AS guard),
 gone AS (
 	DELETE FROM {schema}.members m USING t
 	WHERE m.lease_expires_at < t.now - interval '1 hour' AND m.node <> $1::text
