@@ -124,7 +124,7 @@ func browserHistory(t *testing.T, chromium string, b backend) {
 	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/tenant?ns=drain"), chromedp.WaitVisible(chromedp.CSS(`#drain`))); err != nil {
 		t.Fatalf("loading drain's page: %v", err)
 	}
-	loaded := time.Now()
+	loaded, atLoad := time.Now(), backlog()
 	charts := eval("the charts", `Array.from(document.querySelectorAll('#history svg.chart')).map(e => e.id).join(' ')`)
 	if charts != "tenant-rates tenant-backlog tenant-held" {
 		t.Errorf("drain's page charts %q, want tenant-rates tenant-backlog tenant-held", charts)
@@ -173,7 +173,13 @@ func browserHistory(t *testing.T, chromium string, b backend) {
 	waitFor(t, "drain empty", func() bool { return backlog() == 0 })
 	took := time.Since(loaded)
 	off := math.Abs(estimate.Seconds()-took.Seconds()) / took.Seconds()
-	if off > 0.25 {
+	// The estimate extrapolates the rate the history shows (drainRate). A
+	// machine too busy to hold that rate after the page loaded (below 80%
+	// of it) makes any extrapolation wrong, so the accuracy is judged only
+	// when the drain kept its rate.
+	if held := float64(atLoad) / took.Seconds(); held < 0.8*drainRate {
+		t.Logf("the drain held %.1f rows/s of its %d after the page loaded (machine busy): the estimate's accuracy is not judged", held, drainRate)
+	} else if off > 0.25 {
 		t.Errorf("drain's page said %v to drain; it took %v (off by %.0f%%, above 25%%)", estimate, took, 100*off)
 	}
 	t.Logf("drain's page said %v to drain (newest point %s old, backlog capped %v); it took %v (off by %.1f%%)", estimate, m[1], capped, took, 100*off)
