@@ -146,14 +146,17 @@
 // # Wake-ups
 //
 // The enqueue statement (and Requeue's) calls pg_notify on a channel named
-// after the schema when it inserted rows, with the namespaces it inserted
-// into as the payload (a JSON array; empty when that would pass 7,000
-// bytes, and Requeue's is always empty: any namespace). PostgreSQL
-// delivers a notification only when its transaction commits and folds
-// identical ones within a transaction, so a bulk enqueue, or many EnqueueTx
-// calls into the same namespaces in one transaction, wake dispatchers
-// once. [Store.Subscribe] serves them through one listening connection per
-// Store.
+// after the schema when it inserted rows, with what it inserted as the
+// payload: its transaction's id and, per route and shard, the rows
+// claimable at once and the earliest run-at of the others (a JSON object;
+// the JSON array of the namespaces when that would pass 7,000 bytes, and
+// empty beyond; Requeue's is always empty: any namespace). PostgreSQL
+// delivers a notification only when its transaction commits, all of a
+// transaction's at once, so a bulk enqueue wakes dispatchers once, and
+// many EnqueueTx calls in one transaction send one notification each but
+// at the same instant, which a subscriber's channel (one value) folds into
+// a wake-up or two. [Store.Subscribe] serves them through one listening
+// connection per Store.
 //
 // # Kept counts
 //

@@ -75,6 +75,20 @@ type Counts struct {
 	stale     map[string]bool // namespaces whose pending counts must be read
 	until     time.Time       // no value answers from here on
 	leases    map[outbox.Lease]lease
+
+	// What the notices (Notified) need: the snapshots of the reads that
+	// set the pending counts (the last full read's; a later partial
+	// read's, per namespace), the claims' since the last full read, whether a claim that
+	// reported none ran since the last full read, the notices heard
+	// (numbered by seq, for the reads in flight) and those waiting for
+	// the changes in flight to end.
+	readSnap   Snapshot
+	nsSnap     map[string]Snapshot
+	claimSnaps []Snapshot // since the last full read, none seeing all another saw
+	claimBlind bool
+	seq        uint64
+	log        []logged
+	deferred   []Notice
 }
 
 // New returns kept counts that a full read serves for at most interval
