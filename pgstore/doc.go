@@ -161,15 +161,18 @@
 // # Kept counts
 //
 // With Options.RecountInterval positive (off by default: on a plain
-// trickle they cost more than they save; beside many namespaces holding
-// delayed rows they halve the counts' cost), a Store answers the planner's
+// trickle they save a round trip per wake-up but about even CPU; beside
+// many namespaces holding delayed rows they halve the counts' cost), a
+// Store answers the planner's
 // counts (CountClaimedOutboxRows,
 // CountPendingOutboxRows, CountOutboxRows) without a statement when
 // nothing can have changed them since it last read them: it keeps them
 // from what its own claims, completions and enqueues return, and from the
 // notifications it hears while a subscriber listens ([Store.Subscribe]),
-// which name the namespaces that got rows; it then reads only those
-// namespaces' counts. A count it cannot know exactly is read: claimed
+// which carry the rows each enqueue added per route and its transaction's
+// id: it adds them without a read unless its last read's snapshot, or a
+// claim's since, saw that transaction, and then reads only that
+// namespace's counts. A count it cannot know exactly is read: claimed
 // counts always exact, pending counts kept only while it listens (another
 // process's enqueue may be missing from them until its notification
 // arrives, as from a count read a moment earlier), never past a lease's
