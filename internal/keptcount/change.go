@@ -139,37 +139,3 @@ func (ch Change) Completed(completions []outbox.Completion, results []outbox.Res
 		}
 	}
 }
-
-// counts reports whether the kept values count the rows of shard; c.mu
-// held.
-func (c *Counts) counts(shard int) bool { return c.set && c.shards.Owns(shard) }
-
-// before makes at an instant from which the kept values may change; c.mu
-// held.
-func (c *Counts) before(at time.Time) {
-	if t := at.Add(-Margin); t.Before(c.until) {
-		c.until = t
-	}
-}
-
-// addPending adds d to route's kept pending count; c.mu held. A count that
-// can no longer be known exactly (a lower bound below 1, or below 0) makes
-// its namespace stale.
-func (c *Counts) addPending(route outbox.Route, d int) {
-	if c.pending == nil || c.stale[route.Namespace] {
-		return
-	}
-	v := c.pending[route]
-	v.n += d
-	switch {
-	case v.n < 0, v.atLeast && v.n < 1:
-		if c.stale == nil {
-			c.stale = map[string]bool{}
-		}
-		c.stale[route.Namespace] = true
-	case v.n == 0:
-		delete(c.pending, route)
-	default:
-		c.pending[route] = v
-	}
-}
