@@ -323,12 +323,12 @@ func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args .
 	var err error
 	if seen := s.seenClaim(sql); seen != "" {
 		claimed, err = s.claimKeptSeen(func(snap *string) ([]outbox.Row, error) {
-			return collectNoJIT(ctx, s, anyLoss, seen, params,
+			return collectClaim(ctx, s, seen, params,
 				func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row, snap) })
 		})
 	} else {
 		claimed, err = s.claimKept(func() ([]outbox.Row, error) {
-			return collectNoJIT(ctx, s, anyLoss, sql, params,
+			return collectClaim(ctx, s, sql, params,
 				func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
 		})
 	}
