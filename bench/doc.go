@@ -41,6 +41,9 @@
 // goes, by kind of statement (claims, Completes, counts, the rest and the
 // commits), from the CPU each backend reports per protocol message
 // (docs/pgstore.md, "Where a drained row's PostgreSQL CPU goes").
+// BenchmarkSteadyStatements does the same for BenchmarkSteady's default
+// arm, kept counts off and on, per statement text: what each wake-up of a
+// trickle sends (docs/pgstore.md, "Where a trickle's wake-up goes").
 //
 // The PostgreSQL benchmarks need PostgreSQL (TEST_DATABASE_URL, default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and skip

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/dispatch"
 	"github.com/outboxkit/backpressure/outbox"
@@ -223,6 +224,12 @@ func dispatchArm(name string, rate int, coalesce, recount time.Duration) *steady
 
 func steadyDispatch(b *testing.B, rate int, coalesce, recount time.Duration, trips *tripCounter, l *latencies) (int, time.Duration) {
 	pool := openTracedPool(b, 0, trips)
+	return steadyDispatchOn(b, pool, rate, coalesce, recount, func() cpuStopper { trips.n.Store(0); return startCPU(cpuAdmin, pool) }, l)
+}
+
+// steadyDispatchOn is one run of a steady dispatcher arm whose store uses
+// pool; meter starts the CPU measurement as the producer starts.
+func steadyDispatchOn(b *testing.B, pool *pgxpool.Pool, rate int, coalesce, recount time.Duration, meter func() cpuStopper, l *latencies) (int, time.Duration) {
 	ctx := context.Background()
 	s, err := pgstore.New(ctx, pool, pgstore.Options{Schema: freshSchema(b, pool, "steady"), RecountInterval: recount})
 	if err != nil {
@@ -236,7 +243,7 @@ func steadyDispatch(b *testing.B, rate int, coalesce, recount time.Duration, tri
 	defer producer.Close()
 	stop := startSteadyDispatch(b, s, s.ShardCount(), dispatchWorkers, coalesce, l)
 	time.Sleep(time.Second) // subscribed and idle
-	n, c := steadyProduce(b, rate, l, func() cpuStopper { trips.n.Store(0); return startCPU(cpuAdmin, pool) }, enqueueSteady(producer, 10), "dispatch", "rows")
+	n, c := steadyProduce(b, rate, l, meter, enqueueSteady(producer, 10), "dispatch", "rows")
 	stop()
 	return n, c
 }

@@ -146,27 +146,33 @@
 // # Wake-ups
 //
 // The enqueue statement (and Requeue's) calls pg_notify on a channel named
-// after the schema when it inserted rows, with the namespaces it inserted
-// into as the payload (a JSON array; empty when that would pass 7,000
-// bytes, and Requeue's is always empty: any namespace). PostgreSQL
-// delivers a notification only when its transaction commits and folds
-// identical ones within a transaction, so a bulk enqueue, or many EnqueueTx
-// calls into the same namespaces in one transaction, wake dispatchers
-// once. [Store.Subscribe] serves them through one listening connection per
-// Store.
+// after the schema when it inserted rows, with what it inserted as the
+// payload: its transaction's id and, per route and shard, the rows
+// claimable at once and the earliest run-at of the others (a JSON object;
+// the JSON array of the namespaces when that would pass 7,000 bytes, and
+// empty beyond; Requeue's is always empty: any namespace). PostgreSQL
+// delivers a notification only when its transaction commits, all of a
+// transaction's at once, so a bulk enqueue wakes dispatchers once, and
+// many EnqueueTx calls in one transaction send one notification each but
+// at the same instant, which a subscriber's channel (one value) folds into
+// a wake-up or two. [Store.Subscribe] serves them through one listening
+// connection per Store.
 //
 // # Kept counts
 //
 // With Options.RecountInterval positive (off by default: on a plain
-// trickle they cost more than they save; beside many namespaces holding
-// delayed rows they halve the counts' cost), a Store answers the planner's
+// trickle they save a round trip per wake-up but about even CPU; beside
+// many namespaces holding delayed rows they halve the counts' cost), a
+// Store answers the planner's
 // counts (CountClaimedOutboxRows,
 // CountPendingOutboxRows, CountOutboxRows) without a statement when
 // nothing can have changed them since it last read them: it keeps them
 // from what its own claims, completions and enqueues return, and from the
 // notifications it hears while a subscriber listens ([Store.Subscribe]),
-// which name the namespaces that got rows; it then reads only those
-// namespaces' counts. A count it cannot know exactly is read: claimed
+// which carry the rows each enqueue added per route and its transaction's
+// id: it adds them without a read unless its last read's snapshot, or a
+// claim's since, saw that transaction, and then reads only that
+// namespace's counts. A count it cannot know exactly is read: claimed
 // counts always exact, pending counts kept only while it listens (another
 // process's enqueue may be missing from them until its notification
 // arrives, as from a count read a moment earlier), never past a lease's

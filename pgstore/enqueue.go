@@ -63,7 +63,8 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 // it: a key tx already inserted, or that a committed row holds, is
 // skipped. (An Enqueue elsewhere of a key tx inserted waits, as any insert
 // of a duplicate key does, until tx ends.) Subscribers are woken when tx
-// commits, once per transaction.
+// commits (each EnqueueTx that inserted rows sends a notification, all of
+// them at the commit, which a subscriber's one-value channel folds).
 //
 // tx must be a transaction on the store's database and schema; a nil tx is
 // an [*outbox.ArgumentError], and so is a tx already committed or rolled
@@ -159,10 +160,10 @@ ins AS (
 	WHERE same.ok
 	ORDER BY m.dispatch_key
 	ON CONFLICT (dispatch_key, shard) DO NOTHING
-	RETURNING namespace
+	RETURNING namespace, task_queue, shard, enqueued_at, visible_at
 )
 SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, ` + notifyPayload + `) END) IS NULL, same.ok
-FROM (SELECT count(*) AS n, json_agg(DISTINCT namespace)::text AS names FROM ins) c, same`
+FROM (SELECT count(*) AS n FROM ins) c, same`
 
 // identitySQL reads the identity EnqueueTx checks: the database's name,
 // the settings table's oid and the schema's store id.

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,21 +86,21 @@ func (s *Store) readKept(ctx context.Context, op string, shards backpressure.Own
 	}
 	if names, ok := k.Stale(shards, now, capPerRoute); ok && len(names) <= maxStaleRead {
 		t := k.Ticket(now)
-		claimed, routes, err := s.keptRead(ctx, s.keptSQL.namespaces, s.clock(), owned, int64(capPerRoute), all, names)
+		claimed, routes, snap, err := s.keptRead(ctx, s.keptSQL.namespaces, s.clock(), owned, int64(capPerRoute), all, names)
 		if err != nil {
 			return nil, nil, opError(op, err)
 		}
-		if pending, ok := k.Refreshed(t, shards, claimed, names, routes, capPerRoute); ok {
+		if pending, ok := k.Refreshed(t, snap, shards, claimed, names, routes, capPerRoute); ok {
 			return claimed, pending, nil
 		}
 		now = s.keptNow()
 	}
 	t := k.Ticket(now)
-	claimed, routes, err := s.keptRead(ctx, s.keptSQL.all, s.clock(), owned, int64(capPerRoute), all)
+	claimed, routes, snap, err := s.keptRead(ctx, s.keptSQL.all, s.clock(), owned, int64(capPerRoute), all)
 	if err != nil {
 		return nil, nil, opError(op, err)
 	}
-	k.Refreshed(t, shards, claimed, nil, routes, capPerRoute)
+	k.Refreshed(t, snap, shards, claimed, nil, routes, capPerRoute)
 	pending := []backpressure.RouteCount{}
 	for _, r := range routes {
 		if r.Count > 0 {
@@ -109,21 +110,27 @@ func (s *Store) readKept(ctx context.Context, op string, shards backpressure.Own
 	return claimed, pending, nil
 }
 
-// keptRead runs one of kept_sql.go's statements with args.
-func (s *Store) keptRead(ctx context.Context, sql string, args ...any) (map[string]int, []keptcount.RouteRead, error) {
+// keptRead runs one of kept_sql.go's statements with args. A snapshot it
+// cannot read is the zero Snapshot, which saw no notice.
+func (s *Store) keptRead(ctx context.Context, sql string, args ...any) (map[string]int, []keptcount.RouteRead, keptcount.Snapshot, error) {
 	var (
 		claimed map[string]int
 		routes  []keptcount.RouteRead
+		snap    keptcount.Snapshot
 		kind    int32
 		r       keptcount.RouteRead
 		n       int64
 		due     *time.Time
 	)
 	err := s.queryNoJIT(ctx, anyLoss, sql, args, func(rows pgx.Rows) error {
-		claimed, routes = map[string]int{}, nil
+		claimed, routes, snap = map[string]int{}, nil, keptcount.Snapshot{}
 		_, err := pgx.ForEachRow(rows, []any{&kind, &r.Route.Namespace, &r.Route.TaskQueue, &n, &due}, func() error {
-			if kind == 0 {
+			switch kind {
+			case 0:
 				claimed[r.Route.Namespace] = int(n)
+				return nil
+			case 2:
+				snap, _ = keptcount.ParseSnapshot(r.Route.Namespace)
 				return nil
 			}
 			r.Count, r.Due = int(n), time.Time{}
@@ -135,7 +142,7 @@ func (s *Store) keptRead(ctx context.Context, sql string, args ...any) (map[stri
 		})
 		return err
 	})
-	return claimed, routes, err
+	return claimed, routes, snap, err
 }
 
 // countClaimedKept is CountClaimedOutboxRows from the kept counts, or a
@@ -166,15 +173,89 @@ func (s *Store) claimKept(claim func() ([]outbox.Row, error)) ([]outbox.Row, err
 	return rows, err
 }
 
-// heard is what a notification's payload says: the namespaces its
-// enqueue added rows to, a JSON array; nil (any namespace) for any other
-// payload, as an older version's empty one.
-func heard(payload string) []string {
+// claimSnapshot is the column a kept store's claims add to their rows:
+// the statement's snapshot, which tells the notices of rows the claim may
+// have taken (it saw their transaction) from the others
+// (keptcount.Change.ClaimedSeen).
+const claimSnapshot = `, pg_current_snapshot()::text`
+
+// seenClaim returns the form of claim statement sql that returns its
+// snapshot, for a store with kept counts; "" for none (no kept counts, a
+// Membership's fenced claim, the window claim).
+func (s *Store) seenClaim(sql string) string {
+	if s.kept == nil || s.fence != nil {
+		return ""
+	}
+	switch sql {
+	case s.sql.claimScoped:
+		return s.sql.claimScopedSeen
+	case s.sql.claimUnscoped:
+		return s.sql.claimUnscopedSeen
+	}
+	return ""
+}
+
+// claimKeptSeen is claimKept for a claim statement that returns its
+// snapshot on each row, into the string claim is given.
+func (s *Store) claimKeptSeen(claim func(snap *string) ([]outbox.Row, error)) ([]outbox.Row, error) {
+	ch := s.kept.Begin()
+	var text string
+	rows, err := claim(&text)
+	if err != nil {
+		ch.Failed()
+		return rows, err
+	}
+	snap, _ := keptcount.ParseSnapshot(text) // unknown when no row came back: then it took none
+	ch.ClaimedSeen(rows, snap)
+	return rows, nil
+}
+
+// heard hands a notification's payload to the kept counts: an enqueue's
+// transaction and rows per route and shard (notifyPayload) are added
+// without a read (Counts.Notified); the JSON array of the namespaces it
+// added rows to makes those stale; any other payload, as an older
+// version's empty one, makes every namespace stale.
+func heard(k *keptcount.Counts, payload string) {
+	if k == nil {
+		return
+	}
+	if n, ok := noticeOf(payload); ok {
+		k.Notified(n)
+		return
+	}
 	var names []string
 	if json.Unmarshal([]byte(payload), &names) != nil {
-		return nil
+		names = nil
 	}
-	return names
+	k.Touched(names)
+}
+
+// noticeOf reads notifyPayload's object; false for any other payload.
+func noticeOf(payload string) (keptcount.Notice, bool) {
+	var p struct {
+		X string              `json:"x"`
+		R [][]json.RawMessage `json:"r"`
+	}
+	if len(payload) == 0 || payload[0] != '{' || json.Unmarshal([]byte(payload), &p) != nil {
+		return keptcount.Notice{}, false
+	}
+	x, err := strconv.ParseUint(p.X, 10, 64)
+	if err != nil || len(p.R) == 0 {
+		return keptcount.Notice{}, false
+	}
+	n := keptcount.Notice{Xact: x, Rows: make([]keptcount.Added, len(p.R))}
+	for i, r := range p.R {
+		var due *time.Time
+		a := &n.Rows[i]
+		if len(r) != 5 || json.Unmarshal(r[0], &a.Route.Namespace) != nil || json.Unmarshal(r[1], &a.Route.TaskQueue) != nil ||
+			json.Unmarshal(r[2], &a.Shard) != nil || json.Unmarshal(r[3], &a.Count) != nil || json.Unmarshal(r[4], &due) != nil {
+			return keptcount.Notice{}, false
+		}
+		if due != nil {
+			a.Due = *due
+		}
+	}
+	return n, true
 }
 
 // namespacesOf returns the namespaces of msgs, each once.

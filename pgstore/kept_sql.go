@@ -8,7 +8,10 @@ package pgstore
 // namespace's claimed rows, kind 1 a route with unsettled rows on the
 // walk that has claimable rows (n ≥ 1) or a row that becomes claimable
 // later (due: the earliest such claimable_at after now on an owned shard,
-// a delayed row's run-at or a lease's end, as NextDue finds it).
+// a delayed row's run-at or a lease's end, as NextDue finds it), and one
+// row of kind 2: the statement's snapshot (pg_current_snapshot(), in the
+// namespace column), which tells the notices the read saw from the others
+// (keptcount.Notified).
 
 // namespaceRoutes is the routes walk of pendingCounts restricted to the
 // namespaces $5: one routeStep per namespace for its first route, then
@@ -38,6 +41,8 @@ SELECT 1, nx.namespace, nx.task_queue, c.n, d.at
 FROM routes nx` + routeCount("$4::bool") + `
 LEFT JOIN LATERAL ` + routeDue("$4::bool") + ` d ON true
 WHERE c.n > 0 OR d.at IS NOT NULL
+UNION ALL
+SELECT 2, pg_current_snapshot()::text COLLATE "C", '', 0, NULL
 ORDER BY 1, 2, 3`
 }
 

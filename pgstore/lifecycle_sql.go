@@ -10,9 +10,8 @@ package pgstore
 // in the order it was given, but rows are inserted in dispatch-key order:
 // concurrent batches that share keys then wait on each other's in-progress
 // inserts in one global order and cannot deadlock. When it inserted rows,
-// the statement notifies the channel: delivered at commit, and one
-// notification per transaction however many statements send it (PostgreSQL
-// folds identical ones).
+// the statement notifies the channel (notifyPayload): delivered at
+// commit, one notification per statement that inserted rows.
 const enqueueSQL = `
 WITH ins AS (
 	INSERT INTO {schema}.outbox (id, dispatch_key, namespace, task_queue, shard, payload, max_attempts, enqueued_at, visible_at, priority, headers)
@@ -27,17 +26,36 @@ WITH ins AS (
 		(SELECT coalesce($1::timestamptz, now()) AS now) t
 	ORDER BY m.dispatch_key
 	ON CONFLICT (dispatch_key, shard) DO NOTHING
-	RETURNING namespace
+	RETURNING namespace, task_queue, shard, enqueued_at, visible_at
 )
 SELECT c.n, (CASE WHEN c.n > 0 THEN pg_notify($9::text, ` + notifyPayload + `) END) IS NULL
-FROM (SELECT count(*) AS n, json_agg(DISTINCT namespace)::text AS names FROM ins) c`
+FROM (SELECT count(*) AS n FROM ins) c`
 
-// notifyPayload is an enqueue's notification payload, from c.names, the
-// JSON array of the namespaces it inserted rows into: that array, or an
-// empty payload (any namespace) when it would pass 7,000 bytes (PostgreSQL refuses a
-// payload of 8,000). A store that hears it reads only those namespaces'
-// pending counts again (kept.go).
-const notifyPayload = `CASE WHEN octet_length(c.names) <= 7000 THEN c.names ELSE '' END`
+// notifyPayload is an enqueue's notification payload, from ins, the rows
+// it inserted: a JSON object of its transaction's id and, per route and
+// shard, the rows claimable at once and the earliest run-at of the others,
+// {"x": "xid", "r": [[namespace, task_queue, shard, n, due], …]}; when
+// that would pass 7,000 bytes (PostgreSQL refuses a payload of 8,000), the
+// JSON array of the namespaces, or, longer still, an empty payload (any
+// namespace). A store that hears it adds those rows to its kept pending
+// counts without a read, or reads only those namespaces' counts again
+// (kept.go). Evaluated only when rows were inserted: pg_current_xact_id()
+// gives the transaction an id, which the insert already did.
+const notifyPayload = `(
+	SELECT CASE WHEN octet_length(p.routes) <= 7000 THEN p.routes
+		WHEN octet_length(p.names) <= 7000 THEN p.names ELSE '' END
+	FROM (
+		SELECT json_build_object('x', pg_current_xact_id()::text,
+				'r', json_agg(json_build_array(g.namespace, g.task_queue, g.shard, g.n, g.due)))::text AS routes,
+			json_agg(DISTINCT g.namespace)::text AS names
+		FROM (
+			SELECT namespace, task_queue, shard,
+				count(*) FILTER (WHERE visible_at <= enqueued_at) AS n,
+				min(visible_at) FILTER (WHERE visible_at > enqueued_at) AS due
+			FROM ins
+			GROUP BY namespace, task_queue, shard
+		) g
+	) p)`
 
 // completeSQL is Complete's statement. $2..$6: the completions as parallel
 // arrays (dispatch key, token, outcome 1 settle / 2 retry / 3 dead-letter /

@@ -11,6 +11,16 @@ import (
 // transaction block logs a warning on every call.
 const noJIT = `SELECT set_config('jit', 'off', true)`
 
+// noJITGeneric is noJIT for the claims, which also run on their prepared
+// statement's generic plan: a scoped claim's custom plans look cheaper to
+// PostgreSQL than its generic one, so it never settles on the generic plan
+// and plans every claim again (0 generic plans in 30+ calls on
+// BenchmarkSteady's trickle: docs/pgstore.md, "Where a trickle's wake-up
+// goes"). Both plans walk the same indexes (TestExplain checks each
+// claim under force_generic_plan too). Like jit, the setting ends with the
+// batch's implicit transaction.
+const noJITGeneric = `SELECT set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // batchNoJIT runs sql with args with JIT off, and run on its results:
 // noJIT and sql go as one batch, one round trip, and run in one implicit
 // transaction, so the setting ends with it and the pool's session keeps its
@@ -26,12 +36,14 @@ const noJIT = `SELECT set_config('jit', 'off', true)`
 // again says whether the batch may run a second time after a lost
 // connection (see [Store.run]).
 func (s *Store) batchNoJIT(ctx context.Context, again bool, sql string, args []any, read func(pgx.BatchResults) error) error {
-	return s.run(ctx, again, func() error { return s.batchNoJITOnce(ctx, sql, args, read) })
+	return s.run(ctx, again, func() error { return s.batchNoJITOnce(ctx, noJIT, sql, args, read) })
 }
 
-func (s *Store) batchNoJITOnce(ctx context.Context, sql string, args []any, run func(pgx.BatchResults) error) (err error) {
+// batchNoJITOnce sends first (noJIT or noJITGeneric) and sql with args as
+// one batch.
+func (s *Store) batchNoJITOnce(ctx context.Context, first, sql string, args []any, run func(pgx.BatchResults) error) (err error) {
 	b := &pgx.Batch{}
-	b.Queue(noJIT)
+	b.Queue(first)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	defer func() {
@@ -56,6 +68,23 @@ func (s *Store) queryNoJIT(ctx context.Context, again bool, sql string, args []a
 		defer rows.Close()
 		return read(rows)
 	})
+}
+
+// collectClaim is collectNoJIT for a claim statement: its batch starts
+// with noJITGeneric.
+func collectClaim[T any](ctx context.Context, s *Store, sql string, args []any, fn pgx.RowToFunc[T]) ([]T, error) {
+	var out []T
+	err := s.run(ctx, anyLoss, func() error {
+		return s.batchNoJITOnce(ctx, noJITGeneric, sql, args, func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			out, err = pgx.CollectRows(rows, fn)
+			return err
+		})
+	})
+	return out, err
 }
 
 // collectNoJIT is queryNoJIT collecting each row with fn.

@@ -28,9 +28,9 @@ import (
 // gets one wake-up then, since notifications may have been missed.
 //
 // Mechanism: each enqueue statement that inserts rows calls pg_notify on
-// the schema's channel with an empty payload; PostgreSQL delivers it only
-// when the transaction commits, and folds identical notifications of one
-// transaction into one.
+// the schema's channel with what it inserted as the payload (see the
+// package documentation, "Wake-ups"); PostgreSQL delivers it only when the
+// transaction commits, every notification of a transaction at once.
 func (s *Store) Subscribe(ctx context.Context) (<-chan struct{}, error) {
 	const op = "Subscribe"
 	if err := s.begin(ctx, op); err != nil {
@@ -229,7 +229,7 @@ func (s *Store) listenLoop(ctx context.Context, conn *pgx.Conn) {
 			}
 			continue
 		}
-		s.kept.Touched(heard(n.Payload)) // before the wake-up, so the sweep it starts reads them
+		heard(s.kept, n.Payload) // before the wake-up, so the sweep it starts counts them
 		s.listen.wake()
 	}
 }

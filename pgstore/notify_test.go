@@ -2,7 +2,9 @@ package pgstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -44,7 +46,8 @@ func next(t *testing.T, conn *pgx.Conn) *pgconn.Notification {
 
 // TestEnqueueNotifies checks what the enqueue statement sends: nothing for
 // a rolled-back transaction or a batch of duplicates, one notification per
-// committed transaction however many statements it ran. Notifications of
+// statement that inserted rows, all at the commit, each carrying its
+// transaction's id and rows per route. Notifications of
 // one channel arrive in commit order, and each carries the sending
 // session's pid, so a marker committed from another session afterwards
 // tells what came before it.
@@ -79,7 +82,8 @@ func TestEnqueueNotifies(t *testing.T) {
 	if pid := marker("marker-1"); next(t, conn).PID != pid {
 		t.Errorf("the first notification is not the marker's: a rolled-back enqueue notified")
 	}
-	// Three statements in one transaction: one notification.
+	// Three statements in one transaction: three notifications, at the
+	// commit, of one transaction id, that add up to its six rows.
 	txA, err = adminPool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -90,11 +94,35 @@ func TestEnqueueNotifies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var xact string
+	if err := txA.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xact); err != nil {
+		t.Fatal(err)
+	}
 	if err := txA.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, conn); n.PID != a || n.Channel != pgstore.Channel(f.s) {
-		t.Errorf("notification %+v, want one from the committed transaction (pid %d)", n, a)
+	rows := map[string]int{}
+	for i := 0; i < 3; i++ {
+		n := next(t, conn)
+		if n.PID != a || n.Channel != pgstore.Channel(f.s) {
+			t.Fatalf("notification %+v, want one from the committed transaction (pid %d)", n, a)
+		}
+		var p struct {
+			X string  `json:"x"`
+			R [][]any `json:"r"`
+		}
+		if err := json.Unmarshal([]byte(n.Payload), &p); err != nil || p.X != xact {
+			t.Fatalf("payload %q: want transaction %s's rows (%v)", n.Payload, xact, err)
+		}
+		for _, r := range p.R {
+			if len(r) != 5 || r[4] != nil {
+				t.Fatalf("payload %q: want [namespace, queue, shard, n, null] per route and shard", n.Payload)
+			}
+			rows[r[0].(string)] += int(r[3].(float64))
+		}
+	}
+	if want := map[string]int{"a": 3, "b": 3}; !maps.Equal(rows, want) {
+		t.Errorf("the transaction's notifications add up to %v rows, want %v", rows, want)
 	}
 	// A batch of keys the outbox holds inserts nothing and says nothing.
 	if n, err := f.s.Enqueue(ctx, []outbox.Message{message("a", "q", "t0")}); err != nil || n != 0 {

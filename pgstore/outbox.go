@@ -319,10 +319,19 @@ func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args .
 			return nil, nil
 		}
 	}
-	claimed, err := s.claimKept(func() ([]outbox.Row, error) {
-		return collectNoJIT(ctx, s, anyLoss, sql, params,
-			func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
-	})
+	var claimed []outbox.Row
+	var err error
+	if seen := s.seenClaim(sql); seen != "" {
+		claimed, err = s.claimKeptSeen(func(snap *string) ([]outbox.Row, error) {
+			return collectClaim(ctx, s, seen, params,
+				func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row, snap) })
+		})
+	} else {
+		claimed, err = s.claimKept(func() ([]outbox.Row, error) {
+			return collectClaim(ctx, s, sql, params,
+				func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
+		})
+	}
 	if err != nil {
 		return nil, opError(op, err)
 	}

@@ -6,7 +6,10 @@ import "strings"
 // statement takes the clock as $1: coalesce($1, now()) is the injected time,
 // or the database's when the store has no clock.
 type statements struct {
-	enqueue, countClaimed, countPending, countPendingWindow  string
+	enqueue, countClaimed, countPending, countPendingWindow string
+	// The claims of a store with kept counts, which also return the
+	// statement's snapshot on every row (see Store.claim).
+	claimScopedSeen, claimUnscopedSeen                       string
 	sweepCount, sweepCountWindow, claimScoped, claimUnscoped string
 	complete, extend, get, stats, listDead, requeue          string
 	purgeSettled, purgeDead                                  string
@@ -44,19 +47,21 @@ func prepare(quotedSchema string) statements {
 		sweepCount:       x(sweepCounts(pendingCounts, "$4::bool")),
 		sweepCountWindow: x(sweepCounts(windowCounts, "$6::bool")),
 
-		claimScoped:   x(claimScopedSQL),
-		claimUnscoped: x(claimUnscopedSQL),
-		complete:      x(completeSQL),
-		extend:        x(extendSQL),
-		get:           x(getSQL),
-		stats:         x(statsSQL),
-		listDead:      x(listDeadSQL),
-		requeue:       x(requeueSQL),
-		purgeSettled:  x(purge("settled")), // served by outbox_settled_idx
-		purgeDead:     x(purge("dead")),    // served by outbox_finished_dead_idx
-		capCount:      x(capCountSQL),
-		enqueueTx:     x(enqueueTxSQL),
-		identity:      x(identitySQL),
+		claimScoped:       x(claimScopedSQL),
+		claimUnscoped:     x(claimUnscopedSQL),
+		claimScopedSeen:   x(claimScopedSQL + claimSnapshot),
+		claimUnscopedSeen: x(claimUnscopedSQL + claimSnapshot),
+		complete:          x(completeSQL),
+		extend:            x(extendSQL),
+		get:               x(getSQL),
+		stats:             x(statsSQL),
+		listDead:          x(listDeadSQL),
+		requeue:           x(requeueSQL),
+		purgeSettled:      x(purge("settled")), // served by outbox_settled_idx
+		purgeDead:         x(purge("dead")),    // served by outbox_finished_dead_idx
+		capCount:          x(capCountSQL),
+		enqueueTx:         x(enqueueTxSQL),
+		identity:          x(identitySQL),
 
 		// $8 (scoped) or $6 (unscoped): the epochs of the shards in $3,
 		// then the node.

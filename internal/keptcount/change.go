@@ -42,6 +42,7 @@ func (ch Change) end() *Counts {
 func (ch Change) Failed() {
 	if c := ch.end(); c != nil {
 		c.forget()
+		c.flush()
 		c.mu.Unlock()
 	}
 }
@@ -50,12 +51,35 @@ func (ch Change) Failed() {
 // one more claimed row of its namespace and one less claimable row of its
 // route, and its lease's end is an instant from which the kept values may
 // change (the row turns claimable if it is not completed by then).
+//
+// The claim's snapshot is not known: until the next full read, a notice
+// of rows this node has not read makes their namespace stale (the claim
+// may have taken some of them). ClaimedSeen is a claim that says it.
 func (ch Change) Claimed(rows []outbox.Row) {
+	ch.claimed(rows, Snapshot{}, len(rows) > 0)
+}
+
+// ClaimedSeen is Claimed for a claim whose statement ran under snap: a
+// notice of a transaction snap saw, heard after the claim, may be of rows
+// it took, so it makes their namespace stale; any other notice is of rows
+// the claim did not see, which the kept counts add.
+func (ch Change) ClaimedSeen(rows []outbox.Row, snap Snapshot) {
+	ch.claimed(rows, snap, len(rows) > 0 && !snap.known)
+}
+
+func (ch Change) claimed(rows []outbox.Row, snap Snapshot, blind bool) {
 	c := ch.end()
 	if c == nil {
 		return
 	}
 	defer c.mu.Unlock()
+	defer c.flush()
+	if blind {
+		c.claimBlind = true
+	}
+	if snap.known && len(rows) > 0 {
+		c.claimSeen(snap)
+	}
 	for _, r := range rows {
 		route := outbox.Route{Namespace: r.Namespace, TaskQueue: r.TaskQueue}
 		c.leases[r.Lease()] = lease{route: route, shard: r.Shard, expires: r.LeaseExpiresAt}
@@ -82,6 +106,7 @@ func (ch Change) Completed(completions []outbox.Completion, results []outbox.Res
 		return
 	}
 	defer c.mu.Unlock()
+	defer c.flush()
 	for i, r := range results {
 		l, known := c.leases[completions[i].Lease]
 		delete(c.leases, completions[i].Lease)
@@ -112,39 +137,5 @@ func (ch Change) Completed(completions []outbox.Completion, results []outbox.Res
 		} else {
 			c.addPending(l.route, 1)
 		}
-	}
-}
-
-// counts reports whether the kept values count the rows of shard; c.mu
-// held.
-func (c *Counts) counts(shard int) bool { return c.set && c.shards.Owns(shard) }
-
-// before makes at an instant from which the kept values may change; c.mu
-// held.
-func (c *Counts) before(at time.Time) {
-	if t := at.Add(-Margin); t.Before(c.until) {
-		c.until = t
-	}
-}
-
-// addPending adds d to route's kept pending count; c.mu held. A count that
-// can no longer be known exactly (a lower bound below 1, or below 0) makes
-// its namespace stale.
-func (c *Counts) addPending(route outbox.Route, d int) {
-	if c.pending == nil || c.stale[route.Namespace] {
-		return
-	}
-	v := c.pending[route]
-	v.n += d
-	switch {
-	case v.n < 0, v.atLeast && v.n < 1:
-		if c.stale == nil {
-			c.stale = map[string]bool{}
-		}
-		c.stale[route.Namespace] = true
-	case v.n == 0:
-		delete(c.pending, route)
-	default:
-		c.pending[route] = v
 	}
 }

@@ -75,6 +75,20 @@ type Counts struct {
 	stale     map[string]bool // namespaces whose pending counts must be read
 	until     time.Time       // no value answers from here on
 	leases    map[outbox.Lease]lease
+
+	// What the notices (Notified) need: the snapshots of the reads that
+	// set the pending counts (the last full read's; a later partial
+	// read's, per namespace), the claims' since the last full read, whether a claim that
+	// reported none ran since the last full read, the notices heard
+	// (numbered by seq, for the reads in flight) and those waiting for
+	// the changes in flight to end.
+	readSnap   Snapshot
+	nsSnap     map[string]Snapshot
+	claimSnaps []Snapshot // since the last full read, none seeing all another saw
+	claimBlind bool
+	seq        uint64
+	log        []logged
+	deferred   []Notice
 }
 
 // New returns kept counts that a full read serves for at most interval
@@ -147,4 +161,38 @@ func (c *Counts) fresh(shards outbox.OwnedShardFraction, now time.Time) bool {
 		return false
 	}
 	return now.Before(c.until)
+}
+
+// counts reports whether the kept values count the rows of shard; c.mu
+// held.
+func (c *Counts) counts(shard int) bool { return c.set && c.shards.Owns(shard) }
+
+// before makes at an instant from which the kept values may change; c.mu
+// held.
+func (c *Counts) before(at time.Time) {
+	if t := at.Add(-Margin); t.Before(c.until) {
+		c.until = t
+	}
+}
+
+// addPending adds d to route's kept pending count; c.mu held. A count that
+// can no longer be known exactly (a lower bound below 1, or below 0) makes
+// its namespace stale.
+func (c *Counts) addPending(route outbox.Route, d int) {
+	if c.pending == nil || c.stale[route.Namespace] {
+		return
+	}
+	v := c.pending[route]
+	v.n += d
+	switch {
+	case v.n < 0, v.atLeast && v.n < 1:
+		if c.stale == nil {
+			c.stale = map[string]bool{}
+		}
+		c.stale[route.Namespace] = true
+	case v.n == 0:
+		delete(c.pending, route)
+	default:
+		c.pending[route] = v
+	}
 }

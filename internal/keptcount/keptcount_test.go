@@ -189,7 +189,7 @@ func (s *kept) interfere(rt *rapid.T, all backpressure.OwnedShardFraction) {
 		s.claim(rt, func() ([]outbox.Row, error) {
 			return s.m.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{{Route: routes[2], Limit: 2}})
 		})
-		s.k.Refreshed(t, all, claimed, nil, read, 3) // before the claim: must not be kept
+		s.k.Refreshed(t, keptcount.Snapshot{}, all, claimed, nil, read, 3) // before the claim: must not be kept
 	}
 }
 
@@ -272,13 +272,13 @@ func (s *kept) refresh(rt *rapid.T, f backpressure.OwnedShardFraction, capPerRou
 	if names, ok := s.k.Stale(f, s.now, capPerRoute); ok && rapid.Bool().Draw(rt, "partial") {
 		t := s.k.Ticket(s.now)
 		claimed, read := s.read(rt, f, capPerRoute, names)
-		if got, ok := s.k.Refreshed(t, f, claimed, names, read, capPerRoute); ok {
+		if got, ok := s.k.Refreshed(t, keptcount.Snapshot{}, f, claimed, names, read, capPerRoute); ok {
 			return got, true
 		}
 	}
 	t := s.k.Ticket(s.now)
 	claimed, read := s.read(rt, f, capPerRoute, nil)
-	return s.k.Refreshed(t, f, claimed, nil, read, capPerRoute)
+	return s.k.Refreshed(t, keptcount.Snapshot{}, f, claimed, nil, read, capPerRoute)
 }
 
 // window is the window p describes of full pending counts full.
@@ -323,7 +323,7 @@ func TestRefreshedLeavesNotifiedNamespacesStale(t *testing.T) {
 	a, b := routes[0], routes[2]
 	k := keptcount.New(10 * time.Second)
 	k.Listening(true)
-	if _, ok := k.Refreshed(k.Ticket(now), all, map[string]int{}, nil, []keptcount.RouteRead{{Route: a, Count: 1}, {Route: b, Count: 1}}, 3); !ok {
+	if _, ok := k.Refreshed(k.Ticket(now), keptcount.Snapshot{}, all, map[string]int{}, nil, []keptcount.RouteRead{{Route: a, Count: 1}, {Route: b, Count: 1}}, 3); !ok {
 		t.Fatal("a full read was not kept")
 	}
 	k.Touched([]string{a.Namespace}) // an enqueue into a
@@ -332,7 +332,7 @@ func TestRefreshedLeavesNotifiedNamespacesStale(t *testing.T) {
 		t.Fatalf("Stale = %v, %v, want [a], true", names, ok)
 	}
 	k.Touched([]string{b.Namespace}) // b's notification, before the read's ticket
-	got, ok := k.Refreshed(k.Ticket(now), all, map[string]int{}, names, []keptcount.RouteRead{{Route: a, Count: 2}}, 3)
+	got, ok := k.Refreshed(k.Ticket(now), keptcount.Snapshot{}, all, map[string]int{}, names, []keptcount.RouteRead{{Route: a, Count: 2}}, 3)
 	if ok {
 		t.Fatalf("Refreshed of [a] answered %v with b notified since Stale", got)
 	}

@@ -14,6 +14,7 @@ type Ticket struct {
 	gen  uint64
 	busy bool
 	at   time.Time
+	seq  uint64 // the next notice's number
 }
 
 // Ticket returns the ticket of a read that starts now (the store's clock,
@@ -24,7 +25,7 @@ func (c *Counts) Ticket(now time.Time) Ticket {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Ticket{gen: c.gen, busy: c.busy > 0, at: now}
+	return Ticket{gen: c.gen, busy: c.busy > 0, at: now, seq: c.seq}
 }
 
 // kept reports whether a read with ticket t may be kept; c.mu held.
@@ -41,21 +42,23 @@ type RouteRead struct {
 	Due   time.Time
 }
 
-// Refreshed hands back a read made with ticket t on shards: the claimed
+// Refreshed hands back a read made with ticket t on shards under snapshot
+// snap (the zero Snapshot when unknown): the claimed
 // counts on shards, and the routes of namespaces (nil: every namespace;
-// then each route with unsettled rows) read at capPerRoute. It keeps them
+// then each route with unsettled rows) read at capPerRoute. It keeps them,
+// with the notices heard since t that snap did not see added,
 // and returns the pending counts a full count at capPerRoute gives, and
 // true, when the read may be kept (nothing changed since t) and the other
 // namespaces' kept counts are known to that depth; else false, and it
 // keeps nothing. A full read is always valid to answer with by itself; a
 // read of some namespaces answers only through Refreshed.
-func (c *Counts) Refreshed(t Ticket, shards outbox.OwnedShardFraction, claimed map[string]int, namespaces []string, routes []RouteRead, capPerRoute int) ([]outbox.RouteCount, bool) {
+func (c *Counts) Refreshed(t Ticket, snap Snapshot, shards outbox.OwnedShardFraction, claimed map[string]int, namespaces []string, routes []RouteRead, capPerRoute int) ([]outbox.RouteCount, bool) {
 	if c == nil {
 		return nil, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.kept(t) {
+	if !c.kept(t) || !c.remembers(t) {
 		return nil, false
 	}
 	if namespaces == nil {
@@ -63,6 +66,7 @@ func (c *Counts) Refreshed(t Ticket, shards outbox.OwnedShardFraction, claimed m
 		c.pending, c.stale = map[outbox.Route]value{}, nil
 		c.until = t.at.Add(c.interval)
 		c.prune(t.at)
+		c.readSnap, c.nsSnap, c.claimSnaps, c.claimBlind = snap, nil, nil, false
 	} else if !c.freshPending(shards, t.at) || c.claimed == nil {
 		return nil, false
 	}
@@ -89,6 +93,17 @@ func (c *Counts) Refreshed(t Ticket, shards outbox.OwnedShardFraction, claimed m
 			c.pending[r.Route] = value{n: r.Count, atLeast: r.Count >= capPerRoute}
 		}
 	}
+	if namespaces == nil {
+		in = nil
+	} else {
+		if c.nsSnap == nil {
+			c.nsSnap = map[string]Snapshot{}
+		}
+		for _, n := range namespaces {
+			c.nsSnap[n] = snap
+		}
+	}
+	c.replay(t, snap, in)
 	// A namespace touched since the caller's Stale (a notification between
 	// its Stale and its Ticket) is not in this read: its kept routes are
 	// from before, so nothing answers until it is read too.
