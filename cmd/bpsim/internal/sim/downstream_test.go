@@ -90,6 +90,7 @@ func checkDownstreamArms(t *testing.T, cfg Config) {
 		}
 	}
 	base, static, oracle, adaptive := rep.Policy(NoSignals), rep.Policy(Static), rep.Policy(Oracle), rep.Policy(Adaptive)
+	checkShipped(t, cfg.Scenario, static) // TestShippedScenarios leaves downstream.json to this check
 	for i, st := range s.Tenants {
 		if st.Downstream == nil {
 			// Other tenants: their waits are the no-signals arm's, to a tick
