@@ -49,8 +49,9 @@ unit:
 
 # The long run of the unit tests: the root's property tests at 10,000 cases
 # each, the stores' at 100 (make test: STORE_CHECKS, 25), and the areas
-# make test runs on one variant only (sqlitestore's in-memory database) on
-# every variant (BACKPRESSURE_LONG=1).
+# make test runs on one variant only (sqlitestore's in-memory database,
+# bpsim's downstream arms on PostgreSQL) on every variant
+# (BACKPRESSURE_LONG=1).
 test-long:
 	BACKPRESSURE_LONG=1 $(MAKE) unit RAPID_CHECKS=10000 STORE_CHECKS=100
 
