@@ -11,6 +11,10 @@ MODULES      = $(shell $(GO) list -m -f '{{.Dir}}')
 # take them in one invocation, each loading the shared dependencies once.
 PACKAGES     = github.com/outboxkit/backpressure/...
 RAPID_CHECKS ?= 1000
+# Cases of each property test of the stores (pgstore, sqlitestore: their
+# own and the storetest suite's): each case is many statements against a
+# database.
+STORE_CHECKS ?= 25
 FUZZTIME     ?= 60s
 BENCHTIME    ?= 1s
 
@@ -33,20 +37,23 @@ vet:
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) $(PACKAGES)
 
-# The root package's property tests run RAPID_CHECKS cases each. The
+# The root package's property tests run RAPID_CHECKS cases each, the
+# stores' STORE_CHECKS (make test-long: rapid's default of 100). The
 # admin pages' browser test (cmd/outboxctl) needs Chromium: without it, it
 # skips, and this says so in one line; make browser installs it.
 unit:
 	@command -v chromium >/dev/null 2>&1 || echo "browser test skipped: no chromium (make browser installs Debian's; make test-browser runs it)"
 	@# Every module's packages, TEST_JOBS at a time, the longest first
 	@# (see scripts/test-modules).
-	GO=$(GO) ROOT_TEST_ARGS=-rapid.checks=$(RAPID_CHECKS) scripts/test-modules $(CURDIR) $(filter-out $(CURDIR),$(MODULES))
+	GO=$(GO) ROOT_TEST_ARGS=-rapid.checks=$(RAPID_CHECKS) STORE_TEST_ARGS=-rapid.checks=$(STORE_CHECKS) scripts/test-modules $(CURDIR) $(filter-out $(CURDIR),$(MODULES))
 
 # The long run of the unit tests: the root's property tests at 10,000 cases
-# each, and the areas make test runs on one variant only (sqlitestore's
-# in-memory database) on every variant (BACKPRESSURE_LONG=1).
+# each, the stores' at 100 (make test: STORE_CHECKS, 25), and the areas
+# make test runs on one variant only (sqlitestore's in-memory database,
+# bpsim's downstream arms on PostgreSQL) on every variant
+# (BACKPRESSURE_LONG=1).
 test-long:
-	BACKPRESSURE_LONG=1 $(MAKE) unit RAPID_CHECKS=10000
+	BACKPRESSURE_LONG=1 $(MAKE) unit RAPID_CHECKS=10000 STORE_CHECKS=100
 
 # The README's recipe for an application module outside the checkout, run in
 # a fresh module in a temporary directory on the README's quick start.

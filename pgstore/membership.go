@@ -136,7 +136,8 @@ type Membership struct {
 	// monotonic clock; zero before the first. expiry empties held then.
 	validUntil time.Time
 	expiry     *time.Timer
-	replyHook  func() // tests: runs once a heartbeat's transaction committed, before its reply is judged
+	replyHook  func()                        // tests: runs once a heartbeat's transaction committed, before its reply is judged
+	lockedHook func(context.Context, pgx.Tx) // tests: runs in a heartbeat's transaction between its lock and rebalance statements
 	left       bool
 
 	beating chan struct{} // a token per heartbeat or Leave release in flight: one at a time
@@ -494,6 +495,12 @@ func (m *Membership) beat(ctx context.Context, draining []int32) (held map[int32
 		}
 		if _, err := tx.Exec(ctx, sql.lock, m.node, assigned); err != nil {
 			return err
+		}
+		m.mu.Lock()
+		hook := m.lockedHook
+		m.mu.Unlock()
+		if hook != nil {
+			hook(ctx, tx)
 		}
 		rows, err = tx.Query(ctx, sql.rebalance, m.node, assigned, m.lease.Microseconds(), draining)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -50,8 +51,13 @@ func TestDownstreamArmsSQLite(t *testing.T) {
 }
 
 // TestDownstreamArmsPostgres runs the same on PostgreSQL, when one is
-// reachable.
+// reachable, under BACKPRESSURE_LONG=1 (make test-long) only: make test
+// runs the arms on SQLite, and the simulation on PostgreSQL in
+// TestRunPostgres.
 func TestDownstreamArmsPostgres(t *testing.T) {
+	if os.Getenv("BACKPRESSURE_LONG") != "1" {
+		t.Skip("TestDownstreamArmsSQLite runs the arms; BACKPRESSURE_LONG=1 (make test-long) runs them on PostgreSQL too")
+	}
 	t.Parallel() // simulated time, its own files or schemas: independent of every other test
 	checkDownstreamArms(t, Config{Scenario: shortDownstream(t), Seed: 1, DSN: testDatabaseURL(t)})
 }
@@ -90,6 +96,7 @@ func checkDownstreamArms(t *testing.T, cfg Config) {
 		}
 	}
 	base, static, oracle, adaptive := rep.Policy(NoSignals), rep.Policy(Static), rep.Policy(Oracle), rep.Policy(Adaptive)
+	checkShipped(t, cfg.Scenario, static) // TestShippedScenarios leaves downstream.json to this check
 	for i, st := range s.Tenants {
 		if st.Downstream == nil {
 			// Other tenants: their waits are the no-signals arm's, to a tick

@@ -62,6 +62,7 @@ func TestRateBoundAcrossHandoff(t *testing.T) {
 	allowed := float64(r.Burst) + float64(s.Nodes-1)
 
 	bp := rep.Policy(Backpressure)
+	checkShipped(t, s, bp) // TestShippedScenarios leaves rates.json to this test
 	for _, w := range []string{"10s node-2: 0 → ", "20s node-1 fails", "35s node-1: "} {
 		if !slices.ContainsFunc(bp.Events, func(e string) bool { return strings.HasPrefix(e, w) }) {
 			t.Errorf("events %q lack %q: the scenario makes no hand-off", bp.Events, w)
@@ -120,6 +121,7 @@ func TestPriorityInsideShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	with := runScenario(t, s, Backpressure).Policy(Backpressure)
+	checkShipped(t, s, with) // TestShippedScenarios leaves priority.json to this test
 	without := runScenario(t, withoutPriorities(s), Backpressure).Policy(Backpressure)
 
 	noisy := with.Tenants[0]
@@ -164,8 +166,12 @@ func TestPendingCapRejectsRunaway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its first 15 s: the runaway reaches its cap within seconds, and
+	// stays there while its rows keep arriving.
+	s.Duration = 15 * time.Second
 	full := runScenario(t, s, Backpressure, Unscoped)
 	bp := full.Policy(Backpressure)
+	checkShipped(t, s, bp) // TestShippedScenarios leaves pendingcap.json to this test
 	// The runaway is the last tenant, so that without it the others draw
 	// the same arrivals.
 	last := len(s.Tenants) - 1
