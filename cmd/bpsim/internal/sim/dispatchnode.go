@@ -310,8 +310,10 @@ func startDispatchNode(ctx context.Context, bp *backpressure.Backpressure, s *si
 
 // stallAfter bounds how long the driver waits, in wall-clock time, for a
 // dispatcher to do what the lockstep says it must: a guard against a bug in
-// the lockstep, never reached by a working run.
-const stallAfter = time.Minute
+// the lockstep, never reached by a working run. It is generous because a
+// -race test run on a machine loaded far past its cores (a load average of
+// 69 on 2 cores) once took over a minute for one granted sweep.
+const stallAfter = 5 * time.Minute
 
 // sweep grants the node its sweep of the tick and returns it.
 func (n *dispatchNode) sweep(ctx context.Context) (sweepDone, error) {
