@@ -71,6 +71,9 @@ func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressur
 	if err := s.ready(); err != nil {
 		return nil, s.fail("CountClaimedOutboxRows", err)
 	}
+	if s.kept != nil {
+		return s.claimedKept(ctx, nil, shards, nanos(s.now()))
+	}
 	return s.countClaimed(ctx, s.reader, nil, shards, nanos(s.now()))
 }
 
@@ -137,6 +140,9 @@ func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressur
 	s := (*Store)(c)
 	if err := s.ready(); err != nil {
 		return nil, s.fail("CountPendingOutboxRows", err)
+	}
+	if s.kept != nil {
+		return s.countPendingKept(ctx, shards, capPerRoute)
 	}
 	return s.countPending(ctx, "CountPendingOutboxRows", s.reader, nil, shards, capPerRoute, nanos(s.now()), nil)
 }
@@ -374,10 +380,12 @@ func claimIndex(claims []backpressure.ScopedClaim) func(backpressure.Route) int 
 
 // writeClaim runs claim in one write transaction at the store's now.
 func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64) ([]outbox.Row, error)) ([]outbox.Row, error) {
-	var out []outbox.Row
-	err := s.write(ctx, func(tx *sql.Tx) (err error) {
-		out, err = claim(tx, nanos(s.now()))
-		return err
+	out, err := s.claimKept(func() (out []outbox.Row, err error) {
+		err = s.write(ctx, func(tx *sql.Tx) (err error) {
+			out, err = claim(tx, nanos(s.now()))
+			return err
+		})
+		return out, err
 	})
 	if err != nil {
 		return nil, s.fail("claim", err)

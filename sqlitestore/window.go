@@ -49,6 +49,10 @@ func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.Owned
 	if err := s.ready(); err != nil {
 		return nil, nil, s.fail("CountOutboxRows", err)
 	}
+	if s.kept != nil {
+		pending, err := s.countOutboxKept(ctx, shards, p)
+		return nil, pending, err
+	}
 	pending, err := s.countOutboxRows(ctx, s.reader, nil, shards, p, nanos(s.now()), nil)
 	return nil, pending, err
 }

@@ -1,0 +1,392 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/keptcount"
+	"github.com/outboxkit/backpressure/outbox"
+)
+
+// Kept counts (package doc, "Kept counts"): with Options.RecountInterval
+// positive the store answers the planner's counts from internal/keptcount
+// when nothing can have changed them, and otherwise reads them (keptRead)
+// and keeps what it read. The claims and Complete report what they did
+// (a sweep transaction's claims only once it committed: sweepkept.go);
+// Enqueue and Requeue make namespaces stale; a failed claim or completion
+// forgets everything. What the store cannot see — a commit of any other
+// connection to the file: another Store, another process, an application
+// transaction that ran EnqueueTx — it detects before every kept answer by
+// PRAGMA data_version on its writer connection, which changes exactly when
+// another connection committed; a change forgets everything. The store's
+// own commits all go through that connection (Open's writer has one), so
+// they never change it.
+
+// newKept returns the kept counts Options.RecountInterval asks for: nil
+// (none) unless it is positive. They hear every change (data_version), so
+// pending counts are kept from the start.
+func newKept(interval time.Duration) *keptcount.Counts {
+	if interval <= 0 {
+		return nil
+	}
+	k := keptcount.New(interval)
+	k.Listening(true)
+	return k
+}
+
+// dataVersionSQL tells whether another connection committed since the
+// connection last ran it.
+const dataVersionSQL = `PRAGMA data_version`
+
+// keptState is what the store needs beside the Counts: the data_version
+// its writer connection last returned, and the statement that reads it.
+type keptState struct {
+	watch   *sql.Stmt // on the writer; nil in memory, where no other connection exists
+	mu      sync.Mutex
+	seen    int64
+	hits    int64 // counts answered from the kept values (tests read it)
+	counted bool  // seen holds a value
+}
+
+// prepareKept prepares the data_version statement of a file store that
+// keeps counts.
+func (s *Store) prepareKept(ctx context.Context) error {
+	if s.kept == nil || s.path == "" {
+		return nil
+	}
+	st, err := s.writer.PrepareContext(ctx, dataVersionSQL)
+	s.keptSt.watch = st
+	return err
+}
+
+// keptCheck reports whether it ran a statement: it reads data_version on the writer connection (in tx when not
+// nil, which is on it) and forgets the kept values when another connection
+// committed since the last check. A check that fails forgets them too.
+func (s *Store) keptCheck(ctx context.Context, tx *sql.Tx) bool {
+	st := s.keptSt.watch
+	if st == nil {
+		return false
+	}
+	if tx != nil {
+		st = tx.StmtContext(ctx, st)
+	}
+	var v int64
+	err := st.QueryRowContext(ctx).Scan(&v)
+	s.keptSt.mu.Lock()
+	defer s.keptSt.mu.Unlock()
+	if err != nil || !s.keptSt.counted || v != s.keptSt.seen {
+		s.kept.Forget()
+	}
+	s.keptSt.seen, s.keptSt.counted = v, err == nil
+	return true
+}
+
+// hit records a count answered from the kept values, after a check that
+// ran a statement (checked) outside a transaction: one round trip.
+func (s *Store) hit(checked bool, tx *sql.Tx) {
+	if checked && tx == nil {
+		s.trips.Add(1)
+	}
+	s.keptSt.mu.Lock()
+	s.keptSt.hits++
+	s.keptSt.mu.Unlock()
+}
+
+// keptDB is the database a count in tx (nil: its own) runs on.
+func (s *Store) keptDB(tx *sql.Tx) *sql.DB {
+	if tx != nil {
+		return s.writer
+	}
+	return s.reader
+}
+
+// claimedKept is CountClaimedOutboxRows at now (in tx when not nil) from
+// the kept values, or a read of the claimed counts that it keeps.
+func (s *Store) claimedKept(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, now int64) (map[string]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	checked := s.keptCheck(ctx, tx)
+	at := fromNanos(now)
+	if claimed, ok := s.kept.Claimed(shards, at); ok {
+		s.hit(checked, tx)
+		return claimed, nil
+	}
+	t := s.kept.Ticket(at)
+	claimed, err := s.countClaimed(ctx, s.keptDB(tx), tx, shards, now)
+	if err == nil {
+		s.kept.RefreshedClaimed(t, shards, claimed)
+	}
+	return claimed, err
+}
+
+// pendingKept is CountOutboxRows's pending counts for p (checked) at now,
+// in tx when not nil, from the kept values, or read and kept. filled
+// reports that rec holds the rows counted (a full read in tx made them);
+// a window the kept values do not hold is read as before, and not kept.
+func (s *Store) pendingKept(ctx context.Context, op string, tx *sql.Tx, shards backpressure.OwnedShardFraction, p backpressure.CountParams, now int64, rec *countedRows) (pending []backpressure.RouteCount, filled bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	checked := s.keptCheck(ctx, tx) // with the read, if any, one round trip
+	at := fromNanos(now)
+	if p.Namespaces > 0 {
+		if pending, ok := s.kept.Window(shards, at, p); ok {
+			s.hit(checked, tx)
+			return pending, false, nil
+		}
+		pending, err := s.countOutboxRows(ctx, s.keptDB(tx), tx, shards, p, now, rec)
+		return pending, err == nil && rec != nil, err
+	}
+	if pending, ok := s.kept.Pending(shards, at, p.CapPerRoute); ok {
+		s.hit(checked, tx)
+		return pending, false, nil
+	}
+	pending, filled, err = s.readKept(ctx, tx, shards, p.CapPerRoute, now, rec)
+	if err != nil {
+		return nil, false, s.fail(op, err)
+	}
+	return pending, filled, nil
+}
+
+// maxStaleRead is the most namespaces a read of stale namespaces names;
+// with more, the store reads every namespace.
+const maxStaleRead = 1000
+
+// readKept reads the claimed counts, the pending counts at capPerRoute and
+// the next instant a row turns claimable by itself — of the stale
+// namespaces when the kept values know the others, else of all — in one
+// read transaction (tx, or its own), and keeps them. filled: rec holds the
+// rows counted (a full read).
+func (s *Store) readKept(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, rec *countedRows) ([]backpressure.RouteCount, bool, error) {
+	k, at, db := s.kept, fromNanos(now), s.keptDB(tx)
+	if tx == nil {
+		if err := s.read(ctx); err != nil {
+			return nil, false, err
+		}
+		var err error
+		if tx, err = s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true}); err != nil {
+			return nil, false, err
+		}
+		defer func() { _ = tx.Rollback() }() // read only
+		rec = nil
+	}
+	if names, ok := k.Stale(shards, at, capPerRoute); ok && len(names) <= maxStaleRead {
+		t := k.Ticket(at)
+		claimed, routes, err := s.keptRead(ctx, db, tx, shards, capPerRoute, now, names, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		if pending, ok := k.Refreshed(t, shards, claimed, names, routes, capPerRoute); ok {
+			return pending, false, nil
+		}
+	}
+	t := k.Ticket(at)
+	claimed, routes, err := s.keptRead(ctx, db, tx, shards, capPerRoute, now, nil, rec)
+	if err != nil {
+		return nil, false, err
+	}
+	k.Refreshed(t, shards, claimed, nil, routes, capPerRoute)
+	pending := []backpressure.RouteCount{}
+	for _, r := range routes {
+		if r.Count > 0 {
+			pending = append(pending, backpressure.RouteCount{Route: r.Route, Count: r.Count})
+		}
+	}
+	return pending, rec != nil, nil
+}
+
+// keptRead reads in tx (on db), at now, on shards: the claimed counts, the routes
+// of namespaces (nil: all) with claimable rows, each capped at
+// capPerRoute, and, as one more entry with no route, the earliest instant
+// after now at which a row of those namespaces not claimable now turns
+// claimable (a run-at, a retry delay, a lease's end). A full read records
+// the rows counted in rec.
+func (s *Store) keptRead(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, namespaces []string, rec *countedRows) (map[string]int, []keptcount.RouteRead, error) {
+	claimed, err := s.countClaimed(ctx, db, tx, shards, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	var pending []backpressure.RouteCount
+	if namespaces == nil {
+		pending, err = s.countPending(ctx, "CountPendingOutboxRows", db, tx, shards, capPerRoute, now, rec)
+	} else {
+		pending, err = s.countNamespaces(ctx, tx, shards, capPerRoute, now, namespaces)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	routes := make([]keptcount.RouteRead, 0, len(pending)+1)
+	for _, c := range pending {
+		routes = append(routes, keptcount.RouteRead{Route: c.Route, Count: c.Count})
+	}
+	due, err := s.keptDue(ctx, tx, shards, now, namespaces)
+	if err != nil {
+		return nil, nil, err
+	}
+	return claimed, append(routes, keptcount.RouteRead{Due: due}), nil
+}
+
+// countNamespaces is countPending of the routes of namespaces alone.
+func (s *Store) countNamespaces(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, namespaces []string) ([]backpressure.RouteCount, error) {
+	cond, sarg, none, err := s.shardFilter(shards, 3)
+	if err != nil || none {
+		return []backpressure.RouteCount{}, err
+	}
+	names, err := json.Marshal(namespaces)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.step(ctx); err != nil {
+		return nil, err
+	}
+	q := routeCountsSQL(cond, `r.namespace IN (SELECT value FROM json_each(?4))`, countOnly)
+	rows, err := tx.QueryContext(ctx, q, now, capPerRoute, sarg, string(names))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	counts := []backpressure.RouteCount{}
+	for rows.Next() {
+		c, err := scanRouteCount(rows, countOnly, nil)
+		if err != nil {
+			return nil, err
+		}
+		if c.Count > 0 && c.Route.Validate() == nil { // as countPending
+			counts = append(counts, c)
+		}
+	}
+	return counts, rows.Err()
+}
+
+// keptDue returns the earliest instant after now at which a pending or
+// claimed row of namespaces (nil: all) on shards turns claimable by
+// itself; zero for none.
+func (s *Store) keptDue(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, now int64, namespaces []string) (time.Time, error) {
+	cond, sarg, none, err := s.shardFilter(shards, 2)
+	if err != nil || none {
+		return time.Time{}, err
+	}
+	if err := s.step(ctx); err != nil {
+		return time.Time{}, err
+	}
+	args := []any{now}
+	if cond != "" || namespaces != nil {
+		args = append(args, sarg) // bound even when cond does not read it, so ?3 keeps its number
+	}
+	if namespaces != nil {
+		names, err := json.Marshal(namespaces)
+		if err != nil {
+			return time.Time{}, err
+		}
+		args = append(args, string(names))
+	}
+	var due sql.NullInt64
+	if err := tx.QueryRowContext(ctx, keptDueSQL(cond, namespaces != nil), args...).Scan(&due); err != nil {
+		return time.Time{}, err
+	}
+	if !due.Valid {
+		return time.Time{}, nil
+	}
+	return fromNanos(due.Int64), nil
+}
+
+// keptDueSQL is keptDue's statement: ?1 now, cond the shard filter reading
+// ?2, and when some, ?3 the namespaces as a JSON array. Per namespace with
+// a pending or claimed row, the first entry after now of its pending rows
+// (outbox_pending: a run-at or a retry delay) and of its claimed rows
+// (outbox_leased: a lease's end), both keyed (namespace, ready_at, shard):
+// two seeks each, as NextDue's one.
+func keptDueSQL(cond string, some bool) string {
+	where := ""
+	if some {
+		where = " WHERE namespace IN (SELECT value FROM json_each(?3))"
+	}
+	first := func(index string, state int) string {
+		return `(SELECT o.ready_at FROM outbox o INDEXED BY ` + index + `
+		WHERE o.state = ` + strconv.Itoa(state) + ` AND o.namespace = r.namespace AND o.ready_at > ?1` + cond + `
+		ORDER BY o.ready_at LIMIT 1)`
+	}
+	names := `(SELECT DISTINCT namespace FROM outbox_routes` + where + `) r`
+	return `
+SELECT min(d) FROM (
+	SELECT ` + first("outbox_pending", 0) + ` AS d FROM ` + names + `
+	UNION ALL
+	SELECT ` + first("outbox_leased", 1) + ` FROM ` + names + `)`
+}
+
+// claimKept runs a claim through claim, reporting what it did to the kept
+// counts: its rows, or, when it failed (it may have committed), that
+// nothing is known.
+func (s *Store) claimKept(claim func() ([]outbox.Row, error)) ([]outbox.Row, error) {
+	ch := s.kept.Begin()
+	rows, err := claim()
+	if err != nil {
+		ch.Failed()
+	} else {
+		ch.Claimed(rows)
+	}
+	return rows, err
+}
+
+// completeKept begins a completion's change for the kept counts, and
+// returns the function that ends it with the call's results (nil and an
+// error: unknown).
+func (s *Store) completeKept(completions []outbox.Completion) func([]outbox.Result, error) {
+	ch, at := s.kept.Begin(), s.now()
+	return func(results []outbox.Result, err error) {
+		if err != nil {
+			ch.Failed()
+			return
+		}
+		ch.Completed(completions, results, at)
+	}
+}
+
+// touched tells the kept counts that an enqueue of msgs (or, for nil, a
+// change of pending rows anywhere) committed, or may have.
+func (s *Store) touched(msgs []outbox.Message) {
+	if s.kept == nil {
+		return
+	}
+	if msgs == nil {
+		s.kept.Touched(nil)
+		return
+	}
+	seen := make(map[string]bool, len(msgs))
+	names := []string{}
+	for _, m := range msgs {
+		if !seen[m.Namespace] {
+			seen[m.Namespace] = true
+			names = append(names, m.Namespace)
+		}
+	}
+	s.kept.Touched(names)
+}
+
+// countPendingKept is the Claimer's CountPendingOutboxRows with kept
+// counts on.
+func (s *Store) countPendingKept(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
+	const op = "CountPendingOutboxRows"
+	if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
+		return nil, err
+	}
+	pending, _, err := s.pendingKept(ctx, op, nil, shards, backpressure.CountParams{CapPerRoute: capPerRoute}, nanos(s.now()), nil)
+	return pending, err
+}
+
+// countOutboxKept is the Claimer's CountOutboxRows (p.Claimed not set)
+// with kept counts on.
+func (s *Store) countOutboxKept(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) ([]backpressure.RouteCount, error) {
+	const op = "CountOutboxRows"
+	if err := call(op).CountParams(p); err != nil {
+		return nil, err
+	}
+	pending, _, err := s.pendingKept(ctx, op, nil, shards, p, nanos(s.now()), nil)
+	return pending, err
+}
