@@ -47,6 +47,7 @@ const dataVersionSQL = `PRAGMA data_version`
 // its writer connection last returned, and the statement that reads it.
 type keptState struct {
 	watch   *sql.Stmt // on the writer; nil in memory, where no other connection exists
+	stmts   map[stmtKey]*sql.Stmt // the reads' own statements, prepared as the hot ones are
 	mu      sync.Mutex
 	seen    int64
 	hits    int64 // counts answered from the kept values (tests read it)
@@ -56,12 +57,49 @@ type keptState struct {
 // prepareKept prepares the data_version statement of a file store that
 // keeps counts.
 func (s *Store) prepareKept(ctx context.Context) error {
-	if s.kept == nil || s.path == "" {
+	if s.kept == nil {
+		return nil
+	}
+	s.keptSt.stmts = map[stmtKey]*sql.Stmt{}
+	for _, db := range []*sql.DB{s.reader, s.writer} {
+		for _, q := range []string{
+			namespacesCountSQL(""), namespacesCountSQL(ownedCond(3)),
+			keptDueSQL("", false), keptDueSQL(ownedCond(2), false), keptDueSQL("", true), keptDueSQL(ownedCond(2), true),
+		} {
+			if _, dup := s.keptSt.stmts[stmtKey{db, q}]; dup { // in memory, reader is writer
+				continue
+			}
+			st, err := db.PrepareContext(ctx, q)
+			if err != nil {
+				return err
+			}
+			s.keptSt.stmts[stmtKey{db, q}] = st
+		}
+	}
+	if s.path == "" {
 		return nil
 	}
 	st, err := s.writer.PrepareContext(ctx, dataVersionSQL)
 	s.keptSt.watch = st
 	return err
+}
+
+// closeKept closes the statements prepareKept prepared.
+func (s *Store) closeKept() {
+	for _, st := range s.keptSt.stmts {
+		_ = st.Close()
+	}
+	if s.keptSt.watch != nil {
+		_ = s.keptSt.watch.Close()
+	}
+}
+
+// keptQuery runs q, one of prepareKept's statements, with args in tx on db.
+func (s *Store) keptQuery(ctx context.Context, db *sql.DB, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	if st, ok := s.keptSt.stmts[stmtKey{db, q}]; ok {
+		return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return tx.QueryContext(ctx, q, args...)
 }
 
 // keptCheck reports whether it ran a statement: it reads data_version on the writer connection (in tx when not
@@ -177,8 +215,11 @@ func (s *Store) readKept(ctx context.Context, tx *sql.Tx, shards backpressure.Ow
 		rec = nil
 	}
 	if names, ok := k.Stale(shards, at, capPerRoute); ok && len(names) <= maxStaleRead {
+		// The kept claimed counts, when known, stand for a read of them:
+		// the ticket keeps the read only if nothing changed them since.
+		claimed, known := k.Claimed(shards, at)
 		t := k.Ticket(at)
-		claimed, routes, err := s.keptRead(ctx, db, tx, shards, capPerRoute, now, names, nil)
+		claimed, routes, err := s.keptRead(ctx, db, tx, shards, capPerRoute, now, names, claimed, known, nil)
 		if err != nil {
 			return nil, false, err
 		}
@@ -187,7 +228,7 @@ func (s *Store) readKept(ctx context.Context, tx *sql.Tx, shards backpressure.Ow
 		}
 	}
 	t := k.Ticket(at)
-	claimed, routes, err := s.keptRead(ctx, db, tx, shards, capPerRoute, now, nil, rec)
+	claimed, routes, err := s.keptRead(ctx, db, tx, shards, capPerRoute, now, nil, nil, false, rec)
 	if err != nil {
 		return nil, false, err
 	}
@@ -206,17 +247,20 @@ func (s *Store) readKept(ctx context.Context, tx *sql.Tx, shards backpressure.Ow
 // capPerRoute, and, as one more entry with no route, the earliest instant
 // after now at which a row of those namespaces not claimable now turns
 // claimable (a run-at, a retry delay, a lease's end). A full read records
-// the rows counted in rec.
-func (s *Store) keptRead(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, namespaces []string, rec *countedRows) (map[string]int, []keptcount.RouteRead, error) {
-	claimed, err := s.countClaimed(ctx, db, tx, shards, now)
-	if err != nil {
-		return nil, nil, err
+// the rows counted in rec. The claimed counts are read unless known, when
+// they are claimed.
+func (s *Store) keptRead(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, namespaces []string, claimed map[string]int, known bool, rec *countedRows) (map[string]int, []keptcount.RouteRead, error) {
+	var err error
+	if !known {
+		if claimed, err = s.countClaimed(ctx, db, tx, shards, now); err != nil {
+			return nil, nil, err
+		}
 	}
 	var pending []backpressure.RouteCount
 	if namespaces == nil {
 		pending, err = s.countPending(ctx, "CountPendingOutboxRows", db, tx, shards, capPerRoute, now, rec)
 	} else {
-		pending, err = s.countNamespaces(ctx, tx, shards, capPerRoute, now, namespaces)
+		pending, err = s.countNamespaces(ctx, db, tx, shards, capPerRoute, now, namespaces)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -225,7 +269,7 @@ func (s *Store) keptRead(ctx context.Context, db *sql.DB, tx *sql.Tx, shards bac
 	for _, c := range pending {
 		routes = append(routes, keptcount.RouteRead{Route: c.Route, Count: c.Count})
 	}
-	due, err := s.keptDue(ctx, tx, shards, now, namespaces)
+	due, err := s.keptDue(ctx, db, tx, shards, now, namespaces)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -233,7 +277,7 @@ func (s *Store) keptRead(ctx context.Context, db *sql.DB, tx *sql.Tx, shards bac
 }
 
 // countNamespaces is countPending of the routes of namespaces alone.
-func (s *Store) countNamespaces(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, namespaces []string) ([]backpressure.RouteCount, error) {
+func (s *Store) countNamespaces(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, capPerRoute int, now int64, namespaces []string) ([]backpressure.RouteCount, error) {
 	cond, sarg, none, err := s.shardFilter(shards, 3)
 	if err != nil || none {
 		return []backpressure.RouteCount{}, err
@@ -245,8 +289,7 @@ func (s *Store) countNamespaces(ctx context.Context, tx *sql.Tx, shards backpres
 	if err := s.step(ctx); err != nil {
 		return nil, err
 	}
-	q := routeCountsSQL(cond, `r.namespace IN (SELECT value FROM json_each(?4))`, countOnly)
-	rows, err := tx.QueryContext(ctx, q, now, capPerRoute, sarg, string(names))
+	rows, err := s.keptQuery(ctx, db, tx, namespacesCountSQL(cond), now, capPerRoute, sarg, string(names))
 	if err != nil {
 		return nil, err
 	}
@@ -264,10 +307,16 @@ func (s *Store) countNamespaces(ctx context.Context, tx *sql.Tx, shards backpres
 	return counts, rows.Err()
 }
 
+// namespacesCountSQL is countPendingSQL of the routes of the namespaces
+// ?4 lists (a JSON array).
+func namespacesCountSQL(cond string) string {
+	return routeCountsSQL(cond, `r.namespace IN (SELECT value FROM json_each(?4))`, countOnly)
+}
+
 // keptDue returns the earliest instant after now at which a pending or
 // claimed row of namespaces (nil: all) on shards turns claimable by
 // itself; zero for none.
-func (s *Store) keptDue(ctx context.Context, tx *sql.Tx, shards backpressure.OwnedShardFraction, now int64, namespaces []string) (time.Time, error) {
+func (s *Store) keptDue(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, now int64, namespaces []string) (time.Time, error) {
 	cond, sarg, none, err := s.shardFilter(shards, 2)
 	if err != nil || none {
 		return time.Time{}, err
@@ -286,8 +335,18 @@ func (s *Store) keptDue(ctx context.Context, tx *sql.Tx, shards backpressure.Own
 		}
 		args = append(args, string(names))
 	}
+	rows, err := s.keptQuery(ctx, db, tx, keptDueSQL(cond, namespaces != nil), args...)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer rows.Close()
 	var due sql.NullInt64
-	if err := tx.QueryRowContext(ctx, keptDueSQL(cond, namespaces != nil), args...).Scan(&due); err != nil {
+	if rows.Next() {
+		if err := rows.Scan(&due); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return time.Time{}, err
 	}
 	if !due.Valid {

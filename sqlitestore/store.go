@@ -469,9 +469,7 @@ func (s *Store) Close() error {
 	}
 	s.subs.closeAll()
 	s.closeStmts()
-	if s.keptSt.watch != nil {
-		_ = s.keptSt.watch.Close()
-	}
+	s.closeKept()
 	if !s.owned {
 		return nil
 	}
