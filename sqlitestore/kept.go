@@ -46,7 +46,7 @@ const dataVersionSQL = `PRAGMA data_version`
 // keptState is what the store needs beside the Counts: the data_version
 // its writer connection last returned, and the statement that reads it.
 type keptState struct {
-	watch   *sql.Stmt // on the writer; nil in memory, where no other connection exists
+	watch   *sql.Stmt             // on the writer; nil in memory, where no other connection exists
 	stmts   map[stmtKey]*sql.Stmt // the reads' own statements, prepared as the hot ones are
 	mu      sync.Mutex
 	seen    int64
