@@ -102,13 +102,20 @@ func (s *Store) keptQuery(ctx context.Context, db *sql.DB, tx *sql.Tx, q string,
 	return tx.QueryContext(ctx, q, args...)
 }
 
-// keptCheck reports whether it ran a statement: it reads data_version on the writer connection (in tx when not
+// keptCheck reads data_version on the writer connection (in tx when not
 // nil, which is on it) and forgets the kept values when another connection
-// committed since the last check. A check that fails forgets them too.
-func (s *Store) keptCheck(ctx context.Context, tx *sql.Tx) bool {
+// committed since the last check; a check that fails forgets them too.
+// checked reports that it ran a statement. usable false: it could not
+// check without waiting for one of the store's own write transactions
+// (perhaps the caller's: a count of the Store's made inside InSweepTx's
+// fn), so the kept values must be neither used nor refreshed.
+func (s *Store) keptCheck(ctx context.Context, tx *sql.Tx) (checked, usable bool) {
 	st := s.keptSt.watch
 	if st == nil {
-		return false
+		return false, true
+	}
+	if tx == nil && s.writing.Load() > 0 {
+		return false, false
 	}
 	if tx != nil {
 		st = tx.StmtContext(ctx, st)
@@ -121,7 +128,7 @@ func (s *Store) keptCheck(ctx context.Context, tx *sql.Tx) bool {
 		s.kept.Forget()
 	}
 	s.keptSt.seen, s.keptSt.counted = v, err == nil
-	return true
+	return true, true
 }
 
 // hit records a count answered from the kept values, after a check that
@@ -149,7 +156,10 @@ func (s *Store) claimedKept(ctx context.Context, tx *sql.Tx, shards backpressure
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	checked := s.keptCheck(ctx, tx)
+	checked, usable := s.keptCheck(ctx, tx)
+	if !usable {
+		return s.countClaimed(ctx, s.reader, nil, shards, now)
+	}
 	at := fromNanos(now)
 	if claimed, ok := s.kept.Claimed(shards, at); ok {
 		s.hit(checked, tx)
@@ -171,7 +181,11 @@ func (s *Store) pendingKept(ctx context.Context, op string, tx *sql.Tx, shards b
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	checked := s.keptCheck(ctx, tx) // with the read, if any, one round trip
+	checked, usable := s.keptCheck(ctx, tx) // with the read, if any, one round trip
+	if !usable {
+		pending, err := s.countOutboxRows(ctx, s.reader, nil, shards, p, now, nil)
+		return pending, false, err
+	}
 	at := fromNanos(now)
 	if p.Namespaces > 0 {
 		if pending, ok := s.kept.Window(shards, at, p); ok {

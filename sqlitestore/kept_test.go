@@ -383,3 +383,43 @@ func nonEmpty(m map[string]int) []string {
 	}
 	return out
 }
+
+// TestKeptCountsInsideSweepTx counts on the Store (not the view) inside
+// InSweepTx's fn, which holds the writer connection the kept counts check
+// on: the counts must be read, as without kept counts, not wait for the
+// transaction that waits for them.
+func TestKeptCountsInsideSweepTx(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "outbox.db"), Options{RecountInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Enqueue(ctx, []outbox.Message{{DispatchKey: "k", Namespace: "a", TaskQueue: "q"}}); err != nil {
+		t.Fatal(err)
+	}
+	all, _ := backpressure.AllShards(s.ShardCount())
+	c := s.Claimer().(counter)
+	err = s.Claimer().(backpressure.TxSweeper[outbox.Row]).InSweepTx(ctx, func(tx backpressure.OutboxStore[outbox.Row]) error {
+		if _, err := tx.ClaimOutboxRowsScoped(ctx, all, []backpressure.ScopedClaim{{Route: backpressure.Route{Namespace: "a", TaskQueue: "q"}, Limit: 1}}); err != nil {
+			return err
+		}
+		claimed, err := c.CountClaimedOutboxRows(ctx, all)
+		if err != nil || len(claimed) != 0 {
+			return fmt.Errorf("CountClaimedOutboxRows inside the sweep = %v, %v; want none (the claim is not committed)", claimed, err)
+		}
+		pending, err := c.CountPendingOutboxRows(ctx, all, 5)
+		if err != nil || len(pending) != 1 || pending[0] != (backpressure.RouteCount{Route: backpressure.Route{Namespace: "a", TaskQueue: "q"}, Count: 1}) {
+			return fmt.Errorf("CountPendingOutboxRows inside the sweep = %v, %v; want a/q: 1", pending, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := c.CountClaimedOutboxRows(ctx, all)
+	if err != nil || claimed["a"] != 1 {
+		t.Fatalf("CountClaimedOutboxRows after the sweep = %v, %v; want a: 1", claimed, err)
+	}
+}

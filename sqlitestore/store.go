@@ -145,6 +145,7 @@ type Store struct {
 	dbID        int64 // the database's random identity, outbox_meta.db_id
 	trips       atomic.Int64
 	commits     atomic.Int64          // write transactions committed; the drain benchmark reports them per row
+	writing     atomic.Int32          // write transactions in progress (see keptCheck)
 	stmts       map[stmtKey]*sql.Stmt // the hot statements, prepared at Open; read-only after
 	closed      atomic.Bool
 	subs        subscribers
