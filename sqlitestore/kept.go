@@ -10,34 +10,21 @@ import (
 
 	"github.com/outboxkit/backpressure"
 	"github.com/outboxkit/backpressure/internal/keptcount"
-	"github.com/outboxkit/backpressure/outbox"
 )
 
 // Kept counts (package doc, "Kept counts"): with Options.RecountInterval
 // positive the store answers the planner's counts from internal/keptcount
 // when nothing can have changed them, and otherwise reads them (keptRead)
 // and keeps what it read. The claims and Complete report what they did
-// (a sweep transaction's claims only once it committed: sweepkept.go);
-// Enqueue and Requeue make namespaces stale; a failed claim or completion
-// forgets everything. What the store cannot see — a commit of any other
+// (keptchange.go; a sweep transaction's claims only once it committed:
+// sweeptx.go); Enqueue and Requeue make namespaces stale; a failed claim
+// or completion forgets everything. What the store cannot see — a commit of any other
 // connection to the file: another Store, another process, an application
 // transaction that ran EnqueueTx — it detects before every kept answer by
 // PRAGMA data_version on its writer connection, which changes exactly when
 // another connection committed; a change forgets everything. The store's
 // own commits all go through that connection (Open's writer has one), so
-// they never change it.
-
-// newKept returns the kept counts Options.RecountInterval asks for: nil
-// (none) unless it is positive. They hear every change (data_version), so
-// pending counts are kept from the start.
-func newKept(interval time.Duration) *keptcount.Counts {
-	if interval <= 0 {
-		return nil
-	}
-	k := keptcount.New(interval)
-	k.Listening(true)
-	return k
-}
+// they never change it. In memory no other connection exists: no check.
 
 // dataVersionSQL tells whether another connection committed since the
 // connection last ran it.
@@ -391,55 +378,6 @@ SELECT min(d) FROM (
 	SELECT ` + first("outbox_pending", 0) + ` AS d FROM ` + names + `
 	UNION ALL
 	SELECT ` + first("outbox_leased", 1) + ` FROM ` + names + `)`
-}
-
-// claimKept runs a claim through claim, reporting what it did to the kept
-// counts: its rows, or, when it failed (it may have committed), that
-// nothing is known.
-func (s *Store) claimKept(claim func() ([]outbox.Row, error)) ([]outbox.Row, error) {
-	ch := s.kept.Begin()
-	rows, err := claim()
-	if err != nil {
-		ch.Failed()
-	} else {
-		ch.Claimed(rows)
-	}
-	return rows, err
-}
-
-// completeKept begins a completion's change for the kept counts, and
-// returns the function that ends it with the call's results (nil and an
-// error: unknown).
-func (s *Store) completeKept(completions []outbox.Completion) func([]outbox.Result, error) {
-	ch, at := s.kept.Begin(), s.now()
-	return func(results []outbox.Result, err error) {
-		if err != nil {
-			ch.Failed()
-			return
-		}
-		ch.Completed(completions, results, at)
-	}
-}
-
-// touched tells the kept counts that an enqueue of msgs (or, for nil, a
-// change of pending rows anywhere) committed, or may have.
-func (s *Store) touched(msgs []outbox.Message) {
-	if s.kept == nil {
-		return
-	}
-	if msgs == nil {
-		s.kept.Touched(nil)
-		return
-	}
-	seen := make(map[string]bool, len(msgs))
-	names := []string{}
-	for _, m := range msgs {
-		if !seen[m.Namespace] {
-			seen[m.Namespace] = true
-			names = append(names, m.Namespace)
-		}
-	}
-	s.kept.Touched(names)
 }
 
 // countPendingKept is the Claimer's CountPendingOutboxRows with kept
