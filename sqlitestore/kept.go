@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/backpressure"
@@ -30,15 +31,17 @@ import (
 // connection last ran it.
 const dataVersionSQL = `PRAGMA data_version`
 
-// keptState is what the store needs beside the Counts: the data_version
-// its writer connection last returned, and the statement that reads it.
+// keptState is what the store needs beside the Counts: the statements
+// its kept reads run, and the data_version its writer connection last
+// returned.
 type keptState struct {
-	watch   *sql.Stmt             // on the writer; nil in memory, where no other connection exists
-	stmts   map[stmtKey]*sql.Stmt // the reads' own statements, prepared as the hot ones are
-	mu      sync.Mutex
+	watch *sql.Stmt             // PRAGMA data_version on the writer; nil in memory, where no other connection exists
+	stmts map[stmtKey]*sql.Stmt // the reads' own statements, prepared as the hot ones are
+	hits  atomic.Int64          // counts answered from the kept values (tests read it)
+
+	mu      sync.Mutex // guards seen and counted, and orders checks with the Forget they make
 	seen    int64
-	hits    int64 // counts answered from the kept values (tests read it)
-	counted bool  // seen holds a value
+	counted bool // seen holds a value
 }
 
 // prepareKept prepares the data_version statement of a file store that
@@ -124,9 +127,7 @@ func (s *Store) hit(checked bool, tx *sql.Tx) {
 	if checked && tx == nil {
 		s.trips.Add(1)
 	}
-	s.keptSt.mu.Lock()
-	s.keptSt.hits++
-	s.keptSt.mu.Unlock()
+	s.keptSt.hits.Add(1)
 }
 
 // keptDB is the database a count in tx (nil: its own) runs on.

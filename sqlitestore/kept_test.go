@@ -65,9 +65,7 @@ func TestKeptCountsMatchFullCounts(t *testing.T) {
 			kf.check(rt, step)
 		}
 		reads += kf.reads
-		kf.kept.keptSt.mu.Lock()
-		hits += kf.kept.keptSt.hits
-		kf.kept.keptSt.mu.Unlock()
+		hits += kf.kept.keptSt.hits.Load()
 	})
 	if hits == 0 {
 		t.Errorf("kept counts answered none of %d counts", reads)
