@@ -116,9 +116,13 @@ type Options struct {
 	// other connection to the file (another Store, another process, an
 	// application's transaction) makes the store read again. Zero (the
 	// default) or a negative value keeps nothing: every count reads the
-	// database. Open only, and not with ReadOnly (an *outbox.ArgumentError
-	// otherwise): a store from New shares its connections with the
-	// application, so it cannot tell its own commits from others'.
+	// database. They are off by default because on a plain trickle and in
+	// a drain they cost as much or more CPU than they save; beside many
+	// namespaces holding delayed rows they cost a third (docs/sqlitestore.md,
+	// "Kept counts", has the figures). Open only, and not with ReadOnly (an
+	// *outbox.ArgumentError otherwise): a store from New shares its
+	// connections with the application, so it cannot tell its own commits
+	// from others'.
 	RecountInterval time.Duration
 }
 
