@@ -421,3 +421,38 @@ func TestKeptCountsInsideSweepTx(t *testing.T) {
 		t.Fatalf("CountClaimedOutboxRows after the sweep = %v, %v; want a: 1", claimed, err)
 	}
 }
+
+// TestKeptCountsRefused checks that kept counts are refused where the
+// store cannot tell its commits from others' (New) or has nothing to keep
+// (ReadOnly), with an *outbox.ArgumentError naming the option.
+func TestKeptCountsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	s, err := Open(t.Context(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, c := range []struct {
+		name string
+		open func() (*Store, error)
+	}{
+		{"New", func() (*Store, error) { return New(t.Context(), db, Options{RecountInterval: time.Second}) }},
+		{"ReadOnly", func() (*Store, error) {
+			return Open(t.Context(), path, Options{ReadOnly: true, RecountInterval: time.Second})
+		}},
+	} {
+		s, err := c.open()
+		var ae *outbox.ArgumentError
+		if !errors.As(err, &ae) || ae.Arg != "Options.RecountInterval" {
+			if s != nil {
+				_ = s.Close()
+			}
+			t.Errorf("%s with RecountInterval = %v, want an *outbox.ArgumentError for Options.RecountInterval", c.name, err)
+		}
+	}
+}
