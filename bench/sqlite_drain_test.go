@@ -76,7 +76,13 @@ func riverSQLiteDrain(tb testing.TB, rows int, fetchCooldown time.Duration) (tim
 // writer connection and 4 readers, 64 shards).
 func openSQLiteStore(tb testing.TB) *sqlitestore.Store {
 	tb.Helper()
-	s, err := sqlitestore.Open(context.Background(), filepath.Join(tb.TempDir(), "outbox.db"), sqlitestore.Options{})
+	return openSQLiteStoreWith(tb, sqlitestore.Options{})
+}
+
+// openSQLiteStoreWith is openSQLiteStore with opts.
+func openSQLiteStoreWith(tb testing.TB, opts sqlitestore.Options) *sqlitestore.Store {
+	tb.Helper()
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(tb.TempDir(), "outbox.db"), opts)
 	if err != nil {
 		tb.Fatalf("sqlitestore.Open: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/backpressure/sqlitestore"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 )
 
@@ -56,6 +57,8 @@ func (a *steadyArm) percentile(q float64) time.Duration {
 //     sqlitestore (Open, every option at its default) with the fair
 //     planner, 10 namespaces, Workers 100, BatchSize 100, at
 //     Options.Coalesce none and 2 ms (the default);
+//   - dispatch-coalesce-2ms-kept: as dispatch-coalesce-2ms, with the
+//     store's kept counts on (sqlitestore.Options.RecountInterval 1 s);
 //   - river-default, river-1ms: River v0.51.2 on riversqlite v0.51.2
 //     (opened as in BenchmarkDrainSQLite), one queue of 100 workers, with
 //     its default fetch cooldown and with 1 ms.
@@ -79,16 +82,19 @@ func (a *steadyArm) percentile(q float64) time.Duration {
 func BenchmarkSteadySQLite(b *testing.B) {
 	arms := []*steadyArm{
 		{name: "dispatch-coalesce-none", run: func(b *testing.B, l *latencies) (int, time.Duration) {
-			return steadySQLiteDispatch(b, sqliteSteadyRate, -1, l)
+			return steadySQLiteDispatch(b, sqliteSteadyRate, -1, l, sqlitestore.Options{})
 		}},
 		{name: "dispatch-coalesce-2ms", run: func(b *testing.B, l *latencies) (int, time.Duration) {
-			return steadySQLiteDispatch(b, sqliteSteadyRate, 0, l)
+			return steadySQLiteDispatch(b, sqliteSteadyRate, 0, l, sqlitestore.Options{})
 		}},
 		{name: "river-default", run: func(b *testing.B, l *latencies) (int, time.Duration) {
 			return steadySQLiteRiver(b, sqliteSteadyRate, 0, l)
 		}},
 		{name: "river-1ms", run: func(b *testing.B, l *latencies) (int, time.Duration) {
 			return steadySQLiteRiver(b, sqliteSteadyRate, time.Millisecond, l)
+		}},
+		{name: "dispatch-coalesce-2ms-kept", run: func(b *testing.B, l *latencies) (int, time.Duration) {
+			return steadySQLiteDispatch(b, sqliteSteadyRate, 0, l, sqlitestore.Options{RecountInterval: time.Second})
 		}},
 	}
 	for _, a := range arms {
@@ -112,7 +118,11 @@ func BenchmarkSteadySQLite(b *testing.B) {
 			b.ReportMetric(float64(a.cpu.Microseconds())/float64(a.rows), a.name+"-cpu-µs/row")
 		}
 	}
-	dispatchDefault, riverDefault, river1ms := arms[1], arms[2], arms[3]
+	dispatchDefault, riverDefault, river1ms, kept := arms[1], arms[2], arms[3], arms[4]
+	if kept.cpuKnown && dispatchDefault.cpuKnown {
+		perRow := func(a *steadyArm) float64 { return a.cpu.Seconds() / float64(a.rows) }
+		b.ReportMetric(perRow(kept)/perRow(dispatchDefault), "kept/recount-cpu")
+	}
 	for _, q := range []float64{0.50, 0.99} {
 		fasterRiver := min(riverDefault.percentile(q), river1ms.percentile(q))
 		b.ReportMetric(fasterRiver.Seconds()/dispatchDefault.percentile(q).Seconds(), fmt.Sprintf("river/dispatch-p%d", int(q*100)))
@@ -124,8 +134,8 @@ func BenchmarkSteadySQLite(b *testing.B) {
 // the producer enqueueing on the same store; it returns the rows enqueued
 // and the process's CPU from the producer's start until the last row
 // started (and 20 ms more, for the last results).
-func steadySQLiteDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies) (int, time.Duration) {
-	s := openSQLiteStore(b)
+func steadySQLiteDispatch(b *testing.B, rate int, coalesce time.Duration, l *latencies, opts sqlitestore.Options) (int, time.Duration) {
+	s := openSQLiteStoreWith(b, opts)
 	stop := startSteadyDispatch(b, s, s.ShardCount(), sqliteWorkers, coalesce, l)
 	time.Sleep(steadySettle()) // subscribed and idle
 	n, c := steadyProduce(b, rate, l, startProcCPU, enqueueSteady(s, sqliteNamespaces), "dispatch", "rows")

@@ -61,19 +61,6 @@ func withShards(args []any, arg []byte) []any {
 	return append(args, arg)
 }
 
-// CountClaimedOutboxRows returns, per namespace, the rows on the owned
-// shards that hold a live lease now (pending, expired and settled rows are
-// not counted; namespaces with none are left out). One read statement over
-// the claimed-row index, outbox_leased, in namespace order: O(claimed rows),
-// live leases and the expired ones not yet claimed again.
-func (c *claimer) CountClaimedOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction) (map[string]int, error) {
-	s := (*Store)(c)
-	if err := s.ready(); err != nil {
-		return nil, s.fail("CountClaimedOutboxRows", err)
-	}
-	return s.countClaimed(ctx, s.reader, nil, shards, nanos(s.now()))
-}
-
 // countClaimed is CountClaimedOutboxRows at now, on db or in tx on db. It
 // counts a round trip when tx is nil.
 func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards backpressure.OwnedShardFraction, now int64) (map[string]int, error) {
@@ -110,35 +97,6 @@ func (s *Store) countClaimed(ctx context.Context, db *sql.DB, tx *sql.Tx, shards
 		return nil, s.fail("CountClaimedOutboxRows", err)
 	}
 	return counts, nil
-}
-
-// CountPendingOutboxRows returns, per route with claimable rows on the owned
-// shards (visible pending rows and rows whose lease expired), the number of
-// such rows capped at capPerRoute (≥ 1, else an *outbox.ArgumentError),
-// sorted by namespace and task queue (the order the planner is fastest
-// with). Scheduled rows (RunAt ahead), rows waiting out a retry delay, live
-// leases, settled and dead rows are not claimable. Routes that
-// backpressure.Route.Validate refuses (only a database written by an older
-// version, or by hand, can hold such rows) are left out; Stats still counts
-// their rows.
-//
-// One read statement. It walks outbox_routes (the routes with at least one
-// pending or claimed row; a completion that settles or dead-letters a
-// route's last one drops it) and, per route,
-// that route's range of the route index in ID order, stopping at the
-// capPerRoute-th claimable row. The entries it steps over on the way are
-// counted in the cost, not the result: the scheduled rows (RunAt or a retry delay ahead, not yet
-// visible), the rows under a live lease and, on a node owning part of the
-// shards, the rows on shards it does not own. Its cost is therefore
-// O(routes · log rows + Σ per route min(claimable, capPerRoute) + the
-// delayed, leased and unowned rows before the cap is reached), bounded by
-// the capped counts only when few rows are delayed, leased or elsewhere.
-func (c *claimer) CountPendingOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, capPerRoute int) ([]backpressure.RouteCount, error) {
-	s := (*Store)(c)
-	if err := s.ready(); err != nil {
-		return nil, s.fail("CountPendingOutboxRows", err)
-	}
-	return s.countPending(ctx, "CountPendingOutboxRows", s.reader, nil, shards, capPerRoute, nanos(s.now()), nil)
 }
 
 // countFilter is the pending counts' shard filter (reading ?3), recorded
@@ -374,10 +332,12 @@ func claimIndex(claims []backpressure.ScopedClaim) func(backpressure.Route) int 
 
 // writeClaim runs claim in one write transaction at the store's now.
 func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64) ([]outbox.Row, error)) ([]outbox.Row, error) {
-	var out []outbox.Row
-	err := s.write(ctx, func(tx *sql.Tx) (err error) {
-		out, err = claim(tx, nanos(s.now()))
-		return err
+	out, err := s.claimKept(func() (out []outbox.Row, err error) {
+		err = s.write(ctx, func(tx *sql.Tx) (err error) {
+			out, err = claim(tx, nanos(s.now()))
+			return err
+		})
+		return out, err
 	})
 	if err != nil {
 		return nil, s.fail("claim", err)

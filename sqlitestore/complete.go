@@ -150,6 +150,7 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 		return results, nil
 	}
 	applied := make(map[string]outbox.State, len(completions))
+	kept := s.completeKept(completions)
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		clear(applied)
 		now := nanos(s.now())
@@ -190,6 +191,7 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 		return s.pruneRoutes(ctx, tx, finished)
 	})
 	if err != nil {
+		kept(nil, err)
 		return nil, s.fail(op, err)
 	}
 	for i, c := range completions {
@@ -199,6 +201,7 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 			results[i].Err = &outbox.LeaseLostError{Op: op, DispatchKey: c.DispatchKey, Token: c.Token}
 		}
 	}
+	kept(results, nil)
 	return results, nil
 }
 

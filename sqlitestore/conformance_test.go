@@ -13,8 +13,10 @@ import (
 	"github.com/outboxkit/backpressure/storetest"
 )
 
-// TestConformance runs the storetest suite on a file database and on an
-// in-memory one. The store implements outbox.Store, so the harness needs
+// TestConformance runs the storetest suite on a file database, on a file
+// database whose store keeps its counts (Options.RecountInterval, off by
+// default, so that the suite checks the kept counts' answers too), and on
+// an in-memory one. The store implements outbox.Store, so the harness needs
 // only the store, its clock, the round-trip counter and the fault hook,
 // plus an Inspect for the columns Get does not show.
 //
@@ -24,17 +26,20 @@ import (
 // test-long), to keep make test short. Every other check of those areas
 // runs in memory too.
 func TestConformance(t *testing.T) {
-	for _, kind := range []string{"File", "Memory"} {
+	for _, kind := range []string{"File", "FileKept", "Memory"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel() // each its own database: the in-memory run overlaps the file's longer one
 			storetest.Run(t, func(t *testing.T) *storetest.Harness[outbox.Row] {
-				path := ":memory:"
-				if kind == "File" {
+				path, opts := ":memory:", Options{SyncNormal: true}
+				if kind == "FileKept" {
+					opts.RecountInterval = time.Second
+				}
+				if kind != "Memory" {
 					path = filepath.Join(t.TempDir(), "outbox.db")
 				} else if check := memoryLongCheck(t.Name()); check != "" && os.Getenv("BACKPRESSURE_LONG") != "1" {
 					t.Skipf("%s runs on the file database; BACKPRESSURE_LONG=1 (make test-long) runs it in memory too", check)
 				}
-				return newHarness(t, path, Options{SyncNormal: true})
+				return newHarness(t, path, opts)
 			})
 		})
 	}

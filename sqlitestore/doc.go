@@ -76,6 +76,26 @@
 // Each method that reaches the database is one round trip (one statement or
 // one transaction).
 //
+// # Kept counts
+//
+// With Options.RecountInterval positive (Open only; off by default), the
+// Claimer answers the planner's counts (CountClaimedOutboxRows,
+// CountPendingOutboxRows, CountOutboxRows, on the Claimer and in a sweep
+// transaction) from counts it keeps, when nothing can have changed them
+// since it last read them: it learns from its own claims, completions,
+// enqueues and requeues what they changed, and reads again only the
+// namespaces that got rows, never past a lease's end or a delayed row's
+// run-at, and all of them at least every RecountInterval. A sweep
+// transaction's claims count only once it commits. Every answer equals
+// what a full count would return at that instant: before answering, the
+// store asks SQLite (PRAGMA data_version on its writer connection, which
+// costs no read of the outbox) whether any other connection committed —
+// another Store, another process, an application's transaction that
+// called EnqueueTx — and if one did it reads everything again. They pay
+// beside many namespaces holding delayed rows (retries, schedules): the
+// full count walks every route, the kept read only those enqueued into.
+// Mechanism and figures: docs/sqlitestore.md.
+//
 // What is exported, and why: [Open] (a file the store owns) and [New] (an
 // application's *sql.DB, for enqueueing in its own transactions), both
 // configured by [Options], return the [Store]; its methods are the outbox

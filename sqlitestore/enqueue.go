@@ -42,6 +42,7 @@ func (s *Store) Enqueue(ctx context.Context, msgs []outbox.Message) (inserted in
 		inserted, seq, err = s.enqueueIn(ctx, tx, "Enqueue", msgs)
 		return err
 	})
+	s.touched(msgs) // committed, or perhaps (err): read their counts again
 	if err != nil {
 		return 0, s.fail("Enqueue", err)
 	}

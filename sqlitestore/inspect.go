@@ -162,6 +162,7 @@ func (s *Store) Requeue(ctx context.Context, dispatchKeys []string) (int, error)
 	}
 	var moved int
 	var seq int64
+	defer s.touched(nil) // rows put back to pending, in namespaces unknown here
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		moved = 0
 		if err := s.step(ctx); err != nil {

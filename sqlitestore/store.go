@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/keptcount"
 	"github.com/outboxkit/backpressure/outbox"
 	"modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -104,6 +105,25 @@ type Options struct {
 	// since SQLite runs one write transaction at a time. Cost: per capped
 	// namespace of a batch, one count of at most cap + 1 index entries.
 	PendingCaps outbox.PendingCaps
+
+	// RecountInterval, when positive, turns kept counts on (see "Kept
+	// counts" in the package doc): the store answers the planner's counts
+	// (the Claimer's CountClaimedOutboxRows, CountPendingOutboxRows and
+	// CountOutboxRows) from counts it keeps from its own claims,
+	// completions and enqueues, for at most RecountInterval after it last
+	// read them all, and reads what it cannot know. An answer is always
+	// what a full count would return at that instant: a commit by any
+	// other connection to the file (another Store, another process, an
+	// application's transaction) makes the store read again. Zero (the
+	// default) or a negative value keeps nothing: every count reads the
+	// database. They are off by default because on a plain trickle and in
+	// a drain they cost as much or more CPU than they save; beside many
+	// namespaces holding delayed rows they cost a third (docs/sqlitestore.md,
+	// "Kept counts", has the figures). Open only, and not with ReadOnly (an
+	// *outbox.ArgumentError otherwise): a store from New shares its
+	// connections with the application, so it cannot tell its own commits
+	// from others'.
+	RecountInterval time.Duration
 }
 
 // Store is an outbox.Store on an embedded SQLite database
@@ -129,9 +149,12 @@ type Store struct {
 	dbID        int64 // the database's random identity, outbox_meta.db_id
 	trips       atomic.Int64
 	commits     atomic.Int64          // write transactions committed; the drain benchmark reports them per row
+	writing     atomic.Int32          // write transactions in progress (see keptCheck)
 	stmts       map[stmtKey]*sql.Stmt // the hot statements, prepared at Open; read-only after
 	closed      atomic.Bool
 	subs        subscribers
+	kept        *keptcount.Counts // nil: every count reads (see kept.go)
+	keptSt      keptState
 
 	failNth atomic.Int64 // test hook: statements until an injected failure; ≤ 0 off
 }
@@ -323,6 +346,8 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 		return nil, argError("New", "Options.ReadOnly", "applies to Open only")
 	case opts.MustExist:
 		return nil, argError("New", "Options.MustExist", "applies to Open only")
+	case opts.RecountInterval > 0:
+		return nil, argError("New", "Options.RecountInterval", "applies to Open only: the store cannot tell its commits on db from the application's")
 	}
 	file, err := checkAppDB(ctx, db)
 	if err != nil {
@@ -380,7 +405,8 @@ func isModernc(d any) bool {
 // newStore applies the defaults of opts.
 func newStore(opts Options) *Store {
 	s := &Store{lease: opts.Lease, maxAttempts: opts.MaxAttempts, now: opts.Now, poll: opts.PollInterval,
-		caps: outbox.PendingCaps{Default: opts.PendingCaps.Default, PerNamespace: maps.Clone(opts.PendingCaps.PerNamespace)}}
+		caps: outbox.PendingCaps{Default: opts.PendingCaps.Default, PerNamespace: maps.Clone(opts.PendingCaps.PerNamespace)},
+		kept: newKept(opts.RecountInterval)}
 	if s.lease == 0 {
 		s.lease = outbox.DefaultLease
 	}
@@ -399,7 +425,7 @@ func newStore(opts Options) *Store {
 // opened prepares the hot statements of a store whose databases are open,
 // closing them if that fails.
 func (s *Store) opened(ctx context.Context, path string) (*Store, error) {
-	if err := s.prepare(ctx); err != nil {
+	if err := errors.Join(s.prepare(ctx), s.prepareKept(ctx)); err != nil {
 		_ = s.Close()
 		return nil, openError(path, err)
 	}
@@ -426,6 +452,8 @@ func validate(op, path string, opts Options) error {
 		return argError(op, "Options.BusyTimeout", fmt.Sprintf("%v is below 1ms, SQLite's resolution (0 means 5s)", opts.BusyTimeout))
 	case opts.Readers < 0 || opts.Readers > MaxReaders:
 		return argError(op, "Options.Readers", fmt.Sprintf("%d is outside 0 to MaxReaders (%d)", opts.Readers, MaxReaders))
+	case opts.ReadOnly && opts.RecountInterval > 0:
+		return argError(op, "Options.RecountInterval", "a read-only store does not claim: it has no counts to keep")
 	case opts.PollInterval < 0 || (opts.PollInterval > 0 && opts.PollInterval < time.Millisecond):
 		return argError(op, "Options.PollInterval", fmt.Sprintf("%v is below 1ms", opts.PollInterval))
 	}
@@ -446,6 +474,7 @@ func (s *Store) Close() error {
 	}
 	s.subs.closeAll()
 	s.closeStmts()
+	s.closeKept()
 	if !s.owned {
 		return nil
 	}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"strconv"
 
 	"github.com/outboxkit/backpressure"
+	"github.com/outboxkit/backpressure/internal/keptcount"
 	"github.com/outboxkit/backpressure/outbox"
 )
 
@@ -42,13 +44,26 @@ func (c *claimer) InSweepTx(ctx context.Context, fn func(tx backpressure.OutboxS
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var fnErr error
+	var (
+		fnErr error
+		v     *sweepView
+	)
+	ended := false
+	defer func() {
+		if !ended && v != nil { // a panic: rolled back, but say nothing is known
+			v.keptEnd(nil, errSweepPanicked)
+		}
+	}()
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		v := &sweepView{s: s, tx: tx, now: nanos(s.now())}
+		v = &sweepView{s: s, tx: tx, now: nanos(s.now())}
 		defer func() { v.done = true }()
 		fnErr = fn(v)
 		return fnErr
 	})
+	ended = true
+	if v != nil {
+		v.keptEnd(fnErr, err)
+	}
 	if fnErr != nil {
 		return fnErr
 	}
@@ -68,6 +83,56 @@ type sweepView struct {
 	// counted is what the last pending count counted; nil when there was
 	// none since the last claim, or it failed.
 	counted *countedRows
+
+	// The kept counts' change for the view's claims (see keptEnd): begun
+	// at the first claim, ended when the transaction ends.
+	change  keptcount.Change
+	begun   bool
+	rows    []outbox.Row // claimed so far
+	unknown bool         // a claim failed: what the transaction holds is not known
+}
+
+// errSweepPanicked stands for a sweep transaction that fn's panic ended.
+var errSweepPanicked = errors.New("sqlitestore: InSweepTx: fn panicked")
+
+// keeps reports whether the view's counts go through the kept counts:
+// they are on, and the transaction claimed nothing yet (its counts then
+// see its own claims, which the kept values learn only at commit).
+func (v *sweepView) keeps() bool { return v.s.kept != nil && !v.begun }
+
+// claiming begins the kept counts' change before the view's first claim.
+func (v *sweepView) claiming() {
+	if v.s.kept != nil && !v.begun {
+		v.change, v.begun = v.s.kept.Begin(), true
+	}
+}
+
+// claimed records what a claim of the view did.
+func (v *sweepView) claimed(rows []outbox.Row, err error) {
+	if err != nil {
+		v.unknown = true
+		return
+	}
+	v.rows = append(v.rows, rows...)
+}
+
+// keptEnd ends the view's change once the transaction ended: fn's error
+// (fnErr) rolled it back, so nothing was claimed; an error of the store's
+// own (err: the commit may have happened) or a failed claim leaves the
+// outcome unknown; otherwise it committed the rows claimed.
+func (v *sweepView) keptEnd(fnErr, err error) {
+	if !v.begun {
+		return
+	}
+	v.begun = false
+	switch {
+	case fnErr != nil:
+		v.change.Claimed(nil)
+	case err != nil || v.unknown:
+		v.change.Failed()
+	default:
+		v.change.Claimed(v.rows)
+	}
 }
 
 var _ backpressure.Counter = (*sweepView)(nil)
@@ -83,6 +148,9 @@ func (v *sweepView) CountClaimedOutboxRows(ctx context.Context, shards backpress
 	if err := v.check(ctx); err != nil {
 		return nil, err
 	}
+	if v.keeps() {
+		return v.s.claimedKept(ctx, v.tx, shards, v.now)
+	}
 	return v.s.countClaimed(ctx, v.s.writer, v.tx, shards, v.now)
 }
 
@@ -91,6 +159,14 @@ func (v *sweepView) CountPendingOutboxRows(ctx context.Context, shards backpress
 		return nil, err
 	}
 	rec := newCountedRows()
+	if v.keeps() {
+		const op = "CountPendingOutboxRows"
+		if err := call(op).Positive("capPerRoute", capPerRoute); err != nil {
+			return nil, err
+		}
+		counts, filled, err := v.s.pendingKept(ctx, op, v.tx, shards, backpressure.CountParams{CapPerRoute: capPerRoute}, v.now, rec)
+		return v.record(recIf(rec, filled), counts, err)
+	}
 	counts, err := v.s.countPending(ctx, "CountPendingOutboxRows", v.s.writer, v.tx, shards, capPerRoute, v.now, rec)
 	return v.record(rec, counts, err)
 }
@@ -103,9 +179,26 @@ func (v *sweepView) CountOutboxRows(ctx context.Context, shards backpressure.Own
 		return nil, nil, err
 	}
 	rec := newCountedRows()
+	if v.keeps() {
+		const op = "CountOutboxRows"
+		if err := call(op).CountParams(p); err != nil {
+			return nil, nil, err
+		}
+		counts, filled, err := v.s.pendingKept(ctx, op, v.tx, shards, p, v.now, rec)
+		counts, err = v.record(recIf(rec, filled), counts, err)
+		return nil, counts, err
+	}
 	counts, err := v.s.countOutboxRows(ctx, v.s.writer, v.tx, shards, p, v.now, rec)
 	counts, err = v.record(rec, counts, err)
 	return nil, counts, err
+}
+
+// recIf is rec when a count filled it, else nil (a claim then searches).
+func recIf(rec *countedRows, filled bool) *countedRows {
+	if filled {
+		return rec
+	}
+	return nil
 }
 
 // record keeps what a pending count recorded, if it succeeded.
@@ -134,14 +227,17 @@ func (v *sweepView) ClaimOutboxRowsScoped(ctx context.Context, shards backpressu
 	}
 	ids, known := v.idsOf(claims, sarg)
 	v.counted = nil // the rows are claimed now, or the claim failed; either way count again
+	v.claiming()
 	if !known {
 		rows, err := v.s.claimScoped(ctx, v.tx, cond, sarg, claims, v.now)
+		v.claimed(rows, err)
 		if err != nil {
 			return nil, v.s.fail("claim", err)
 		}
 		return inClaimOrder(rows, claims), nil
 	}
 	rows, err := v.s.claimIn(ctx, v.tx, claimByIDSQL(cond), sarg, v.now, len(ids), idList(ids), nil, nil)
+	v.claimed(rows, err)
 	if err != nil {
 		return nil, v.s.fail("claim", err)
 	}

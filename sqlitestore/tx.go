@@ -82,6 +82,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) (err error
 		return err
 	}
 	s.trips.Add(1)
+	s.writing.Add(1)
+	defer s.writing.Add(-1)
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -8,51 +8,6 @@ import (
 	"github.com/outboxkit/backpressure"
 )
 
-// CountOutboxRows returns the pending counts p describes (see
-// backpressure.Counter). With p.Namespaces 0 they are what
-// CountPendingOutboxRows(ctx, shards, p.CapPerRoute) returns. With
-// p.Namespaces ≥ 1 they are restricted to a window: in the cyclic namespace
-// order that starts after p.After (ascending byte order, wrapping around
-// so p.After itself comes last), the first p.Namespaces namespaces with at
-// least one claimable row on the owned shards, or all of them when fewer
-// have. Every route of those namespaces with claimable rows is returned,
-// its count capped at p.CapPerRoute, sorted by namespace and task queue.
-// Routes CountPendingOutboxRows leaves out (names ClaimOutboxRowsScoped
-// would refuse) are left out here too, and do not make their namespace
-// count towards the window.
-//
-// It does not serve p.Claimed: with it set, it returns
-// backpressure.ErrNotSupported at once. Its calls are in-process, so one
-// call would save nothing over two, and InSweepTx already runs a
-// sweep's counts and claim in one transaction.
-//
-// It fails with an *outbox.ArgumentError when p.CapPerRoute is < 1 or
-// p.Namespaces < 0, and with an *outbox.ShardCountError when shards does
-// not split the store's shard count, before any query.
-//
-// One read transaction (one round trip). A window walks outbox_routes in
-// (namespace, task queue) order from the first namespace after p.After,
-// computing each route's capped count as CountPendingOutboxRows does, and
-// stops at the route that completes the window: once p.Namespaces
-// namespaces qualified, only the remaining routes of the last one are
-// counted (by a second statement bounded to that namespace), so no route of
-// a namespace beyond the window is probed. If the walk reaches the end of
-// the namespaces before the window is full, it continues from the smallest
-// namespace up to p.After. Its cost is that of CountPendingOutboxRows
-// restricted to the routes of the namespaces it walks: those of the window
-// and those of the namespaces without claimable rows it passes on the way.
-func (c *claimer) CountOutboxRows(ctx context.Context, shards backpressure.OwnedShardFraction, p backpressure.CountParams) (map[string]int, []backpressure.RouteCount, error) {
-	s := (*Store)(c)
-	if p.Claimed {
-		return nil, nil, backpressure.ErrNotSupported
-	}
-	if err := s.ready(); err != nil {
-		return nil, nil, s.fail("CountOutboxRows", err)
-	}
-	pending, err := s.countOutboxRows(ctx, s.reader, nil, shards, p, nanos(s.now()), nil)
-	return nil, pending, err
-}
-
 // countOutboxRows is CountOutboxRows's pending counts at now, in its own
 // read transaction on db (counting a round trip) when tx is nil, else in tx
 // on db, recording the rows counted in rec (when not nil).

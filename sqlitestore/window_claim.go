@@ -50,9 +50,12 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 		rows   []outbox.Row
 		grants []backpressure.RouteCount
 	)
-	err = s.write(ctx, func(tx *sql.Tx) (err error) {
-		rows, grants, err = s.claimWindowIn(ctx, tx, shards, w, nanos(s.now()))
-		return err
+	_, err = s.claimKept(func() ([]outbox.Row, error) {
+		err := s.write(ctx, func(tx *sql.Tx) (err error) {
+			rows, grants, err = s.claimWindowIn(ctx, tx, shards, w, nanos(s.now()))
+			return err
+		})
+		return rows, err
 	})
 	if err != nil {
 		return nil, nil, s.fail("claim", err)
@@ -71,7 +74,9 @@ func (v *sweepView) ClaimOutboxWindow(ctx context.Context, shards backpressure.O
 		return nil, nil, err
 	}
 	v.counted = nil // rows may be claimed now: count again
+	v.claiming()
 	rows, grants, err := v.s.claimWindowIn(ctx, v.tx, shards, w, v.now)
+	v.claimed(rows, err)
 	if err != nil {
 		return nil, nil, v.s.fail("claim", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -342,5 +343,24 @@ func TestRefreshedLeavesNotifiedNamespacesStale(t *testing.T) {
 	names, ok = k.Stale(all, now, 3)
 	if !ok || fmt.Sprint(names) != "[b]" {
 		t.Fatalf("Stale after the read of a = %v, %v, want [b], true", names, ok)
+	}
+}
+
+// TestWindowOfEveryNamespace asks for a window wider than any count of
+// namespaces (as storetest's HugeWindow does): it is every namespace, and
+// it allocates nothing by the window's size.
+func TestWindowOfEveryNamespace(t *testing.T) {
+	k := keptcount.New(time.Minute)
+	k.Listening(true)
+	all, _ := backpressure.AllShards(8)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, b := outbox.Route{Namespace: "a", TaskQueue: "q"}, outbox.Route{Namespace: "b", TaskQueue: "q"}
+	k.Refreshed(k.Ticket(now), all, map[string]int{}, nil, []keptcount.RouteRead{{Route: a, Count: 2}, {Route: b, Count: 1}}, 5)
+	want := []outbox.RouteCount{{Route: a, Count: 2}, {Route: b, Count: 1}}
+	for _, n := range []int{1<<31 - 1, 1 << 31, math.MaxInt} {
+		got, ok := k.Window(all, now, outbox.CountParams{CapPerRoute: 5, Namespaces: n, After: "a"})
+		if !ok || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("Window(%d namespaces) = %v, %v; want %v, true", n, got, ok, want)
+		}
 	}
 }

@@ -64,7 +64,7 @@ func (c *Counts) Window(shards outbox.OwnedShardFraction, now time.Time, p outbo
 		i++
 	}
 	names = slices.Concat(names[i:], names[:i])
-	in := make(map[string]bool, p.Namespaces)
+	in := make(map[string]bool, min(len(names), p.Namespaces)) // p.Namespaces may be huge: a window of every namespace
 	for _, n := range names[:min(len(names), p.Namespaces)] {
 		in[n] = true
 	}
