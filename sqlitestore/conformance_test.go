@@ -21,10 +21,11 @@ import (
 // plus an Inspect for the columns Get does not show.
 //
 // The in-memory database runs the same SQL on its one connection; the
-// checks of random states against a reference (memoryLongChecks), the
-// suite's longest, run on the file alone unless BACKPRESSURE_LONG=1 (make
+// checks of random states against a reference (longChecks), the suite's
+// longest, run on the plain file alone unless BACKPRESSURE_LONG=1 (make
 // test-long), to keep make test short. Every other check of those areas
-// runs in memory too.
+// runs in memory and with kept counts too (TestKeptCountsMatchFullCounts
+// checks the kept counts against full counts on random histories).
 func TestConformance(t *testing.T) {
 	for _, kind := range []string{"File", "FileKept", "Memory"} {
 		t.Run(kind, func(t *testing.T) {
@@ -36,8 +37,9 @@ func TestConformance(t *testing.T) {
 				}
 				if kind != "Memory" {
 					path = filepath.Join(t.TempDir(), "outbox.db")
-				} else if check := memoryLongCheck(t.Name()); check != "" && os.Getenv("BACKPRESSURE_LONG") != "1" {
-					t.Skipf("%s runs on the file database; BACKPRESSURE_LONG=1 (make test-long) runs it in memory too", check)
+				}
+				if check := longCheck(t.Name()); kind != "File" && check != "" && os.Getenv("BACKPRESSURE_LONG") != "1" {
+					t.Skipf("%s runs on the plain file database; BACKPRESSURE_LONG=1 (make test-long) runs it on %s too", check, kind)
 				}
 				return newHarness(t, path, opts)
 			})
@@ -45,17 +47,22 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// memoryLongChecks are the storetest checks of random states against a
-// reference (rapid properties) that the in-memory variant runs only under
-// BACKPRESSURE_LONG=1: each names an area's check, and covers the checks
-// whose names it begins (MatchesCountedSweeps and MatchesCountedSweepsInTx).
-var memoryLongChecks = []string{"WindowClaim/MatchesCountedSweeps", "Operate/NamespacesMatchReference"}
+// longChecks are the storetest checks of random states against a
+// reference (rapid properties) that the in-memory and kept-count variants
+// run only under BACKPRESSURE_LONG=1: each names an area's check, and
+// covers the checks whose names it begins (MatchesCountedSweeps and
+// MatchesCountedSweepsInTx).
+var longChecks = []string{"WindowClaim/MatchesCountedSweeps", "Operate/NamespacesMatchReference"}
 
-// memoryLongCheck returns the entry of memoryLongChecks the test named
-// name (TestConformance/Memory/<area>/<check>) is in, or "".
-func memoryLongCheck(name string) string {
-	for _, c := range memoryLongChecks {
-		if strings.HasPrefix(name, "TestConformance/Memory/"+c) {
+// longCheck returns the entry of longChecks the test named name
+// (TestConformance/<variant>/<area>/<check>) is in, or "".
+func longCheck(name string) string {
+	parts := strings.SplitN(name, "/", 3)
+	if len(parts) < 3 {
+		return ""
+	}
+	for _, c := range longChecks {
+		if strings.HasPrefix(parts[2], c) {
 			return c
 		}
 	}

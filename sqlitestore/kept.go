@@ -225,7 +225,7 @@ func (s *Store) readKept(ctx context.Context, tx *sql.Tx, shards backpressure.Ow
 		if err != nil {
 			return nil, false, err
 		}
-		if pending, ok := k.Refreshed(t, shards, claimed, names, routes, capPerRoute); ok {
+		if pending, ok := k.Refreshed(t, keptcount.Snapshot{}, shards, claimed, names, routes, capPerRoute); ok {
 			return pending, false, nil
 		}
 	}
@@ -234,7 +234,7 @@ func (s *Store) readKept(ctx context.Context, tx *sql.Tx, shards backpressure.Ow
 	if err != nil {
 		return nil, false, err
 	}
-	k.Refreshed(t, shards, claimed, nil, routes, capPerRoute)
+	k.Refreshed(t, keptcount.Snapshot{}, shards, claimed, nil, routes, capPerRoute)
 	pending := []backpressure.RouteCount{}
 	for _, r := range routes {
 		if r.Count > 0 {
