@@ -355,7 +355,7 @@ func TestWindowOfEveryNamespace(t *testing.T) {
 	all, _ := backpressure.AllShards(8)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	a, b := outbox.Route{Namespace: "a", TaskQueue: "q"}, outbox.Route{Namespace: "b", TaskQueue: "q"}
-	k.Refreshed(k.Ticket(now), all, map[string]int{}, nil, []keptcount.RouteRead{{Route: a, Count: 2}, {Route: b, Count: 1}}, 5)
+	k.Refreshed(k.Ticket(now), keptcount.Snapshot{}, all, map[string]int{}, nil, []keptcount.RouteRead{{Route: a, Count: 2}, {Route: b, Count: 1}}, 5)
 	want := []outbox.RouteCount{{Route: a, Count: 2}, {Route: b, Count: 1}}
 	for _, n := range []int{1<<31 - 1, 1 << 31, math.MaxInt} {
 		got, ok := k.Window(all, now, outbox.CountParams{CapPerRoute: 5, Namespaces: n, After: "a"})
