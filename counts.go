@@ -14,28 +14,48 @@ import (
 type sweepHints struct {
 	seenNamespaces int  // namespaces with pending rows at the last sweep (MaxInt: more than its window)
 	lastMaxLimit   int  // the largest route limit of the last sweep
+	prevMaxLimit   int  // the largest route limit of the sweep before it
 	nextK          int  // for a Counter serving Claimed: the k the next sweep's window is sized for (see guessK)
 	sweptOnce      bool // whether a sweep has succeeded
 }
 
-// firstCountCap returns the cap of a sweep's first full pending count,
-// c = min(full, 2·m + 1) for m the largest route limit of the last sweep (0
-// if it claimed nothing), and full for the first sweep. A plan from counts
-// capped at c is the plan full counts give unless some route is granted c
-// (then sweeper.planFull counts again at full), so c only has to pass the grants a sweep is likely to
-// make: the last sweep's, with room to double.
+// firstCountCap returns the cap of a sweep's first full pending count, full
+// for the first sweep, else, for m the largest route limit of the last
+// sweep and m′ that of the sweep before it (0 for a sweep that claimed
+// nothing, or none):
+//
+//	c = min(full, max(m, m′) + 1)   when m ≤ m′ (a steady or shrinking backlog)
+//	c = min(full, 2·m + 1)          when m > m′ (a growing one)
+//
+// A plan from counts capped at c is the plan full counts give unless some
+// route is granted c (then sweeper.planFull counts again at full): a route
+// granted less than it was counted at had rows left over, which more rows
+// behind the cap would not change. So c sets the cost, never the plan: each
+// entry it counts past the grants is read for nothing, and a route granted
+// c costs a second count. A steady backlog grants each route about what it
+// granted the last two sweeps, so one entry to spare passes it (and a grant
+// that alternates between two sizes); a growing one may grow again, so it
+// gets room to double.
 func (h *sweepHints) firstCountCap(full int) int {
-	if !h.sweptOnce || h.lastMaxLimit >= full/2 {
+	m, before := h.lastMaxLimit, h.prevMaxLimit
+	switch {
+	case !h.sweptOnce:
 		return full
+	case m > before && m >= full/2:
+		return full
+	case m > before:
+		return 2*m + 1
 	}
-	return 2*h.lastMaxLimit + 1
+	return min(full-1, before) + 1 // before ≥ m
 }
 
 // record keeps what a sweep whose claim succeeded tells the next one: how
-// many namespaces its counts saw, the k of its window, its largest grant.
+// many namespaces its counts saw, the k of its window, its largest grant
+// (and the last sweep's, now the one before).
 func (h *sweepHints) record(out sweepResult) {
 	h.seenNamespaces = out.seen
 	h.nextK = out.nextK
+	h.prevMaxLimit = h.lastMaxLimit
 	h.lastMaxLimit = maxLimit(out.plan.Claims)
 	h.sweptOnce = true
 }

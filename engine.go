@@ -580,16 +580,22 @@ func (s *sweeper[R]) countWindow(ctx context.Context, c *counts, n int) (bool, e
 }
 
 // planFull plans from full pending counts, capped so the store reads no
-// more of a route than a plan can use: first at c = min(full, 2·m + 1)
-// for m the last sweep's largest grant (firstCountCap), or at the cap of
-// full counts already read if deeper; and if a route was granted all c
+// more of a route than a plan can use: first at firstCountCap's c (m + 1
+// for m the largest grant of the last two sweeps, or 2·m + 1 while grants
+// grow), from full counts already read if at least as deep (capped at c);
+// and if a route was granted all c
 // rows it was counted at (a deeper count might grant it more), again at
 // full. Either way the claims are those uncapped counts would give.
 func (s *sweeper[R]) planFull(ctx context.Context, c *counts) (Plan, moves, error) {
 	limit := s.e.hints.firstCountCap(s.full)
 	for {
 		if c.p.Namespaces == 0 && c.p.CapPerRoute >= limit {
-			limit = c.p.CapPerRoute // read already (with the claimed counts, or ahead)
+			// Read already (with the claimed counts, or ahead). Counts read
+			// ahead deeper, at the cap an earlier sweep foresaw, are capped
+			// at this sweep's: it plans and reports as a fresh count would.
+			if c.p.CapPerRoute > limit {
+				c.pending, c.p.CapPerRoute = subtractGrants(c.pending, nil, limit), limit
+			}
 		} else {
 			pending, err := s.countPending(ctx, limit)
 			if err != nil {

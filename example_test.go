@@ -244,7 +244,7 @@ func ExampleSweep() {
 	//   tenant-a: ceiling 3, claimed 3, granted 0, held ≥9 (at-ceiling)
 	//   tenant-b: ceiling 20, claimed 4, granted 0, held 0
 	// sweep 3: claimed 3
-	//   tenant-a: ceiling 3, claimed 0, granted 3, held 14 (at-ceiling)
+	//   tenant-a: ceiling 3, claimed 0, granted 3, held ≥2 (at-ceiling)
 	//   tenant-b: ceiling 20, claimed 4, granted 0, held 0
 }
 

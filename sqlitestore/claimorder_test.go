@@ -156,3 +156,20 @@ func TestClaimOrderIDsMatchesNaive(t *testing.T) {
 		}
 	})
 }
+
+// TestParseDecimalMatchesParseInt: parseDecimal answers as
+// strconv.ParseInt(s, 10, 64) does, for row IDs and any other text.
+func TestParseDecimalMatchesParseInt(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := rapid.OneOf(
+			rapid.Map(rapid.Int64(), func(n int64) string { return strconv.FormatInt(n, 10) }),
+			rapid.StringMatching(`[-+0-9]{0,21}`),
+			rapid.String(),
+		).Draw(rt, "s")
+		want, wantErr := strconv.ParseInt(s, 10, 64)
+		got, err := parseDecimal(s)
+		if got != want || (err == nil) != (wantErr == nil) {
+			rt.Fatalf("parseDecimal(%q) = %d, %v; strconv.ParseInt: %d, %v", s, got, err, want, wantErr)
+		}
+	})
+}

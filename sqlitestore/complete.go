@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/backpressure/outbox"
@@ -155,7 +157,8 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 		clear(applied)
 		now := nanos(s.now())
 		batch := make([][5]any, 0, len(completions))
-		for _, c := range completions {
+		for _, i := range keyOrder(completions) {
+			c := completions[i]
 			batch = append(batch, [5]any{c.DispatchKey, c.Token, int(c.Outcome), addNanos(now, max(c.Delay, 0)), outbox.TruncateError(c.Error)})
 		}
 		arg, err := json.Marshal(batch)
@@ -203,6 +206,27 @@ func (s *Store) complete(ctx context.Context, op string, completions []outbox.Co
 	}
 	kept(results, nil)
 	return results, nil
+}
+
+// keyOrder returns the indexes of completions in dispatch key order (byte
+// order, the dispatch_key index's), the order completeSQL gets its entries
+// in: it finds each row by that index, so it walks the index forward rather
+// than from its root each time, and rows enqueued in key order (a common
+// pattern: keys from a sequence or a time) are met in ID order too, so the
+// table and the indexes keyed by ID are updated front to back. A batch in
+// claim order is grouped by route, not in ID order; a batch already in key
+// order is left as it is. Which order the entries are applied in changes no
+// outcome: the keys are distinct and each entry touches only its own row.
+func keyOrder(completions []outbox.Completion) []int {
+	order := make([]int, len(completions))
+	for i := range order {
+		order[i] = i
+	}
+	byKey := func(i, j int) int { return strings.Compare(completions[i].DispatchKey, completions[j].DispatchKey) }
+	if !slices.IsSortedFunc(order, byKey) {
+		slices.SortFunc(order, byKey)
+	}
+	return order
 }
 
 // pruneRoutes runs pruneRoutesSQL for routes, when there are any.
