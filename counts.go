@@ -38,12 +38,9 @@ type sweepHints struct {
 // gets room to double.
 func (h *sweepHints) firstCountCap(full int) int {
 	m, before := h.lastMaxLimit, h.prevMaxLimit
-	switch {
-	case !h.sweptOnce:
+	if !h.sweptOnce || m > before && m >= full/2 {
 		return full
-	case m > before && m >= full/2:
-		return full
-	case m > before:
+	} else if m > before {
 		return 2*m + 1
 	}
 	return min(full-1, before) + 1 // before ≥ m
@@ -55,8 +52,7 @@ func (h *sweepHints) firstCountCap(full int) int {
 func (h *sweepHints) record(out sweepResult) {
 	h.seenNamespaces = out.seen
 	h.nextK = out.nextK
-	h.prevMaxLimit = h.lastMaxLimit
-	h.lastMaxLimit = maxLimit(out.plan.Claims)
+	h.prevMaxLimit, h.lastMaxLimit = h.lastMaxLimit, maxLimit(out.plan.Claims)
 	h.sweptOnce = true
 }
 

@@ -585,14 +585,14 @@ func (s *sweeper[R]) countWindow(ctx context.Context, c *counts, n int) (bool, e
 // grow), from full counts already read if at least as deep (capped at c);
 // and if a route was granted all c
 // rows it was counted at (a deeper count might grant it more), again at
-// full. Either way the claims are those uncapped counts would give.
+// full. Either way the claims are those uncapped counts would give. Counts
+// read already (with the claimed counts, or ahead) serve if at least as
+// deep; deeper ones, at the cap an earlier sweep foresaw, are capped at
+// this sweep's, so that it plans and reports as a fresh count would.
 func (s *sweeper[R]) planFull(ctx context.Context, c *counts) (Plan, moves, error) {
 	limit := s.e.hints.firstCountCap(s.full)
 	for {
 		if c.p.Namespaces == 0 && c.p.CapPerRoute >= limit {
-			// Read already (with the claimed counts, or ahead). Counts read
-			// ahead deeper, at the cap an earlier sweep foresaw, are capped
-			// at this sweep's: it plans and reports as a fresh count would.
 			if c.p.CapPerRoute > limit {
 				c.pending, c.p.CapPerRoute = subtractGrants(c.pending, nil, limit), limit
 			}

@@ -15,10 +15,11 @@ const issue30Reach = 1693
 
 // TestRootStructure pins the root package's layout (issue 30): no function
 // over LongLines, no two files calling each other both ways, and Sweep's
-// reach no larger than it is now (1,423 lines, from 1,693: 1,519 after
+// reach no larger than it is now (1,428 lines, from 1,693: 1,519 after
 // issue 30's reshape, 1,561 with issue 35's adaptive ceilings, less the 138
 // lines of the route rule, shard ceilings and settings checks now in
-// outbox and internal/limits; the issue's
+// outbox and internal/limits, plus 5 for issue 31's first-count cap from
+// the last two sweeps' grants, with counts read ahead trimmed to it; the issue's
 // target of 1,015 is not met yet, so this is a ratchet, not the target).
 func TestRootStructure(t *testing.T) {
 	r, err := Measure("../..", "Sweep")
@@ -26,7 +27,7 @@ func TestRootStructure(t *testing.T) {
 	require.Equal(t, "backpressure", r.Package)
 	require.Empty(t, r.Long, "functions over %d lines", LongLines)
 	require.Empty(t, r.TwoWay, "file pairs calling each other both ways")
-	require.LessOrEqual(t, r.ReachLines, 1423, "Sweep reaches more lines than it did after issue 30's reshape")
+	require.LessOrEqual(t, r.ReachLines, 1428, "Sweep reaches more lines than it did after issue 30's reshape")
 	require.Less(t, r.ReachLines, issue30Reach)
 }
 
