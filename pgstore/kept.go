@@ -160,19 +160,6 @@ func (s *Store) countClaimedKept(shards backpressure.OwnedShardFraction, read fu
 	return claimed, err
 }
 
-// claimKept runs a claim statement through claim, reporting what it did
-// to the kept counts.
-func (s *Store) claimKept(claim func() ([]outbox.Row, error)) ([]outbox.Row, error) {
-	ch := s.kept.Begin()
-	rows, err := claim()
-	if err != nil {
-		ch.Failed()
-	} else {
-		ch.Claimed(rows)
-	}
-	return rows, err
-}
-
 // claimSnapshot is the column a kept store's claims add to their rows:
 // the statement's snapshot, which tells the notices of rows the claim may
 // have taken (it saw their transaction) from the others
@@ -195,7 +182,7 @@ func (s *Store) seenClaim(sql string) string {
 	return ""
 }
 
-// claimKeptSeen is claimKept for a claim statement that returns its
+// claimKeptSeen is keptcount.Counts.Claim for a claim statement that returns its
 // snapshot on each row, into the string claim is given.
 func (s *Store) claimKeptSeen(claim func(snap *string) ([]outbox.Row, error)) ([]outbox.Row, error) {
 	ch := s.kept.Begin()

@@ -327,7 +327,7 @@ func (s *Store) claim(ctx context.Context, op, sql string, owned []int32, args .
 				func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row, snap) })
 		})
 	} else {
-		claimed, err = s.claimKept(func() ([]outbox.Row, error) {
+		claimed, err = s.kept.Claim(func() ([]outbox.Row, error) {
 			return collectClaim(ctx, s, sql, params,
 				func(row pgx.CollectableRow) (outbox.Row, error) { return scanRow(row) })
 		})

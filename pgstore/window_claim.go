@@ -152,7 +152,7 @@ func (c windowClaimer) ClaimOutboxWindow(ctx context.Context, shards backpressur
 	}
 	rows := []outbox.Row{}
 	grants := []backpressure.RouteCount{}
-	_, err = s.claimKept(func() ([]outbox.Row, error) {
+	_, err = s.kept.Claim(func() ([]outbox.Row, error) {
 		err := s.queryNoJIT(ctx, anyLoss, sql, params, func(res pgx.Rows) error {
 			for res.Next() {
 				var other bool

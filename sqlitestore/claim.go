@@ -332,7 +332,7 @@ func claimIndex(claims []backpressure.ScopedClaim) func(backpressure.Route) int 
 
 // writeClaim runs claim in one write transaction at the store's now.
 func (s *Store) writeClaim(ctx context.Context, claim func(tx *sql.Tx, now int64) ([]outbox.Row, error)) ([]outbox.Row, error) {
-	out, err := s.claimKept(func() (out []outbox.Row, err error) {
+	out, err := s.kept.Claim(func() (out []outbox.Row, err error) {
 		err = s.write(ctx, func(tx *sql.Tx) (err error) {
 			out, err = claim(tx, nanos(s.now()))
 			return err

@@ -24,20 +24,6 @@ func newKept(interval time.Duration) *keptcount.Counts {
 	return k
 }
 
-// claimKept runs a claim through claim, reporting what it did to the kept
-// counts: its rows, or, when it failed (it may have committed), that
-// nothing is known.
-func (s *Store) claimKept(claim func() ([]outbox.Row, error)) ([]outbox.Row, error) {
-	ch := s.kept.Begin()
-	rows, err := claim()
-	if err != nil {
-		ch.Failed()
-	} else {
-		ch.Claimed(rows)
-	}
-	return rows, err
-}
-
 // completeKept begins a completion's change for the kept counts, and
 // returns the function that ends it with the call's results (nil and an
 // error: unknown).

@@ -50,7 +50,7 @@ func (c *claimer) ClaimOutboxWindow(ctx context.Context, shards backpressure.Own
 		rows   []outbox.Row
 		grants []backpressure.RouteCount
 	)
-	_, err = s.claimKept(func() ([]outbox.Row, error) {
+	_, err = s.kept.Claim(func() ([]outbox.Row, error) {
 		err := s.write(ctx, func(tx *sql.Tx) (err error) {
 			rows, grants, err = s.claimWindowIn(ctx, tx, shards, w, nanos(s.now()))
 			return err

@@ -25,6 +25,21 @@ func (c *Counts) Begin() Change {
 	return Change{c}
 }
 
+// Claim runs claim as one change of c: on success its rows are claimed
+// (Change.Claimed); on an error, which may follow a commit, nothing is
+// known any more (Change.Failed). It returns claim's results unchanged; a
+// nil c (kept counts off) only runs claim.
+func (c *Counts) Claim(claim func() ([]outbox.Row, error)) ([]outbox.Row, error) {
+	ch := c.Begin()
+	rows, err := claim()
+	if err != nil {
+		ch.Failed()
+	} else {
+		ch.Claimed(rows)
+	}
+	return rows, err
+}
+
 // end ends ch under c.mu, which it returns locked (nil: kept counts off).
 func (ch Change) end() *Counts {
 	c := ch.c
