@@ -196,27 +196,7 @@ func reportTally(b *testing.B, t *stmtTally, rows int, pg time.Duration) {
 // openTallyPool is openPool (pgxpool's default size) with t tallying the
 // statements and the CPU each backend reports per message.
 func openTallyPool(tb testing.TB, t *stmtTally) *pgxpool.Pool {
-	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(databaseURL())
-	if err != nil {
-		tb.Fatalf("TEST_DATABASE_URL: %v", err)
-	}
-	cfg.ConnConfig.Tracer = t
-	cfg.ConnConfig.OnNotice = t.notice
-	app := "bench-tally-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	for k, v := range map[string]string{"application_name": app, "log_statement_stats": "on", "client_min_messages": "log"} {
-		cfg.ConnConfig.RuntimeParams[k] = v
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err == nil {
-		err = pool.Ping(context.Background())
-	}
-	if err != nil {
-		tb.Skipf("PostgreSQL not reachable at %s, or log_statement_stats not settable: %v", databaseURL(), err)
-	}
-	tb.Cleanup(pool.Close)
-	appNames.Store(pool, app)
-	return pool
+	return openStatementStatsPool(tb, "bench-tally-", t, t.notice)
 }
 
 // reportPlans logs, per prepared statement of pool's idle connections,

@@ -167,14 +167,22 @@ func BenchmarkDrainStatements(b *testing.B) {
 // openStatsPool is openPool (pgxpool's default size) with t tracing the
 // statements and summing the CPU each backend reports per message.
 func openStatsPool(tb testing.TB, t *stmtCPU) *pgxpool.Pool {
+	return openStatementStatsPool(tb, "bench-stmtcpu-", t, t.notice)
+}
+
+// openStatementStatsPool is openPool (pgxpool's default size) under a fresh
+// application name starting with prefix, with log_statement_stats on:
+// tracer sees every statement, and notice every backend's CPU report per
+// message. It skips tb when PostgreSQL is not reachable.
+func openStatementStatsPool(tb testing.TB, prefix string, tracer pgx.QueryTracer, notice pgconn.NoticeHandler) *pgxpool.Pool {
 	tb.Helper()
 	cfg, err := pgxpool.ParseConfig(databaseURL())
 	if err != nil {
 		tb.Fatalf("TEST_DATABASE_URL: %v", err)
 	}
-	cfg.ConnConfig.Tracer = t
-	cfg.ConnConfig.OnNotice = t.notice
-	app := "bench-stmtcpu-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cfg.ConnConfig.Tracer = tracer
+	cfg.ConnConfig.OnNotice = notice
+	app := prefix + strconv.FormatInt(time.Now().UnixNano(), 36)
 	for k, v := range map[string]string{"application_name": app, "log_statement_stats": "on", "client_min_messages": "log"} {
 		cfg.ConnConfig.RuntimeParams[k] = v
 	}
